@@ -1,0 +1,62 @@
+//! Exit codes of every `spool` command (SPEC §8).
+
+/// The documented exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    /// 0: success.
+    Ok = 0,
+    /// 1: any other error.
+    Other = 1,
+    /// 2: bad usage (clap uses 2 for its own errors too).
+    Usage = 2,
+    /// 3: the spool directory is owned by another process.
+    Owned = 3,
+    /// 4: the spool is on a shared (network) filesystem and no override was given.
+    SharedFilesystem = 4,
+    /// 5: the spool is full.
+    Full = 5,
+    /// 6: a deadline passed without draining.
+    Deadline = 6,
+    /// 7: the lease was lost (latched).
+    LeaseLost = 7,
+    /// 8: corrupt packs were found (verify).
+    Corrupt = 8,
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code as u8)
+    }
+}
+
+/// The exit-code table printed at the end of `spool --help`.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  ok
+  1  other error
+  2  usage error
+  3  spool directory owned by another process
+  4  shared (network) filesystem refused (see --allow-shared-filesystem)
+  5  spool full
+  6  deadline passed without draining
+  7  lease lost (latched)
+  8  corrupt packs found (verify)";
+
+/// Maps an error to its exit code by looking for the typed errors of the
+/// library crates in its chain.
+pub fn classify(err: &anyhow::Error) -> ExitCode {
+    for cause in err.chain() {
+        if let Some(code) = cause.downcast_ref::<ExitCode>() {
+            return *code;
+        }
+    }
+    ExitCode::Other
+}
+
+impl std::fmt::Display for ExitCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit code {}", *self as u8)
+    }
+}
+
+impl std::error::Error for ExitCode {}

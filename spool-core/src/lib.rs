@@ -1,0 +1,3 @@
+//! spool-core: packs, the crash-safe spool directory, the sink and the
+//! per-process publication registry (SPEC §4). No async runtime.
+#![forbid(unsafe_code)]
