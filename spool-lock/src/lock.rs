@@ -618,6 +618,13 @@ impl Claim {
         self.held.as_ref().is_some_and(Held::is_live)
     }
 
+    /// The raw descriptor numbers this claim holds (lock file, directory);
+    /// for fork tests, which check a child's copies are closed.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn raw_descriptors(&self) -> Option<[i32; 2]> {
+        self.held.as_ref().map(|h| [h.file.raw(), h.dir.raw()])
+    }
+
     /// Writes `blocked: <why>` into the owner record (durably), for an
     /// adopter about to give up on the directory. Other services skip it
     /// until an operator clears the mark (the next take rewrites it).
@@ -740,8 +747,8 @@ impl Drop for Claim {
     fn drop(&mut self) {
         let Some(held) = self.held.take() else { return };
         if !held.is_live() {
-            // A fork child's copy: nothing of it is open here.
-            std::mem::forget(held);
+            // A fork child's copy: its descriptors were closed by the fork
+            // handler, and dropping it closes nothing.
             return;
         }
         tracing::warn!(
