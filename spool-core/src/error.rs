@@ -1,0 +1,214 @@
+//! The one error type of spool-core.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// What is wrong with a corrupt pack (carried by [`Error::CorruptPack`]).
+/// Every kind means the pack must be quarantined, never uploaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Corruption {
+    /// Shorter than a header.
+    TooShort {
+        /// Bytes present.
+        len: u64,
+    },
+    /// The first 8 bytes are not the pack magic.
+    BadMagic {
+        /// The 8 bytes found, hex.
+        found: String,
+    },
+    /// A major version this build does not know.
+    UnknownVersion {
+        /// Major version found.
+        major: u16,
+        /// Minor version found.
+        minor: u16,
+    },
+    /// The header's id is not the one the file name (or caller) expects.
+    IdMismatch {
+        /// The id expected (file name).
+        expected: String,
+        /// The id in the header.
+        found: String,
+    },
+    /// The data ends before the structure does.
+    Truncated {
+        /// Offset where more bytes were needed.
+        offset: u64,
+        /// How many more were needed for the field or record being read.
+        missing: u64,
+    },
+    /// The footer's record count or byte count disagrees with the records.
+    FooterMismatch {
+        /// Records the footer claims.
+        footer_records: u64,
+        /// Record bytes the footer claims.
+        footer_bytes: u64,
+        /// Records read.
+        read_records: u64,
+        /// Record bytes read.
+        read_bytes: u64,
+    },
+    /// The trailer does not start with its magic.
+    BadTrailerMagic {
+        /// The 8 bytes found, hex.
+        found: String,
+    },
+    /// A trailer field disagrees with the pack.
+    TrailerMismatch {
+        /// Which field.
+        field: &'static str,
+        /// What the trailer says.
+        trailer: String,
+        /// What the pack is.
+        actual: String,
+    },
+    /// The SHA-256 of the pack is not the one its trailer carries.
+    ChecksumMismatch {
+        /// The trailer's hash.
+        trailer: String,
+        /// The hash of the bytes.
+        computed: String,
+    },
+    /// Bytes follow the trailer.
+    TrailingBytes {
+        /// Where the trailer ended.
+        offset: u64,
+        /// How many extra bytes were seen (at least).
+        at_least: u64,
+    },
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Corruption::TooShort { len } => {
+                write!(f, "only {len} bytes: shorter than a pack header")
+            }
+            Corruption::BadMagic { found } => {
+                write!(f, "wrong magic {found} (not a spool pack)")
+            }
+            Corruption::UnknownVersion { major, minor } => write!(
+                f,
+                "unknown pack format version {major}.{minor} (this build reads major version {})",
+                crate::pack::VERSION_MAJOR
+            ),
+            Corruption::IdMismatch { expected, found } => {
+                write!(f, "header carries pack id {found}, expected {expected}")
+            }
+            Corruption::Truncated { offset, missing } => write!(
+                f,
+                "truncated: ends at byte {offset} with at least {missing} more bytes expected"
+            ),
+            Corruption::FooterMismatch {
+                footer_records,
+                footer_bytes,
+                read_records,
+                read_bytes,
+            } => write!(
+                f,
+                "footer says {footer_records} records / {footer_bytes} bytes, \
+                 the pack holds {read_records} records / {read_bytes} bytes"
+            ),
+            Corruption::BadTrailerMagic { found } => {
+                write!(f, "wrong trailer magic {found}")
+            }
+            Corruption::TrailerMismatch {
+                field,
+                trailer,
+                actual,
+            } => write!(f, "trailer {field} is {trailer}, the pack's is {actual}"),
+            Corruption::ChecksumMismatch { trailer, computed } => write!(
+                f,
+                "SHA-256 mismatch: trailer carries {trailer}, the bytes hash to {computed}"
+            ),
+            Corruption::TrailingBytes { offset, at_least } => write!(
+                f,
+                "{at_least} or more bytes follow the trailer ending at byte {offset}"
+            ),
+        }
+    }
+}
+
+/// Every way spool-core fails.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- packs -------------------------------------------------------
+    /// A pack is corrupt (see [`Corruption`]). Quarantine it; never upload it.
+    #[error("corrupt pack {pack}: {problem}")]
+    CorruptPack {
+        /// The pack (its path, or a description when read from a stream).
+        pack: String,
+        /// What is wrong.
+        problem: Corruption,
+    },
+    /// Reading a pack failed; says nothing about the pack itself.
+    #[error("cannot read pack: {source}")]
+    PackRead {
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// A string that is not a pack id (32 lowercase hex digits).
+    #[error("{text:?} is not a pack id (32 lowercase hex digits)")]
+    BadPackId {
+        /// The text (at most 80 characters of it).
+        text: String,
+    },
+    /// Work stopped because its cancellation flag was raised.
+    #[error("cancelled")]
+    Cancelled,
+
+    // ---- the spool directory -----------------------------------------
+    /// An I/O operation on a spool path failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done ("create", "fsync", ...).
+        op: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    // ---- the sink and the registry (core-sink) -------------------------
+    // (variants added by the sink's author go in this block)
+}
+
+impl Error {
+    /// Wraps a corruption found in a stream with no path.
+    pub(crate) fn corrupt(problem: Corruption) -> Error {
+        Error::CorruptPack {
+            pack: "<stream>".into(),
+            problem,
+        }
+    }
+
+    /// Whether this error says a pack is corrupt (as opposed to an I/O
+    /// failure, a cancel, or a refusal).
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, Error::CorruptPack { .. })
+    }
+
+    /// The same error naming `pack` (a path) if it is a corruption.
+    pub fn for_pack(self, pack: impl fmt::Display) -> Error {
+        match self {
+            Error::CorruptPack { problem, .. } => Error::CorruptPack {
+                pack: pack.to_string(),
+                problem,
+            },
+            e => e,
+        }
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
