@@ -87,8 +87,15 @@
 compile_error!("spool-core supports Linux only (see spool-lock)");
 
 pub mod error;
+pub mod layout;
 pub mod pack;
 pub mod registry;
+pub mod spool;
+
+/// The owner-lock API.
+pub(crate) use spool_lock as lk;
 
 pub use error::{Corruption, Error};
+pub use layout::{claim_rank_dir, rank_from_env, Destination, RankDirName};
 pub use pack::{validate, PackId, PackReader, PackSummary, PackWriter, Trailer, TRAILER_LEN};
+pub use spool::{ReadyPack, Spool, SpoolConfig, StagedPack};
