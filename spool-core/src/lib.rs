@@ -89,6 +89,7 @@ compile_error!("spool-core supports Linux only (see spool-lock)");
 pub mod error;
 pub mod pack;
 pub mod registry;
+pub mod sink;
 
 pub use error::{Corruption, Error};
 pub use pack::{validate, PackId, PackReader, PackSummary, PackWriter, Trailer, TRAILER_LEN};
