@@ -173,6 +173,77 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The owner lock refused or failed (another owner, nesting, a shared
+    /// filesystem, held_by_caller without the lock...).
+    #[error(transparent)]
+    Lock(#[from] crate::lk::Error),
+    /// The spool directory (or its worker subdirectory's parent) does not
+    /// exist: it was removed. A stage never recreates it.
+    #[error(
+        "spool directory {} has vanished (removed while in use); nothing was staged and it is          not recreated: the stage is refused so its packs are not written outside the owner lock",
+        dir.display()
+    )]
+    DirectoryVanished {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A pack with this id is already sealed with different bytes; the
+    /// sealed one is kept, never replaced.
+    #[error(
+        "pack {} already exists with different bytes ({existing} bytes there, {staged} staged);          the sealed pack is kept: a pack id must never be reused for other data",
+        path.display()
+    )]
+    Conflict {
+        /// The sealed pack's path.
+        path: PathBuf,
+        /// Its size.
+        existing: u64,
+        /// The size of what was staged.
+        staged: u64,
+    },
+    /// The spool is over its byte budget.
+    #[error(
+        "spool directory {} is full: {needed} bytes needed, {used} of {budget} bytes in use          ({dead_sibling_bytes} of them in dead sibling directories, which this node's storage          service adopts and drains); wait for uploads to drain it, or raise max_bytes",
+        dir.display()
+    )]
+    Full {
+        /// The spool directory.
+        dir: PathBuf,
+        /// Bytes in use: committed, reserved by stages in flight, and
+        /// charged dead siblings.
+        used: u64,
+        /// `max_bytes`.
+        budget: u64,
+        /// The part of `used` held by dead siblings.
+        dead_sibling_bytes: u64,
+        /// The size of the refused pack.
+        needed: u64,
+    },
+    /// A path that is not a pack of this spool (bad name, outside the
+    /// directory, or a symlink).
+    #[error("{} is not a pack of spool directory {}: {why}", path.display(), dir.display())]
+    NotAPack {
+        /// The path.
+        path: PathBuf,
+        /// The spool directory.
+        dir: PathBuf,
+        /// Why it is refused.
+        why: &'static str,
+    },
+    /// A destination field is missing or malformed (catalog key, §4.4).
+    #[error("destination field `{field}` {why}")]
+    BadDestination {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A test seam was asked for in a build without them.
+    #[error("this build has no test seams ({seam}): build spool-core with the `testing` feature")]
+    NoTestSeams {
+        /// The seam.
+        seam: &'static str,
+    },
     // ---- the sink and the registry (core-sink) -------------------------
     /// The spool directory is full and the sink's buffer too: the record was
     /// not admitted (SPEC §4.3: the producer is told, nothing is dropped).
@@ -286,7 +357,6 @@ impl Error {
         }
     }
 
-    #[allow(dead_code)]
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
         Error::Io {
             op,
