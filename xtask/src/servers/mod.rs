@@ -2,6 +2,8 @@
 //! started on loopback with its state under `target/xtask/<name>/`, and
 //! stopped when [`Servers`] is dropped (SIGTERM, then SIGKILL after 5 s).
 
+pub mod clickhouse;
+
 use anyhow::Result;
 use std::path::Path;
 use std::process::Child;
@@ -44,8 +46,8 @@ pub struct Servers {
 
 impl Servers {
     /// Installs (if missing) and starts every server.
-    pub fn start(_root: &Path) -> Result<Servers> {
-        let processes = Vec::new();
+    pub fn start(root: &Path) -> Result<Servers> {
+        let processes = vec![clickhouse::start(root)?];
         Ok(Servers { processes })
     }
 
