@@ -35,7 +35,10 @@ impl Drop for ServerProcess {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        eprintln!("xtask: killed {} (SIGTERM not obeyed within 5 s)", self.name);
+        eprintln!(
+            "xtask: killed {} (SIGTERM not obeyed within 5 s)",
+            self.name
+        );
     }
 }
 
