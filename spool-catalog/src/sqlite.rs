@@ -33,6 +33,7 @@ struct Statements {
     packs: String,
     lease: String,
     create: String,
+    create_index: String,
     upsert_fenced: String,
     upsert: String,
     append_claim: String,
@@ -49,9 +50,10 @@ impl Statements {
         let create = format!(
             "CREATE TABLE IF NOT EXISTS \"{schema}\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
              CREATE TABLE IF NOT EXISTS \"{packs}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER NOT NULL, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);\n\
-             CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms);\n\
              CREATE TABLE IF NOT EXISTS \"{lease}\" (name TEXT NOT NULL, term INTEGER NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL, acquired_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (name, term, lease_id));"
         );
+        let create_index =
+            format!("CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms)");
         let cols = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
         let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms";
         let upsert_fenced = format!(
@@ -76,6 +78,7 @@ impl Statements {
             packs,
             lease,
             create,
+            create_index,
             upsert_fenced,
             upsert,
             append_claim,
@@ -308,6 +311,8 @@ fn open_and_install(path: &std::path::Path, s: &Statements) -> std::result::Resu
             }));
         }
     }
+    tx.execute_batch(&s.create_index)
+        .purpose("create the time index")?;
     if found == 0 {
         tx.execute(
             &format!(
