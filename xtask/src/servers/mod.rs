@@ -2,6 +2,7 @@
 //! started on loopback with its state under `target/xtask/<name>/`, and
 //! stopped when [`Servers`] is dropped (SIGTERM, then SIGKILL after 5 s).
 
+pub mod clickhouse;
 pub mod moto;
 
 use anyhow::Result;
@@ -50,7 +51,9 @@ pub struct Servers {
 impl Servers {
     /// Installs (if missing) and starts every server.
     pub fn start(root: &Path) -> Result<Servers> {
+        // Each server is stopped (on drop) if a later one fails to start.
         let mut processes = Vec::new();
+        processes.push(clickhouse::start(root)?);
         processes.push(moto::start(root)?);
         Ok(Servers { processes })
     }
