@@ -27,3 +27,16 @@
 #![warn(missing_docs)]
 
 pub mod adoption;
+mod config;
+mod env;
+mod error;
+mod path;
+mod service;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+pub use config::ServiceConfig;
+pub use error::Error;
+pub use service::{check_rank_dir, CycleOutcome, StorageService};
+pub use snapshot::Snapshot;

@@ -1,0 +1,370 @@
+//! The real [`AdoptionEnv`]: spool-lock probes and takes, spool-core's
+//! incremental recovery, and the service's own [`UploadPath`].
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spool_core::spool::{RecoveryStep as CoreStep, SpoolConfig};
+use spool_core::{PackId, ReadyPack, Spool};
+use spool_lock::{LockMode, LockOptions, Purpose};
+use spool_upload::{CancellationToken, UploadItem};
+
+use crate::adoption::{
+    is_rank_dir_name, AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure,
+    RecoveryStep,
+};
+use crate::path::{Held, Owed, UploadPath};
+
+/// The environment of one adopting cycle.
+pub(crate) struct Env<'a> {
+    pub(crate) io: &'a mut UploadPath,
+    pub(crate) key_dir: PathBuf,
+    pub(crate) own_dir: PathBuf,
+    pub(crate) lock: LockOptions,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) cancel_flag: Arc<AtomicBool>,
+}
+
+fn ready_of(p: &PackRef, dir: &Path) -> Option<ReadyPack> {
+    let id = PackId::from_hex(&p.id_hex).ok()?;
+    let ordinal = p
+        .path
+        .parent()
+        .filter(|parent| *parent != dir)
+        .and_then(|parent| parent.file_name())
+        .and_then(|n| spool_core::spool::parse_ordinal_dir(&n.to_string_lossy()));
+    Some(ReadyPack {
+        path: p.path.clone(),
+        id,
+        bytes: p.bytes,
+        ordinal,
+    })
+}
+
+fn pack_ref(p: &ReadyPack) -> PackRef {
+    PackRef {
+        path: p.path.clone(),
+        id_hex: p.id.to_hex(),
+        bytes: p.bytes,
+    }
+}
+
+/// Anything in `dir` besides the lock file, empty subdirectories and nested
+/// spools.
+fn describe_other_files(dir: &Path, top: bool) -> Result<Option<String>, std::io::Error> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let path = entry.path();
+        if top && name == spool_lock::LOCK_FILE_NAME {
+            continue;
+        }
+        let ft = entry.file_type()?;
+        if ft.is_dir() {
+            if spool_lock::is_nested_spool(&path) {
+                continue;
+            }
+            if let Some(d) = describe_other_files(&path, false)? {
+                return Ok(Some(d));
+            }
+            continue;
+        }
+        return Ok(Some(format!("{} is still there", path.display())));
+    }
+    Ok(None)
+}
+
+impl AdoptionEnv for Env<'_> {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    async fn list_siblings(&mut self) -> Result<Vec<PathBuf>, String> {
+        let rd = std::fs::read_dir(&self.key_dir)
+            .map_err(|e| format!("listing {}: {e}", self.key_dir.display()))?;
+        let mut out = Vec::new();
+        for entry in rd.flatten() {
+            let path = entry.path();
+            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if is_dir
+                && is_rank_dir_name(&entry.file_name().to_string_lossy())
+                && path != self.own_dir
+            {
+                out.push(path);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn remove_stale_staging_copies(&mut self, older_than: Duration) -> usize {
+        let opts = LockOptions {
+            staging_max_age: older_than,
+            ..self.lock.clone()
+        };
+        match spool_lock::remove_stale_staging(&self.key_dir, &opts) {
+            Ok(v) => v.len(),
+            Err(e) => {
+                tracing::warn!(dir = %self.key_dir.display(), "stale staging cleanup: {e}");
+                0
+            }
+        }
+    }
+
+    async fn probe(&mut self, dir: &Path) -> Probe {
+        if !dir.exists() {
+            return Probe::Vanished;
+        }
+        if matches!(spool_lock::held_by_this_process(dir), Ok(true)) {
+            return Probe::Live;
+        }
+        match spool_lock::read_owner(dir) {
+            Ok(st) if st.held => Probe::Live,
+            Ok(st) => match st.record.map(|r| r.purpose) {
+                Some(Purpose::Blocked(why)) => Probe::MarkedBlocked(why),
+                _ => Probe::Dead,
+            },
+            Err(_) if !dir.exists() => Probe::Vanished,
+            Err(e) => Probe::NotOurs(e.to_string()),
+        }
+    }
+
+    async fn try_adopt(&mut self, dir: &Path) -> Result<(), AdoptRefusal> {
+        if !dir.exists() {
+            return Err(AdoptRefusal::Vanished);
+        }
+        let claim = match spool_lock::try_adopt(dir, &self.lock) {
+            Ok(c) => c,
+            Err(e) if e.is_owned_by_another() => return Err(AdoptRefusal::Live(e.to_string())),
+            Err(e @ spool_lock::Error::HeldByThisProcess { .. }) => {
+                return Err(AdoptRefusal::Live(e.to_string()))
+            }
+            Err(spool_lock::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                return Err(AdoptRefusal::Unadoptable(source.to_string()))
+            }
+            Err(e) if !dir.exists() => {
+                tracing::debug!(dir = %dir.display(), "sibling vanished: {e}");
+                return Err(AdoptRefusal::Vanished);
+            }
+            Err(e) => return Err(AdoptRefusal::Retryable(e.to_string())),
+        };
+        let config = SpoolConfig {
+            lock_mode: LockMode::HeldByCaller,
+            lock: self.lock.clone(),
+            ..SpoolConfig::default()
+        };
+        match Spool::open(claim.dir(), &config) {
+            Ok(spool) => {
+                tracing::info!(dir = %dir.display(), "adopting dead sibling {}", dir.display());
+                self.io.held.insert(
+                    dir.to_path_buf(),
+                    Held {
+                        claim,
+                        spool: Arc::new(spool),
+                        recovery: None,
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let _ = claim.release();
+                Err(AdoptRefusal::Unadoptable(e.to_string()))
+            }
+        }
+    }
+
+    async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<PackRef>, RecoveryFailure> {
+        let Some(held) = self.io.held.get_mut(dir) else {
+            return Err(RecoveryFailure::Unopenable(format!(
+                "{} is not held",
+                dir.display()
+            )));
+        };
+        let spool = held.spool.clone();
+        let flag = self.cancel_flag.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let rec = spool.begin_recovery()?;
+            let list = spool.scan(&flag)?;
+            Ok::<_, spool_core::Error>((rec, list))
+        })
+        .await
+        .unwrap_or(Err(spool_core::Error::Cancelled));
+        match r {
+            Ok((rec, list)) => {
+                held.recovery = Some(rec);
+                Ok(list.iter().map(pack_ref).collect())
+            }
+            Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
+            Err(e) => Err(RecoveryFailure::Retryable(e.to_string())),
+        }
+    }
+
+    async fn continue_recovery(&mut self, dir: &Path) -> Result<RecoveryStep, RecoveryFailure> {
+        let Some(held) = self.io.held.get_mut(dir) else {
+            return Err(RecoveryFailure::Unopenable(format!(
+                "{} is not held",
+                dir.display()
+            )));
+        };
+        let Some(mut rec) = held.recovery.take() else {
+            return Ok(RecoveryStep::Done);
+        };
+        let spool = held.spool.clone();
+        let flag = self.cancel_flag.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let r = spool.continue_recovery(&mut rec, &flag);
+            (rec, r)
+        })
+        .await;
+        let Ok((rec, r)) = joined else {
+            return Err(RecoveryFailure::Retryable("validation task failed".into()));
+        };
+        if let Some(h) = self.io.held.get_mut(dir) {
+            h.recovery = Some(rec);
+        }
+        match r {
+            Ok(Some(CoreStep::Valid(pack, summary))) => {
+                self.io.summaries.insert(pack.id, summary);
+                Ok(RecoveryStep::Valid(pack_ref(&pack)))
+            }
+            Ok(Some(CoreStep::Quarantined(aside))) => {
+                self.io.counters.quarantined += 1;
+                Ok(RecoveryStep::Quarantined {
+                    pack: PackRef {
+                        path: aside.path.with_extension("ready"),
+                        id_hex: aside.id.to_hex(),
+                        bytes: 0,
+                    },
+                    reason: aside.reason,
+                })
+            }
+            Ok(None) => Ok(RecoveryStep::Done),
+            Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
+            Err(e) => Err(RecoveryFailure::Retryable(e.to_string())),
+        }
+    }
+
+    async fn upload_and_index_round(
+        &mut self,
+        dir: &Path,
+        packs: &[PackRef],
+    ) -> Vec<(PackRef, PackOutcome)> {
+        let mut out = Vec::new();
+        let mut items = Vec::new();
+        let mut readies = std::collections::HashMap::new();
+        for p in packs {
+            match ready_of(p, dir) {
+                Some(r) => {
+                    items.push(UploadItem {
+                        path: r.path.clone(),
+                        pack_id: r.id,
+                        size: r.bytes,
+                    });
+                    readies.insert(r.id, (p.clone(), r));
+                }
+                None => out.push((
+                    p.clone(),
+                    PackOutcome::Failed {
+                        retryable: false,
+                        reason: format!("{} is not a pack file name", p.path.display()),
+                    },
+                )),
+            }
+        }
+        let results = self.io.upload(items, &self.cancel).await;
+        let mut batch = Vec::new();
+        for r in results {
+            let Some((pref, ready)) = readies.remove(&r.item.pack_id) else {
+                continue;
+            };
+            if let Some(f) = r.outcome.failure() {
+                let outcome = if f.cancelled {
+                    PackOutcome::Cancelled
+                } else {
+                    PackOutcome::Failed {
+                        retryable: f.retryable,
+                        reason: format!("{}: {}", pref.path.display(), f.error),
+                    }
+                };
+                out.push((pref, outcome));
+                continue;
+            }
+            match self.io.summary(&ready, &self.cancel_flag).await {
+                Ok(s) => {
+                    let row = self.io.row(&r, &s, dir, ready.ordinal);
+                    batch.push((
+                        pref,
+                        Owed {
+                            row,
+                            pack: ready,
+                            dir: dir.to_path_buf(),
+                        },
+                    ));
+                }
+                Err(e) => out.push((
+                    pref,
+                    PackOutcome::Failed {
+                        retryable: true,
+                        reason: e.to_string(),
+                    },
+                )),
+            }
+        }
+        let ids = self
+            .io
+            .index(batch.iter().map(|(_, o)| o.clone()).collect())
+            .await;
+        for (pref, o) in batch {
+            let outcome = if ids.contains(&o.pack.id) {
+                PackOutcome::Indexed
+            } else {
+                PackOutcome::Owed
+            };
+            out.push((pref, outcome));
+        }
+        out
+    }
+
+    async fn other_files(&mut self, dir: &Path) -> Option<String> {
+        match describe_other_files(dir, true) {
+            Ok(d) => d,
+            Err(e) => Some(format!("cannot look into {}: {e}", dir.display())),
+        }
+    }
+
+    async fn mark_blocked(&mut self, dir: &Path, reason: &str) {
+        if let Some(h) = self.io.held.get(dir) {
+            if let Err(e) = h.claim.mark_blocked(reason) {
+                tracing::warn!(dir = %dir.display(), "marking blocked: {e}");
+            }
+        }
+    }
+
+    async fn release(&mut self, dir: &Path) {
+        if let Some(h) = self.io.held.remove(dir) {
+            drop(h.spool);
+            if let Err(e) = h.claim.release() {
+                tracing::warn!(dir = %dir.display(), "releasing adopted sibling: {e}");
+            }
+        }
+    }
+
+    async fn release_and_remove_if_empty(&mut self, dir: &Path) -> bool {
+        match self.io.held.remove(dir) {
+            Some(h) => {
+                drop(h.spool);
+                match h.claim.release_and_remove_if_empty() {
+                    Ok(removed) => removed,
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), "releasing drained sibling: {e}");
+                        false
+                    }
+                }
+            }
+            None => false,
+        }
+    }
+}

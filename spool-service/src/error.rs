@@ -1,0 +1,84 @@
+//! The service's one error type.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Every way the service and the engine fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration cannot work.
+    #[error("bad service configuration: {why}")]
+    Config {
+        /// What is wrong and what to change.
+        why: String,
+    },
+    /// Adoption is on but the own directory is not a rank directory of the
+    /// layout under its own destination's catalog key.
+    #[error(
+        "{dir} is not a rank directory r<rank>-<8 hex> under the catalog key {key} of this \
+         service's destination: adoption there could take another destination's packs; \
+         claim a rank directory under <root>/{key}/ or turn adoption off"
+    )]
+    NotARankDir {
+        /// The own directory.
+        dir: PathBuf,
+        /// The destination's catalog key.
+        key: String,
+    },
+    /// A spool-core failure (layout, spool, sink).
+    #[error(transparent)]
+    Core(#[from] spool_core::Error),
+    /// A spool-lock failure.
+    #[error(transparent)]
+    Lock(#[from] spool_lock::Error),
+    /// A spool-upload failure (bad upload configuration).
+    #[error(transparent)]
+    Upload(#[from] spool_upload::Error),
+    /// A spool-catalog failure (bad lease configuration).
+    #[error(transparent)]
+    Catalog(#[from] spool_catalog::Error),
+    /// The service's own runtime or loop thread could not be made.
+    #[error("cannot start the service runtime for {dir}: {source}")]
+    Runtime {
+        /// The own directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A flush did not drain by its deadline.
+    #[error(
+        "flush of {dir} did not drain within {timeout:?}: {ready} own ready pack(s) not uploaded, \
+         {owed} pack(s) uploaded but not indexed (owed to the catalog), {cycles} cycle(s) run; \
+         last error: {last_error}"
+    )]
+    FlushTimeout {
+        /// The own directory.
+        dir: PathBuf,
+        /// The flush's timeout.
+        timeout: Duration,
+        /// Own ready packs left.
+        ready: usize,
+        /// Packs owed to the catalog.
+        owed: usize,
+        /// Cycles the service has run.
+        cycles: u64,
+        /// The last error recorded, or `none`.
+        last_error: String,
+    },
+    /// The service was stopped (or never started).
+    #[error("the service of {dir} is not running (stopped or not started)")]
+    NotRunning {
+        /// The own directory.
+        dir: PathBuf,
+    },
+    /// A sink of the engine failed to open; the engine released its claim.
+    #[error("engine on {dir}: sink {index} did not open: {source}")]
+    Sink {
+        /// The rank directory.
+        dir: PathBuf,
+        /// Which sink (0-based).
+        index: usize,
+        /// Why.
+        source: spool_core::Error,
+    },
+}

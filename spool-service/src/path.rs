@@ -1,0 +1,223 @@
+//! The upload path shared by the service's own packs and adopted ones: one
+//! uploader, one catalog, one pending index (what is owed), one cancel.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use spool_catalog::{Catalog, LeaseGuard, LeaseState, PackRow};
+use spool_core::pack::now_ms;
+use spool_core::spool::Recovery;
+use spool_core::{PackId, PackSummary, ReadyPack, Spool};
+use spool_upload::{CancellationToken, UploadItem, UploadResult, Uploader};
+use tokio::sync::watch;
+
+/// A pack uploaded and not yet indexed, or about to be indexed.
+#[derive(Debug, Clone)]
+pub(crate) struct Owed {
+    pub(crate) row: PackRow,
+    pub(crate) pack: ReadyPack,
+    /// The spool directory that holds its file.
+    pub(crate) dir: PathBuf,
+}
+
+/// A sibling this service holds for adoption.
+pub(crate) struct Held {
+    pub(crate) claim: spool_lock::Claim,
+    pub(crate) spool: Arc<Spool>,
+    pub(crate) recovery: Option<Recovery>,
+}
+
+/// The upload path.
+pub(crate) struct UploadPath {
+    pub(crate) uploader: Uploader,
+    pub(crate) catalog: Arc<dyn Catalog>,
+    pub(crate) store_id: String,
+    pub(crate) host: String,
+    pub(crate) index_batch: usize,
+    /// Catalog scope: every index insert is fenced and nothing moves without
+    /// the lease.
+    pub(crate) fenced: bool,
+    pub(crate) lease: Option<watch::Receiver<LeaseState>>,
+    pub(crate) own: Arc<Spool>,
+    pub(crate) held: HashMap<PathBuf, Held>,
+    pub(crate) pending: Vec<Owed>,
+    pub(crate) summaries: HashMap<PackId, PackSummary>,
+    pub(crate) counters: Counters,
+}
+
+/// Counters the snapshot reports.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counters {
+    pub(crate) uploaded: u64,
+    pub(crate) indexed: u64,
+    pub(crate) upload_failures: u64,
+    pub(crate) cancelled_uploads: u64,
+    pub(crate) quarantined: u64,
+    pub(crate) rejected: u64,
+    pub(crate) last_error: Option<String>,
+}
+
+impl UploadPath {
+    pub(crate) fn lease_state(&self) -> Option<LeaseState> {
+        self.lease.as_ref().map(|rx| rx.borrow().clone())
+    }
+
+    /// The guard to fence with, when fenced: `Err` when the lease is not held.
+    fn fence(&self) -> Result<Option<LeaseGuard>, String> {
+        if !self.fenced {
+            return Ok(None);
+        }
+        match self.lease_state() {
+            Some(s) if s.held() && !s.latched => Ok(s.guard),
+            _ => Err("the catalog-scope lease is not held: nothing is indexed without it".into()),
+        }
+    }
+
+    /// Whether own work may run (catalog scope needs the lease).
+    pub(crate) fn may_work(&self) -> bool {
+        self.fence().is_ok()
+    }
+
+    pub(crate) fn note_error(&mut self, e: impl Into<String>) {
+        let e = e.into();
+        tracing::warn!(dir = %self.own.dir().display(), "{e}");
+        self.counters.last_error = Some(e);
+    }
+
+    /// The summary of a pack (its hash, records, creation time), validating
+    /// it if this service has not yet. `Err(None)` on a cancel, `Err(Some)`
+    /// with the corruption or read failure.
+    pub(crate) async fn summary(
+        &mut self,
+        pack: &ReadyPack,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<PackSummary, spool_core::Error> {
+        if let Some(s) = self.summaries.get(&pack.id) {
+            return Ok(s.clone());
+        }
+        let (path, id, cancel) = (pack.path.clone(), pack.id, cancel.clone());
+        let s = tokio::task::spawn_blocking(move || {
+            spool_core::spool::validate_file(&path, id, &cancel)
+        })
+        .await
+        .unwrap_or(Err(spool_core::Error::Cancelled))?;
+        self.summaries.insert(pack.id, s.clone());
+        Ok(s)
+    }
+
+    /// The catalog row of an uploaded pack.
+    pub(crate) fn row(
+        &self,
+        result: &UploadResult,
+        summary: &PackSummary,
+        dir: &Path,
+        ordinal: Option<u32>,
+    ) -> PackRow {
+        PackRow {
+            pack_id: summary.id.to_hex(),
+            object_key: result.key.to_string(),
+            store_id: self.store_id.clone(),
+            sha256: hex::encode(result.outcome.sha256().unwrap_or(summary.sha256)),
+            bytes: summary.bytes,
+            records: summary.records,
+            source_host: self.host.clone(),
+            source_pid: std::process::id(),
+            rank_dir: dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            ordinal: ordinal.unwrap_or(0),
+            created_at_ms: summary.created_ms,
+            indexed_at_ms: now_ms(),
+        }
+    }
+
+    /// Uploads one round.
+    pub(crate) async fn upload(
+        &mut self,
+        items: Vec<UploadItem>,
+        cancel: &CancellationToken,
+    ) -> Vec<UploadResult> {
+        let results = self.uploader.upload_round(items, cancel).await;
+        for r in &results {
+            match r.outcome.failure() {
+                None => self.counters.uploaded += 1,
+                Some(f) if f.cancelled => self.counters.cancelled_uploads += 1,
+                Some(f) => {
+                    self.counters.upload_failures += 1;
+                    let msg = format!("upload of {} failed: {}", r.item.path.display(), f.error);
+                    self.note_error(msg);
+                }
+            }
+        }
+        results
+    }
+
+    /// Indexes `batch` (fenced where lease-gated) and removes the files of
+    /// what landed; what did not joins the pending index. Returns the ids
+    /// indexed.
+    pub(crate) async fn index(&mut self, batch: Vec<Owed>) -> Vec<PackId> {
+        let mut done = Vec::new();
+        for chunk in batch.chunks(self.index_batch.max(1)) {
+            let fence = match self.fence() {
+                Ok(f) => f,
+                Err(e) => {
+                    self.note_error(e);
+                    self.pending.extend(chunk.iter().cloned());
+                    continue;
+                }
+            };
+            let rows: Vec<PackRow> = chunk.iter().map(|o| o.row.clone()).collect();
+            match self.catalog.index(&rows, fence.as_ref()).await {
+                Ok(()) => {
+                    self.counters.indexed += chunk.len() as u64;
+                    for o in chunk {
+                        self.remove_file(o).await;
+                        self.summaries.remove(&o.pack.id);
+                        done.push(o.pack.id);
+                    }
+                }
+                Err(e) => {
+                    let msg = format!(
+                        "indexing {} pack(s) into {} failed (owed, retried next cycle): {e}",
+                        chunk.len(),
+                        self.catalog.server()
+                    );
+                    self.note_error(msg);
+                    self.pending.extend(chunk.iter().cloned());
+                }
+            }
+        }
+        done
+    }
+
+    /// Retries the pending index.
+    pub(crate) async fn index_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        self.index(batch).await;
+    }
+
+    async fn remove_file(&mut self, o: &Owed) {
+        let spool = if o.dir == self.own.dir() {
+            Some(self.own.clone())
+        } else {
+            self.held.get(&o.dir).map(|h| h.spool.clone())
+        };
+        // A sibling let go since keeps the file: its successor uploads it
+        // again (idempotent) and indexes it.
+        let Some(spool) = spool else { return };
+        let pack = o.pack.clone();
+        let r = tokio::task::spawn_blocking(move || spool.remove(&pack)).await;
+        if let Ok(Err(e)) = r {
+            self.note_error(format!(
+                "removing indexed pack {}: {e}",
+                o.pack.path.display()
+            ));
+        }
+    }
+}

@@ -1,0 +1,714 @@
+//! The storage service: its runtime, loop, cycle, flush, stop and snapshot.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use spool_catalog::{LeaseConfig, LeaseKeeper, LeaseScope, LeaseTask};
+use spool_core::registry::{AtomicWaker, Reader, Waker};
+use spool_core::spool::SpoolConfig;
+use spool_core::{RankDirName, Spool};
+use spool_lock::LockMode;
+use spool_upload::{CancellationToken, Store, UploadItem, UploadQueue, Uploader};
+
+use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
+use crate::config::ServiceConfig;
+use crate::env::Env;
+use crate::path::{Owed, UploadPath};
+use crate::snapshot::Snapshot;
+use crate::Error;
+
+/// What one cycle did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CycleOutcome {
+    /// A retryable failure of own work (counts toward backoff).
+    pub failed: bool,
+    /// A cancel (deadline, flush or stop) cut it short.
+    pub cut_short: bool,
+    /// Own ready packs not yet uploaded at its end.
+    pub own_left: usize,
+    /// Adoption steps taken.
+    pub adoption_steps: usize,
+}
+
+struct Shared {
+    dir: PathBuf,
+    stop: CancellationToken,
+    wake: tokio::sync::Notify,
+    flushes: AtomicUsize,
+    cycles: AtomicU64,
+    /// Cancels the own-upload phase of the loop's current cycle (a flush
+    /// cuts it so it can run its own cycle by its deadline).
+    own_phase: Mutex<Option<CancellationToken>>,
+    snapshot: Mutex<Snapshot>,
+}
+
+struct Core {
+    io: UploadPath,
+    adopter: Option<Adopter>,
+    key_dir: PathBuf,
+    lock: spool_lock::LockOptions,
+    adoption_slice: Duration,
+    lease_task: Option<LeaseTask>,
+    own_left: usize,
+}
+
+/// The storage service (SPEC §7). Owns its tokio runtime; its API is
+/// synchronous (call it from plain threads, not from inside a runtime).
+pub struct StorageService {
+    config: ServiceConfig,
+    shared: Arc<Shared>,
+    runtime: Option<tokio::runtime::Runtime>,
+    core: Option<Arc<tokio::sync::Mutex<Core>>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for StorageService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageService")
+            .field("dir", &self.shared.dir)
+            .field("running", &self.task.is_some())
+            .finish()
+    }
+}
+
+/// The construction check (SPEC §7.1): with adoption on, `dir` must be a
+/// layout rank directory under its destination's catalog key.
+pub fn check_rank_dir(config: &ServiceConfig) -> Result<PathBuf, Error> {
+    let dir = std::path::absolute(&config.dir).map_err(|source| Error::Runtime {
+        dir: config.dir.clone(),
+        source,
+    })?;
+    let dir = dir.canonicalize().unwrap_or(dir);
+    if !config.adopt {
+        return Ok(dir);
+    }
+    let key = config.destination.catalog_key()?;
+    let name_ok = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(RankDirName::parse)
+        .is_some();
+    let parent_ok = dir
+        .parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n.to_str() == Some(key.as_str()));
+    if name_ok && parent_ok {
+        Ok(dir)
+    } else {
+        Err(Error::NotARankDir { dir, key })
+    }
+}
+
+impl StorageService {
+    /// Checks the configuration and builds the runtime; nothing is opened
+    /// until [`start`](Self::start).
+    pub fn new(config: ServiceConfig) -> Result<StorageService, Error> {
+        let dir = check_rank_dir(&config)?;
+        config.upload.validate()?;
+        if config.poll_interval.is_zero() {
+            return Err(Error::Config {
+                why: "poll_interval must be above zero".into(),
+            });
+        }
+        let shared = Arc::new(Shared {
+            dir: dir.clone(),
+            stop: CancellationToken::new(),
+            wake: tokio::sync::Notify::new(),
+            flushes: AtomicUsize::new(0),
+            cycles: AtomicU64::new(0),
+            own_phase: Mutex::new(None),
+            snapshot: Mutex::new(Snapshot::default()),
+        });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("spool-service")
+            .enable_all()
+            .build()
+            .map_err(|source| Error::Runtime {
+                dir: dir.clone(),
+                source,
+            })?;
+        Ok(StorageService {
+            config: ServiceConfig { dir, ..config },
+            shared,
+            runtime: Some(runtime),
+            core: None,
+            task: None,
+        })
+    }
+
+    /// The own directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.shared.dir
+    }
+
+    /// Opens the own directory (lock per `lock_mode`), sweeps dead writers'
+    /// temp files and lists its packs without hashing them (each is
+    /// validated before its upload), starts the lease keeper where needed,
+    /// owes a look at the siblings and kicks the loop. Bounded: no store or
+    /// catalog call is made here.
+    pub fn start(&mut self) -> Result<(), Error> {
+        let cfg = &self.config;
+        let spool_cfg = SpoolConfig {
+            lock_mode: cfg.lock_mode,
+            lock: cfg.lock.clone(),
+            ..SpoolConfig::default()
+        };
+        let spool = Arc::new(Spool::open(&cfg.dir, &spool_cfg)?);
+        let rec = spool.begin_recovery()?;
+        if !rec.swept.is_empty() {
+            tracing::info!(dir = %cfg.dir.display(), swept = rec.swept.len(), "swept dead writers' temp files");
+        }
+        let store = Store::new(
+            cfg.store.clone(),
+            &cfg.store_prefix,
+            format!("{}", cfg.destination.store_url),
+            cfg.conditional_create,
+        )?;
+        let uploader = Uploader::new(store, cfg.upload.clone())?;
+        let key = cfg.destination.catalog_key()?;
+        let key_dir = cfg.dir.parent().map(PathBuf::from).unwrap_or_default();
+        let rt = self.runtime.as_ref().expect("runtime until stop");
+        let lease_needed = cfg.adopt || cfg.lease_scope == LeaseScope::Catalog;
+        let lease_task = if lease_needed {
+            let name = cfg.lease_scope.lease_name(&key, &spool_lock::host_name());
+            let holder = format!(
+                "{}:{}:{}",
+                spool_lock::host_name(),
+                std::process::id(),
+                cfg.dir.display()
+            );
+            let keeper = LeaseKeeper::new(
+                cfg.catalog.clone(),
+                name,
+                holder,
+                LeaseConfig::new(cfg.lease_ttl)?,
+            )?
+            .latch_without_holding(cfg.lease_scope == LeaseScope::Catalog);
+            let _g = rt.enter();
+            Some(keeper.spawn())
+        } else {
+            None
+        };
+        let adopter = cfg.adopt.then(|| {
+            let mut a = Adopter::new(
+                AdoptionConfig {
+                    recheck_interval: cfg.adoption_recheck_interval,
+                    discovery_interval: cfg.adoption_recheck_interval.max(Duration::from_secs(1)),
+                    staging_max_age: cfg.staging_max_age,
+                    adoption_slice: cfg.adoption_slice,
+                    max_round_packs: cfg.upload.max_workers.min(cfg.index_batch).max(1),
+                    max_round_bytes: cfg.upload.max_in_flight_bytes,
+                },
+                key_dir.clone(),
+                cfg.dir.clone(),
+            );
+            a.owe_look();
+            a
+        });
+        let io = UploadPath {
+            uploader,
+            catalog: cfg.catalog.clone(),
+            store_id: cfg.destination.store_id.clone(),
+            host: spool_lock::host_name(),
+            index_batch: cfg.index_batch,
+            fenced: cfg.lease_scope == LeaseScope::Catalog,
+            lease: lease_task.as_ref().map(|t| t.subscribe()),
+            own: spool,
+            held: HashMap::new(),
+            pending: Vec::new(),
+            summaries: HashMap::new(),
+            counters: Default::default(),
+        };
+        let core = Arc::new(tokio::sync::Mutex::new(Core {
+            io,
+            adopter,
+            key_dir,
+            lock: cfg.lock.clone(),
+            adoption_slice: cfg.adoption_slice,
+            lease_task,
+            own_left: 0,
+        }));
+        let aw = Arc::new(AtomicWaker::new());
+        let reader = cfg.registry.register_waker(Waker::Async(aw.clone()));
+        let task = rt.spawn(run_loop(
+            core.clone(),
+            self.shared.clone(),
+            reader,
+            aw,
+            cfg.poll_interval,
+            cfg.max_backoff,
+        ));
+        self.core = Some(core);
+        self.task = Some(task);
+        tracing::info!(dir = %self.shared.dir.display(), "storage service started on {}", self.shared.dir.display());
+        Ok(())
+    }
+
+    /// Runs cycles without adoption until drained (SPEC §1: every own ready
+    /// pack uploaded and indexed, nothing owed) or `timeout`. `Ok(true)`:
+    /// drained; `Ok(false)`: the service is stopping or latched and will
+    /// not drain; `Err(FlushTimeout)` at the deadline, saying what is owed.
+    pub fn flush(&self, timeout: Duration) -> Result<bool, Error> {
+        let (Some(rt), Some(core)) = (self.runtime.as_ref(), self.core.as_ref()) else {
+            return Err(Error::NotRunning {
+                dir: self.shared.dir.clone(),
+            });
+        };
+        let deadline = Instant::now() + timeout;
+        let shared = self.shared.clone();
+        shared.flushes.fetch_add(1, Ordering::SeqCst);
+        struct Done<'a>(&'a AtomicUsize);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let _done = Done(&shared.flushes);
+        if let Some(t) = shared
+            .own_phase
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            t.cancel();
+        }
+        let core = core.clone();
+        let timeout_err = |c: Option<&Core>| {
+            let snap = shared
+                .snapshot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            Error::FlushTimeout {
+                dir: shared.dir.clone(),
+                timeout,
+                ready: c.map(|c| c.own_left).unwrap_or(snap.deferred as usize),
+                owed: c
+                    .map(|c| c.io.pending.len())
+                    .unwrap_or(snap.pending_index as usize),
+                cycles: shared.cycles.load(Ordering::SeqCst),
+                last_error: snap.last_error.unwrap_or_else(|| "none".into()),
+            }
+        };
+        rt.block_on(async {
+            let tdl = tokio::time::Instant::from_std(deadline);
+            let Ok(mut c) = tokio::time::timeout_at(tdl, core.lock()).await else {
+                return Err(timeout_err(None));
+            };
+            loop {
+                let out = c.run_cycle(&shared, deadline, false, false).await;
+                if c.own_left == 0 && c.io.pending.is_empty() && !out.cut_short {
+                    return Ok(true);
+                }
+                if shared.stop.is_cancelled() || c.latched() {
+                    return Ok(false);
+                }
+                if Instant::now() >= deadline {
+                    return Err(timeout_err(Some(&c)));
+                }
+                if out.failed || !c.io.may_work() {
+                    let nap = tokio::time::Instant::now() + Duration::from_millis(50);
+                    tokio::time::sleep_until(nap.min(tdl)).await;
+                }
+            }
+        })
+    }
+
+    /// Stops promptly: cancels uploads, index calls, listings, validation
+    /// and adoption; lets go of every adopted lock (their packs stay for a
+    /// successor); releases the lease. Never removes a directory that holds
+    /// packs. With lock mode `Take` the own directory's lock is released
+    /// (and the directory removed if empty). Idempotent.
+    pub fn stop(&mut self) -> Result<(), Error> {
+        let Some(rt) = self.runtime.take() else {
+            return Ok(());
+        };
+        self.shared.stop.cancel();
+        self.shared.wake.notify_one();
+        if let Some(task) = self.task.take() {
+            let _ = rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
+        }
+        if let Some(core) = self.core.take() {
+            let lease = rt.block_on(async { core.lock().await.lease_task.take() });
+            if let Some(lease) = lease {
+                let _ = rt.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(2), lease.stop()).await
+                });
+            }
+            if let Ok(core) = Arc::try_unwrap(core) {
+                let core = core.into_inner();
+                if self.config.lock_mode == LockMode::Take {
+                    if let Ok(spool) = Arc::try_unwrap(core.io.own) {
+                        if let Some(claim) = spool.into_claim() {
+                            match claim.release_and_remove_if_empty() {
+                                Ok(removed) => {
+                                    tracing::info!(dir = %self.shared.dir.display(), removed, "released own directory")
+                                }
+                                Err(e) => {
+                                    tracing::warn!(dir = %self.shared.dir.display(), "releasing own directory: {e}")
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        rt.shutdown_timeout(Duration::from_secs(1));
+        tracing::info!(dir = %self.shared.dir.display(), "storage service stopped");
+        Ok(())
+    }
+
+    /// A cheap copy of the counters (SPEC §7.4), as of the last cycle.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = self
+            .shared
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.cycles = self.shared.cycles.load(Ordering::SeqCst);
+        s
+    }
+}
+
+impl Drop for StorageService {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+async fn registry_wake(reader: &Reader, aw: &AtomicWaker) {
+    futures::future::poll_fn(|cx| {
+        aw.register(cx.waker());
+        if reader.is_armed() {
+            reader.take_dirty();
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+async fn run_loop(
+    core: Arc<tokio::sync::Mutex<Core>>,
+    shared: Arc<Shared>,
+    reader: Reader,
+    aw: Arc<AtomicWaker>,
+    poll: Duration,
+    max_backoff: Duration,
+) {
+    let mut backoff = Duration::ZERO;
+    loop {
+        if shared.stop.is_cancelled() {
+            break;
+        }
+        let (out, next_due) = {
+            let mut c = core.lock().await;
+            let out = c
+                .run_cycle(
+                    &shared,
+                    Instant::now() + Duration::from_secs(3600),
+                    true,
+                    true,
+                )
+                .await;
+            (out, c.adopter.as_ref().and_then(|a| a.next_due()))
+        };
+        backoff = if out.failed {
+            (backoff * 2).clamp(poll.min(Duration::from_millis(100)), max_backoff)
+        } else {
+            Duration::ZERO
+        };
+        let mut wait = if backoff.is_zero() { poll } else { backoff };
+        if out.adoption_steps > 0 && backoff.is_zero() {
+            wait = Duration::ZERO; // more adoption work may be due
+        }
+        if let Some(due) = next_due {
+            wait = wait.min(due.saturating_duration_since(Instant::now()));
+        }
+        tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            _ = shared.wake.notified() => {}
+            _ = registry_wake(&reader, &aw), if backoff.is_zero() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    let mut c = core.lock().await;
+    c.shutdown(&shared).await;
+}
+
+impl Core {
+    fn latched(&self) -> bool {
+        self.io.lease_state().is_some_and(|s| s.latched)
+    }
+
+    /// One cycle (SPEC §7.1): own packs in rounds, each round indexed or
+    /// owed, indexed files removed; reconcile; then adopt.
+    async fn run_cycle(
+        &mut self,
+        shared: &Shared,
+        deadline: Instant,
+        allow_reconcile: bool,
+        adopt: bool,
+    ) -> CycleOutcome {
+        shared.cycles.fetch_add(1, Ordering::SeqCst);
+        let token = shared.stop.child_token();
+        *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = Some(token.clone());
+        let flag = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (token, flag) = (token.clone(), flag.clone());
+            tokio::spawn(async move {
+                let dl = tokio::time::Instant::from_std(deadline);
+                tokio::select! {
+                    _ = token.cancelled() => {}
+                    _ = tokio::time::sleep_until(dl) => token.cancel(),
+                }
+                flag.store(true, Ordering::SeqCst);
+            })
+        };
+        let mut out = self.own_work(&token, &flag).await;
+        *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if allow_reconcile && !token.is_cancelled() {
+            let spool = self.io.own.clone();
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || spool.reconcile()).await {
+                self.io.note_error(format!("reconcile: {e}"));
+            }
+        }
+        watcher.abort();
+        if adopt {
+            out.adoption_steps = self.adopt(shared).await;
+        }
+        self.publish(shared);
+        out
+    }
+
+    async fn own_work(
+        &mut self,
+        cancel: &CancellationToken,
+        flag: &Arc<AtomicBool>,
+    ) -> CycleOutcome {
+        let mut out = CycleOutcome::default();
+        self.io.index_pending().await;
+        let spool = self.io.own.clone();
+        let f = flag.clone();
+        let listed = tokio::task::spawn_blocking(move || spool.scan(&f)).await;
+        let ready = match listed {
+            Ok(Ok(r)) => r,
+            Ok(Err(spool_core::Error::Cancelled)) | Err(_) => {
+                out.cut_short = true;
+                return out;
+            }
+            Ok(Err(e)) => {
+                self.io.note_error(format!("scanning: {e}"));
+                out.failed = true;
+                return out;
+            }
+        };
+        let owed: std::collections::HashSet<_> =
+            self.io.pending.iter().map(|o| o.pack.id).collect();
+        let ready: Vec<_> = ready
+            .into_iter()
+            .filter(|p| !owed.contains(&p.id))
+            .collect();
+        self.own_left = ready.len();
+        if !self.io.may_work() {
+            return out;
+        }
+        let by_id: HashMap<_, _> = ready.iter().map(|p| (p.id, p.clone())).collect();
+        let mut queue = UploadQueue::new();
+        for p in &ready {
+            queue.push_back(UploadItem {
+                path: p.path.clone(),
+                pack_id: p.id,
+                size: p.bytes,
+            });
+        }
+        let ucfg = self.io.uploader.config().clone();
+        let mut left = ready.len();
+        while !queue.is_empty() && !cancel.is_cancelled() {
+            let mut round = queue.next_round(&ucfg);
+            round.truncate(self.io.index_batch.max(1));
+            // validate before upload: a corrupt pack is never uploaded
+            let mut items = Vec::new();
+            for it in round {
+                let pack = &by_id[&it.pack_id];
+                match self.io.summary(pack, flag).await {
+                    Ok(_) => items.push(it),
+                    Err(spool_core::Error::Cancelled) => {
+                        out.cut_short = true;
+                    }
+                    Err(e) if e.is_corrupt() => {
+                        let spool = self.io.own.clone();
+                        let (p, why) = (pack.clone(), e.to_string());
+                        let _ =
+                            tokio::task::spawn_blocking(move || spool.quarantine(&p, &why)).await;
+                        self.io.counters.quarantined += 1;
+                        left -= 1;
+                    }
+                    Err(e) => {
+                        self.io
+                            .note_error(format!("reading {}: {e}", pack.path.display()));
+                        out.failed = true;
+                    }
+                }
+            }
+            let results = self.io.upload(items, cancel).await;
+            let results = queue.settle(results);
+            let mut batch = Vec::new();
+            for r in results {
+                let pack = by_id[&r.item.pack_id].clone();
+                match r.outcome.failure() {
+                    None => {
+                        let s = self.io.summaries[&pack.id].clone();
+                        let row = self.io.row(&r, &s, self.io.own.dir(), pack.ordinal);
+                        let dir = self.io.own.dir().to_path_buf();
+                        batch.push(Owed { row, pack, dir });
+                        left -= 1;
+                    }
+                    Some(f) if f.retryable => out.failed = true,
+                    Some(f) => {
+                        let spool = self.io.own.clone();
+                        let why = f.error.to_string();
+                        let p = pack.clone();
+                        match tokio::task::spawn_blocking(move || spool.reject(&p, &why)).await {
+                            Ok(Ok(aside)) => {
+                                tracing::error!(dir = %self.io.own.dir().display(), pack = %aside.path.display(), "pack failed non-retryably; renamed .rejected (a person decides): {}", aside.reason);
+                                self.io.counters.rejected += 1;
+                                left -= 1;
+                            }
+                            _ => out.failed = true,
+                        }
+                    }
+                }
+            }
+            self.io.index(batch).await;
+            if out.failed {
+                break;
+            }
+        }
+        if cancel.is_cancelled() && !queue.is_empty() {
+            out.cut_short = true;
+        }
+        self.own_left = left;
+        out.own_left = left;
+        out
+    }
+
+    async fn adopt(&mut self, shared: &Shared) -> usize {
+        let Some(mut adopter) = self.adopter.take() else {
+            return 0;
+        };
+        let lease = self.io.lease_state();
+        let lease_held = lease.as_ref().is_some_and(|s| s.held());
+        let latched = lease.as_ref().is_some_and(|s| s.latched);
+        let slice_deadline = Instant::now() + self.adoption_slice;
+        let own_uploaded = self.own_left == 0;
+        let token = shared.stop.child_token();
+        let flag = Arc::new(AtomicBool::new(shared.stop.is_cancelled()));
+        let watcher = {
+            let (t, f) = (token.clone(), flag.clone());
+            tokio::spawn(async move {
+                t.cancelled().await;
+                f.store(true, Ordering::SeqCst);
+            })
+        };
+        let mut env = Env {
+            io: &mut self.io,
+            key_dir: self.key_dir.clone(),
+            own_dir: shared.dir.clone(),
+            lock: self.lock.clone(),
+            cancel: token,
+            cancel_flag: flag,
+        };
+        let report = adopter
+            .run_cycle(&mut env, |e: &Env<'_>| StepBudget {
+                slice_deadline,
+                flush_waiting: shared.flushes.load(Ordering::SeqCst) > 0,
+                stop: shared.stop.is_cancelled(),
+                latched,
+                lease_held,
+                owed: !e.io.pending.is_empty(),
+                own_uploaded,
+            })
+            .await;
+        watcher.abort();
+        for e in report.errors {
+            self.io.note_error(e);
+        }
+        self.adopter = Some(adopter);
+        report.steps
+    }
+
+    async fn shutdown(&mut self, shared: &Shared) {
+        if let Some(mut adopter) = self.adopter.take() {
+            let token = shared.stop.clone();
+            let mut env = Env {
+                io: &mut self.io,
+                key_dir: self.key_dir.clone(),
+                own_dir: shared.dir.clone(),
+                lock: self.lock.clone(),
+                cancel: token,
+                cancel_flag: Arc::new(AtomicBool::new(true)),
+            };
+            let b = StepBudget {
+                slice_deadline: Instant::now(),
+                flush_waiting: false,
+                stop: true,
+                latched: false,
+                lease_held: false,
+                owed: false,
+                own_uploaded: true,
+            };
+            let _ = adopter.step(&mut env, &b).await;
+            self.adopter = Some(adopter);
+        }
+        // anything still held (defensive): let go whole
+        for (dir, h) in self.io.held.drain() {
+            drop(h.spool);
+            if let Err(e) = h.claim.release() {
+                tracing::warn!(dir = %dir.display(), "releasing adopted sibling on stop: {e}");
+            }
+        }
+        self.publish(shared);
+    }
+
+    fn publish(&self, shared: &Shared) {
+        let c = &self.io.counters;
+        let lease = self.io.lease_state();
+        let ad = self
+            .adopter
+            .as_ref()
+            .map(|a| a.snapshot())
+            .unwrap_or_default();
+        let usage = self.io.own.usage();
+        let snap = Snapshot {
+            staged: 0,
+            uploaded: c.uploaded,
+            indexed: c.indexed,
+            pending_index: self.io.pending.len() as u64,
+            upload_failures: c.upload_failures,
+            cancelled_uploads: c.cancelled_uploads,
+            deferred: self.own_left as u64,
+            quarantined: c.quarantined,
+            rejected: c.rejected,
+            adopted_spools: ad.adopted_spools,
+            adopted_packs: ad.adopted_packs,
+            adoption_owed: ad.adoption_owed,
+            live_siblings: ad.live_siblings,
+            blocked_siblings: ad.blocked_siblings.iter().map(|b| b.dir.clone()).collect(),
+            sibling_bytes: usage.dead_sibling_bytes,
+            cycles: shared.cycles.load(Ordering::SeqCst),
+            lease_held: lease.as_ref().is_some_and(|s| s.held()),
+            lease_holder: lease.as_ref().and_then(|s| s.foreign_holder.clone()),
+            latched: lease.as_ref().is_some_and(|s| s.latched),
+            last_error: c.last_error.clone(),
+        };
+        *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
+    }
+}

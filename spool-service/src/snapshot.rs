@@ -1,0 +1,48 @@
+//! The snapshot (SPEC §7.4).
+
+use std::path::PathBuf;
+
+/// A plain copy of the service's counters, cheap to take.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Packs staged by sinks (not counted by the service in this version: 0).
+    pub staged: u64,
+    /// Packs put in the store (own and adopted).
+    pub uploaded: u64,
+    /// Packs indexed (own and adopted).
+    pub indexed: u64,
+    /// Packs uploaded and not yet indexed (owed).
+    pub pending_index: u64,
+    /// Upload failures (each failed attempt series).
+    pub upload_failures: u64,
+    /// Uploads cut by a cancel.
+    pub cancelled_uploads: u64,
+    /// Own ready packs not uploaded at the end of the last cycle.
+    pub deferred: u64,
+    /// Packs quarantined (corrupt).
+    pub quarantined: u64,
+    /// Own packs renamed `.rejected` after a non-retryable failure.
+    pub rejected: u64,
+    /// Siblings drained by this service.
+    pub adopted_spools: u64,
+    /// Sibling packs uploaded by this service.
+    pub adopted_packs: u64,
+    /// Adoptable work not done yet.
+    pub adoption_owed: bool,
+    /// Siblings found live at their last probe.
+    pub live_siblings: usize,
+    /// Siblings nobody adopts until a person acts.
+    pub blocked_siblings: Vec<PathBuf>,
+    /// Bytes held by dead siblings (the own spool's charge).
+    pub sibling_bytes: u64,
+    /// Cycles run (loop and flush).
+    pub cycles: u64,
+    /// This service holds its lease.
+    pub lease_held: bool,
+    /// The foreign holder last seen, if any.
+    pub lease_holder: Option<String>,
+    /// A foreign lease outlived 2 x TTL: lease-gated work stopped for good.
+    pub latched: bool,
+    /// The last error recorded.
+    pub last_error: Option<String>,
+}

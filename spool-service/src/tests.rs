@@ -1,0 +1,354 @@
+//! Service tests on fakes: the memory catalog, the fault-scripting store,
+//! real temp directories and real locks.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use spool_catalog::{Catalog, MemoryCatalog};
+use spool_core::spool::SpoolConfig;
+use spool_core::{claim_rank_dir, Destination, PackId, PackWriter, Spool};
+use spool_lock::{Claim, LockMode, LockOptions};
+use spool_upload::testing::{Action, FaultStore, Injected, Op, Rule};
+
+use crate::{Error, ServiceConfig, StorageService};
+
+pub(crate) fn destination(tag: &str) -> Destination {
+    Destination {
+        catalog_url: format!("memory://{tag}"),
+        database: "db".into(),
+        table_prefix: "spool_".into(),
+        store_url: format!("memory://{tag}"),
+        store_id: "default".into(),
+    }
+}
+
+pub(crate) struct Fixture {
+    pub(crate) _root: tempfile::TempDir,
+    pub(crate) root: PathBuf,
+    pub(crate) dest: Destination,
+    pub(crate) store: Arc<FaultStore>,
+    pub(crate) catalog: Arc<MemoryCatalog>,
+}
+
+impl Fixture {
+    pub(crate) fn new() -> Fixture {
+        let root = tempfile::tempdir().unwrap();
+        Fixture {
+            root: root.path().canonicalize().unwrap(),
+            _root: root,
+            dest: destination("a"),
+            store: Arc::new(FaultStore::new(Arc::new(InMemory::new()))),
+            catalog: Arc::new(MemoryCatalog::new()),
+        }
+    }
+
+    pub(crate) fn claim(&self, dest: &Destination, rank: u64) -> Claim {
+        claim_rank_dir(
+            &self.root,
+            &dest.catalog_key().unwrap(),
+            rank,
+            &LockOptions::default(),
+        )
+        .unwrap()
+    }
+
+    pub(crate) fn config(&self, dir: &Path) -> ServiceConfig {
+        let mut c = ServiceConfig::new(
+            dir,
+            self.dest.clone(),
+            self.store.clone() as Arc<dyn ObjectStore>,
+            self.catalog.clone() as Arc<dyn Catalog>,
+        );
+        c.lock_mode = LockMode::HeldByCaller;
+        c.lease_ttl = Duration::from_secs(10);
+        c.poll_interval = Duration::from_millis(200);
+        c.max_backoff = Duration::from_millis(500);
+        c.upload.max_attempts = 2;
+        c.upload.backoff_initial = Duration::from_millis(10);
+        c.upload.backoff_max = Duration::from_millis(20);
+        c.registry = Arc::new(spool_core::registry::Registry::new());
+        c
+    }
+
+    pub(crate) async fn objects(&self) -> usize {
+        let l: Vec<_> = self.store.inner().list(None).try_collect().await.unwrap();
+        l.len()
+    }
+}
+
+/// Stages `n` packs into `dir` (whose lock this process holds).
+pub(crate) fn stage(dir: &Path, n: usize) -> Vec<PackId> {
+    let spool = Spool::open(
+        dir,
+        &SpoolConfig {
+            lock_mode: LockMode::HeldByCaller,
+            ..SpoolConfig::default()
+        },
+    )
+    .unwrap();
+    (0..n)
+        .map(|i| {
+            let id = PackId::generate();
+            let mut w = PackWriter::new(id, spool_core::pack::now_ms());
+            w.push_record(format!("record {i}").as_bytes());
+            spool.stage(None, id, &w.finish()).unwrap();
+            id
+        })
+        .collect()
+}
+
+fn files(dir: &Path, ext: &str) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[test]
+fn construction_refuses_a_directory_outside_its_destinations_key() {
+    let fx = Fixture::new();
+    // a rank dir under another destination's key
+    let other = fx.claim(&destination("other"), 0);
+    let err = StorageService::new(fx.config(other.dir())).unwrap_err();
+    assert!(matches!(err, Error::NotARankDir { .. }), "{err}");
+    // a plain directory
+    let plain = fx.root.join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    assert!(matches!(
+        StorageService::new(fx.config(&plain)).unwrap_err(),
+        Error::NotARankDir { .. }
+    ));
+    // adoption off: accepted anywhere
+    let mut c = fx.config(&plain);
+    c.adopt = false;
+    StorageService::new(c).unwrap();
+    // its own rank directory: accepted
+    let own = fx.claim(&fx.dest, 0);
+    StorageService::new(fx.config(own.dir())).unwrap();
+}
+
+#[test]
+fn own_packs_are_uploaded_indexed_and_removed_by_flush() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let ids = stage(own.dir(), 3);
+    let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+    svc.start().unwrap();
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    assert_eq!(files(own.dir(), "ready"), 0);
+    assert_eq!(block_on(fx.objects()), 3);
+    for id in &ids {
+        let row = block_on(fx.catalog.get(&id.to_hex()))
+            .unwrap()
+            .expect("indexed");
+        assert_eq!(row.records, 1);
+    }
+    let snap = svc.snapshot();
+    assert_eq!((snap.uploaded, snap.indexed, snap.pending_index), (3, 3, 0));
+    assert!(snap.cycles >= 1);
+    svc.stop().unwrap();
+    assert!(
+        own.release_and_remove_if_empty().unwrap(),
+        "clean close removes the empty dir"
+    );
+}
+
+#[test]
+fn a_non_retryable_own_pack_is_rejected_and_does_not_stall_the_loop() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let ids = stage(own.dir(), 2);
+    let bad = ids[0].to_hex();
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))).key_contains(&bad));
+    let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+    svc.start().unwrap();
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    assert_eq!(files(own.dir(), "rejected"), 1);
+    assert!(own.dir().join(format!("{bad}.rejected")).exists());
+    assert_eq!(files(own.dir(), "ready"), 0);
+    assert_eq!(svc.snapshot().rejected, 1);
+    assert!(block_on(fx.catalog.get(&ids[1].to_hex()))
+        .unwrap()
+        .is_some());
+    assert!(block_on(fx.catalog.get(&bad)).unwrap().is_none());
+    svc.stop().unwrap();
+    assert!(
+        !own.release_and_remove_if_empty().unwrap(),
+        "a dir with a rejected pack is kept"
+    );
+}
+
+#[test]
+fn catalog_down_leaves_packs_owed_and_flush_says_so() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 2);
+    fx.catalog.set_reachable(false);
+    let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+    svc.start().unwrap();
+    let err = svc.flush(Duration::from_millis(800)).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("2 pack(s) uploaded but not indexed"), "{msg}");
+    assert_eq!(files(own.dir(), "ready"), 2, "owed packs keep their files");
+    fx.catalog.set_reachable(true);
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    assert_eq!(files(own.dir(), "ready"), 0);
+    svc.stop().unwrap();
+}
+
+/// Waits until `cond` or `limit`.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+#[test]
+fn a_dead_sibling_is_adopted_and_removed_a_live_one_is_left_alone() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    // dead: staged, then its lock let go
+    let dead = fx.claim(&fx.dest, 1);
+    let dead_dir = dead.dir().to_path_buf();
+    let dead_ids = stage(&dead_dir, 3);
+    dead.release().unwrap();
+    // live: this process keeps its claim
+    let live = fx.claim(&fx.dest, 2);
+    let live_ids = stage(live.dir(), 2);
+    // another destination's dir: never looked at
+    let foreign = fx.claim(&destination("b"), 3);
+    let foreign_dir = foreign.dir().to_path_buf();
+    stage(&foreign_dir, 1);
+    foreign.release().unwrap();
+
+    let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+    svc.start().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || !dead_dir.exists()),
+        "dead sibling not drained: {:?}",
+        svc.snapshot()
+    );
+    for id in &dead_ids {
+        assert!(block_on(fx.catalog.get(&id.to_hex())).unwrap().is_some());
+    }
+    assert_eq!(block_on(fx.objects()), 3);
+    let snap = svc.snapshot();
+    assert_eq!(snap.adopted_spools, 1);
+    assert_eq!(snap.live_siblings, 1);
+    assert_eq!(
+        files(live.dir(), "ready"),
+        live_ids.len(),
+        "live sibling untouched"
+    );
+    assert_eq!(
+        files(&foreign_dir, "ready"),
+        1,
+        "other destination untouched"
+    );
+    svc.stop().unwrap();
+}
+
+/// Liveness bounds, one at a time.
+mod serial {
+    use super::*;
+
+    #[test]
+    fn start_is_bounded_and_flush_returns_by_its_deadline_with_the_store_stalled() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 50);
+        fx.store.script(Rule::new(Op::Put, Action::Stall));
+        fx.store.script(Rule::new(Op::Head, Action::Stall));
+        let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+        let t = Instant::now();
+        svc.start().unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "start took {:?}",
+            t.elapsed()
+        );
+        let t = Instant::now();
+        let err = svc.flush(Duration::from_millis(500)).unwrap_err();
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_millis(500) + Duration::from_secs(1),
+            "flush took {took:?}"
+        );
+        assert!(matches!(err, Error::FlushTimeout { .. }), "{err}");
+        let t = Instant::now();
+        svc.stop().unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "stop took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(files(own.dir(), "ready"), 50, "nothing lost");
+    }
+
+    #[test]
+    fn stop_is_prompt_during_a_stalled_upload() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 4);
+        fx.store.script(Rule::new(Op::Put, Action::Stall));
+        let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+        svc.start().unwrap();
+        assert!(wait_for(Duration::from_secs(5), || fx.store.calls(Op::Put) > 0));
+        let t = Instant::now();
+        svc.stop().unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "stop took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(files(own.dir(), "ready"), 4);
+    }
+
+    #[test]
+    fn a_registry_publication_wakes_the_loop_well_before_the_poll_interval() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let mut c = fx.config(own.dir());
+        c.poll_interval = Duration::from_secs(30);
+        c.adopt = false;
+        let registry = c.registry.clone();
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        // let the first cycle run and the loop go to sleep
+        assert!(wait_for(Duration::from_secs(5), || svc.snapshot().cycles >= 1));
+        std::thread::sleep(Duration::from_millis(300));
+        let before = svc.snapshot().cycles;
+        stage(own.dir(), 1);
+        let t = Instant::now();
+        registry.notify(own.dir());
+        assert!(
+            wait_for(Duration::from_secs(5), || svc.snapshot().indexed == 1),
+            "not woken: {:?}",
+            svc.snapshot()
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(svc.snapshot().cycles > before);
+        svc.stop().unwrap();
+    }
+}
