@@ -2,6 +2,64 @@
 //! store and catalog, flushes and stops on deadlines, adopts dead siblings
 //! through an explicit state machine (SPEC §7).
 //!
+//! # The service
+//!
+//! [`StorageService`] serves one rank directory. It owns a two-thread tokio
+//! runtime, so a producer with no runtime can embed it; every public method
+//! is synchronous (do not call them from inside another tokio runtime).
+//!
+//! - **Construction** ([`StorageService::new`], [`check_rank_dir`]): with
+//!   adoption on, the directory must be a layout rank directory
+//!   `r<rank>-<8 hex>` directly under the catalog key of the configured
+//!   [`spool_core::Destination`] — otherwise adopting its siblings could ship
+//!   another destination's packs ([`Error::NotARankDir`]).
+//! - **Start**: opens the own spool (lock mode `Take`, or `HeldByCaller`
+//!   when an engine claimed it), runs spool-core's `begin_recovery` (sweeps
+//!   dead writers' `.open` files, lists without hashing), spawns the lease
+//!   keeper (node scope: only when adopting; catalog scope: always), owes a
+//!   look at the siblings and spawns the loop. It makes no store or catalog
+//!   call, so it returns promptly whatever the backlog or the stores.
+//! - **Cycle** (`run_cycle(deadline, allow_reconcile, adopt)`): retry the
+//!   pending index; scan own ready packs; in rounds (at most `max_workers`
+//!   packs, `max_in_flight_bytes`, the index batch): validate each pack once
+//!   (a corrupt one is quarantined, never uploaded), upload, index the
+//!   round (fenced in catalog scope) or owe it, remove what is indexed; a
+//!   non-retryable failure renames the pack `<id>.rejected`; a retryable one
+//!   ends the rounds and counts toward the backoff. Then reconcile, then
+//!   adopt through [`adoption::Adopter::run_cycle`] with a
+//!   [`adoption::StepBudget`] built from the flush count, the stop token,
+//!   the lease state, the pending index and the own backlog.
+//! - **Loop**: one task; waits on the stop token, an explicit wake, the
+//!   registry (an `AtomicWaker` reader registered in
+//!   [`ServiceConfig::registry`]; ignored while backing off) and the poll
+//!   interval (or the backoff, doubling up to `max_backoff` on own
+//!   retryable failures only; a blocked sibling never backs it off).
+//! - **Flush**: marks itself in progress (the adopter yields after its
+//!   current step), cancels the loop's own-upload phase, takes the core
+//!   (bounded by its deadline) and runs cycles without adoption, each cut at
+//!   the deadline by a cancel token. `Ok(true)` when drained (SPEC §1: no own
+//!   ready pack, nothing owed), `Err(Error::FlushTimeout)` naming what is
+//!   left, `Ok(false)` when stopping or latched.
+//! - **Stop**: cancels the stop token (uploads, index calls, scans,
+//!   validation, adoption all watch it), joins the loop, whose last act is
+//!   an adoption step with `stop` set (every adopted lock let go, siblings
+//!   kept whole), releases the lease, and with lock mode `Take` releases the
+//!   own lock, removing the directory only if empty.
+//! - **Snapshot**: [`Snapshot`], a plain struct published after each cycle.
+//!
+//! Tests (`tests.rs`, memory catalog, fault-scripting store, real temp
+//! directories and locks): the construction check; own packs drained by a
+//! flush and the dir removable; a 403 pack `.rejected` while the other goes
+//! up; the catalog down leaves packs owed and the flush error says so; a dead
+//! sibling adopted and removed with every pack in store and catalog while a
+//! live sibling and another destination's directory are untouched; in
+//! `serial`: start bounded and flush by its deadline with the store stalled,
+//! stop prompt during a stalled upload, a registry notify waking the loop
+//! long before a 30 s poll interval.
+//!
+//! Not done: the engine (§7.5), `staged` in the snapshot, a cross-process
+//! (SIGKILLed child) adoption test.
+//!
 //! # Adoption
 //!
 //! [`adoption`] is the adoption state machine of SPEC §7.3, written apart
