@@ -144,39 +144,37 @@ fn still_at_path(fd: &RegFd, path: &Path) -> Result<bool, Error> {
     }
 }
 
-/// The refusal for a lock file someone else holds.
-fn refusal_file_held(dir: &Path) -> Error {
-    let lock_path = dir.join(LOCK_FILE_NAME);
-    if held_by_this_process(dir).unwrap_or(false) {
-        return Error::HeldByThisProcess {
+/// The refusal when this very process holds `dir` (a second take).
+fn refusal_if_ours(dir: &Path) -> Option<Error> {
+    held_by_this_process(dir)
+        .unwrap_or(false)
+        .then(|| Error::HeldByThisProcess {
             dir: dir.to_path_buf(),
             pid: std::process::id(),
-            lock_path,
-        };
+            lock_path: dir.join(LOCK_FILE_NAME),
+        })
+}
+
+/// The refusal for a lock file someone else holds.
+fn refusal_file_held(dir: &Path) -> Error {
+    if let Some(ours) = refusal_if_ours(dir) {
+        return ours;
     }
     let record = read_owner(dir).ok().and_then(|s| s.record);
     Error::OwnedByOther {
         dir: dir.to_path_buf(),
         holder: holder_of(record.as_ref()),
-        lock_path,
+        lock_path: dir.join(LOCK_FILE_NAME),
     }
 }
 
 /// The refusal for a directory whose own lock someone else holds while its
 /// lock file is free.
 fn refusal_dir_held(dir: &Path) -> Error {
-    let lock_path = dir.join(LOCK_FILE_NAME);
-    if held_by_this_process(dir).unwrap_or(false) {
-        return Error::HeldByThisProcess {
-            dir: dir.to_path_buf(),
-            pid: std::process::id(),
-            lock_path,
-        };
-    }
-    Error::LockFileReplaced {
+    refusal_if_ours(dir).unwrap_or_else(|| Error::LockFileReplaced {
         dir: dir.to_path_buf(),
-        lock_path,
-    }
+        lock_path: dir.join(LOCK_FILE_NAME),
+    })
 }
 
 /// Locks an existing directory in place: flock its lock file (creating it

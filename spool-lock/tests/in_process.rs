@@ -213,7 +213,7 @@ fn stale_staging_copies_are_removed_and_fresh_or_held_ones_kept() {
     let hold = std::fs::File::open(held.join(LOCK_FILE_NAME)).unwrap();
     hold.try_lock().unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    std::fs::create_dir(&fresh.join("touch")).unwrap(); // bumps its mtime
+    std::fs::create_dir(fresh.join("touch")).unwrap(); // bumps its mtime
     std::fs::remove_dir(fresh.join("touch")).unwrap();
     let o = LockOptions {
         staging_max_age: Duration::from_millis(30),
