@@ -282,3 +282,38 @@ fn probes_never_make_a_concurrent_take_fail() {
         failures.first()
     );
 }
+
+/// Liveness bounds (generous margins; nextest runs `serial` one at a time).
+mod serial {
+    use super::*;
+    use std::time::Instant;
+
+    /// Probes and refused takes return promptly, and a FIFO planted as the
+    /// lock file cannot make a probe block.
+    #[test]
+    fn probes_and_refusals_return_within_a_second() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("spool");
+        let claim = acquire(&dir, &opts()).unwrap();
+        let t = Instant::now();
+        assert!(read_owner(&dir).unwrap().held);
+        assert!(matches!(
+            acquire(&dir, &opts()),
+            Err(Error::HeldByThisProcess { .. })
+        ));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        claim.release().unwrap();
+
+        let fifo_dir = tmp.path().join("fifo");
+        std::fs::create_dir(&fifo_dir).unwrap();
+        nix::unistd::mkfifo(
+            &fifo_dir.join(LOCK_FILE_NAME),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let status = read_owner(&fifo_dir).unwrap();
+        assert!(!status.held && status.record.is_none());
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+}
