@@ -7,6 +7,7 @@ pub mod lock;
 pub mod recover;
 pub mod status;
 pub mod verify;
+pub mod produce;
 
 /// Every `spool` subcommand.
 #[derive(Debug, clap::Subcommand)]
@@ -22,6 +23,9 @@ pub enum Command {
     /// Take the lock, sweep dead writers' temp files and quarantine corrupt
     /// packs.
     Recover(recover::Args),
+    /// Stage N synthetic packs into a spool directory (taking its lock) and
+    /// print each staged pack's id.
+    Produce(produce::Args),
 }
 
 /// Runs one subcommand.
@@ -31,5 +35,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
+        Command::Produce(args) => produce::run(args),
     }
 }
