@@ -99,8 +99,7 @@ use std::thread::Thread;
 
 pub use futures_util::task::AtomicWaker;
 
-/// A pack id as the registry stores it: the 16 raw bytes of a pack id.
-pub type PackIdBytes = [u8; 16];
+use crate::pack::PackId;
 
 /// The key of one slot: a rank directory and a worker ordinal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -120,7 +119,7 @@ pub struct Publication {
     /// A sink reopened on a slot continues the count.
     pub sealed_packs: u64,
     /// The id of the last pack staged, if any.
-    pub last_pack: Option<PackIdBytes>,
+    pub last_pack: Option<PackId>,
     /// True only after a release whose flush went through (SPEC §4.3).
     pub sealed_on_release: bool,
 }
@@ -449,7 +448,7 @@ mod tests {
     fn publication(n: u64) -> Publication {
         Publication {
             sealed_packs: n,
-            last_pack: Some([n as u8; 16]),
+            last_pack: Some(PackId([n as u8; 16])),
             sealed_on_release: false,
         }
     }
@@ -584,7 +583,11 @@ mod tests {
         assert_eq!(c1.0.load(Ordering::SeqCst), 1);
         assert_eq!(c2.0.load(Ordering::SeqCst), 1);
         assert_eq!(first.take_dirty().len(), 1);
-        assert_eq!(second.take_dirty().len(), 1, "one drain does not steal another's ids");
+        assert_eq!(
+            second.take_dirty().len(),
+            1,
+            "one drain does not steal another's ids"
+        );
     }
 
     #[test]
@@ -607,7 +610,10 @@ mod tests {
         registry.publish(&id, Some(0), publication(7));
         assert_eq!(registry.readers(), 0);
         let (reader, _atomic, count) = counting_reader(&registry);
-        assert!(reader.is_armed(), "a new reader starts armed with every known id");
+        assert!(
+            reader.is_armed(),
+            "a new reader starts armed with every known id"
+        );
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(reader.take_dirty(), HashSet::from([id.clone()]));
         assert_eq!(
