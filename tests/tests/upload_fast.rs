@@ -256,6 +256,14 @@ mod serial {
         c
     }
 
+    /// Bounds a call that a lost cancel would leave hanging, so the
+    /// mutation shows up as a failure instead of a stuck test.
+    async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), f)
+            .await
+            .expect("did not return within 10 s of its cancel")
+    }
+
     fn assert_cancelled(r: &spool_upload::UploadResult) {
         let f = r.outcome.failure().expect("not uploaded");
         assert!(f.cancelled && f.retryable, "{:?}", f);
@@ -270,7 +278,7 @@ mod serial {
         let (item, _) = write_pack(dir.path(), 10_000);
         let up = Uploader::new(store.clone(), quick(8)).unwrap();
         let start = Instant::now();
-        let r = up.upload_one(item, &cancel_after(300)).await;
+        let r = bounded(up.upload_one(item, &cancel_after(300))).await;
         assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
         assert_cancelled(&r);
         assert!(keys(&store).await.is_empty());
@@ -292,7 +300,7 @@ mod serial {
         };
         let up = Uploader::new(store, cfg).unwrap();
         let start = Instant::now();
-        let r = up.upload_one(item, &cancel_after(300)).await;
+        let r = bounded(up.upload_one(item, &cancel_after(300))).await;
         assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
         assert_cancelled(&r);
         assert_eq!(fake.calls(Op::Put), 1, "the cancel came during the first backoff");
@@ -306,7 +314,7 @@ mod serial {
         let (item, _) = write_pack(dir.path(), 16 << 20);
         let up = Uploader::new(store.clone(), quick(8)).unwrap();
         let start = Instant::now();
-        let r = up.upload_one(item, &cancel_after(300)).await;
+        let r = bounded(up.upload_one(item, &cancel_after(300))).await;
         assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
         assert_cancelled(&r);
         assert!(fake.calls(Op::PutPart) >= 2, "the cancel came mid-upload");
