@@ -2,6 +2,7 @@
 //! started on loopback with its state under `target/xtask/<name>/`, and
 //! stopped when [`Servers`] is dropped (SIGTERM, then SIGKILL after 5 s).
 
+pub mod azurite;
 pub mod moto;
 
 use anyhow::Result;
@@ -52,6 +53,7 @@ impl Servers {
     pub fn start(root: &Path) -> Result<Servers> {
         let mut processes = Vec::new();
         processes.push(moto::start(root)?);
+        processes.push(azurite::start(root)?);
         Ok(Servers { processes })
     }
 
