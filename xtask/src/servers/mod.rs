@@ -2,6 +2,9 @@
 //! started on loopback with its state under `target/xtask/<name>/`, and
 //! stopped when [`Servers`] is dropped (SIGTERM, then SIGKILL after 5 s).
 
+pub mod azurite;
+pub mod moto;
+
 use anyhow::Result;
 use std::path::Path;
 use std::process::Child;
@@ -47,8 +50,10 @@ pub struct Servers {
 
 impl Servers {
     /// Installs (if missing) and starts every server.
-    pub fn start(_root: &Path) -> Result<Servers> {
-        let processes = Vec::new();
+    pub fn start(root: &Path) -> Result<Servers> {
+        let mut processes = Vec::new();
+        processes.push(moto::start(root)?);
+        processes.push(azurite::start(root)?);
         Ok(Servers { processes })
     }
 
