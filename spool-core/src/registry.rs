@@ -584,7 +584,11 @@ mod tests {
         assert_eq!(c1.0.load(Ordering::SeqCst), 1);
         assert_eq!(c2.0.load(Ordering::SeqCst), 1);
         assert_eq!(first.take_dirty().len(), 1);
-        assert_eq!(second.take_dirty().len(), 1, "one drain does not steal another's ids");
+        assert_eq!(
+            second.take_dirty().len(),
+            1,
+            "one drain does not steal another's ids"
+        );
     }
 
     #[test]
@@ -607,7 +611,10 @@ mod tests {
         registry.publish(&id, Some(0), publication(7));
         assert_eq!(registry.readers(), 0);
         let (reader, _atomic, count) = counting_reader(&registry);
-        assert!(reader.is_armed(), "a new reader starts armed with every known id");
+        assert!(
+            reader.is_armed(),
+            "a new reader starts armed with every known id"
+        );
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert_eq!(reader.take_dirty(), HashSet::from([id.clone()]));
         assert_eq!(
