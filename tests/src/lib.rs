@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod catalog_suite;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
