@@ -115,6 +115,24 @@
 //! - Stale `.creating` staging copies (unheld, older than `staging_max_age`)
 //!   under the key are removed after each discovery listing.
 //!
+//! # What the service must do around it
+//!
+//! - Owed adopted packs are indexed by the service's pending index while the
+//!   sibling is still held: the `owed` gate keeps the machine from reaching
+//!   `Drained`/`Blocked` (and so from releasing) until nothing is owed. After
+//!   a stop or latch released a sibling, the service must **not** remove the
+//!   files of its still-owed packs: the directory is a successor's now, which
+//!   uploads and indexes them again (idempotent: SPEC §2, invariant 7).
+//! - The budget's `owed` covers own and adopted packs alike; `own_uploaded`
+//!   is false while an own ready pack waits (rejected packs do not count).
+//! - Every [`Step::error`] goes to `last_error` as is (a blocked sibling's
+//!   reason comes exactly once); [`Step::failed`] is the only thing that
+//!   counts toward backoff.
+//! - A flush sets `flush_waiting` for its whole call; the loop calls
+//!   [`Adopter::run_cycle`] (or [`Adopter::begin_cycle`] and
+//!   [`Adopter::step`]) and releases the cycle lock when it returns, so the
+//!   flush waits for at most one step.
+//!
 //! # Tests
 //!
 //! `adoption/tests.rs` (a scripted fake [`AdoptionEnv`]) has one test per
@@ -1374,7 +1392,7 @@ fn new_sibling(dir: PathBuf) -> Sibling {
 
 /// Whether `name` is a layout rank directory name: `r<decimal>-<8 lowercase
 /// hex>` (SPEC §1).
-pub fn is_rank_dir_name(name: &str) -> bool {
+pub(crate) fn is_rank_dir_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix('r') else {
         return false;
     };

@@ -1755,3 +1755,19 @@ mod random_scripts {
         }
     }
 }
+
+#[test]
+fn the_snapshot_names_the_sibling_being_adopted_and_counts_its_packs() {
+    let (mut env, mut a, d) = sibling_in(3, "uploading", |env, _| env.max_round_packs = 2);
+    let snap = a.snapshot();
+    assert_eq!(snap.adopting.as_deref(), Some(d.as_path()));
+    assert!(snap.adoption_owed);
+    stepped(step(&mut a, &mut env));
+    assert_eq!(a.snapshot().adopted_packs, 2);
+    assert_eq!(a.sibling(&d).unwrap().uploaded_packs, 2);
+    run_to_pause(&mut a, &mut env);
+    let snap = a.snapshot();
+    assert_eq!(snap.adopting, None);
+    assert_eq!((snap.adopted_spools, snap.adopted_packs), (1, 3));
+    assert_eq!(a.next_due(), Some(env.now() + Duration::from_secs(30)));
+}
