@@ -49,6 +49,14 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
         }
+        if let Some(err) = cause.downcast_ref::<spool_lock::Error>() {
+            if err.is_owned_by_another() {
+                return ExitCode::Owned;
+            }
+            if err.is_shared_filesystem() {
+                return ExitCode::SharedFilesystem;
+            }
+        }
     }
     ExitCode::Other
 }

@@ -1,3 +1,102 @@
 //! spool-core: packs, the crash-safe spool directory, the sink and the
-//! per-process publication registry (SPEC §4). No async runtime.
+//! per-process publication registry (SPEC §4). No async runtime: a producer
+//! that links spool-lock and spool-core gets threads, never tokio.
+//!
+//! # Pack format (version 1.0)
+//!
+//! A pack is one immutable file of records. All integers are little-endian
+//! except the time prefix of the pack id, which is big-endian so that ids
+//! sort by time. Offsets are from the start of the pack; `N` is its total
+//! length.
+//!
+//! ## Header (40 bytes, at offset 0)
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | 0  | 8  | magic `53 50 4F 4F 4C 50 4B 01` (`"SPOOLPK\x01"`) |
+//! | 8  | 2  | version major, u16 (1) |
+//! | 10 | 2  | version minor, u16 (0) |
+//! | 12 | 16 | pack id (see below) |
+//! | 28 | 8  | creation time, u64 milliseconds since the Unix epoch |
+//! | 36 | 4  | flags, u32, zero in 1.0 (readers of 1.x ignore them) |
+//!
+//! ## Records (from offset 40)
+//!
+//! Each record is a u32 length `L` (`L <= 0xFFFF_FFFE`) followed by `L`
+//! bytes. Records follow each other with no padding. A length of
+//! `0xFFFF_FFFF` is not a record: it is the footer's marker.
+//!
+//! ## Footer (20 bytes, at offset `F`)
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | F      | 4 | marker `FF FF FF FF` |
+//! | F + 4  | 8 | record count, u64 |
+//! | F + 12 | 8 | total record payload bytes (sum of every `L`), u64 |
+//!
+//! ## Trailer (72 bytes, at offset `N - 72`, [`pack::TRAILER_LEN`])
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | N − 72 | 8  | magic `"SPOOLEND"` |
+//! | N − 64 | 16 | pack id (equal to the header's) |
+//! | N − 48 | 8  | total length `N`, u64 |
+//! | N − 40 | 8  | footer offset `F`, u64 |
+//! | N − 32 | 32 | SHA-256 of bytes `0 .. N − 32` (everything before this field) |
+//!
+//! The trailer follows the footer directly (`F + 20 = N − 72`) and nothing
+//! follows the trailer. Because it sits at a fixed offset from the end, one
+//! ranged read of an object's last 72 bytes gives its id, its length and its
+//! checksum ([`pack::Trailer::parse`]); the uploader uses that to tell "the
+//! same pack is already there" from "a different object is at the key".
+//!
+//! ## Pack id
+//!
+//! 16 bytes: the first 6 are the creation time in milliseconds since the
+//! epoch (48 bits, big-endian), the last 10 random. Written as 32 lowercase
+//! hex digits ([`pack::PackId::to_hex`]), which is also the file name. Ids
+//! of packs made in different milliseconds sort by time.
+//!
+//! ## Versions
+//!
+//! Readers reject a major version they do not know
+//! ([`Corruption::UnknownVersion`]) and accept any minor version of a known
+//! major: a minor version may only define flag bits or values old readers
+//! can ignore, never move a field.
+//!
+//! ## Validation
+//!
+//! [`pack::validate`] streams a pack through a 1 MiB buffer whatever its
+//! size, hashing as it goes (sha2 0.10, which uses the CPU's SHA extensions
+//! where it has them), and checks, in order: the magic, the major version,
+//! the header id against the expected one (the file name), every record
+//! length against the data present, the footer's counts, the trailer's
+//! magic, id, total length and footer offset, the SHA-256, and that nothing
+//! follows the trailer. It checks a cancellation flag before it starts and
+//! at least every 8 MiB ([`pack::CANCEL_CHECK_BYTES`]). Every failure is a
+//! [`Error::CorruptPack`] naming a [`Corruption`] kind, except read errors
+//! ([`Error::PackRead`]) and [`Error::Cancelled`], which say nothing about
+//! the pack. Tests (`pack::tests`): every single-bit flip at every offset,
+//! every truncation, an extra byte, wrong magic, an unknown major version,
+//! trailers and footers that lie under a recomputed checksum, a cancel
+//! noticed within 8 MiB, round trips and garbage input (proptest).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("spool-core supports Linux only (see spool-lock)");
+
+pub mod error;
+pub mod layout;
+pub mod pack;
+pub mod registry;
+pub mod sink;
+pub mod spool;
+
+/// The owner-lock API.
+pub(crate) use spool_lock as lk;
+
+pub use error::{Corruption, Error};
+pub use layout::{claim_rank_dir, rank_from_env, Destination, RankDirName};
+pub use pack::{validate, PackId, PackReader, PackSummary, PackWriter, Trailer, TRAILER_LEN};
+pub use spool::{ReadyPack, Spool, SpoolConfig, StagedPack};

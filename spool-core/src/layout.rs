@@ -1,0 +1,473 @@
+//! The spool layout (SPEC §1, §4.4): `<root>/<catalog_key>/r<rank>-<inc>/`,
+//! the catalog key, rank directory names, claiming a rank directory, and
+//! the flat-spool upgrade warning.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::lk::{self, Claim, LockOptions};
+use crate::pack::PackId;
+use crate::Error;
+
+/// Where a directory's packs go: everything the catalog key hashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    /// The catalog URL (credentials are removed before hashing).
+    pub catalog_url: String,
+    /// The catalog database.
+    pub database: String,
+    /// The catalog's table prefix.
+    pub table_prefix: String,
+    /// The object store URL, including bucket and prefix.
+    pub store_url: String,
+    /// A name the operator gives the store ([`DEFAULT_STORE_ID`] by default).
+    pub store_id: String,
+}
+
+/// The store id when the operator gives none.
+pub const DEFAULT_STORE_ID: &str = "default";
+
+/// Query parameters of a catalog URL that are credentials (removed before
+/// hashing, compared case-insensitively).
+const CREDENTIAL_PARAMS: &[&str] = &[
+    "user",
+    "username",
+    "password",
+    "pass",
+    "token",
+    "access_key",
+    "secret",
+    "secret_key",
+];
+
+/// Removes credentials from a URL as spelled: the `user:password@` part of
+/// the authority and credential query parameters ([`CREDENTIAL_PARAMS`]).
+/// Nothing else is normalised (case, ports, trailing slashes stay).
+pub fn strip_credentials(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => (&url[..i + 3], &url[i + 3..]),
+        None => ("", url),
+    };
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(auth_end);
+    let authority = match authority.rfind('@') {
+        Some(i) => &authority[i + 1..],
+        None => authority,
+    };
+    let (path, query_and_fragment) = match tail.find('?') {
+        Some(i) => (&tail[..i], Some(&tail[i + 1..])),
+        None => (tail, None),
+    };
+    let mut out = format!("{scheme}{authority}{path}");
+    if let Some(qf) = query_and_fragment {
+        let (query, fragment) = match qf.find('#') {
+            Some(i) => (&qf[..i], Some(&qf[i..])),
+            None => (qf, None),
+        };
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|kv| {
+                let key = kv.split('=').next().unwrap_or("");
+                !kv.is_empty()
+                    && !CREDENTIAL_PARAMS
+                        .iter()
+                        .any(|c| c.eq_ignore_ascii_case(key))
+            })
+            .collect();
+        if !kept.is_empty() {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
+        if let Some(f) = fragment {
+            out.push_str(f);
+        }
+    }
+    out
+}
+
+impl Destination {
+    /// The text the key hashes: one field per line, as spelled.
+    pub fn key_text(&self) -> Result<String, Error> {
+        let fields: [(&'static str, &str); 5] = [
+            ("catalog_url", &self.catalog_url),
+            ("database", &self.database),
+            ("table_prefix", &self.table_prefix),
+            ("store_url", &self.store_url),
+            ("store_id", &self.store_id),
+        ];
+        for (field, value) in fields {
+            if value.trim().is_empty() {
+                return Err(Error::BadDestination {
+                    field,
+                    why: "is required (empty)".into(),
+                });
+            }
+            if value.contains(['\n', '\r']) {
+                return Err(Error::BadDestination {
+                    field,
+                    why: format!("must be one line ({value:?})"),
+                });
+            }
+        }
+        Ok(format!(
+            "catalog {}\ndatabase {}\ntable_prefix {}\nstore {}\nstore_id {}\n",
+            strip_credentials(&self.catalog_url),
+            self.database,
+            self.table_prefix,
+            self.store_url,
+            self.store_id
+        ))
+    }
+
+    /// The catalog key: the first 12 hex digits of the SHA-256 of
+    /// [`key_text`](Destination::key_text).
+    pub fn catalog_key(&self) -> Result<String, Error> {
+        let digest = Sha256::digest(self.key_text()?.as_bytes());
+        Ok(hex::encode(&digest[..6]))
+    }
+}
+
+/// Whether `s` has the shape of a catalog key (12 lowercase hex digits).
+pub fn is_catalog_key(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A rank directory's name: `r<rank>-<incarnation>`, rank decimal (no
+/// leading zeros), incarnation 8 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RankDirName {
+    /// The rank.
+    pub rank: u64,
+    /// The incarnation (0 = [`RankDirName::manual`], reserved).
+    pub incarnation: u32,
+}
+
+impl RankDirName {
+    /// `r<rank>-00000000`: reserved for packs moved in by hand (never
+    /// claimed by a process).
+    pub fn manual(rank: u64) -> RankDirName {
+        RankDirName {
+            rank,
+            incarnation: 0,
+        }
+    }
+
+    /// Parses a canonical rank directory name; anything else is `None`.
+    pub fn parse(name: &str) -> Option<RankDirName> {
+        let rest = name.strip_prefix('r')?;
+        let (rank, inc) = rest.split_once('-')?;
+        if rank.is_empty()
+            || rank.len() > 20
+            || !rank.bytes().all(|c| c.is_ascii_digit())
+            || (rank.len() > 1 && rank.starts_with('0'))
+        {
+            return None;
+        }
+        if inc.len() != 8 || !inc.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        Some(RankDirName {
+            rank: rank.parse().ok()?,
+            incarnation: u32::from_str_radix(inc, 16).ok()?,
+        })
+    }
+
+    /// Whether this is the reserved `r<rank>-00000000`.
+    pub fn is_manual(&self) -> bool {
+        self.incarnation == 0
+    }
+}
+
+impl fmt::Display for RankDirName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}-{:08x}", self.rank, self.incarnation)
+    }
+}
+
+/// The rank from the `RANK` environment variable: 0 if unset or not a
+/// number (it only labels the directory).
+pub fn rank_from_env() -> u64 {
+    parse_rank(std::env::var("RANK").ok().as_deref())
+}
+
+/// [`rank_from_env`]'s rule on a given value.
+pub fn parse_rank(value: Option<&str>) -> u64 {
+    value.and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Claims a fresh rank directory `<root>/<key>/r<rank>-<inc>/` for this
+/// process: created with its owner lock already held (through
+/// `spool_lock::acquire`, so no walk ever sees it unlocked), with a fresh
+/// non-zero incarnation. Creates `<root>/<key>/` if needed. Warns once
+/// about ready packs under `root` outside the layout ([`find_flat_packs`]).
+pub fn claim_rank_dir(
+    root: &Path,
+    key: &str,
+    rank: u64,
+    opts: &LockOptions,
+) -> Result<Claim, Error> {
+    if !is_catalog_key(key) {
+        return Err(Error::BadDestination {
+            field: "catalog_key",
+            why: format!("{key:?} is not 12 lowercase hex digits"),
+        });
+    }
+    lk::check_node_local(root, opts.allow_shared_filesystem)?;
+    let key_dir = root.join(key);
+    std::fs::create_dir_all(&key_dir).map_err(|e| Error::io("create", &key_dir, e))?;
+    let claim = loop {
+        let incarnation = loop {
+            let i: u32 = rand::random();
+            if i != 0 {
+                break i;
+            }
+        };
+        let dir = key_dir.join(RankDirName { rank, incarnation }.to_string());
+        if std::fs::symlink_metadata(&dir).is_ok() {
+            continue; // an incarnation already used: draw again
+        }
+        break lk::acquire(&dir, opts)?;
+    };
+    match find_flat_packs(root, key) {
+        Ok(Some(flat)) => tracing::warn!(root = %root.display(), "{flat}"),
+        Ok(None) => {}
+        Err(e) => tracing::debug!(root = %root.display(), "flat-spool check failed: {e}"),
+    }
+    Ok(claim)
+}
+
+/// Ready packs found under a spool root outside the layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlatPacks {
+    /// How many.
+    pub count: usize,
+    /// One of them.
+    pub example: PathBuf,
+    /// The directory holding the example.
+    pub example_dir: PathBuf,
+    /// Where to move them (`<root>/<key>/r0-00000000`, relative paths below
+    /// the root kept).
+    pub move_to: PathBuf,
+}
+
+impl fmt::Display for FlatPacks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ready pack(s) found outside the spool layout (for example {} in {}); they are \
+             not uploaded from there. If they are bound for this catalog and store, move them \
+             into {} (keeping their paths relative to the spool root) and the storage service \
+             adopts them",
+            self.count,
+            self.example.display(),
+            self.example_dir.display(),
+            self.move_to.display()
+        )
+    }
+}
+
+/// How deep [`find_flat_packs`] looks below the root.
+const FLAT_WALK_DEPTH: usize = 8;
+
+/// Walks `root` by name (never following symlinks, skipping rank
+/// directories and `_refs/`) for `<id>.ready` files outside the layout;
+/// temp files are not counted. `None` when there are none.
+pub fn find_flat_packs(root: &Path, key: &str) -> Result<Option<FlatPacks>, Error> {
+    let mut count = 0usize;
+    let mut example: Option<PathBuf> = None;
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if dir == root => return Err(Error::io("read directory", &dir, e)),
+            Err(_) => continue,
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Ok(ft) = entry.file_type() else { continue };
+            if ft.is_dir() {
+                if depth < FLAT_WALK_DEPTH
+                    && RankDirName::parse(name).is_none()
+                    && name != crate::spool::REFS_DIR
+                {
+                    stack.push((entry.path(), depth + 1));
+                }
+            } else if ft.is_file() {
+                if let Some(id) = name.strip_suffix(".ready") {
+                    if PackId::from_hex(id).is_ok() {
+                        count += 1;
+                        if example.is_none() {
+                            example = Some(entry.path());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(example.map(|example| FlatPacks {
+        count,
+        example_dir: example.parent().unwrap_or(root).to_path_buf(),
+        example,
+        move_to: root.join(key).join(RankDirName::manual(0).to_string()),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest() -> Destination {
+        Destination {
+            catalog_url: "clickhouse://ch.example:8123/spool?table_prefix=t_&user=u&password=p"
+                .into(),
+            database: "spool".into(),
+            table_prefix: "t_".into(),
+            store_url: "s3://bucket/prefix".into(),
+            store_id: "default".into(),
+        }
+    }
+
+    /// Golden: the key of a fixed destination. The text is spelled out so
+    /// the expected digest can be checked by hand:
+    /// `printf 'catalog clickhouse://ch.example:8123/spool?table_prefix=t_\ndatabase spool\ntable_prefix t_\nstore s3://bucket/prefix\nstore_id default\n' | sha256sum | cut -c1-12`
+    #[test]
+    fn golden_catalog_key() {
+        let d = dest();
+        assert_eq!(
+            d.key_text().unwrap(),
+            "catalog clickhouse://ch.example:8123/spool?table_prefix=t_\n\
+             database spool\ntable_prefix t_\nstore s3://bucket/prefix\nstore_id default\n"
+        );
+        assert_eq!(d.catalog_key().unwrap(), GOLDEN_KEY);
+    }
+    const GOLDEN_KEY: &str = "0dcd98d6813d";
+
+    #[test]
+    fn each_field_changes_the_key_credentials_do_not() {
+        let base = dest().catalog_key().unwrap();
+        let mut keys = std::collections::HashSet::new();
+        keys.insert(base.clone());
+        let edits: [fn(&mut Destination); 5] = [
+            |d| d.catalog_url = "clickhouse://ch2.example:8123/spool".into(),
+            |d| d.database = "spool2".into(),
+            |d| d.table_prefix = "u_".into(),
+            |d| d.store_url = "s3://bucket/prefix2".into(),
+            |d| d.store_id = "other".into(),
+        ];
+        for edit in edits {
+            let mut d = dest();
+            edit(&mut d);
+            assert!(keys.insert(d.catalog_key().unwrap()), "{d:?} kept the key");
+        }
+        let mut d = dest();
+        d.catalog_url = "clickhouse://admin:secret@ch.example:8123/spool?table_prefix=t_".into();
+        assert_eq!(d.catalog_key().unwrap(), base);
+        // Spelled differently, keyed differently (documented).
+        let mut d = dest();
+        d.catalog_url = "clickhouse://CH.example:8123/spool?table_prefix=t_".into();
+        assert_ne!(d.catalog_key().unwrap(), base);
+        // Every field is required.
+        let mut d = dest();
+        d.store_id.clear();
+        assert!(matches!(
+            d.catalog_key(),
+            Err(Error::BadDestination {
+                field: "store_id",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn strip_credentials_keeps_everything_else_as_spelled() {
+        assert_eq!(
+            strip_credentials("clickhouse://u:p@Host:1/db?a=1&password=x&b=2#f"),
+            "clickhouse://Host:1/db?a=1&b=2#f"
+        );
+        assert_eq!(
+            strip_credentials("sqlite:///abs/x.db"),
+            "sqlite:///abs/x.db"
+        );
+        assert_eq!(strip_credentials("memory://"), "memory://");
+        assert_eq!(
+            strip_credentials("clickhouse://h/db?USER=a&Password=b"),
+            "clickhouse://h/db"
+        );
+    }
+
+    #[test]
+    fn rank_dir_names() {
+        let n = RankDirName {
+            rank: 3,
+            incarnation: 0xdeadbeef,
+        };
+        assert_eq!(n.to_string(), "r3-deadbeef");
+        assert_eq!(RankDirName::parse("r3-deadbeef"), Some(n));
+        assert_eq!(RankDirName::manual(0).to_string(), "r0-00000000");
+        assert!(RankDirName::parse("r0-00000000").unwrap().is_manual());
+        for bad in [
+            "r-deadbeef",
+            "r03-deadbeef",
+            "r3-DEADBEEF",
+            "r3-deadbee",
+            "r3-deadbeef0",
+            "x3-deadbeef",
+            "r3deadbeef",
+            "r3-dead/eef",
+        ] {
+            assert_eq!(RankDirName::parse(bad), None, "{bad}");
+        }
+        assert_eq!(parse_rank(None), 0);
+        assert_eq!(parse_rank(Some("7")), 7);
+        assert_eq!(parse_rank(Some("seven")), 0);
+        assert_eq!(parse_rank(Some("-1")), 0);
+    }
+
+    #[test]
+    fn claim_creates_a_locked_fresh_rank_dir_under_the_key() {
+        let root = tempfile::tempdir().unwrap();
+        let key = dest().catalog_key().unwrap();
+        let opts = LockOptions::default();
+        let a = claim_rank_dir(root.path(), &key, 2, &opts).unwrap();
+        let b = claim_rank_dir(root.path(), &key, 2, &opts).unwrap();
+        assert_ne!(a.dir(), b.dir());
+        for c in [&a, &b] {
+            let name = RankDirName::parse(c.dir().file_name().unwrap().to_str().unwrap()).unwrap();
+            assert_eq!(name.rank, 2);
+            assert!(!name.is_manual());
+            assert_eq!(c.dir().parent().unwrap().file_name().unwrap(), key.as_str());
+            assert!(lk::read_owner(c.dir()).unwrap().held);
+        }
+        assert!(claim_rank_dir(root.path(), "nope", 0, &opts).is_err());
+    }
+
+    #[test]
+    fn flat_upgrade_warning() {
+        let root = tempfile::tempdir().unwrap();
+        let key = "0123456789ab";
+        // A pack inside the layout warns of nothing.
+        let rank = root.path().join(key).join("r0-12345678");
+        std::fs::create_dir_all(&rank).unwrap();
+        let id = PackId::generate();
+        std::fs::write(rank.join(format!("{id}.ready")), b"x").unwrap();
+        assert_eq!(find_flat_packs(root.path(), key).unwrap(), None);
+        // Two flat packs (and a temp file, not counted): one warning naming 2.
+        let v1 = root.path().join("v1");
+        std::fs::create_dir_all(&v1).unwrap();
+        for _ in 0..2 {
+            std::fs::write(v1.join(format!("{}.ready", PackId::generate())), b"x").unwrap();
+        }
+        std::fs::write(v1.join(format!(".{id}.0000abcd.open")), b"x").unwrap();
+        let flat = find_flat_packs(root.path(), key).unwrap().unwrap();
+        assert_eq!(flat.count, 2);
+        assert_eq!(flat.example_dir, v1);
+        assert_eq!(flat.move_to, root.path().join(key).join("r0-00000000"));
+        let msg = flat.to_string();
+        assert!(msg.starts_with("2 ready pack(s)"), "{msg}");
+        assert!(msg.contains(&v1.display().to_string()), "{msg}");
+        assert!(msg.contains("r0-00000000"), "{msg}");
+    }
+}

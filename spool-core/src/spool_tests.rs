@@ -1,0 +1,631 @@
+//! Unit tests of the spool directory (in-process; the cross-process cases
+//! live in `tests/tests/spool_*.rs`).
+
+use super::*;
+use crate::pack::PackWriter;
+use proptest::prelude::*;
+use std::process::{Child, Command, Stdio};
+
+fn pack_bytes(id: PackId, payload: usize) -> Vec<u8> {
+    let mut w = PackWriter::new(id, id.timestamp_ms());
+    w.push_record(&vec![0xab; payload]);
+    w.finish()
+}
+
+/// `total` bytes to stage under a fresh id (a stage does not validate;
+/// the capacity tests need exact small sizes such as 100 bytes).
+fn pack_of_len(total: usize) -> (PackId, Vec<u8>) {
+    let id = PackId::generate();
+    let p = (0..total).map(|i| (i * 31 + total) as u8).collect();
+    (id, p)
+}
+
+fn take() -> SpoolConfig {
+    SpoolConfig::default()
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn stage_publishes_a_ready_pack_and_leaves_no_temp_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let id = PackId::generate();
+    let bytes = pack_bytes(id, 10);
+    let staged = spool.stage(None, id, &bytes).unwrap();
+    assert_eq!(staged.path, dir.join(format!("{id}.ready")));
+    assert_eq!(std::fs::read(&staged.path).unwrap(), bytes);
+    assert_eq!(
+        names(&dir),
+        vec![".owner.lock".to_string(), format!("{id}.ready")]
+    );
+    assert_eq!(spool.usage().committed, bytes.len() as u64);
+    assert_eq!(spool.usage().reserved, 0);
+    // A worker ordinal stages under w<k>/, which scan includes.
+    let id2 = PackId::generate();
+    let s2 = spool.stage(Some(3), id2, &pack_bytes(id2, 1)).unwrap();
+    assert_eq!(s2.path, dir.join("w3").join(format!("{id2}.ready")));
+    let listed = spool.scan(&AtomicBool::new(false)).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(
+        listed.iter().find(|p| p.id == id2).unwrap().ordinal,
+        Some(3)
+    );
+}
+
+#[test]
+fn a_stage_never_replaces_a_sealed_pack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = Spool::open(tmp.path(), &take()).unwrap();
+    let id = PackId::generate();
+    let a = pack_bytes(id, 10);
+    let b = pack_bytes(id, 11);
+    spool.stage(None, id, &a).unwrap();
+    let used = spool.usage().committed;
+    // Identical: idempotent, counted once.
+    spool.stage(None, id, &a).unwrap();
+    assert_eq!(spool.usage().committed, used);
+    // Different bytes: conflict, the original intact, no temp file left.
+    let e = spool.stage(None, id, &b).unwrap_err();
+    assert!(matches!(e, Error::Conflict { .. }), "{e}");
+    assert!(e.to_string().contains(&format!("{id}.ready")), "{e}");
+    assert_eq!(
+        std::fs::read(tmp.path().join(format!("{id}.ready"))).unwrap(),
+        a
+    );
+    assert_eq!(names(tmp.path()).len(), 2, "{:?}", names(tmp.path()));
+    // Same length, different bytes: still a conflict.
+    let mut c = a.clone();
+    c[50] ^= 1;
+    assert!(matches!(
+        spool.stage(None, id, &c),
+        Err(Error::Conflict { .. })
+    ));
+    assert_eq!(spool.usage().committed, used);
+}
+
+#[test]
+fn a_stage_into_a_vanished_directory_fails_and_creates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    for ordinal in [None, Some(1)] {
+        let id = PackId::generate();
+        let e = spool.stage(ordinal, id, &pack_bytes(id, 1)).unwrap_err();
+        assert!(matches!(e, Error::DirectoryVanished { .. }), "{e}");
+        assert!(!dir.exists(), "the stage recreated {}", dir.display());
+    }
+    assert_eq!(spool.usage(), Usage::default());
+}
+
+/// Every kind of corruption is quarantined by recovery and never listed.
+#[test]
+fn recovery_quarantines_every_kind_of_corruption() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let spool = Spool::open(dir, &take()).unwrap();
+    let mut corrupt = Vec::new();
+    let write = |id: PackId, bytes: &[u8]| {
+        std::fs::write(dir.join(format!("{id}.ready")), bytes).unwrap();
+    };
+    // flipped byte in the payload, in the header, in the trailer's hash
+    for at in [60usize, 20, 0] {
+        let id = PackId::generate();
+        let mut p = pack_bytes(id, 40);
+        let n = p.len();
+        let i = if at == 0 { n - 1 } else { at };
+        p[i] ^= 0x10;
+        write(id, &p);
+        corrupt.push(id);
+    }
+    // truncation (mid-record, and to zero)
+    for keep in [50usize, 0] {
+        let id = PackId::generate();
+        write(id, &pack_bytes(id, 40)[..keep]);
+        corrupt.push(id);
+    }
+    // wrong magic
+    let id = PackId::generate();
+    let mut p = pack_bytes(id, 4);
+    p[..8].copy_from_slice(b"NOTAPACK");
+    write(id, &p);
+    corrupt.push(id);
+    // unknown major version
+    let id = PackId::generate();
+    let mut p = pack_bytes(id, 4);
+    p[8] = 9;
+    write(id, &p);
+    corrupt.push(id);
+    // a trailer that lies (length), checksum recomputed
+    let id = PackId::generate();
+    let mut p = pack_bytes(id, 4);
+    let n = p.len();
+    p[n - 48] ^= 1;
+    let h: [u8; 32] = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
+        &p[..n - 32],
+    ))
+    .into();
+    p[n - 32..].copy_from_slice(&h);
+    write(id, &p);
+    corrupt.push(id);
+    // a valid pack under another id's name
+    let id = PackId::generate();
+    write(id, &pack_bytes(PackId::generate(), 4));
+    corrupt.push(id);
+    // a symlink named like a pack (pointing at a valid pack outside)
+    let id = PackId::generate();
+    let outside = tmp.path().join("..").join(format!("outside-{id}"));
+    std::fs::write(&outside, pack_bytes(id, 4)).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join(format!("{id}.ready"))).unwrap();
+    corrupt.push(id);
+    // a torn write (temp file) and two good packs
+    let torn = dir.join(format!(".{}.0badf00d.open", PackId::generate()));
+    std::fs::write(&torn, b"partial").unwrap();
+    let good: Vec<PackId> = (0..2)
+        .map(|_| {
+            let id = PackId::generate();
+            spool.stage(None, id, &pack_bytes(id, 30)).unwrap();
+            id
+        })
+        .collect();
+
+    // verify reports without changing anything
+    let v = verify_dir(dir, &AtomicBool::new(false)).unwrap();
+    assert_eq!(v.valid.len(), 2);
+    assert_eq!(v.corrupt.len(), corrupt.len(), "{:#?}", v.corrupt);
+    assert!(torn.exists());
+
+    let report = spool.recover().unwrap();
+    assert_eq!(report.swept, vec![torn.clone()]);
+    assert!(!torn.exists());
+    let mut valid: Vec<PackId> = report.valid.iter().map(|p| p.id).collect();
+    valid.sort();
+    let mut want = good.clone();
+    want.sort();
+    assert_eq!(valid, want);
+    let mut q: Vec<PackId> = report.quarantined.iter().map(|q| q.id).collect();
+    q.sort();
+    corrupt.sort();
+    assert_eq!(q, corrupt, "{:#?}", report.quarantined);
+    for id in &corrupt {
+        assert!(dir
+            .join(format!("{id}.quarantined"))
+            .symlink_metadata()
+            .is_ok());
+        assert!(dir.join(format!("{id}.ready")).symlink_metadata().is_err());
+    }
+    let listed: Vec<PackId> = spool
+        .scan(&AtomicBool::new(false))
+        .unwrap()
+        .iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(listed, want);
+    // quarantined packs still count; purging frees them
+    let counts = inspect(dir).unwrap();
+    assert_eq!(counts.quarantined.0, corrupt.len() as u64);
+    assert_eq!(
+        spool.usage().committed,
+        counts.ready.1 + counts.quarantined.1
+    );
+    let (n, _) = spool.purge_quarantined().unwrap();
+    assert_eq!(n, corrupt.len() as u64);
+    assert_eq!(spool.usage().committed, inspect(dir).unwrap().ready.1);
+    let _ = std::fs::remove_file(outside);
+}
+
+#[test]
+fn incremental_recovery_validates_one_pack_per_step_and_can_be_cancelled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = Spool::open(tmp.path(), &take()).unwrap();
+    for _ in 0..3 {
+        let id = PackId::generate();
+        spool.stage(None, id, &pack_bytes(id, 10)).unwrap();
+    }
+    let mut rec = spool.begin_recovery().unwrap();
+    assert_eq!(rec.remaining(), 3);
+    let cancelled = AtomicBool::new(true);
+    assert!(matches!(
+        spool.continue_recovery(&mut rec, &cancelled),
+        Err(Error::Cancelled)
+    ));
+    assert_eq!(rec.remaining(), 3, "a cancelled step keeps its pack");
+    let go = AtomicBool::new(false);
+    for left in [2, 1, 0] {
+        assert!(matches!(
+            spool.continue_recovery(&mut rec, &go).unwrap(),
+            Some(RecoveryStep::Valid(..))
+        ));
+        assert_eq!(rec.remaining(), left);
+    }
+    assert!(!rec.is_finished());
+    assert_eq!(spool.continue_recovery(&mut rec, &go).unwrap(), None);
+    assert!(rec.is_finished());
+}
+
+#[test]
+fn remove_and_set_aside_refuse_paths_that_are_not_their_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = Spool::open(tmp.path(), &take()).unwrap();
+    let id = PackId::generate();
+    spool.stage(None, id, &pack_bytes(id, 10)).unwrap();
+    let pack = spool.scan(&AtomicBool::new(false)).unwrap().remove(0);
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    for path in [
+        victim.clone(),
+        tmp.path().join("..").join(format!("{id}.ready")),
+        tmp.path().join(format!("w1/../{id}.ready")),
+    ] {
+        let evil = ReadyPack {
+            path,
+            ..pack.clone()
+        };
+        assert!(matches!(spool.remove(&evil), Err(Error::NotAPack { .. })));
+        assert!(matches!(
+            spool.quarantine(&evil, "x"),
+            Err(Error::NotAPack { .. })
+        ));
+    }
+    assert!(victim.exists());
+    spool.remove(&pack).unwrap();
+    assert_eq!(spool.usage().committed, 0);
+    spool.remove(&pack).unwrap(); // already gone: fine
+                                  // reject renames to .rejected, counted, not listed
+    let id = PackId::generate();
+    let s = spool.stage(None, id, &pack_bytes(id, 10)).unwrap();
+    let pack = spool.scan(&AtomicBool::new(false)).unwrap().remove(0);
+    spool.reject(&pack, "store said 403").unwrap();
+    assert!(tmp.path().join(format!("{id}.rejected")).exists());
+    assert!(spool.scan(&AtomicBool::new(false)).unwrap().is_empty());
+    assert_eq!(spool.reconcile().unwrap().committed, s.bytes);
+}
+
+#[test]
+fn walks_skip_refs_foreign_files_and_nested_spools() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let refs = dir.join(REFS_DIR);
+    std::fs::create_dir(&refs).unwrap();
+    let id = PackId::generate();
+    std::fs::write(refs.join(format!("{id}.ready")), pack_bytes(id, 100)).unwrap();
+    std::fs::write(refs.join(format!(".{id}.12345678.open")), b"x").unwrap();
+    std::fs::write(dir.join("notes.txt"), vec![0; 1000]).unwrap();
+    std::fs::write(dir.join(format!("{id}.ready.bak")), vec![0; 1000]).unwrap();
+    // a nested spool shaped like a worker directory
+    let nested = dir.join("w7");
+    std::fs::create_dir(&nested).unwrap();
+    std::fs::write(nested.join(crate::lk::LOCK_FILE_NAME), b"").unwrap();
+    let nid = PackId::generate();
+    std::fs::write(nested.join(format!("{nid}.ready")), pack_bytes(nid, 100)).unwrap();
+    let ntemp = nested.join(format!(".{nid}.12345678.open"));
+    std::fs::write(&ntemp, b"in flight").unwrap();
+
+    let spool = Spool::open(dir, &take()).unwrap();
+    assert_eq!(spool.usage().committed, 0);
+    let r = spool.recover().unwrap();
+    assert_eq!(r, RecoveryReport::default());
+    assert!(ntemp.exists() && refs.join(format!(".{id}.12345678.open")).exists());
+    assert!(spool.scan(&AtomicBool::new(false)).unwrap().is_empty());
+    assert!(verify_dir(dir, &AtomicBool::new(false))
+        .unwrap()
+        .valid
+        .is_empty());
+}
+
+#[test]
+fn capacity_reserves_before_writing_and_names_the_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = SpoolConfig {
+        max_bytes: Some(450),
+        ..take()
+    };
+    let spool = Spool::open(tmp.path(), &cfg).unwrap();
+    let (id, p) = pack_of_len(200);
+    spool.stage(None, id, &p).unwrap();
+    let (id2, p2) = pack_of_len(200);
+    spool.stage(None, id2, &p2).unwrap();
+    let (id3, p3) = pack_of_len(100);
+    match spool.stage(None, id3, &p3).unwrap_err() {
+        Error::Full {
+            used,
+            budget,
+            needed,
+            dead_sibling_bytes,
+            ..
+        } => assert_eq!(
+            (used, budget, needed, dead_sibling_bytes),
+            (400, 450, 100, 0)
+        ),
+        e => panic!("{e}"),
+    }
+    assert!(!tmp.path().join(format!("{id3}.ready")).exists());
+    // A removal by someone else (a service's own Spool) is seen by the
+    // reconcile before refusing.
+    std::fs::remove_file(tmp.path().join(format!("{id}.ready"))).unwrap();
+    spool.stage(None, id3, &p3).unwrap();
+    assert_eq!(spool.usage().committed, 300);
+}
+
+/// Many threads staging into one budget never overcommit it: at every
+/// moment committed + reserved stays within the budget, and so do the
+/// bytes on disk at the end.
+#[test]
+fn concurrent_stages_never_overcommit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let budget = 20_000u64;
+    let cfg = SpoolConfig {
+        max_bytes: Some(budget),
+        ..take()
+    };
+    let spool = Spool::open(tmp.path(), &cfg).unwrap();
+    let stop = AtomicBool::new(false);
+    let (ok, full) = std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let u = spool.usage();
+                assert!(u.used() <= budget, "{u:?}");
+            }
+        });
+        let workers: Vec<_> = (0..6)
+            .map(|t| {
+                let spool = &spool;
+                s.spawn(move || {
+                    let (mut ok, mut full) = (0, 0);
+                    for i in 0..40 {
+                        let (id, p) = pack_of_len(150 + (t * 37 + i * 11) % 700);
+                        match spool.stage(Some(t as u32 % 2), id, &p) {
+                            Ok(_) => ok += 1,
+                            Err(Error::Full { .. }) => full += 1,
+                            Err(e) => panic!("{e}"),
+                        }
+                        if i % 7 == 0 {
+                            spool.reconcile().unwrap();
+                        }
+                    }
+                    (ok, full)
+                })
+            })
+            .collect();
+        let r = workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        stop.store(true, Ordering::Relaxed);
+        watcher.join().unwrap();
+        r
+    });
+    assert!(ok > 0 && full > 0, "ok {ok} full {full}");
+    let on_disk = inspect(tmp.path()).unwrap();
+    assert!(on_disk.ready.1 <= budget);
+    assert_eq!(spool.usage().committed, on_disk.ready.1);
+    assert_eq!(spool.usage().reserved, 0);
+}
+
+/// A rank directory layout under a temp root: `<root>/<key>/r<n>-<inc>`.
+fn rank_dir(root: &Path, rank: u64, inc: u32) -> PathBuf {
+    let d = root.join("0123456789ab").join(
+        RankDirName {
+            rank,
+            incarnation: inc,
+        }
+        .to_string(),
+    );
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn fill(dir: &Path, n: usize, len: usize) {
+    for _ in 0..n {
+        let (id, p) = pack_of_len(len);
+        std::fs::write(dir.join(format!("{id}.ready")), p).unwrap();
+    }
+}
+
+/// A process holding `dir`'s lock: `flock(1)` on its lock file, exec'ing
+/// `sleep` (which keeps the locked descriptor; killing it frees the lock).
+fn foreign_holder(dir: &Path) -> Child {
+    let lock = dir.join(crate::lk::LOCK_FILE_NAME);
+    let mut child = Command::new("flock")
+        .args(["-n", "-o", lock.to_str().unwrap(), "sleep", "60"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..500 {
+        if crate::lk::read_owner(dir).unwrap().held {
+            return child;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("flock child never held {}", lock.display());
+}
+
+#[test]
+fn charge_dead_siblings_every_case() {
+    let tmp = tempfile::tempdir().unwrap();
+    let own = rank_dir(tmp.path(), 0, 1);
+    let dead = rank_dir(tmp.path(), 1, 2);
+    fill(&dead, 3, 100);
+    let cfg = SpoolConfig {
+        max_bytes: Some(450),
+        charge_dead_siblings: true,
+        ..take()
+    };
+    let spool = Spool::open(&own, &cfg).unwrap();
+    assert_eq!(spool.usage().dead_sibling_bytes, 300);
+    // One 100-byte pack fits beside the dead 300; the next is refused,
+    // naming the dead bytes.
+    let (id, p) = pack_of_len(100);
+    spool.stage(None, id, &p).unwrap();
+    let (id2, p2) = pack_of_len(100);
+    let e = spool.stage(None, id2, &p2).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Full {
+                dead_sibling_bytes: 300,
+                used: 400,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("300 of them in dead sibling"), "{e}");
+    // Without the charge the same budget admits it.
+    let free = Spool::open(
+        &rank_dir(tmp.path(), 0, 3),
+        &SpoolConfig {
+            max_bytes: Some(450),
+            ..take()
+        },
+    )
+    .unwrap();
+    for _ in 0..4 {
+        let (i, q) = pack_of_len(100);
+        free.stage(None, i, &q).unwrap();
+    }
+    drop(free.into_claim().unwrap().release());
+    std::fs::remove_dir_all(tmp.path().join("0123456789ab").join("r0-00000003")).unwrap();
+    // Capacity returns as the sibling drains.
+    for e in std::fs::read_dir(&dead).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    spool.stage(None, id2, &p2).unwrap();
+    fill(&dead, 3, 100);
+    spool.reconcile().unwrap();
+    assert_eq!(spool.usage().dead_sibling_bytes, 300);
+
+    // Held by another live process: not charged.
+    let mut child = foreign_holder(&dead);
+    assert_eq!(sibling_charge(&dead), SiblingCharge::LiveElsewhere);
+    assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 300);
+
+    // A claim this process keeps: not charged.
+    let kept = crate::lk::acquire(&dead, &LockOptions::default()).unwrap();
+    assert_eq!(sibling_charge(&dead), SiblingCharge::KeptClaim);
+    assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 0);
+    kept.release().unwrap();
+    assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 300);
+
+    // Held by this process as an adoption: charged.
+    let adopted = crate::lk::try_adopt(&dead, &LockOptions::default()).unwrap();
+    assert_eq!(sibling_charge(&dead), SiblingCharge::AdoptedHere);
+    assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 300);
+    // Marked blocked and let go: not charged.
+    adopted.mark_blocked("a pack the store refuses").unwrap();
+    adopted.release().unwrap();
+    assert_eq!(sibling_charge(&dead), SiblingCharge::Blocked);
+    assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 0);
+    // Taken again, the mark is gone and it is charged once dead.
+    crate::lk::acquire(&dead, &LockOptions::default())
+        .unwrap()
+        .release()
+        .unwrap();
+    assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 300);
+    // (Another user's directory: tests/tests/spool_processes.rs, with a
+    // child that drops privileges.)
+}
+
+// ---- model-based accounting ---------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    Stage { len: usize, ordinal: Option<u32> },
+    Restage { which: usize, same: bool },
+    Remove { which: usize },
+    Quarantine { which: usize },
+    Purge,
+    Reconcile,
+    ForeignFile { len: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (100usize..600, prop::option::of(0u32..2)).prop_map(|(len, ordinal)| Op::Stage { len, ordinal }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(which, same)| Op::Restage { which, same }),
+        2 => any::<usize>().prop_map(|which| Op::Remove { which }),
+        1 => any::<usize>().prop_map(|which| Op::Quarantine { which }),
+        1 => Just(Op::Purge),
+        1 => Just(Op::Reconcile),
+        1 => (1usize..500).prop_map(|len| Op::ForeignFile { len }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// The spool's account against a model: a map of files and their
+    /// sizes; Full exactly when the model says the pack does not fit.
+    #[test]
+    fn accounting_matches_a_model(ops in prop::collection::vec(op(), 1..40), budget in 500u64..3000) {
+        let tmp = tempfile::tempdir().unwrap();
+        let spool = Spool::open(tmp.path(), &SpoolConfig { max_bytes: Some(budget), ..take() }).unwrap();
+        // id -> (bytes, len, ready?)
+        let mut ready: Vec<(PackId, Vec<u8>, Option<u32>)> = Vec::new();
+        let mut quarantined: u64 = 0;
+        for op in ops {
+            let model_used = ready.iter().map(|r| r.1.len() as u64).sum::<u64>() + quarantined;
+            match op {
+                Op::Stage { len, ordinal } => {
+                    let (id, p) = pack_of_len(len);
+                    let fits = model_used + len as u64 <= budget;
+                    match spool.stage(ordinal, id, &p) {
+                        Ok(_) => { prop_assert!(fits); ready.push((id, p, ordinal)); }
+                        Err(Error::Full { used, .. }) => { prop_assert!(!fits); prop_assert_eq!(used, model_used); }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                Op::Restage { which, same } if !ready.is_empty() => {
+                    let (id, p, ord) = ready[which % ready.len()].clone();
+                    let q = if same { p.clone() } else { let mut q = p.clone(); q[45] ^= 1; q };
+                    let fits = model_used + p.len() as u64 <= budget;
+                    match spool.stage(ord, id, &q) {
+                        Ok(_) => prop_assert!(same && fits),
+                        Err(Error::Conflict { .. }) => prop_assert!(!same && fits),
+                        Err(Error::Full { .. }) => prop_assert!(!fits),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                Op::Remove { which } if !ready.is_empty() => {
+                    let (id, _, ord) = ready.remove(which % ready.len());
+                    let listed = spool.scan(&AtomicBool::new(false)).unwrap();
+                    let pack = listed.into_iter().find(|p| p.id == id && p.ordinal == ord).unwrap();
+                    spool.remove(&pack).unwrap();
+                }
+                Op::Quarantine { which } if !ready.is_empty() => {
+                    let (id, p, ord) = ready.remove(which % ready.len());
+                    let listed = spool.scan(&AtomicBool::new(false)).unwrap();
+                    let pack = listed.into_iter().find(|x| x.id == id && x.ordinal == ord).unwrap();
+                    spool.quarantine(&pack, "model").unwrap();
+                    quarantined += p.len() as u64;
+                }
+                Op::Purge => { spool.purge_quarantined().unwrap(); quarantined = 0; }
+                Op::Reconcile => { spool.reconcile().unwrap(); }
+                Op::ForeignFile { len } => {
+                    std::fs::write(tmp.path().join(format!("foreign-{}", rand::random::<u32>())), vec![0; len]).unwrap();
+                }
+                _ => {}
+            }
+            let model = ready.iter().map(|r| r.1.len() as u64).sum::<u64>() + quarantined;
+            let u = spool.usage();
+            prop_assert_eq!(u.committed, model);
+            prop_assert_eq!(u.reserved, 0);
+            prop_assert!(u.used() <= budget);
+        }
+        prop_assert_eq!(spool.reconcile().unwrap().committed,
+            ready.iter().map(|r| r.1.len() as u64).sum::<u64>() + quarantined);
+    }
+}

@@ -1,0 +1,272 @@
+//! A helper process for spool-lock's cross-process tests (built only with
+//! the `testing` feature). Each mode takes a lock, forks, races or watches,
+//! and reports on stdout, one line per event; stdin closing ends it.
+//!
+//! Modes:
+//! * `hold DIR` — acquire, print `held <dir> <pid>`, wait for stdin EOF,
+//!   release, print `released`.
+//! * `try DIR take|adopt` — one attempt; print `ok` (and keep holding until
+//!   stdin EOF) or `refused owned=<bool> <message>`.
+//! * `race DIR` — wait for a line on stdin, acquire, print `won` or
+//!   `refused <message>`, then hold until stdin EOF.
+//! * `hold-fork DIR` — acquire, fork a worker (which reports `child <pid>
+//!   closed=<0|1> held=<0|1>` and pauses), print `held ...`, wait.
+//! * `fork-in-take DIR` — acquire with a hook between the lock file's open
+//!   and its flock that has another thread fork a worker (`child <pid>`),
+//!   print `held ...`, wait.
+//! * `fork-in-release DIR` — acquire, release with a hook inside the
+//!   release that has another thread fork a worker, print `released`, wait.
+//! * `watch PARENT N` — list PARENT over and over, probing every entry not
+//!   yet seen held; print `unheld <name>` and exit 1 on one seen unheld,
+//!   `ok` once N have been seen held.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spool_lock::{acquire, read_owner, testing, try_adopt, HookPoint, LockOptions};
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn wait_for_eof() {
+    let mut sink = String::new();
+    while std::io::stdin().lock().read_line(&mut sink).unwrap_or(0) > 0 {
+        sink.clear();
+    }
+}
+
+/// Async-signal-safe write of `child <pid> <suffix>\n` from a fork child.
+fn child_report(suffix: &[u8]) {
+    let mut buf = [0u8; 128];
+    let mut n = 0;
+    for &b in b"child " {
+        buf[n] = b;
+        n += 1;
+    }
+    // SAFETY: getpid is async-signal-safe.
+    let mut pid = unsafe { libc::getpid() } as u32;
+    let mut digits = [0u8; 10];
+    let mut d = 0;
+    loop {
+        digits[d] = b'0' + (pid % 10) as u8;
+        d += 1;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    while d > 0 {
+        d -= 1;
+        buf[n] = digits[d];
+        n += 1;
+    }
+    for &b in suffix.iter().take(buf.len() - n - 1) {
+        buf[n] = b;
+        n += 1;
+    }
+    buf[n] = b'\n';
+    n += 1;
+    // SAFETY: write(2) to stdout from a valid buffer; async-signal-safe.
+    unsafe {
+        libc::write(1, buf.as_ptr().cast(), n);
+    }
+}
+
+/// Forks; the child reports and pauses forever (until SIGKILLed). Returns
+/// the child's pid in the parent.
+fn fork_worker(suffix: &'static [u8]) -> i32 {
+    // SAFETY: the child only calls async-signal-safe functions
+    // (getpid, write, pause) before it is killed.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        child_report(suffix);
+        loop {
+            // SAFETY: pause is async-signal-safe.
+            unsafe {
+                libc::pause();
+            }
+        }
+    }
+    assert!(pid > 0, "fork failed");
+    pid
+}
+
+/// A thread that forks a worker each time it is asked, and answers once
+/// the fork returned in the parent.
+fn forker() -> (mpsc::Sender<()>, mpsc::Receiver<i32>) {
+    let (ask_tx, ask_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<i32>();
+    std::thread::spawn(move || {
+        for () in ask_rx {
+            let pid = fork_worker(b"");
+            let _ = done_tx.send(pid);
+        }
+    });
+    (ask_tx, done_rx)
+}
+
+fn hook_forking_at(dir: &Path, at: HookPoint) {
+    let (ask, done) = forker();
+    let state = std::sync::Mutex::new((ask, done, false));
+    testing::set_lock_hook(
+        dir,
+        Arc::new(move |point, _path| {
+            let mut s = state.lock().unwrap();
+            if point == at && !s.2 {
+                s.2 = true;
+                s.0.send(()).unwrap();
+                let pid = s.1.recv().unwrap();
+                say(&format!("forked {pid}"));
+            }
+        }),
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = LockOptions::default();
+    let mode = args.first().map(String::as_str).unwrap_or("");
+    let dir = PathBuf::from(args.get(1).cloned().unwrap_or_default());
+    match mode {
+        "hold" => {
+            let claim = acquire(&dir, &opts).unwrap_or_else(|e| {
+                say(&format!("refused {e}"));
+                std::process::exit(3)
+            });
+            say(&format!(
+                "held {} {}",
+                claim.dir().display(),
+                std::process::id()
+            ));
+            wait_for_eof();
+            claim.release().unwrap();
+            say("released");
+        }
+        "try" => {
+            let how = args.get(2).map(String::as_str).unwrap_or("take");
+            let result = if how == "adopt" {
+                try_adopt(&dir, &opts)
+            } else {
+                acquire(&dir, &opts)
+            };
+            match result {
+                Ok(claim) => {
+                    say("ok");
+                    wait_for_eof();
+                    claim.release().unwrap();
+                }
+                Err(e) => say(&format!("refused owned={} {e}", e.is_owned_by_another())),
+            }
+        }
+        "race" => {
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).unwrap();
+            match acquire(&dir, &opts) {
+                Ok(claim) => {
+                    say("won");
+                    wait_for_eof();
+                    claim.release().unwrap();
+                }
+                Err(e) => {
+                    say(&format!("refused {e}"));
+                    wait_for_eof();
+                }
+            }
+        }
+        "hold-fork" => {
+            let claim = acquire(&dir, &opts).unwrap();
+            let fds = claim.raw_descriptors().unwrap();
+            // SAFETY: the child calls only async-signal-safe functions:
+            // fcntl, getpid, write, pause (and reads an atomic).
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let closed = fds
+                    .iter()
+                    // SAFETY: F_GETFD only queries a descriptor number.
+                    .all(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1);
+                let held = claim.is_held();
+                let suffix: &[u8] = match (closed, held) {
+                    (true, false) => b" closed=1 held=0",
+                    (true, true) => b" closed=1 held=1",
+                    (false, false) => b" closed=0 held=0",
+                    (false, true) => b" closed=0 held=1",
+                };
+                child_report(suffix);
+                std::mem::forget(claim);
+                loop {
+                    // SAFETY: pause is async-signal-safe.
+                    unsafe {
+                        libc::pause();
+                    }
+                }
+            }
+            say(&format!("forked {pid}"));
+            say(&format!(
+                "held {} {}",
+                claim.dir().display(),
+                std::process::id()
+            ));
+            wait_for_eof();
+            claim.release().unwrap();
+        }
+        "fork-in-take" => {
+            hook_forking_at(&dir, HookPoint::LockFileOpened);
+            let claim = acquire(&dir, &opts).unwrap();
+            say(&format!(
+                "held {} {}",
+                claim.dir().display(),
+                std::process::id()
+            ));
+            wait_for_eof();
+            claim.release().unwrap();
+        }
+        "fork-in-release" => {
+            let claim = acquire(&dir, &opts).unwrap();
+            hook_forking_at(&dir, HookPoint::ReleaseBeforeClose);
+            claim.release().unwrap();
+            say("released");
+            wait_for_eof();
+        }
+        "watch" => {
+            let want: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(1);
+            let mut seen = std::collections::HashSet::new();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            say("watching");
+            while seen.len() < want && Instant::now() < deadline {
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    if name.to_string_lossy().starts_with('.') || seen.contains(&name) {
+                        continue;
+                    }
+                    match read_owner(&entry.path()) {
+                        Ok(s) if s.held => {
+                            seen.insert(name);
+                        }
+                        Ok(_) => {
+                            say(&format!("unheld {}", name.to_string_lossy()));
+                            std::process::exit(1);
+                        }
+                        Err(e) => {
+                            say(&format!("error {e}"));
+                            std::process::exit(1);
+                        }
+                    }
+                }
+            }
+            say(&format!("ok {}", seen.len()));
+        }
+        _ => {
+            eprintln!("usage: spool-lock-helper hold|try|race|hold-fork|fork-in-take|fork-in-release|watch DIR [..]");
+            std::process::exit(2);
+        }
+    }
+}

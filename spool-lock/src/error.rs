@@ -1,0 +1,231 @@
+//! The one error type of spool-lock: a variant per way a lock operation can
+//! fail or be refused. Every message names the directory (and the holder,
+//! when one is known) and says what to do.
+
+use std::path::PathBuf;
+
+/// Who holds a lock, as far as its owner record says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's pid, from the owner record (`None` if the record has none).
+    pub pid: Option<u32>,
+    /// The holder's host, from the owner record (`"unknown"` if it has none).
+    pub host: String,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.pid {
+            Some(pid) => write!(f, "pid {pid} on host {}", self.host),
+            None => write!(f, "pid unknown on host {}", self.host),
+        }
+    }
+}
+
+/// Everything spool-lock can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another process holds the directory's lock.
+    #[error(
+        "spool directory {} is owned by {holder} (it holds {}); stop that process or use another directory",
+        dir.display(),
+        lock_path.display()
+    )]
+    OwnedByOther {
+        /// The spool directory.
+        dir: PathBuf,
+        /// Who holds it (from its owner record).
+        holder: Holder,
+        /// `<dir>/.owner.lock`.
+        lock_path: PathBuf,
+    },
+
+    /// This very process already holds the directory's lock (flock binds to
+    /// an open file description, so a second take in one process is refused).
+    #[error(
+        "spool directory {} is already owned by this process (pid {pid}; it holds {}); \
+         a second take in one process is refused: open the spool `held_by_caller` instead",
+        dir.display(),
+        lock_path.display()
+    )]
+    HeldByThisProcess {
+        /// The spool directory.
+        dir: PathBuf,
+        /// This process's pid.
+        pid: u32,
+        /// `<dir>/.owner.lock`.
+        lock_path: PathBuf,
+    },
+
+    /// The directory itself is locked but its lock file is not: the owner's
+    /// lock file was removed or replaced behind its back, so its holder
+    /// cannot be named.
+    #[error(
+        "spool directory {} is owned by a live process whose lock file {} was removed or \
+         replaced behind its back, so the holder cannot be named; find it with \
+         `fuser -v {}` and wait for it to exit",
+        dir.display(),
+        lock_path.display(),
+        dir.display()
+    )]
+    LockFileReplaced {
+        /// The spool directory.
+        dir: PathBuf,
+        /// `<dir>/.owner.lock` (the path, not the holder's unlinked inode).
+        lock_path: PathBuf,
+    },
+
+    /// `held_by_caller` was asked for but nobody holds the lock.
+    #[error(
+        "spool directory {} is opened held_by_caller but nobody holds its lock ({}); \
+         claim the directory first (or open it with mode `take`)",
+        dir.display(),
+        lock_path.display()
+    )]
+    NotHeld {
+        /// The spool directory.
+        dir: PathBuf,
+        /// `<dir>/.owner.lock`.
+        lock_path: PathBuf,
+    },
+
+    /// The directory is on a filesystem where flock does not exclude
+    /// other nodes, and `allow_shared_filesystem` was not set.
+    #[error(
+        "spool directory {} is on a shared filesystem ({fs_name}, statfs type {magic:#x}), \
+         where flock does not keep out processes on other nodes{hint}; move the spool to a \
+         node-local filesystem, or set allow_shared_filesystem (--allow-shared-filesystem) \
+         if you are sure only this node uses it",
+        path.display()
+    )]
+    SharedFilesystem {
+        /// The path checked.
+        path: PathBuf,
+        /// The filesystem's name (`NFS`, `Lustre`, ...).
+        fs_name: &'static str,
+        /// Its statfs `f_type` magic.
+        magic: u32,
+        /// Extra advice for some filesystems (FUSE), or empty.
+        hint: &'static str,
+    },
+
+    /// The directory lies inside a spool directory whose lock is held.
+    #[error(
+        "spool directory {} is nested under the owned spool directory {} ({holder} holds it); \
+         use a directory outside it",
+        dir.display(),
+        outer.display()
+    )]
+    NestedUnderHeld {
+        /// The directory being taken.
+        dir: PathBuf,
+        /// The held ancestor.
+        outer: PathBuf,
+        /// Who holds the ancestor.
+        holder: Holder,
+    },
+
+    /// The directory contains a spool directory whose lock is held.
+    #[error(
+        "spool directory {} contains the owned spool directory {} ({holder} holds it); \
+         use a directory that does not contain a live spool",
+        dir.display(),
+        inner.display()
+    )]
+    ContainsHeld {
+        /// The directory being taken.
+        dir: PathBuf,
+        /// The held descendant.
+        inner: PathBuf,
+        /// Who holds the descendant.
+        holder: Holder,
+    },
+
+    /// An unknown owner-lock mode string (config, flag).
+    #[error("unknown owner-lock mode {value:?}: expected \"take\" or \"held_by_caller\"")]
+    UnknownMode {
+        /// The refused value.
+        value: String,
+    },
+
+    /// The filesystem cannot rename without replacing (`renameat2`
+    /// `RENAME_NOREPLACE` unsupported); spool-lock never falls back to a
+    /// plain rename.
+    #[error(
+        "cannot create spool directory {} locked: its filesystem does not support \
+         renameat2(RENAME_NOREPLACE) ({source}); create the directory beforehand \
+         or use a local filesystem (ext4, xfs, btrfs, tmpfs)",
+        dir.display()
+    )]
+    NoReplaceUnsupported {
+        /// The directory being created.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+
+    /// The lock file kept being replaced between its open and its flock.
+    #[error(
+        "could not lock {}: the file was replaced {attempts} times between its open and its \
+         flock (something keeps removing it); stop whatever removes files in {}",
+        lock_path.display(),
+        dir.display()
+    )]
+    LockFileUnstable {
+        /// The spool directory.
+        dir: PathBuf,
+        /// `<dir>/.owner.lock`.
+        lock_path: PathBuf,
+        /// How many opens were tried.
+        attempts: u32,
+    },
+
+    /// A test seam was asked for in a build without them.
+    #[error(
+        "this build has no test seams ({what}); they exist only in test builds \
+         (the spool-lock `testing` feature)"
+    )]
+    NoTestSeams {
+        /// Which seam.
+        what: &'static str,
+    },
+
+    /// An I/O error on a path.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done (`"open"`, `"flock"`, ...).
+        op: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// True when another process owns the directory, directly or as a
+    /// nesting holder: the `spool` command's exit code 3.
+    pub fn is_owned_by_another(&self) -> bool {
+        matches!(
+            self,
+            Error::OwnedByOther { .. }
+                | Error::LockFileReplaced { .. }
+                | Error::NestedUnderHeld { .. }
+                | Error::ContainsHeld { .. }
+        )
+    }
+
+    /// True when the directory is on a shared filesystem and no override was
+    /// given: the `spool` command's exit code 4.
+    pub fn is_shared_filesystem(&self) -> bool {
+        matches!(self, Error::SharedFilesystem { .. })
+    }
+
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,761 @@
+//! Takes (create-locked, lock-in-place), the nesting check, the claim and
+//! its release, `held_by_caller`.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use crate::fdinfo::held_by_this_process;
+use crate::node_local::check_node_local;
+use crate::probe::{held_spool, holder_of, read_owner};
+use crate::record::{OwnerRecord, Purpose};
+use crate::seams::{self, HookPoint};
+use crate::sys::RegFd;
+use crate::{host_name, random_u32, Error, LockOptions, LOCK_FILE_NAME};
+
+/// How often a take retries a flock refused with `EWOULDBLOCK` before it
+/// believes a holder exists: a probe's momentary shared lock must not make
+/// a legitimate take fail.
+const TAKE_RETRIES: u32 = 10;
+/// Pause between those retries.
+const TAKE_RETRY_PAUSE: Duration = Duration::from_millis(2);
+/// How many times a take re-opens a lock file that was unlinked or replaced
+/// between its open and its flock.
+pub(crate) const REOPEN_LIMIT: u32 = 16;
+
+/// Both descriptors of a held lock: the lock file's and the directory's.
+#[derive(Debug)]
+struct Held {
+    file: RegFd,
+    dir: RegFd,
+}
+
+impl Held {
+    fn is_live(&self) -> bool {
+        self.file.is_live() && self.dir.is_live()
+    }
+
+    /// Closes the directory first, then the file, so a probe in between
+    /// never sees "directory held, file free" (which reads as replaced).
+    fn close(self) {
+        let Held { file, dir } = self;
+        drop(dir);
+        drop(file);
+    }
+}
+
+/// A lock just taken, before the nesting check decides whether to keep it.
+struct Taken {
+    dir: PathBuf,
+    held: Held,
+    created_dir: bool,
+    created_file: bool,
+}
+
+fn flock_retrying(fd: &RegFd, path: &Path) -> Result<bool, Error> {
+    for attempt in 0..TAKE_RETRIES {
+        if fd
+            .try_flock(libc::LOCK_EX)
+            .map_err(|e| Error::io("flock", path, e))?
+        {
+            return Ok(true);
+        }
+        if attempt + 1 < TAKE_RETRIES {
+            std::thread::sleep(TAKE_RETRY_PAUSE);
+        }
+    }
+    Ok(false)
+}
+
+fn this_record(purpose: Purpose) -> OwnerRecord {
+    OwnerRecord {
+        host: host_name(),
+        pid: Some(std::process::id()),
+        purpose,
+    }
+}
+
+/// Is `fd` still the file at `path` (same dev/inode, not unlinked)?
+fn still_at_path(fd: &RegFd, path: &Path) -> Result<bool, Error> {
+    use std::os::unix::fs::MetadataExt;
+    let st = fd.fstat().map_err(|e| Error::io("fstat", path, e))?;
+    if st.st_nlink == 0 {
+        return Ok(false);
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => Ok(m.dev() == st.st_dev && m.ino() == st.st_ino),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io("stat", path, e)),
+    }
+}
+
+/// The refusal for a lock file someone else holds.
+fn refusal_file_held(dir: &Path) -> Error {
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    if held_by_this_process(dir).unwrap_or(false) {
+        return Error::HeldByThisProcess {
+            dir: dir.to_path_buf(),
+            pid: std::process::id(),
+            lock_path,
+        };
+    }
+    let record = read_owner(dir).ok().and_then(|s| s.record);
+    Error::OwnedByOther {
+        dir: dir.to_path_buf(),
+        holder: holder_of(record.as_ref()),
+        lock_path,
+    }
+}
+
+/// The refusal for a directory whose own lock someone else holds while its
+/// lock file is free.
+fn refusal_dir_held(dir: &Path) -> Error {
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    if held_by_this_process(dir).unwrap_or(false) {
+        return Error::HeldByThisProcess {
+            dir: dir.to_path_buf(),
+            pid: std::process::id(),
+            lock_path,
+        };
+    }
+    Error::LockFileReplaced {
+        dir: dir.to_path_buf(),
+        lock_path,
+    }
+}
+
+/// Locks an existing directory in place: flock its lock file (creating it
+/// if missing), re-check it is still the file at the path, flock the
+/// directory, write the record. `Ok(None)` when the directory vanished.
+fn lock_in_place(dir: &Path, purpose: Purpose) -> Result<Option<Taken>, Error> {
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    for _ in 0..REOPEN_LIMIT {
+        let (file, created_file) = match RegFd::open(
+            &lock_path,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            0o644,
+        ) {
+            Ok(fd) => (fd, true),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                match RegFd::open(
+                    &lock_path,
+                    libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                    0,
+                ) {
+                    Ok(fd) => (fd, false),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(Error::io("open", &lock_path, e)),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !dir.exists() => return Ok(None),
+            Err(e) => return Err(Error::io("open", &lock_path, e)),
+        };
+        seams::run_hook(HookPoint::LockFileOpened, &lock_path);
+        if !flock_retrying(&file, &lock_path)? {
+            drop(file);
+            return Err(refusal_file_held(dir));
+        }
+        // Re-check after lock: a remover may have unlinked (or replaced) the
+        // file between our open and our flock; then we hold a lock nobody
+        // else can see. Open and lock again.
+        if !still_at_path(&file, &lock_path)? {
+            tracing::debug!(dir = %dir.display(), "lock file of {} was replaced between open and flock; opening it again", dir.display());
+            continue;
+        }
+        let dfd = match RegFd::open(dir, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+            Ok(fd) => fd,
+            Err(e) => {
+                if created_file {
+                    let _ = std::fs::remove_file(&lock_path);
+                }
+                return Err(Error::io("open directory", dir, e));
+            }
+        };
+        if !flock_retrying(&dfd, dir)? {
+            if created_file {
+                // Leave nothing behind: the file we added goes (we still
+                // hold it, and it is still the one at the path).
+                let _ = std::fs::remove_file(&lock_path);
+            }
+            drop(dfd);
+            drop(file);
+            return Err(refusal_dir_held(dir));
+        }
+        file.overwrite(this_record(purpose).render().as_bytes())
+            .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
+        return Ok(Some(Taken {
+            dir: dir.to_path_buf(),
+            held: Held { file, dir: dfd },
+            created_dir: false,
+            created_file,
+        }));
+    }
+    Err(Error::LockFileUnstable {
+        dir: dir.to_path_buf(),
+        lock_path,
+        attempts: REOPEN_LIMIT,
+    })
+}
+
+/// The staging name of a directory being created: `.<name>.<8 hex>.creating`.
+pub fn is_staging_name(name: &OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    let Some(rest) = name
+        .strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".creating"))
+    else {
+        return false;
+    };
+    match rest.rsplit_once('.') {
+        Some((base, hex)) => {
+            !base.is_empty()
+                && hex.len() == 8
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        }
+        None => false,
+    }
+}
+
+enum Created {
+    Taken(Taken),
+    AlreadyExists,
+}
+
+/// Creates `dir` with its lock already held: a staging copy
+/// `<parent>/.<name>.<8 hex>.creating` with both locks taken inside, renamed
+/// into place with `renameat2(RENAME_NOREPLACE)`, then the parent fsynced.
+fn create_locked(parent: &Path, name: &OsStr, purpose: Purpose) -> Result<Created, Error> {
+    let dir = parent.join(name);
+    let mut staging = PathBuf::new();
+    for _ in 0..8 {
+        let candidate = parent.join(format!(
+            ".{}.{:08x}.creating",
+            name.to_string_lossy(),
+            random_u32()
+        ));
+        match std::fs::create_dir(&candidate) {
+            Ok(()) => {
+                staging = candidate;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io("create staging directory", &candidate, e)),
+        }
+    }
+    if staging.as_os_str().is_empty() {
+        return Err(Error::io(
+            "create staging directory in",
+            parent,
+            io::Error::from(io::ErrorKind::AlreadyExists),
+        ));
+    }
+    let staging_lock = staging.join(LOCK_FILE_NAME);
+    let cleanup = |staging: &Path| {
+        let _ = std::fs::remove_file(staging.join(LOCK_FILE_NAME));
+        let _ = std::fs::remove_dir(staging);
+    };
+    let result = (|| -> Result<Held, Error> {
+        let file = RegFd::open(
+            &staging_lock,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            0o644,
+        )
+        .map_err(|e| Error::io("create", &staging_lock, e))?;
+        seams::run_hook(HookPoint::LockFileOpened, &staging_lock);
+        if !flock_retrying(&file, &staging_lock)? {
+            return Err(refusal_file_held(&staging));
+        }
+        let dfd = RegFd::open(&staging, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .map_err(|e| Error::io("open directory", &staging, e))?;
+        if !flock_retrying(&dfd, &staging)? {
+            return Err(refusal_dir_held(&staging));
+        }
+        file.overwrite(this_record(purpose).render().as_bytes())
+            .map_err(|e| Error::io("write owner record to", &staging_lock, e))?;
+        dfd.sync().map_err(|e| Error::io("fsync", &staging, e))?;
+        Ok(Held { file, dir: dfd })
+    })();
+    let held = match result {
+        Ok(held) => held,
+        Err(e) => {
+            cleanup(&staging);
+            return Err(e);
+        }
+    };
+    let parent_fd =
+        std::fs::File::open(parent).map_err(|e| Error::io("open directory", parent, e))?;
+    let staging_name = staging.file_name().expect("staging has a name");
+    match nix::fcntl::renameat2(
+        &parent_fd,
+        staging_name,
+        &parent_fd,
+        name,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOTEMPTY) => {
+            cleanup(&staging);
+            held.close();
+            return Ok(Created::AlreadyExists);
+        }
+        Err(e @ (nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)) => {
+            cleanup(&staging);
+            held.close();
+            return Err(Error::NoReplaceUnsupported {
+                dir,
+                source: io::Error::from(e),
+            });
+        }
+        Err(e) => {
+            cleanup(&staging);
+            held.close();
+            return Err(Error::io(
+                "rename staging directory to",
+                &dir,
+                io::Error::from(e),
+            ));
+        }
+    }
+    parent_fd
+        .sync_all()
+        .map_err(|e| Error::io("fsync", parent, e))?;
+    Ok(Created::Taken(Taken {
+        dir,
+        held,
+        created_dir: true,
+        created_file: true,
+    }))
+}
+
+/// Which nesting directions a take checks.
+#[derive(Clone, Copy)]
+enum Nesting {
+    /// Ancestors and descendants (`acquire`).
+    Both,
+    /// Ancestors only (`try_adopt`: a held descendant is left alone by the
+    /// walks).
+    AncestorsOnly,
+}
+
+/// Refuses `dir` when an ancestor or (for `Both`) a descendant is a spool
+/// directory whose lock is held. Unheld lock files and staging copies never
+/// refuse. Runs AFTER the take published its lock, so of two racing takes
+/// (outer, inner) at least one sees the other.
+fn check_nesting(dir: &Path, nesting: Nesting) -> Result<(), Error> {
+    for outer in dir.ancestors().skip(1) {
+        if let Some(holder) = held_spool(outer)? {
+            return Err(Error::NestedUnderHeld {
+                dir: dir.to_path_buf(),
+                outer: outer.to_path_buf(),
+                holder,
+            });
+        }
+    }
+    if let Nesting::Both = nesting {
+        check_descendants(dir, dir)?;
+    }
+    Ok(())
+}
+
+fn check_descendants(root: &Path, dir: &Path) -> Result<(), Error> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        // Removed while we walk, or not ours to read: nothing held we can see.
+        Err(e) if dir != root => {
+            tracing::debug!(dir = %dir.display(), %e, "nesting walk skips {}", dir.display());
+            return Ok(());
+        }
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    for entry in entries.flatten() {
+        let Ok(ft) = entry.file_type() else { continue };
+        if !ft.is_dir() {
+            continue;
+        }
+        let sub = entry.path();
+        if let Some(holder) = held_spool(&sub)? {
+            return Err(Error::ContainsHeld {
+                dir: root.to_path_buf(),
+                inner: sub,
+                holder,
+            });
+        }
+        check_descendants(root, &sub)?;
+    }
+    Ok(())
+}
+
+/// Keeps the lock of a take the nesting check accepted, or lets it go and
+/// cleans up after a refusal.
+fn finish(taken: Taken, nesting: Nesting) -> Result<Claim, Error> {
+    if let Err(refusal) = check_nesting(&taken.dir, nesting) {
+        let lock_path = taken.dir.join(LOCK_FILE_NAME);
+        if taken.created_file {
+            let _ = std::fs::remove_file(&lock_path);
+        }
+        if taken.created_dir {
+            // Removed only while still empty.
+            let _ = std::fs::remove_dir(&taken.dir);
+        }
+        taken.held.close();
+        return Err(refusal);
+    }
+    Ok(Claim::register(taken.dir, taken.held))
+}
+
+fn absolute(dir: &Path) -> Result<PathBuf, Error> {
+    std::path::absolute(dir).map_err(|e| Error::io("resolve", dir, e))
+}
+
+/// Takes `dir`'s lock for a claim: creates `dir` already locked when it is
+/// missing (parents are created as plain directories), else locks it in
+/// place. Runs the node-local check first and the nesting check after the
+/// lock is taken. The owner record says `claim`.
+///
+/// A refusal names the holder and leaves nothing behind: a directory this
+/// call created is removed while still empty, a lock file it added is
+/// unlinked.
+pub fn acquire(dir: &Path, opts: &LockOptions) -> Result<Claim, Error> {
+    let dir = absolute(dir)?;
+    for _ in 0..REOPEN_LIMIT {
+        match std::fs::metadata(&dir) {
+            Ok(m) if m.is_dir() => {
+                let dir = dir
+                    .canonicalize()
+                    .map_err(|e| Error::io("resolve", &dir, e))?;
+                check_node_local(&dir, opts.allow_shared_filesystem)?;
+                if let Some(taken) = lock_in_place(&dir, Purpose::Claim)? {
+                    return finish(taken, Nesting::Both);
+                }
+            }
+            Ok(_) => {
+                return Err(Error::io(
+                    "lock",
+                    &dir,
+                    io::Error::from_raw_os_error(libc::ENOTDIR),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+                    return Err(Error::io("create", &dir, e));
+                };
+                std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+                let parent = parent
+                    .canonicalize()
+                    .map_err(|e| Error::io("resolve", parent, e))?;
+                check_node_local(&parent, opts.allow_shared_filesystem)?;
+                match create_locked(&parent, name, Purpose::Claim)? {
+                    Created::Taken(taken) => return finish(taken, Nesting::Both),
+                    Created::AlreadyExists => continue,
+                }
+            }
+            Err(e) => return Err(Error::io("stat", &dir, e)),
+        }
+    }
+    Err(Error::LockFileUnstable {
+        lock_path: dir.join(LOCK_FILE_NAME),
+        dir,
+        attempts: REOPEN_LIMIT,
+    })
+}
+
+/// Takes the lock of an existing directory for adoption (record
+/// `adopting`). Refused when anyone holds it, and under a held ancestor; a
+/// held descendant is left to the walks, which skip nested spools.
+///
+/// `try_adopt` does not read the `blocked` mark: an adopter reads it first
+/// with [`read_owner`] and skips blocked directories; taking one (an
+/// operator clearing the mark, say) rewrites the record, which clears it.
+pub fn try_adopt(dir: &Path, opts: &LockOptions) -> Result<Claim, Error> {
+    let dir = absolute(dir)?
+        .canonicalize()
+        .map_err(|e| Error::io("resolve", dir, e))?;
+    check_node_local(&dir, opts.allow_shared_filesystem)?;
+    match lock_in_place(&dir, Purpose::Adopting)? {
+        Some(taken) => finish(taken, Nesting::AncestorsOnly),
+        None => Err(Error::io(
+            "adopt",
+            &dir,
+            io::Error::from(io::ErrorKind::NotFound),
+        )),
+    }
+}
+
+/// The `held_by_caller` check: accepted only when THIS process holds
+/// `dir`'s lock (see [`held_by_this_process`]). Runs the node-local check
+/// too. Beside another process's lock: [`Error::OwnedByOther`] (or
+/// [`Error::LockFileReplaced`]); nothing holding it: [`Error::NotHeld`].
+pub fn verify_held_by_caller(dir: &Path, opts: &LockOptions) -> Result<(), Error> {
+    let dir = absolute(dir)?;
+    check_node_local(&dir, opts.allow_shared_filesystem)?;
+    if held_by_this_process(&dir)? {
+        return Ok(());
+    }
+    let status = read_owner(&dir)?;
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    if !status.held {
+        return Err(Error::NotHeld { dir, lock_path });
+    }
+    if status.lock_file_replaced {
+        return Err(Error::LockFileReplaced { dir, lock_path });
+    }
+    Err(Error::OwnedByOther {
+        holder: status.holder(),
+        dir,
+        lock_path,
+    })
+}
+
+/// Removes the unheld staging copies (`.<name>.<8 hex>.creating`) in
+/// `parent` older than `opts.staging_max_age`, whose lock this call can
+/// take; younger ones are left alone (a claim between its mkdir and its
+/// flock holds no lock yet). Returns the removed paths.
+pub fn remove_stale_staging(parent: &Path, opts: &LockOptions) -> Result<Vec<PathBuf>, Error> {
+    let mut removed = Vec::new();
+    let entries = std::fs::read_dir(parent).map_err(|e| Error::io("list", parent, e))?;
+    for entry in entries.flatten() {
+        if !is_staging_name(&entry.file_name()) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .unwrap_or_default();
+        if !meta.is_dir() || age < opts.staging_max_age {
+            continue;
+        }
+        let taken = match lock_in_place(&path, Purpose::Adopting) {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(path = %path.display(), %e, "stale staging copy {} left alone", path.display());
+                continue;
+            }
+        };
+        let _ = std::fs::remove_file(path.join(LOCK_FILE_NAME));
+        match std::fs::remove_dir(&path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed stale staging copy {} (age {:?})", path.display(), age);
+                removed.push(path);
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), %e, "stale staging copy {} is not empty; left in place", path.display());
+            }
+        }
+        taken.held.close();
+    }
+    Ok(removed)
+}
+
+/// The process-wide registry of claims not yet released: (id, directory).
+static CLAIMS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+/// Locks of claims dropped without release: kept until process exit.
+static KEPT: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn claims() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
+    CLAIMS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The directories this process holds claims on (taken and not released,
+/// including claims dropped without release, which stay held until exit).
+pub fn held_claims() -> Vec<PathBuf> {
+    claims().iter().map(|(_, d)| d.clone()).collect()
+}
+
+/// A held lock on a spool directory (from [`acquire`] or [`try_adopt`]).
+///
+/// Registered process-wide until released. Dropping it without
+/// [`Claim::release`] keeps the lock until the process exits (with a
+/// warning naming the directory): it never silently unlocks a directory a
+/// sink may still write.
+#[derive(Debug)]
+pub struct Claim {
+    dir: PathBuf,
+    held: Option<Held>,
+    id: u64,
+}
+
+impl Claim {
+    fn register(dir: PathBuf, held: Held) -> Claim {
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        claims().push((id, dir.clone()));
+        Claim {
+            dir,
+            held: Some(held),
+            id,
+        }
+    }
+
+    fn unregister(&self) {
+        claims().retain(|(id, _)| *id != self.id);
+    }
+
+    /// The (absolute) directory this claim holds.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `<dir>/.owner.lock`.
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.join(LOCK_FILE_NAME)
+    }
+
+    /// False in a fork child's copy: the child's descriptors were closed by
+    /// the fork handler, so it holds nothing.
+    pub fn is_held(&self) -> bool {
+        self.held.as_ref().is_some_and(Held::is_live)
+    }
+
+    /// The raw descriptor numbers this claim holds (lock file, directory);
+    /// for fork tests, which check a child's copies are closed.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn raw_descriptors(&self) -> Option<[i32; 2]> {
+        self.held.as_ref().map(|h| [h.file.raw(), h.dir.raw()])
+    }
+
+    /// Writes `blocked: <why>` into the owner record (durably), for an
+    /// adopter about to give up on the directory. Other services skip it
+    /// until an operator clears the mark (the next take rewrites it).
+    pub fn mark_blocked(&self, why: &str) -> Result<(), Error> {
+        let lock_path = self.lock_path();
+        let held = self.live_held()?;
+        held.file
+            .overwrite(
+                this_record(Purpose::Blocked(why.to_owned()))
+                    .render()
+                    .as_bytes(),
+            )
+            .and_then(|()| held.file.sync())
+            .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
+        tracing::info!(dir = %self.dir.display(), why, "marked spool directory {} blocked: {why}", self.dir.display());
+        Ok(())
+    }
+
+    fn live_held(&self) -> Result<&Held, Error> {
+        match &self.held {
+            Some(h) if h.is_live() => Ok(h),
+            _ => Err(Error::NotHeld {
+                dir: self.dir.clone(),
+                lock_path: self.lock_path(),
+            }),
+        }
+    }
+
+    fn take_held(&mut self) -> Option<Held> {
+        let held = self.held.take();
+        self.unregister();
+        held
+    }
+
+    /// Lets go of the lock; the directory stays, unowned.
+    pub fn release(mut self) -> Result<(), Error> {
+        seams::run_hook(HookPoint::ReleaseBeforeClose, &self.dir);
+        if let Some(held) = self.take_held() {
+            held.close();
+        }
+        Ok(())
+    }
+
+    /// Lets go of the lock, removing the directory when nothing but its
+    /// lock file (and empty subdirectories) remains; otherwise it stays,
+    /// unowned. Returns whether it was removed. The claim leaves the
+    /// process registry either way.
+    pub fn release_and_remove_if_empty(mut self) -> Result<bool, Error> {
+        seams::run_hook(HookPoint::ReleaseBeforeClose, &self.dir);
+        let Some(held) = self.take_held() else {
+            return Ok(false);
+        };
+        if !held.is_live() {
+            return Ok(false);
+        }
+        let result = remove_if_empty(&self.dir);
+        held.close();
+        result
+    }
+}
+
+/// With the lock still held: if `dir` holds only its lock file and empty
+/// subdirectories, removes them and the directory.
+fn remove_if_empty(dir: &Path) -> Result<bool, Error> {
+    let mut empty_dirs = Vec::new();
+    if !only_empty_dirs(dir, true, &mut empty_dirs)? {
+        return Ok(false);
+    }
+    for sub in empty_dirs.iter().rev() {
+        if std::fs::remove_dir(sub).is_err() {
+            return Ok(false);
+        }
+    }
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    match std::fs::remove_file(&lock_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove", &lock_path, e)),
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => {}
+        // Something arrived after the check: keep it (unowned, adoptable).
+        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+            tracing::info!(dir = %dir.display(), "spool directory {} gained files while being removed; kept", dir.display());
+            return Ok(false);
+        }
+        Err(e) => return Err(Error::io("remove", dir, e)),
+    }
+    if let Some(parent) = dir.parent() {
+        if let Ok(p) = std::fs::File::open(parent) {
+            let _ = p.sync_all();
+        }
+    }
+    Ok(true)
+}
+
+fn only_empty_dirs(dir: &Path, top: bool, subdirs: &mut Vec<PathBuf>) -> Result<bool, Error> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("list", dir, e))?;
+        if top && entry.file_name() == LOCK_FILE_NAME {
+            continue;
+        }
+        let ft = entry
+            .file_type()
+            .map_err(|e| Error::io("stat", entry.path(), e))?;
+        if !ft.is_dir() {
+            return Ok(false);
+        }
+        let sub = entry.path();
+        subdirs.push(sub.clone());
+        if !only_empty_dirs(&sub, false, subdirs)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else { return };
+        if !held.is_live() {
+            // A fork child's copy: its descriptors were closed by the fork
+            // handler, and dropping it closes nothing.
+            return;
+        }
+        tracing::warn!(
+            dir = %self.dir.display(),
+            "claim on spool directory {} dropped without release: its lock stays held until this process exits, so the next process adopts it",
+            self.dir.display()
+        );
+        KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(held);
+    }
+}

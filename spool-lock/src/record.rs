@@ -1,0 +1,171 @@
+//! The owner record: the text inside `<dir>/.owner.lock`.
+//!
+//! Format (UTF-8, one `key: value` per line, written whole by the holder
+//! after it takes the lock, rewritten by every take):
+//!
+//! ```text
+//! host: node17
+//! pid: 4242
+//! purpose: claim            (or `adopting`, or `blocked: <why>`)
+//! ```
+//!
+//! Parsing is defensive: unknown keys are ignored, a missing or garbled
+//! field reads as unknown, and nothing in the file can make a reader panic.
+
+/// Why the holder holds (or last held) the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Purpose {
+    /// A claim: the directory's own producer/service (`acquire`).
+    Claim,
+    /// An adopter draining a dead directory (`try_adopt`).
+    Adopting,
+    /// An adopter gave up on the directory and says why (`mark_blocked`);
+    /// other services skip it until an operator clears the mark.
+    Blocked(String),
+    /// Anything else found in the file (kept verbatim, for messages).
+    Unknown(String),
+}
+
+impl Purpose {
+    fn render(&self) -> String {
+        match self {
+            Purpose::Claim => "claim".to_owned(),
+            Purpose::Adopting => "adopting".to_owned(),
+            Purpose::Blocked(why) => format!("blocked: {}", one_line(why)),
+            Purpose::Unknown(s) => one_line(s),
+        }
+    }
+
+    fn parse(s: &str) -> Purpose {
+        let s = s.trim();
+        match s {
+            "claim" => Purpose::Claim,
+            "adopting" => Purpose::Adopting,
+            _ => match s.strip_prefix("blocked:") {
+                Some(why) => Purpose::Blocked(why.trim().to_owned()),
+                None => Purpose::Unknown(s.to_owned()),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Purpose {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render())
+    }
+}
+
+/// The owner record of a spool directory, as written by its (last) holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRecord {
+    /// The holder's host name (`"unknown"` when the record has none).
+    pub host: String,
+    /// The holder's pid (in its own pid namespace), if the record has one.
+    pub pid: Option<u32>,
+    /// Why it holds the lock.
+    pub purpose: Purpose,
+}
+
+/// Longest record read; anything past it is ignored.
+pub(crate) const MAX_RECORD_BYTES: usize = 4096;
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+impl OwnerRecord {
+    /// Renders the record as written into the lock file.
+    pub fn render(&self) -> String {
+        let mut out = format!("host: {}\n", one_line(&self.host));
+        if let Some(pid) = self.pid {
+            out.push_str(&format!("pid: {pid}\n"));
+        }
+        out.push_str(&format!("purpose: {}\n", self.purpose.render()));
+        out
+    }
+
+    /// Parses a lock file's contents. `None` when nothing in it looks like a
+    /// record (empty, or garbage without any known key).
+    pub fn parse(bytes: &[u8]) -> Option<OwnerRecord> {
+        let bytes = &bytes[..bytes.len().min(MAX_RECORD_BYTES)];
+        let text = String::from_utf8_lossy(bytes);
+        let (mut host, mut pid, mut purpose) = (None, None, None);
+        let mut seen = false;
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            match key.trim() {
+                "host" => {
+                    seen = true;
+                    host = Some(value.to_owned());
+                }
+                "pid" => {
+                    seen = true;
+                    pid = value.parse::<u32>().ok().filter(|p| *p > 0);
+                }
+                "purpose" => {
+                    seen = true;
+                    purpose = Some(Purpose::parse(value));
+                }
+                _ => {}
+            }
+        }
+        if !seen {
+            return None;
+        }
+        Some(OwnerRecord {
+            host: host
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "unknown".to_owned()),
+            pid,
+            purpose: purpose.unwrap_or_else(|| Purpose::Unknown(String::new())),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_purpose() {
+        for purpose in [
+            Purpose::Claim,
+            Purpose::Adopting,
+            Purpose::Blocked("disk full\nreally".into()),
+        ] {
+            let rec = OwnerRecord {
+                host: "node17".into(),
+                pid: Some(4242),
+                purpose: purpose.clone(),
+            };
+            let back = OwnerRecord::parse(rec.render().as_bytes()).unwrap();
+            assert_eq!(back.host, "node17");
+            assert_eq!(back.pid, Some(4242));
+            match purpose {
+                Purpose::Blocked(_) => {
+                    assert_eq!(back.purpose, Purpose::Blocked("disk full really".into()))
+                }
+                p => assert_eq!(back.purpose, p),
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_is_unknown_never_a_crash() {
+        assert_eq!(OwnerRecord::parse(b""), None);
+        assert_eq!(OwnerRecord::parse(b"\xff\xfe\x00garbage"), None);
+        let rec = OwnerRecord::parse(b"pid: notanumber\npurpose: what\x00\n").unwrap();
+        assert_eq!(rec.pid, None);
+        assert_eq!(rec.host, "unknown");
+        assert_eq!(rec.purpose, Purpose::Unknown("what\0".into()));
+        // The old `<host> <pid>` form has no key: no record.
+        assert_eq!(OwnerRecord::parse(b"node 12\n"), None);
+        let big = vec![b'x'; 100_000];
+        assert_eq!(OwnerRecord::parse(&big), None);
+        let rec = OwnerRecord::parse(b"host:\npid: -3\n").unwrap();
+        assert_eq!((rec.host.as_str(), rec.pid), ("unknown", None));
+    }
+}

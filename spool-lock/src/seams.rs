@@ -1,0 +1,142 @@
+//! Test seams, compiled only for tests (`cfg(test)` or the `testing`
+//! feature). Production builds get the always-present shims at the bottom,
+//! which report "no seam".
+//!
+//! * **statfs type**: [`testing::set_filesystem_type`] makes every path under a
+//!   prefix report a given `f_type` magic.
+//! * **fdinfo without lock lines**: [`testing::set_fdinfo_hides_locks`]
+//!   strips `lock:` lines from this process's `/proc/self/fdinfo` reads (as
+//!   gVisor and WSL1 do), so the owner record decides.
+//! * **lock hooks**: [`testing::set_lock_hook`] runs a closure at a
+//!   [`HookPoint`] for paths under a prefix: between a lock file's open and
+//!   its flock, and inside a release before its descriptors close.
+//!
+//! Seams are keyed by path prefix, so tests that use their own scratch
+//! directories do not see each other's seams even in one process. The
+//! fdinfo seam is process-wide; under it, answers come from the owner
+//! record, which is right for every lock this crate takes.
+
+use std::path::Path;
+
+/// Where a lock hook runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookPoint {
+    /// A lock file is open and not yet flocked (path: the lock file).
+    LockFileOpened,
+    /// A release has begun and its descriptors are not yet closed (path:
+    /// the spool directory).
+    ReleaseBeforeClose,
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    //! Test seams (only with `cfg(test)` or the `testing` feature).
+    use super::HookPoint;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// A lock hook.
+    pub type Hook = Arc<dyn Fn(HookPoint, &Path) + Send + Sync>;
+
+    static FS_TYPES: Mutex<Vec<(PathBuf, u32)>> = Mutex::new(Vec::new());
+    static HIDE_FDINFO_LOCKS: AtomicBool = AtomicBool::new(false);
+    static HOOKS: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
+
+    /// Every path under `prefix` reports statfs `f_type` `magic`.
+    pub fn set_filesystem_type(prefix: &Path, magic: u32) {
+        let mut v = FS_TYPES.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|(p, _)| p != prefix);
+        v.push((prefix.to_path_buf(), magic));
+    }
+
+    /// Removes the statfs override for `prefix`.
+    pub fn clear_filesystem_type(prefix: &Path) {
+        FS_TYPES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, _)| p != prefix);
+    }
+
+    /// Makes this process's fdinfo reads see no `lock:` lines.
+    pub fn set_fdinfo_hides_locks(hide: bool) {
+        HIDE_FDINFO_LOCKS.store(hide, Ordering::SeqCst);
+    }
+
+    /// Runs `hook` at every [`HookPoint`] for paths under `prefix`.
+    pub fn set_lock_hook(prefix: &Path, hook: Hook) {
+        let mut v = HOOKS.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|(p, _)| p != prefix);
+        v.push((prefix.to_path_buf(), hook));
+    }
+
+    /// Removes the lock hook for `prefix`.
+    pub fn clear_lock_hook(prefix: &Path) {
+        HOOKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, _)| p != prefix);
+    }
+
+    pub(crate) fn filesystem_type(path: &Path) -> Option<u32> {
+        let v = FS_TYPES.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter()
+            .filter(|(p, _)| path.starts_with(p))
+            .max_by_key(|(p, _)| p.as_os_str().len())
+            .map(|(_, m)| *m)
+    }
+
+    pub(crate) fn fdinfo_hides_locks() -> bool {
+        HIDE_FDINFO_LOCKS.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn run_hook(point: HookPoint, path: &Path) {
+        let hooks: Vec<Hook> = HOOKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(p, _)| path.starts_with(p))
+            .map(|(_, h)| h.clone())
+            .collect();
+        for hook in hooks {
+            hook(point, path);
+        }
+    }
+}
+
+/// The statfs magic a seam reports for `path`, if any.
+pub(crate) fn filesystem_type(_path: &Path) -> Option<u32> {
+    #[cfg(any(test, feature = "testing"))]
+    return testing::filesystem_type(_path);
+    #[cfg(not(any(test, feature = "testing")))]
+    None
+}
+
+/// Whether fdinfo reads must hide `lock:` lines.
+pub(crate) fn fdinfo_hides_locks() -> bool {
+    #[cfg(any(test, feature = "testing"))]
+    return testing::fdinfo_hides_locks();
+    #[cfg(not(any(test, feature = "testing")))]
+    false
+}
+
+/// Runs the hooks for `point` (nothing in production builds).
+pub(crate) fn run_hook(_point: HookPoint, _path: &Path) {
+    #[cfg(any(test, feature = "testing"))]
+    testing::run_hook(_point, _path);
+}
+
+/// Makes every path under `prefix` report statfs type `magic` — for a hidden
+/// command-line option. Always present; in a build without test seams it
+/// returns [`crate::Error::NoTestSeams`].
+pub fn set_filesystem_type_for_testing(_prefix: &Path, _magic: u32) -> Result<(), crate::Error> {
+    #[cfg(any(test, feature = "testing"))]
+    {
+        testing::set_filesystem_type(_prefix, _magic);
+        Ok(())
+    }
+    #[cfg(not(any(test, feature = "testing")))]
+    Err(crate::Error::NoTestSeams {
+        what: "statfs filesystem type",
+    })
+}

@@ -1,0 +1,229 @@
+//! In-process tests: double takes, `held_by_caller`, the fdinfo and statfs
+//! seams, release and drop.
+
+use spool_lock::{
+    acquire, check_node_local, held_by_this_process, held_claims, is_nested_spool, read_owner,
+    remove_stale_staging, testing, try_adopt, verify_held_by_caller, Error, LockOptions,
+    LOCK_FILE_NAME, SHARED_FILESYSTEMS,
+};
+use std::time::Duration;
+
+fn opts() -> LockOptions {
+    LockOptions::default()
+}
+
+#[test]
+fn two_takes_in_one_process_refuse_each_other_naming_this_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    for err in [
+        acquire(&dir, &opts()).unwrap_err(),
+        try_adopt(&dir, &opts()).unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::HeldByThisProcess { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("this process"), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
+        assert!(!err.is_owned_by_another());
+    }
+    claim.release().unwrap();
+}
+
+#[test]
+fn held_by_caller_opens_beside_this_process_lock_and_refuses_when_nothing_holds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    // The directory present, no lock file: the distinct error.
+    std::fs::create_dir(&dir).unwrap();
+    let err = verify_held_by_caller(&dir, &opts()).unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+    assert!(err.to_string().contains("nobody holds"), "{err}");
+
+    let claim = acquire(&dir, &opts()).unwrap();
+    assert!(held_by_this_process(&dir).unwrap());
+    verify_held_by_caller(&dir, &opts()).unwrap();
+    claim.release().unwrap();
+
+    // Present with a lock file nobody holds: the same distinct error.
+    assert!(dir.join(LOCK_FILE_NAME).exists());
+    assert!(!held_by_this_process(&dir).unwrap());
+    let err = verify_held_by_caller(&dir, &opts()).unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+}
+
+#[test]
+fn with_fdinfo_hiding_lock_lines_the_owner_record_decides() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    testing::set_fdinfo_hides_locks(true);
+    let held = held_by_this_process(&dir);
+    let verified = verify_held_by_caller(&dir, &opts());
+    claim.release().unwrap();
+    let after = verify_held_by_caller(&dir, &opts());
+    testing::set_fdinfo_hides_locks(false);
+    assert!(held.unwrap(), "the record names this host and pid");
+    verified.unwrap();
+    assert!(matches!(after, Err(Error::NotHeld { .. })), "{after:?}");
+}
+
+#[test]
+fn held_by_caller_still_refuses_a_shared_filesystem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    testing::set_filesystem_type(tmp.path(), 0x6969);
+    let refused = verify_held_by_caller(&dir, &opts());
+    let admitted = verify_held_by_caller(
+        &dir,
+        &LockOptions {
+            allow_shared_filesystem: true,
+            ..opts()
+        },
+    );
+    testing::clear_filesystem_type(tmp.path());
+    let err = refused.unwrap_err();
+    assert!(err.is_shared_filesystem(), "{err}");
+    assert!(err.to_string().contains("NFS"), "{err}");
+    admitted.unwrap();
+    claim.release().unwrap();
+}
+
+#[test]
+fn every_network_filesystem_is_refused_by_name_and_admitted_with_the_override() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (magic, name) in SHARED_FILESYSTEMS {
+        testing::set_filesystem_type(tmp.path(), *magic);
+        let err = check_node_local(tmp.path(), false).unwrap_err();
+        assert!(err.is_shared_filesystem(), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(&format!("({name},")), "{name}: {msg}");
+        if *name == "FUSE" {
+            assert!(msg.contains("local to this node"), "{msg}");
+        }
+        check_node_local(tmp.path(), true).unwrap();
+        // A take is refused before it creates anything.
+        let dir = tmp.path().join(format!("spool-{magic:x}"));
+        assert!(acquire(&dir, &opts()).unwrap_err().is_shared_filesystem());
+        assert!(!dir.exists());
+    }
+    // ext4 (ext2/3 share it), xfs, btrfs, zfs, tmpfs, overlayfs, CephFS pass.
+    for magic in [
+        0xEF53u32,
+        0x5846_5342,
+        0x9123_683E,
+        0x2FC1_2FC1,
+        0x0102_1994,
+        0x794C_7630,
+        0x00C3_6400,
+    ] {
+        testing::set_filesystem_type(tmp.path(), magic);
+        check_node_local(tmp.path(), false).unwrap();
+    }
+    testing::clear_filesystem_type(tmp.path());
+    check_node_local(tmp.path(), false).unwrap();
+}
+
+#[test]
+fn release_and_remove_if_empty_removes_a_drained_directory_and_keeps_one_with_a_pack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let drained = tmp.path().join("key").join("r0-00000001");
+    let claim = acquire(&drained, &opts()).unwrap();
+    std::fs::create_dir_all(drained.join("w0").join("x")).unwrap();
+    assert!(held_claims().contains(&claim.dir().to_path_buf()));
+    let path = claim.dir().to_path_buf();
+    assert!(claim.release_and_remove_if_empty().unwrap());
+    assert!(!drained.exists());
+    assert!(!held_claims().contains(&path));
+
+    let full = tmp.path().join("key").join("r0-00000002");
+    let claim = acquire(&full, &opts()).unwrap();
+    let path = claim.dir().to_path_buf();
+    std::fs::write(full.join("0123456789abcdef0123456789abcdef.ready"), b"pack").unwrap();
+    assert!(!claim.release_and_remove_if_empty().unwrap());
+    assert!(full.join("0123456789abcdef0123456789abcdef.ready").exists());
+    assert!(!read_owner(&full).unwrap().held, "kept, unowned");
+    assert!(!held_claims().contains(&path));
+    assert!(is_nested_spool(&full));
+}
+
+#[test]
+fn a_claim_dropped_without_release_still_reads_as_held_by_this_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    let path = claim.dir().to_path_buf();
+    drop(claim);
+    assert!(held_by_this_process(&dir).unwrap());
+    assert!(read_owner(&dir).unwrap().held);
+    assert!(held_claims().contains(&path));
+    assert!(matches!(
+        acquire(&dir, &opts()),
+        Err(Error::HeldByThisProcess { .. })
+    ));
+}
+
+#[test]
+fn a_lock_file_removed_behind_this_process_still_reads_as_held_by_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    std::fs::remove_file(dir.join(LOCK_FILE_NAME)).unwrap();
+    assert!(held_by_this_process(&dir).unwrap());
+    verify_held_by_caller(&dir, &opts()).unwrap();
+    let err = acquire(&dir, &opts()).unwrap_err();
+    assert!(matches!(err, Error::HeldByThisProcess { .. }), "{err}");
+    assert!(
+        !dir.join(LOCK_FILE_NAME).exists(),
+        "the refused take left a lock file"
+    );
+    claim.release().unwrap();
+}
+
+#[test]
+fn stale_staging_copies_are_removed_and_fresh_or_held_ones_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = tmp.path().join(".r0-00000001.0000abcd.creating");
+    let held = tmp.path().join(".r0-00000002.0000abce.creating");
+    let fresh = tmp.path().join(".r0-00000003.0000abcf.creating");
+    for d in [&old, &held, &fresh] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join(LOCK_FILE_NAME), b"").unwrap();
+    }
+    let hold = std::fs::File::open(held.join(LOCK_FILE_NAME)).unwrap();
+    hold.try_lock().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    std::fs::create_dir(&fresh.join("touch")).unwrap(); // bumps its mtime
+    std::fs::remove_dir(fresh.join("touch")).unwrap();
+    let o = LockOptions {
+        staging_max_age: Duration::from_millis(30),
+        ..opts()
+    };
+    let removed = remove_stale_staging(tmp.path(), &o).unwrap();
+    assert_eq!(removed, vec![old.clone()]);
+    assert!(!old.exists() && held.exists() && fresh.exists());
+    drop(hold);
+}
+
+#[test]
+fn a_new_directory_is_created_from_a_staging_copy_and_leaves_none_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("key").join("r0-00000001");
+    let claim = acquire(&dir, &opts()).unwrap();
+    let names: Vec<_> = std::fs::read_dir(tmp.path().join("key"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("r0-00000001")]);
+    assert!(spool_lock::is_staging_name(std::ffi::OsStr::new(
+        ".r0-00000001.0123abcd.creating"
+    )));
+    assert!(!spool_lock::is_staging_name(std::ffi::OsStr::new(
+        "r0-00000001.0123abcd.creating"
+    )));
+    claim.release().unwrap();
+}
