@@ -150,6 +150,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use spool_core::RankDirName;
+
 #[cfg(test)]
 mod tests;
 
@@ -989,7 +991,8 @@ impl Adopter {
             && dir
                 .file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(is_rank_dir_name)
+                .and_then(RankDirName::parse)
+                .is_some()
     }
 
     async fn discover<E: AdoptionEnv>(&mut self, env: &mut E, now: Instant) -> Step {
@@ -1388,19 +1391,4 @@ fn new_sibling(dir: PathBuf) -> Sibling {
         uploaded_packs: 0,
         quarantined_packs: 0,
     }
-}
-
-/// Whether `name` is a layout rank directory name: `r<decimal>-<8 lowercase
-/// hex>` (SPEC §1).
-pub(crate) fn is_rank_dir_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix('r') else {
-        return false;
-    };
-    let Some((rank, inc)) = rest.split_once('-') else {
-        return false;
-    };
-    !rank.is_empty()
-        && rank.bytes().all(|b| b.is_ascii_digit())
-        && inc.len() == 8
-        && inc.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }

@@ -669,6 +669,7 @@ fn only_rank_directories_under_this_key_are_siblings_never_our_own() {
         PathBuf::from(format!("{KEY}/.r2-00000002.deadbeef.creating")),
         PathBuf::from(format!("{KEY}/_refs")),
         PathBuf::from(format!("{KEY}/r3-0000000")), // 7 hex digits
+        PathBuf::from(format!("{KEY}/r03-00000003")), // not canonical
         PathBuf::from(format!("{KEY}/sub/r4-00000004")),
     ];
     let d = env.add(5, 0);
@@ -684,9 +685,6 @@ fn only_rank_directories_under_this_key_are_siblings_never_our_own() {
         .collect();
     assert_eq!(probed, vec![d.clone()]);
     assert_eq!(a.siblings().len(), 1);
-    assert!(is_rank_dir_name("r0-00000000") && is_rank_dir_name("r12-0a1b2c3d"));
-    assert!(!is_rank_dir_name("r-00000000") && !is_rank_dir_name("rx-00000000"));
-    assert!(!is_rank_dir_name("r1-0A1B2C3D") && !is_rank_dir_name("r1-000000000"));
 }
 
 #[test]
