@@ -167,7 +167,9 @@ pub(crate) fn classify(server: &str, purpose: &'static str, e: clickhouse::error
                 },
                 (Some(c), _) if SCHEMA_CODES.contains(&c) => Error::SchemaMismatch {
                     server,
-                    detail: format!("the statement to {purpose} does not fit the tables: {message}"),
+                    detail: format!(
+                        "the statement to {purpose} does not fit the tables: {message}"
+                    ),
                 },
                 (Some(c), _) => Error::Server {
                     server,
@@ -202,12 +204,11 @@ impl ClickHouseCatalog {
         connector.set_nodelay(true);
         connector.set_keepalive(Some(Duration::from_secs(60)));
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
-        let http = hyper_util::client::legacy::Client::builder(
-            hyper_util::rt::TokioExecutor::new(),
-        )
-        // Under the server's keep-alive (3 s on old releases).
-        .pool_idle_timeout(Duration::from_millis(2500))
-        .build(connector);
+        let http =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                // Under the server's keep-alive (3 s on old releases).
+                .pool_idle_timeout(Duration::from_millis(2500))
+                .build(connector);
         let mut base = clickhouse::Client::with_http_client(http)
             .with_url(target.http_url())
             .with_validation(false)
@@ -326,9 +327,7 @@ impl ClickHouseCatalog {
             .run(
                 "read the schema version",
                 self.request_timeout,
-                client
-                    .query(&t.select_schema_version())
-                    .fetch_one::<u32>(),
+                client.query(&t.select_schema_version()).fetch_one::<u32>(),
             )
             .await?;
         if found > SCHEMA_VERSION {
@@ -360,9 +359,15 @@ impl ClickHouseCatalog {
             .await?;
         let mut by_table: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for c in cols {
-            by_table.entry(c.table).or_default().insert(c.name, c.r#type);
+            by_table
+                .entry(c.table)
+                .or_default()
+                .insert(c.name, c.r#type);
         }
-        for (table, expected) in [(t.packs_name(), PACKS_SCHEMA), (t.lease_name(), LEASE_SCHEMA)] {
+        for (table, expected) in [
+            (t.packs_name(), PACKS_SCHEMA),
+            (t.lease_name(), LEASE_SCHEMA),
+        ] {
             check_columns(&server, &table, expected, by_table.get(&table))?;
         }
         if found == 0 {
@@ -375,10 +380,18 @@ impl ClickHouseCatalog {
         Ok(())
     }
 
-    async fn fetch_lease(&self, purpose: &'static str, sql: &str) -> Result<(Vec<LeaseRecord>, u64)> {
+    async fn fetch_lease(
+        &self,
+        purpose: &'static str,
+        sql: &str,
+    ) -> Result<(Vec<LeaseRecord>, u64)> {
         let client = self.client().await?;
         let rows: Vec<LeaseRow> = self
-            .run(purpose, self.request_timeout, client.query(sql).fetch_all::<LeaseRow>())
+            .run(
+                purpose,
+                self.request_timeout,
+                client.query(sql).fetch_all::<LeaseRow>(),
+            )
             .await?;
         let now = rows.first().map_or(0, |r| r.now_ms);
         let recs = rows
@@ -570,7 +583,10 @@ impl Catalog for ClickHouseCatalog {
 
     async fn read_claims(&self, name: &str, term: u64) -> Result<Vec<LeaseRecord>> {
         Ok(self
-            .fetch_lease("read back lease claims", &self.tables.read_claims(name, term))
+            .fetch_lease(
+                "read back lease claims",
+                &self.tables.read_claims(name, term),
+            )
             .await?
             .0)
     }
@@ -601,18 +617,32 @@ mod tests {
     #[test]
     fn bad_responses_are_classified() {
         let s = "clickhouse://h:1/db?table_prefix=p_";
-        let bad = |m: &str| classify(s, "count packs", clickhouse::error::Error::BadResponse(m.into()));
+        let bad = |m: &str| {
+            classify(
+                s,
+                "count packs",
+                clickhouse::error::Error::BadResponse(m.into()),
+            )
+        };
         let e = bad("Code: 193, e.displayText() = DB::Exception: Wrong password for user default, e.what() = DB::Exception");
         assert!(matches!(e, Error::Auth { .. }) && !e.is_retryable(), "{e}");
         assert!(e.to_string().contains(s) && e.to_string().contains("count packs"));
-        let e = bad("Code: 516. DB::Exception: default: Authentication failed. (AUTHENTICATION_FAILED)");
+        let e = bad(
+            "Code: 516. DB::Exception: default: Authentication failed. (AUTHENTICATION_FAILED)",
+        );
         assert!(matches!(e, Error::Auth { .. }), "{e}");
         let e = bad("401 Unauthorized");
         assert!(matches!(e, Error::Auth { .. }), "{e}");
         let e = bad("Code: 115, e.displayText() = DB::Exception: Unknown setting async_insert");
-        assert!(matches!(e, Error::UnknownSetting { .. }) && !e.is_retryable(), "{e}");
+        assert!(
+            matches!(e, Error::UnknownSetting { .. }) && !e.is_retryable(),
+            "{e}"
+        );
         let e = bad("Code: 60, e.displayText() = DB::Exception: Table db.p_packs doesn't exist.");
-        assert!(matches!(e, Error::SchemaMismatch { .. }) && !e.is_retryable(), "{e}");
+        assert!(
+            matches!(e, Error::SchemaMismatch { .. }) && !e.is_retryable(),
+            "{e}"
+        );
         let e = bad("Code: 252, e.displayText() = DB::Exception: Too many parts (300)");
         assert!(e.is_retryable(), "{e}");
         let e = bad("Code: 62, e.displayText() = DB::Exception: Syntax error");

@@ -45,7 +45,9 @@ pub enum Error {
     },
 
     /// No answer within the request timeout: retryable.
-    #[error("catalog {server} did not answer within {after:?} while trying to {purpose} (will retry)")]
+    #[error(
+        "catalog {server} did not answer within {after:?} while trying to {purpose} (will retry)"
+    )]
     Timeout {
         /// The server, credentials removed.
         server: String,

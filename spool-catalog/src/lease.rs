@@ -318,9 +318,7 @@ pub(crate) async fn claim<C: Catalog + ?Sized>(
                         expires_in: Duration::from_millis(h.expires_at_ms - head.now_ms),
                     })
                 }
-                None if head.claims.len() > 1 => {
-                    return Ok(Claim::Contested { term: head.term() })
-                }
+                None if head.claims.len() > 1 => return Ok(Claim::Contested { term: head.term() }),
                 None => return Ok(Claim::Lapsed { term: head.term() }),
             }
         }
@@ -408,7 +406,9 @@ pub struct LeaseState {
 impl LeaseState {
     /// Whether the lease is ours now (by the local, conservative clock).
     pub fn held(&self) -> bool {
-        self.guard.as_ref().is_some_and(LeaseGuard::is_locally_valid)
+        self.guard
+            .as_ref()
+            .is_some_and(LeaseGuard::is_locally_valid)
     }
 }
 
@@ -536,7 +536,15 @@ impl LeaseKeeper {
             if now < g.claimed_at + self.config.renew_interval {
                 return self.state.clone();
             }
-            match claim(&*self.catalog, &self.name, &self.holder, &self.config, Some(&g)).await {
+            match claim(
+                &*self.catalog,
+                &self.name,
+                &self.holder,
+                &self.config,
+                Some(&g),
+            )
+            .await
+            {
                 Ok(Claim::Held(g2)) => {
                     self.state.guard = Some(g2);
                     self.state.last_error = None;

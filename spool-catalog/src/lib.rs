@@ -241,7 +241,9 @@ pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
         #[cfg(not(any(test, feature = "testing")))]
         CatalogUrl::Memory { .. } => Err(Error::Unsupported {
             url: target::redact_raw(url),
-            reason: "this build has no test seams: memory:// is the test fake (cargo feature `testing`)".into(),
+            reason:
+                "this build has no test seams: memory:// is the test fake (cargo feature `testing`)"
+                    .into(),
         }),
     }
 }

@@ -96,7 +96,11 @@ impl MemoryCatalog {
     }
 
     /// Runs `f` on the state, after the reachability and schema checks.
-    fn with<T>(&self, purpose: &'static str, f: impl FnOnce(&mut Inner, u64) -> Result<T>) -> Result<T> {
+    fn with<T>(
+        &self,
+        purpose: &'static str,
+        f: impl FnOnce(&mut Inner, u64) -> Result<T>,
+    ) -> Result<T> {
         if !self.reachable.load(Ordering::SeqCst) {
             return Err(Error::Unreachable {
                 server: self.name.clone(),
@@ -163,7 +167,9 @@ impl Catalog for MemoryCatalog {
 
     async fn get(&self, pack_id: &str) -> Result<Option<PackRow>> {
         check_pack_id(pack_id)?;
-        self.with("read a pack row", |inner, _| Ok(inner.packs.get(pack_id).cloned()))
+        self.with("read a pack row", |inner, _| {
+            Ok(inner.packs.get(pack_id).cloned())
+        })
     }
 
     async fn list_range(&self, from_ms: u64, to_ms: u64) -> Result<Vec<PackRow>> {

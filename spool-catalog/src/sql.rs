@@ -324,7 +324,10 @@ mod tests {
     #[test]
     fn golden_schema() {
         let t = tables();
-        assert_eq!(t.create_database(), "CREATE DATABASE IF NOT EXISTS `spooldb`");
+        assert_eq!(
+            t.create_database(),
+            "CREATE DATABASE IF NOT EXISTS `spooldb`"
+        );
         assert_eq!(
             t.create_schema_table(),
             "CREATE TABLE IF NOT EXISTS `spooldb`.`p_schema_version` (version UInt32, installed_at_ms UInt64) ENGINE = MergeTree() ORDER BY version"
@@ -423,7 +426,10 @@ mod tests {
             t.select_range(10, 20),
             "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms FROM `spooldb`.`p_packs` FINAL WHERE created_at_ms >= 10 AND created_at_ms < 20 ORDER BY created_at_ms, pack_id"
         );
-        assert_eq!(t.select_count(), "SELECT count() FROM `spooldb`.`p_packs` FINAL");
+        assert_eq!(
+            t.select_count(),
+            "SELECT count() FROM `spooldb`.`p_packs` FINAL"
+        );
         assert_eq!(
             t.count_present(&["x", "y"]),
             "SELECT uniqExact(pack_id) FROM `spooldb`.`p_packs` WHERE pack_id IN ('x', 'y')"

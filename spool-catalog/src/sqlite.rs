@@ -52,8 +52,9 @@ impl Statements {
              CREATE TABLE IF NOT EXISTS \"{packs}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER NOT NULL, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);\n\
              CREATE TABLE IF NOT EXISTS \"{lease}\" (name TEXT NOT NULL, term INTEGER NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL, acquired_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (name, term, lease_id));"
         );
-        let create_index =
-            format!("CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms)");
+        let create_index = format!(
+            "CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms)"
+        );
         let cols = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
         let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms";
         let upsert_fenced = format!(
@@ -70,9 +71,11 @@ impl Statements {
         let head = format!(
             "SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 AND term = (SELECT max(term) FROM \"{lease}\" WHERE name = ?1) ORDER BY lease_id"
         );
-        let claims =
-            format!("SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 AND term = ?2 ORDER BY lease_id");
-        let log = format!("SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 ORDER BY term, lease_id");
+        let claims = format!(
+            "SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 AND term = ?2 ORDER BY lease_id"
+        );
+        let log =
+            format!("SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 ORDER BY term, lease_id");
         Statements {
             schema,
             packs,
@@ -230,13 +233,19 @@ impl SqliteCatalog {
     }
 }
 
-fn open_and_install(path: &std::path::Path, s: &Statements) -> std::result::Result<Connection, Fail> {
+fn open_and_install(
+    path: &std::path::Path,
+    s: &Statements,
+) -> std::result::Result<Connection, Fail> {
     let shown = path.display().to_string();
     if let Some(parent) = path.parent() {
         if !parent.is_dir() {
             return Err(Fail::Ours(Error::InvalidUrl {
                 url: format!("sqlite://{shown}"),
-                reason: format!("directory {} does not exist; create it first", parent.display()),
+                reason: format!(
+                    "directory {} does not exist; create it first",
+                    parent.display()
+                ),
             }));
         }
     }
@@ -349,7 +358,11 @@ impl Catalog for SqliteCatalog {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .purpose("begin an index transaction")?;
             {
-                let sql = if fence.is_some() { &s.upsert_fenced } else { &s.upsert };
+                let sql = if fence.is_some() {
+                    &s.upsert_fenced
+                } else {
+                    &s.upsert
+                };
                 let mut st = tx.prepare_cached(sql).purpose("prepare the index insert")?;
                 let (name, id, margin) = match &fence {
                     Some(g) => (
@@ -486,7 +499,9 @@ impl Catalog for SqliteCatalog {
     async fn read_claims(&self, name: &str, term: u64) -> Result<Vec<LeaseRecord>> {
         let name = name.to_string();
         self.call("read back lease claims", move |c, s| {
-            let mut st = c.prepare_cached(&s.claims).purpose("read back lease claims")?;
+            let mut st = c
+                .prepare_cached(&s.claims)
+                .purpose("read back lease claims")?;
             let v = st
                 .query_map(params![name, term as i64], row_to_claim)
                 .purpose("read back lease claims")?
@@ -546,9 +561,11 @@ mod tests {
         assert!(s.upsert_fenced.starts_with(
             "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, (CAST(strftime('%s','now') AS INTEGER) * 1000) WHERE (SELECT count(*) = 1"
         ));
+        assert!(s.upsert_fenced.contains(
+            ") = 1 ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
+        ));
         assert!(s
             .upsert_fenced
-            .contains(") = 1 ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"));
-        assert!(s.upsert_fenced.ends_with("indexed_at_ms = excluded.indexed_at_ms"));
+            .ends_with("indexed_at_ms = excluded.indexed_at_ms"));
     }
 }

@@ -108,7 +108,9 @@ impl CatalogUrl {
     pub fn parse(input: &str) -> Result<CatalogUrl> {
         let parsed = url::Url::parse(input).map_err(|e| Error::InvalidUrl {
             url: redact_raw(input),
-            reason: format!("{e}; expected clickhouse://HOST:PORT/DATABASE, sqlite:///ABS/PATH.db or memory://"),
+            reason: format!(
+                "{e}; expected clickhouse://HOST:PORT/DATABASE, sqlite:///ABS/PATH.db or memory://"
+            ),
         })?;
         let shown = redact_raw(input);
         let invalid = |reason: String| Error::InvalidUrl {
@@ -319,12 +321,18 @@ mod tests {
     #[test]
     fn refusals_name_the_problem_without_secrets() {
         for (url, needle) in [
-            ("clickhouse://h/db?tabel_prefix=x", "unknown parameter \"tabel_prefix\""),
+            (
+                "clickhouse://h/db?tabel_prefix=x",
+                "unknown parameter \"tabel_prefix\"",
+            ),
             ("clickhouse://h/db-1", "database \"db-1\""),
             ("clickhouse://h/db?table_prefix=a;drop", "table_prefix"),
             ("sqlite://relative/path.db", "three slashes"),
             ("postgres://h/db", "unknown scheme"),
-            ("clickhouse://u:hunter2@h/db?password=hunter2&bogus=1", "unknown parameter"),
+            (
+                "clickhouse://u:hunter2@h/db?password=hunter2&bogus=1",
+                "unknown parameter",
+            ),
         ] {
             let e = CatalogUrl::parse(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");

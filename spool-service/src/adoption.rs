@@ -115,6 +115,24 @@
 //! - Stale `.creating` staging copies (unheld, older than `staging_max_age`)
 //!   under the key are removed after each discovery listing.
 //!
+//! # What the service must do around it
+//!
+//! - Owed adopted packs are indexed by the service's pending index while the
+//!   sibling is still held: the `owed` gate keeps the machine from reaching
+//!   `Drained`/`Blocked` (and so from releasing) until nothing is owed. After
+//!   a stop or latch released a sibling, the service must **not** remove the
+//!   files of its still-owed packs: the directory is a successor's now, which
+//!   uploads and indexes them again (idempotent: SPEC §2, invariant 7).
+//! - The budget's `owed` covers own and adopted packs alike; `own_uploaded`
+//!   is false while an own ready pack waits (rejected packs do not count).
+//! - Every [`Step::error`] goes to `last_error` as is (a blocked sibling's
+//!   reason comes exactly once); [`Step::failed`] is the only thing that
+//!   counts toward backoff.
+//! - A flush sets `flush_waiting` for its whole call; the loop calls
+//!   [`Adopter::run_cycle`] (or [`Adopter::begin_cycle`] and
+//!   [`Adopter::step`]) and releases the cycle lock when it returns, so the
+//!   flush waits for at most one step.
+//!
 //! # Tests
 //!
 //! `adoption/tests.rs` (a scripted fake [`AdoptionEnv`]) has one test per
@@ -131,6 +149,8 @@ use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use spool_core::RankDirName;
 
 #[cfg(test)]
 mod tests;
@@ -971,7 +991,8 @@ impl Adopter {
             && dir
                 .file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(is_rank_dir_name)
+                .and_then(RankDirName::parse)
+                .is_some()
     }
 
     async fn discover<E: AdoptionEnv>(&mut self, env: &mut E, now: Instant) -> Step {
@@ -1370,19 +1391,4 @@ fn new_sibling(dir: PathBuf) -> Sibling {
         uploaded_packs: 0,
         quarantined_packs: 0,
     }
-}
-
-/// Whether `name` is a layout rank directory name: `r<decimal>-<8 lowercase
-/// hex>` (SPEC §1).
-pub fn is_rank_dir_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix('r') else {
-        return false;
-    };
-    let Some((rank, inc)) = rest.split_once('-') else {
-        return false;
-    };
-    !rank.is_empty()
-        && rank.bytes().all(|b| b.is_ascii_digit())
-        && inc.len() == 8
-        && inc.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }

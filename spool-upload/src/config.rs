@@ -76,11 +76,10 @@ impl UploadConfig {
     /// The most memory a round holds in pack bytes: every single PUT of the
     /// round whole, and `part_concurrency` parts per multipart upload.
     pub fn memory_bound(&self) -> u64 {
-        self.max_in_flight_bytes
-            .min(self.multipart_threshold.saturating_mul(self.max_workers as u64))
-            + (self.max_workers as u64)
-                * (self.part_concurrency as u64)
-                * (self.part_size as u64)
+        self.max_in_flight_bytes.min(
+            self.multipart_threshold
+                .saturating_mul(self.max_workers as u64),
+        ) + (self.max_workers as u64) * (self.part_concurrency as u64) * (self.part_size as u64)
     }
 }
 

@@ -10,7 +10,11 @@ pub fn object_key(prefix: &Path, id: &PackId) -> Path {
     let (y, m, d) = civil_from_days((id.timestamp_ms() / 86_400_000) as i64);
     let date = format!("date={y:04}-{m:02}-{d:02}");
     let file = format!("{}.pack", id.to_hex());
-    prefix.clone().join("v1").join(date.as_str()).join(file.as_str())
+    prefix
+        .clone()
+        .join("v1")
+        .join(date.as_str())
+        .join(file.as_str())
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian

@@ -76,7 +76,9 @@ impl Store {
         let scheme = parsed.scheme().to_string();
         let key_prefix = parsed.path().trim_matches('/').to_string();
         if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(bad("query strings and fragments are not used; leave them out"));
+            return Err(bad(
+                "query strings and fragments are not used; leave them out",
+            ));
         }
         match scheme.as_str() {
             "memory" => {
@@ -94,7 +96,9 @@ impl Store {
             }
             "file" => {
                 if parsed.host_str().is_some_and(|h| !h.is_empty()) {
-                    return Err(bad("a file URL names a local absolute path: file:///ABS/PATH"));
+                    return Err(bad(
+                        "a file URL names a local absolute path: file:///ABS/PATH",
+                    ));
                 }
                 let dir = PathBuf::from(parsed.path());
                 if !dir.is_absolute() || parsed.path() == "/" {
@@ -104,11 +108,12 @@ impl Store {
                     path: dir.clone(),
                     source,
                 })?;
-                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|source| Error::StoreConfig {
+                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(
+                    |source| Error::StoreConfig {
                         url: url.to_string(),
                         source,
-                    })?;
+                    },
+                )?;
                 Store::new(Arc::new(store), "", url, true)
             }
             "s3" | "gs" | "az" => {

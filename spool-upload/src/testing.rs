@@ -403,13 +403,21 @@ impl ObjectStore for FaultStore {
         }))
     }
 
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
         let op = if options.head { Op::Head } else { Op::Get };
         self.fault(op, location.as_ref()).await?;
         self.inner.get_opts(location, options).await
     }
 
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
         self.fault(Op::Get, location.as_ref()).await?;
         self.inner.get_ranges(location, ranges).await
     }
@@ -453,7 +461,12 @@ impl ObjectStore for FaultStore {
         self.inner.list_with_delimiter(prefix).await
     }
 
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
         self.fault(Op::Copy, to.as_ref()).await?;
         self.inner.copy_opts(from, to, options).await
     }

@@ -292,7 +292,12 @@ impl Uploader {
         }
     }
 
-    async fn attempt(&self, item: &UploadItem, key: &Path, cancel: &CancellationToken) -> Result<Done> {
+    async fn attempt(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
         let (trailer, trailer_bytes) = read_staged_trailer(item).await?;
         if let Some(done) = self.preflight(item, key, &trailer, cancel).await? {
             return Ok(done);
@@ -404,7 +409,10 @@ impl Uploader {
         let payload = PutPayload::from(Bytes::from(body));
         match Self::cut(key, cancel, store.put_opts(key, payload, opts)).await? {
             Ok(_) => Ok(Done::Uploaded(trailer.sha256)),
-            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
                 // Someone put it first (a predecessor, or our own earlier
                 // attempt whose answer was lost): the same pack, or a conflict.
                 match self.preflight(item, key, trailer, cancel).await? {
@@ -508,7 +516,10 @@ impl Uploader {
             ));
         }
         if tail.as_slice() != trailer_bytes.as_slice() {
-            return Err(mismatch(item, "its trailer changed while it was read".into()));
+            return Err(mismatch(
+                item,
+                "its trailer changed while it was read".into(),
+            ));
         }
         Ok(())
     }
@@ -519,8 +530,12 @@ impl Uploader {
     async fn abort(&self, key: &Path, upload: &mut dyn object_store::MultipartUpload) {
         match tokio::time::timeout(self.inner.config.abort_timeout, upload.abort()).await {
             Ok(Ok(())) => tracing::debug!(%key, "multipart upload aborted"),
-            Ok(Err(e)) => tracing::warn!(%key, error = %e, "aborting a multipart upload failed; its parts may stay until the bucket's lifecycle rule removes them"),
-            Err(_) => tracing::warn!(%key, timeout = ?self.inner.config.abort_timeout, "aborting a multipart upload timed out; its parts may stay until the bucket's lifecycle rule removes them"),
+            Ok(Err(e)) => {
+                tracing::warn!(%key, error = %e, "aborting a multipart upload failed; its parts may stay until the bucket's lifecycle rule removes them")
+            }
+            Err(_) => {
+                tracing::warn!(%key, timeout = ?self.inner.config.abort_timeout, "aborting a multipart upload timed out; its parts may stay until the bucket's lifecycle rule removes them")
+            }
         }
     }
 }
@@ -561,7 +576,10 @@ async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER
         ));
     }
     if size < TRAILER_LEN as u64 {
-        return Err(mismatch(item, format!("it is {size} bytes, shorter than a trailer")));
+        return Err(mismatch(
+            item,
+            format!("it is {size} bytes, shorter than a trailer"),
+        ));
     }
     let mut bytes = [0u8; TRAILER_LEN];
     file.seek(std::io::SeekFrom::Start(size - TRAILER_LEN as u64))
@@ -574,13 +592,19 @@ async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER
     if trailer.id != item.pack_id {
         return Err(mismatch(
             item,
-            format!("its trailer names pack {}, not {}", trailer.id, item.pack_id),
+            format!(
+                "its trailer names pack {}, not {}",
+                trailer.id, item.pack_id
+            ),
         ));
     }
     if trailer.total_len != size {
         return Err(mismatch(
             item,
-            format!("its trailer says {} bytes, the file has {size}", trailer.total_len),
+            format!(
+                "its trailer says {} bytes, the file has {size}",
+                trailer.total_len
+            ),
         ));
     }
     Ok((trailer, bytes))
@@ -595,7 +619,10 @@ fn check_body(item: &UploadItem, body: &[u8], trailer_bytes: &[u8; TRAILER_LEN])
         ));
     }
     if &body[body.len() - TRAILER_LEN..] != trailer_bytes.as_slice() {
-        return Err(mismatch(item, "its trailer changed while it was read".into()));
+        return Err(mismatch(
+            item,
+            "its trailer changed while it was read".into(),
+        ));
     }
     Ok(())
 }

@@ -8,7 +8,12 @@ use spool_upload::UploadItem;
 /// Writes a valid pack of about `approx_bytes` (at least one record) into
 /// `dir` as `<id>.ready`, with records filled from `fill`, and returns it as
 /// an upload item with its bytes.
-pub fn write_pack_with(dir: &Path, id: PackId, approx_bytes: usize, fill: u8) -> (UploadItem, Vec<u8>) {
+pub fn write_pack_with(
+    dir: &Path,
+    id: PackId,
+    approx_bytes: usize,
+    fill: u8,
+) -> (UploadItem, Vec<u8>) {
     let mut w = PackWriter::new(id, id.timestamp_ms());
     let record = vec![fill; 64 << 10];
     while w.finished_len() + 4 < approx_bytes {

@@ -93,7 +93,10 @@ impl ProxyRule {
 
     fn matches(&self, method: &str, path: &str) -> bool {
         self.method.as_deref().is_none_or(|m| m == method)
-            && self.path_contains.as_deref().is_none_or(|p| path.contains(p))
+            && self
+                .path_contains
+                .as_deref()
+                .is_none_or(|p| path.contains(p))
     }
 }
 
@@ -489,9 +492,16 @@ async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
                 }
                 // Released: is the client still there? A closed socket reads
                 // as EOF at once.
-                let probe = tokio::time::timeout(Duration::from_millis(20), read_more(&mut cr, &mut buf)).await;
+                let probe =
+                    tokio::time::timeout(Duration::from_millis(20), read_more(&mut cr, &mut buf))
+                        .await;
                 if let Ok(false) = probe {
-                    shared.emit(ev(EventKind::DroppedClientGone, &head.method, &head.path, body_len));
+                    shared.emit(ev(
+                        EventKind::DroppedClientGone,
+                        &head.method,
+                        &head.path,
+                        body_len,
+                    ));
                     return;
                 }
             }
@@ -525,7 +535,9 @@ async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
             upstream = Some(Upstream { write: uw, relay });
         }
         let limit = match action {
-            Some(ProxyAction::CutResponseAfter(n)) => response_sent.load(Ordering::SeqCst) + n as u64,
+            Some(ProxyAction::CutResponseAfter(n)) => {
+                response_sent.load(Ordering::SeqCst) + n as u64
+            }
             _ => u64::MAX,
         };
         cut_response.store(limit, Ordering::SeqCst);

@@ -91,12 +91,16 @@ pub async fn uploads_then_skips_the_same_pack(make: MakeStore<'_>) {
     let trailer = Trailer::parse(bytes[bytes.len() - TRAILER_LEN..].try_into().unwrap()).unwrap();
     assert_eq!(first.outcome.sha256(), Some(trailer.sha256));
     assert_eq!(keys(&store).await, vec![first.key.to_string()]);
-    assert!(first
-        .key
-        .as_ref()
-        .ends_with(&format!("v1/{}/{}.pack", day(&item.pack_id), item.pack_id.to_hex())));
+    assert!(first.key.as_ref().ends_with(&format!(
+        "v1/{}/{}.pack",
+        day(&item.pack_id),
+        item.pack_id.to_hex()
+    )));
     assert_eq!(object_bytes(&store, &first.key).await, bytes);
-    assert!(item.path.exists(), "the uploader never removes the staged file");
+    assert!(
+        item.path.exists(),
+        "the uploader never removes the staged file"
+    );
 }
 
 /// The `date=YYYY-MM-DD` part of a pack's key (the key module's unit tests
@@ -170,7 +174,11 @@ pub async fn changed_staged_bytes_are_refused(make: MakeStore<'_>) {
     for r in results {
         let f = r.outcome.failure().expect("refused");
         assert!(!f.retryable, "{}", f.error);
-        assert!(matches!(f.error, Error::StagedMismatch { .. }), "{}", f.error);
+        assert!(
+            matches!(f.error, Error::StagedMismatch { .. }),
+            "{}",
+            f.error
+        );
     }
     assert!(keys(&store).await.is_empty());
 }
@@ -204,7 +212,9 @@ pub async fn rounds_upload_everything(make: MakeStore<'_>) {
     let store = make(&prefix("rounds"));
     let up = Uploader::new(store.clone(), test_config()).unwrap();
     let items: Vec<_> = (0..10).map(|_| write_pack(dir.path(), 30_000).0).collect();
-    let results = up.upload_round(items.clone(), &CancellationToken::new()).await;
+    let results = up
+        .upload_round(items.clone(), &CancellationToken::new())
+        .await;
     assert_eq!(results.len(), 10);
     for (r, it) in results.iter().zip(&items) {
         assert_eq!(&r.item, it);

@@ -106,7 +106,11 @@ async fn sqlite_in_a_missing_directory_says_so() {
         .count()
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("/nonexistent-dir-for-spool does not exist"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("/nonexistent-dir-for-spool does not exist"),
+        "{e}"
+    );
 }
 
 #[tokio::test]

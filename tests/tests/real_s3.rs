@@ -121,22 +121,37 @@ async fn refused_connections_are_retryable_after_the_attempts() {
     let start = Instant::now();
     let results = up.upload_round(items, &CancellationToken::new()).await;
     let took = start.elapsed();
-    assert!(took >= Duration::from_millis(500) && took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
     for r in &results {
         let f = r.outcome.failure().expect("refused");
         assert!(f.retryable && !f.cancelled && f.attempts == 4, "{f:?}");
         assert!(r.item.path.exists(), "the pack stays");
     }
     proxy.set_refusing(false);
-    let again = up.upload_round(results.into_iter().map(|r| r.item).collect(), &CancellationToken::new()).await;
-    assert!(again.iter().all(|r| r.outcome.is_stored()), "the same proxy port works again");
+    let again = up
+        .upload_round(
+            results.into_iter().map(|r| r.item).collect(),
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(
+        again.iter().all(|r| r.outcome.is_stored()),
+        "the same proxy port works again"
+    );
 }
 
 #[tokio::test]
 async fn a_body_cut_midway_is_never_stored_short() {
     let Some(m) = moto() else { return };
     let proxy = Proxy::start(upstream(&m)).await.unwrap();
-    proxy.add_rule(ProxyRule::new(ProxyAction::CutRequestAfter(10_000)).method("PUT").times(1));
+    proxy.add_rule(
+        ProxyRule::new(ProxyAction::CutRequestAfter(10_000))
+            .method("PUT")
+            .times(1),
+    );
     let p = prefix("cut");
     let store = s3_store(&proxy.url(), &m.bucket, &p);
     let dir = tempfile::tempdir().unwrap();
@@ -145,11 +160,25 @@ async fn a_body_cut_midway_is_never_stored_short() {
         .unwrap()
         .upload_one(item, &CancellationToken::new())
         .await;
-    assert!(matches!(r.outcome, UploadOutcome::Uploaded { attempts: 2, .. }), "{:?}", r.outcome);
+    assert!(
+        matches!(r.outcome, UploadOutcome::Uploaded { attempts: 2, .. }),
+        "{:?}",
+        r.outcome
+    );
     assert_eq!(proxy.count(EventKind::CutRequest), 1);
     let direct = s3_store(&m.endpoint, &m.bucket, &p);
-    let got = direct.object_store().get(&r.key).await.unwrap().bytes().await.unwrap();
-    assert!(got.as_ref() == bytes.as_slice(), "the object is the whole pack");
+    let got = direct
+        .object_store()
+        .get(&r.key)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(
+        got.as_ref() == bytes.as_slice(),
+        "the object is the whole pack"
+    );
 }
 
 #[tokio::test]
@@ -191,7 +220,11 @@ async fn a_held_back_put_released_after_a_successors_upload_replaces_nothing() {
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_eq!(proxy.count(EventKind::DroppedClientGone), 1);
             assert_eq!(
-                proxy.events().iter().filter(|e| e.kind == EventKind::Forwarded && e.method == "PUT").count(),
+                proxy
+                    .events()
+                    .iter()
+                    .filter(|e| e.kind == EventKind::Forwarded && e.method == "PUT")
+                    .count(),
                 0,
                 "a held request whose client went away is never forwarded"
             );
@@ -204,9 +237,19 @@ async fn a_held_back_put_released_after_a_successors_upload_replaces_nothing() {
             );
         }
         let after = direct.object_store().head(&succ.key).await.unwrap();
-        assert_eq!(before.last_modified, after.last_modified, "the object was replaced");
+        assert_eq!(
+            before.last_modified, after.last_modified,
+            "the object was replaced"
+        );
         assert_eq!(before.e_tag, after.e_tag);
-        let got = direct.object_store().get(&succ.key).await.unwrap().bytes().await.unwrap();
+        let got = direct
+            .object_store()
+            .get(&succ.key)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
         assert!(got.as_ref() == bytes.as_slice());
     }
     assert_eq!(keys(&direct).await.len(), 2);
@@ -236,7 +279,11 @@ mod serial {
         let up = Uploader::new(store.clone(), quick(8)).unwrap();
         let start = Instant::now();
         let r = up.upload_one(item, &cancel_after(500)).await;
-        assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
         let f = r.outcome.failure().expect("cut");
         assert!(f.cancelled, "{f:?}");
         assert!(r.item.path.exists());
@@ -256,14 +303,22 @@ mod serial {
         let up = Uploader::new(store.clone(), quick(8)).unwrap();
         let start = Instant::now();
         let r = up.upload_one(item, &cancel_after(1500)).await;
-        assert!(start.elapsed() < Duration::from_secs(4), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            start.elapsed()
+        );
         let f = r.outcome.failure().expect("cut");
         assert!(f.cancelled, "{f:?}");
         assert!(
             proxy.events().iter().any(|e| e.kind == EventKind::Stalled),
             "the cancel came while part 2 was stalled"
         );
-        assert_eq!(open_uploads(&m, &p).await, 0, "the multipart upload was aborted");
+        assert_eq!(
+            open_uploads(&m, &p).await,
+            0,
+            "the multipart upload was aborted"
+        );
         assert!(keys(&store).await.is_empty());
     }
 }

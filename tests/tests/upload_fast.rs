@@ -21,7 +21,10 @@ mod local {
         let root = tempfile::tempdir().unwrap().keep();
         move |p: &str| {
             let url = format!("file://{}/{p}", root.display());
-            Some(spool_upload::Store::from_url(&url, &spool_upload::ClientConfig::default()).unwrap())
+            Some(
+                spool_upload::Store::from_url(&url, &spool_upload::ClientConfig::default())
+                    .unwrap(),
+            )
         }
     }
     spool_tests::upload_suite!(make());
@@ -42,7 +45,10 @@ mod fault_fake {
             object_store::memory::InMemory::new(),
         ));
         move |p: &str| {
-            Some(spool_upload::Store::new(std::sync::Arc::new(fake.clone()), p, "fake://", true).unwrap())
+            Some(
+                spool_upload::Store::new(std::sync::Arc::new(fake.clone()), p, "fake://", true)
+                    .unwrap(),
+            )
         }
     }
     spool_tests::upload_suite!(make());
@@ -68,7 +74,10 @@ async fn one(store: &Store, cfg: UploadConfig, size: usize) -> spool_upload::Upl
     let (item, _) = write_pack(dir.path(), size);
     let up = Uploader::new(store.clone(), cfg).unwrap();
     let r = up.upload_one(item, &CancellationToken::new()).await;
-    assert!(r.item.path.exists(), "a failed upload leaves the pack staged");
+    assert!(
+        r.item.path.exists(),
+        "a failed upload leaves the pack staged"
+    );
     r
 }
 
@@ -103,7 +112,11 @@ async fn statuses_503_429_500_and_transport_failures_are_retried() {
         let f = r.outcome.failure().expect("fails");
         assert!(f.retryable && !f.cancelled, "{inj:?}: {}", f.error);
         assert_eq!(f.attempts, 4);
-        assert_eq!(fake.calls(Op::Put), 4, "{inj:?} is retried up to max_attempts");
+        assert_eq!(
+            fake.calls(Op::Put),
+            4,
+            "{inj:?} is retried up to max_attempts"
+        );
         // Fails twice, then goes through.
         let (fake, store) = new_fake();
         fake.script(Rule::new(Op::Put, Action::Fail(inj.clone())).times(2));
@@ -135,10 +148,7 @@ async fn a_lost_put_answer_is_resolved_by_the_conditional_create() {
     let dir = tempfile::tempdir().unwrap();
     let (item, bytes) = write_pack(dir.path(), 10_000);
     let key = spool_upload::object_key(store.prefix(), &item.pack_id);
-    fake.inner()
-        .put(&key, bytes.clone().into())
-        .await
-        .unwrap();
+    fake.inner().put(&key, bytes.clone().into()).await.unwrap();
     fake.script(Rule::new(Op::Head, Action::Fail(Injected::Status(404))).times(1));
     let up = Uploader::new(store.clone(), quick(3)).unwrap();
     let r = up.upload_one(item, &CancellationToken::new()).await;
@@ -154,7 +164,10 @@ async fn a_lost_put_answer_is_resolved_by_the_conditional_create() {
 async fn rounds_never_exceed_workers_or_bytes() {
     let (fake, store) = new_fake();
     fake.script(Rule::new(Op::Put, Action::Delay(Duration::from_millis(30))));
-    fake.script(Rule::new(Op::PutPart, Action::Delay(Duration::from_millis(30))));
+    fake.script(Rule::new(
+        Op::PutPart,
+        Action::Delay(Duration::from_millis(30)),
+    ));
     let dir = tempfile::tempdir().unwrap();
     let mut items: Vec<_> = (0..12).map(|_| write_pack(dir.path(), 1 << 20).0).collect();
     items.push(write_pack(dir.path(), 7 << 20).0); // multipart
@@ -196,7 +209,11 @@ async fn a_failed_multipart_upload_is_aborted_and_retried() {
             .times(1),
     );
     let r = one(&store, quick(3), 12 << 20).await;
-    assert!(matches!(r.outcome, UploadOutcome::Uploaded { attempts: 2, .. }), "{:?}", r.outcome);
+    assert!(
+        matches!(r.outcome, UploadOutcome::Uploaded { attempts: 2, .. }),
+        "{:?}",
+        r.outcome
+    );
     assert_eq!(fake.calls(Op::Abort), 1);
     assert_eq!(fake.open_multipart_uploads(), 0, "no orphaned parts");
     assert_eq!(fake.calls(Op::CreateMultipart), 2);
@@ -226,9 +243,10 @@ async fn cancelled_packs_go_back_to_the_front_in_order() {
         c2.cancel();
     });
     let results = up.upload_round(round, &cancel).await;
-    assert!(results
-        .iter()
-        .all(|r| r.outcome.failure().is_some_and(|f| f.cancelled && f.retryable)));
+    assert!(results.iter().all(|r| r
+        .outcome
+        .failure()
+        .is_some_and(|f| f.cancelled && f.retryable)));
     let rest = q.settle(results);
     assert!(rest.is_empty(), "cancelled packs are not failures");
     assert_eq!(q.iter().cloned().collect::<Vec<_>>(), items);
@@ -256,6 +274,14 @@ mod serial {
         c
     }
 
+    /// Bounds a call that a lost cancel would leave hanging, so the
+    /// mutation shows up as a failure instead of a stuck test.
+    async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), f)
+            .await
+            .expect("did not return within 10 s of its cancel")
+    }
+
     fn assert_cancelled(r: &spool_upload::UploadResult) {
         let f = r.outcome.failure().expect("not uploaded");
         assert!(f.cancelled && f.retryable, "{:?}", f);
@@ -270,8 +296,12 @@ mod serial {
         let (item, _) = write_pack(dir.path(), 10_000);
         let up = Uploader::new(store.clone(), quick(8)).unwrap();
         let start = Instant::now();
-        let r = up.upload_one(item, &cancel_after(300)).await;
-        assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
+        let r = bounded(up.upload_one(item, &cancel_after(300))).await;
+        assert!(
+            start.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            start.elapsed()
+        );
         assert_cancelled(&r);
         assert!(keys(&store).await.is_empty());
     }
@@ -292,10 +322,18 @@ mod serial {
         };
         let up = Uploader::new(store, cfg).unwrap();
         let start = Instant::now();
-        let r = up.upload_one(item, &cancel_after(300)).await;
-        assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
+        let r = bounded(up.upload_one(item, &cancel_after(300))).await;
+        assert!(
+            start.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            start.elapsed()
+        );
         assert_cancelled(&r);
-        assert_eq!(fake.calls(Op::Put), 1, "the cancel came during the first backoff");
+        assert_eq!(
+            fake.calls(Op::Put),
+            1,
+            "the cancel came during the first backoff"
+        );
     }
 
     #[tokio::test]
@@ -306,11 +344,19 @@ mod serial {
         let (item, _) = write_pack(dir.path(), 16 << 20);
         let up = Uploader::new(store.clone(), quick(8)).unwrap();
         let start = Instant::now();
-        let r = up.upload_one(item, &cancel_after(300)).await;
-        assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
+        let r = bounded(up.upload_one(item, &cancel_after(300))).await;
+        assert!(
+            start.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            start.elapsed()
+        );
         assert_cancelled(&r);
         assert!(fake.calls(Op::PutPart) >= 2, "the cancel came mid-upload");
-        assert_eq!(fake.calls(Op::Abort), 1, "a cut multipart upload is aborted");
+        assert_eq!(
+            fake.calls(Op::Abort),
+            1,
+            "a cut multipart upload is aborted"
+        );
         assert_eq!(fake.open_multipart_uploads(), 0, "no orphaned parts");
         assert_eq!(fake.calls(Op::Complete), 0);
         assert!(keys(&store).await.is_empty());
@@ -319,7 +365,10 @@ mod serial {
     #[tokio::test]
     async fn refusing_store_reports_retryable_after_the_attempts_in_the_expected_time() {
         let (fake, store) = new_fake();
-        fake.script(Rule::new(Op::Head, Action::Fail(Injected::ConnectionRefused)));
+        fake.script(Rule::new(
+            Op::Head,
+            Action::Fail(Injected::ConnectionRefused),
+        ));
         let dir = tempfile::tempdir().unwrap();
         let items: Vec<_> = (0..3).map(|_| write_pack(dir.path(), 1000).0).collect();
         let cfg = UploadConfig {

@@ -69,7 +69,9 @@ async fn put_answers(status: u16) -> (MockServer, spool_upload::UploadResult) {
         .mount(&server)
         .await;
     Mock::given(method("PUT"))
-        .respond_with(ResponseTemplate::new(status).set_body_string("<Error><Code>X</Code></Error>"))
+        .respond_with(
+            ResponseTemplate::new(status).set_body_string("<Error><Code>X</Code></Error>"),
+        )
         .mount(&server)
         .await;
     let dir = tempfile::tempdir().unwrap();
@@ -95,7 +97,11 @@ async fn put_429_500_503_are_retried() {
         let (server, r) = put_answers(status).await;
         let f = r.outcome.failure().expect("fails");
         assert!(f.retryable && f.attempts == 3, "{status}: {}", f.error);
-        assert_eq!(count(&server, "PUT").await, 3, "{status} is retried up to max_attempts");
+        assert_eq!(
+            count(&server, "PUT").await,
+            3,
+            "{status} is retried up to max_attempts"
+        );
     }
 }
 
@@ -115,7 +121,11 @@ async fn object_stores_own_retries_are_bounded_by_its_retry_config() {
     let up = Uploader::new(store(&server, 2, Duration::from_secs(5)), cfg(2)).unwrap();
     let r = up.upload_one(item, &CancellationToken::new()).await;
     assert!(r.outcome.failure().is_some_and(|f| f.retryable));
-    assert_eq!(count(&server, "PUT").await, 2 * 3, "2 attempts × (1 + 2 client retries)");
+    assert_eq!(
+        count(&server, "PUT").await,
+        2 * 3,
+        "2 attempts × (1 + 2 client retries)"
+    );
 }
 
 #[tokio::test]
@@ -172,7 +182,13 @@ async fn put_412_and_409_with_another_object_there_are_conflicts() {
                     .set_body_bytes(theirs[theirs.len() - TRAILER_LEN..].to_vec())
                     .insert_header(
                         "Content-Range",
-                        format!("bytes {}-{}/{}", theirs.len() - TRAILER_LEN, theirs.len() - 1, theirs.len()).as_str(),
+                        format!(
+                            "bytes {}-{}/{}",
+                            theirs.len() - TRAILER_LEN,
+                            theirs.len() - 1,
+                            theirs.len()
+                        )
+                        .as_str(),
                     )
                     .insert_header("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT")
                     .insert_header("ETag", "\"e\""),
@@ -188,33 +204,45 @@ async fn put_412_and_409_with_another_object_there_are_conflicts() {
         let r = up.upload_one(item, &CancellationToken::new()).await;
         let f = r.outcome.failure().expect("conflict");
         assert!(!f.retryable, "{status}: {}", f.error);
-        assert!(matches!(f.error, Error::Conflict { .. }), "{status}: {}", f.error);
-        assert_eq!(count(&server, "PUT").await, 1, "{status}: one conditional PUT, no overwrite");
+        assert!(
+            matches!(f.error, Error::Conflict { .. }),
+            "{status}: {}",
+            f.error
+        );
+        assert_eq!(
+            count(&server, "PUT").await,
+            1,
+            "{status}: one conditional PUT, no overwrite"
+        );
     }
 }
 
 mod serial {
     use super::*;
 
-#[tokio::test]
-async fn slow_headers_time_out_and_are_retried() {
-    let server = MockServer::start().await;
-    Mock::given(method("HEAD"))
-        .respond_with(ResponseTemplate::new(404))
-        .mount(&server)
-        .await;
-    Mock::given(method("PUT"))
-        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(3)))
-        .mount(&server)
-        .await;
-    let dir = tempfile::tempdir().unwrap();
-    let (item, _) = write_pack(dir.path(), 5000);
-    let up = Uploader::new(store(&server, 0, Duration::from_millis(300)), cfg(2)).unwrap();
-    let start = Instant::now();
-    let r = up.upload_one(item, &CancellationToken::new()).await;
-    let f = r.outcome.failure().expect("times out");
-    assert!(f.retryable && f.attempts == 2, "{}", f.error);
-    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
-    assert!(matches!(r.outcome, UploadOutcome::Failed(_)));
-}
+    #[tokio::test]
+    async fn slow_headers_time_out_and_are_retried() {
+        let server = MockServer::start().await;
+        Mock::given(method("HEAD"))
+            .respond_with(ResponseTemplate::new(404))
+            .mount(&server)
+            .await;
+        Mock::given(method("PUT"))
+            .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(3)))
+            .mount(&server)
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let (item, _) = write_pack(dir.path(), 5000);
+        let up = Uploader::new(store(&server, 0, Duration::from_millis(300)), cfg(2)).unwrap();
+        let start = Instant::now();
+        let r = up.upload_one(item, &CancellationToken::new()).await;
+        let f = r.outcome.failure().expect("times out");
+        assert!(f.retryable && f.attempts == 2, "{}", f.error);
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(matches!(r.outcome, UploadOutcome::Failed(_)));
+    }
 }

@@ -62,7 +62,9 @@ async fn main() {
     let catalog = spool_catalog::open(url).expect("catalog URL");
     let mut seed = std::process::id() as u64;
     let mut jitter = move || {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         Duration::from_millis(50 + (seed >> 33) % 100)
     };
     for round in 0..rounds {
@@ -77,23 +79,37 @@ async fn main() {
             assert!(Instant::now() < deadline, "{holder}: no lease within 60 s");
             tokio::time::sleep(jitter()).await;
         };
-        emit(serde_json::json!({"ev": "held", "round": round, "term": guard.term, "lease_id": guard.lease_id.to_string()}));
+        emit(
+            serde_json::json!({"ev": "held", "round": round, "term": guard.term, "lease_id": guard.lease_id.to_string()}),
+        );
         let live = pack(holder, round, "live");
-        match catalog.index(std::slice::from_ref(&live), Some(&guard)).await {
-            Ok(()) => emit(serde_json::json!({"ev": "indexed", "pack": live.pack_id, "term": guard.term})),
-            Err(Error::Fenced { .. }) => emit(serde_json::json!({"ev": "fenced_live", "pack": live.pack_id, "term": guard.term})),
+        match catalog
+            .index(std::slice::from_ref(&live), Some(&guard))
+            .await
+        {
+            Ok(()) => {
+                emit(serde_json::json!({"ev": "indexed", "pack": live.pack_id, "term": guard.term}))
+            }
+            Err(Error::Fenced { .. }) => emit(
+                serde_json::json!({"ev": "fenced_live", "pack": live.pack_id, "term": guard.term}),
+            ),
             Err(e) => panic!("index failed: {e}"),
         }
         if stall_every > 0 && round % stall_every == stall_every - 1 {
             // Stop renewing: the lease lapses and a rival may take it.
             tokio::time::sleep(cfg.ttl + Duration::from_millis(1500)).await;
             let stale = pack(holder, round, "stale");
-            let result = match catalog.index(std::slice::from_ref(&stale), Some(&guard)).await {
+            let result = match catalog
+                .index(std::slice::from_ref(&stale), Some(&guard))
+                .await
+            {
                 Ok(()) => "inserted",
                 Err(Error::Fenced { .. }) => "fenced",
                 Err(e) => panic!("stale index failed otherwise: {e}"),
             };
-            emit(serde_json::json!({"ev": "stale", "pack": stale.pack_id, "result": result, "term": guard.term}));
+            emit(
+                serde_json::json!({"ev": "stale", "pack": stale.pack_id, "result": result, "term": guard.term}),
+            );
         } else {
             catalog.release(&guard).await.expect("release");
             emit(serde_json::json!({"ev": "released", "term": guard.term}));

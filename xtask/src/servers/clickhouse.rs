@@ -133,7 +133,9 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
     wait_ready(http_port, Duration::from_secs(30)).with_context(|| {
         format!("clickhouse-server did not come up; see {d}/log/clickhouse-server.err.log and {d}/log/stdout.log")
     })?;
-    eprintln!("xtask: clickhouse-server up on 127.0.0.1:{http_port} (native {tcp_port}), data in {d}");
+    eprintln!(
+        "xtask: clickhouse-server up on 127.0.0.1:{http_port} (native {tcp_port}), data in {d}"
+    );
     Ok(process)
 }
 
