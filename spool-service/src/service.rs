@@ -482,7 +482,9 @@ impl Core {
         }
         watcher.abort();
         if adopt {
-            out.adoption_steps = self.adopt(shared).await;
+            let (steps, failed) = self.adopt(shared).await;
+            out.adoption_steps = steps;
+            out.failed |= failed;
         }
         self.publish(shared);
         out
@@ -595,6 +597,8 @@ impl Core {
         if cancel.is_cancelled() && !queue.is_empty() {
             out.cut_short = true;
         }
+        // the catalog down is a retryable failure of own work too
+        out.failed |= !self.io.pending.is_empty();
         self.own_left = left;
         out.own_left = left;
         out
@@ -642,7 +646,7 @@ impl Core {
             self.io.note_error(e);
         }
         self.adopter = Some(adopter);
-        report.steps
+        (report.steps, report.failed)
     }
 
     async fn shutdown(&mut self, shared: &Shared) {
