@@ -245,7 +245,93 @@ pub enum Error {
         seam: &'static str,
     },
     // ---- the sink and the registry (core-sink) -------------------------
-    // (variants added by the sink's author go in this block)
+    /// The spool directory is full and the sink's buffer too: the record was
+    /// not admitted (SPEC §4.3: the producer is told, nothing is dropped).
+    #[error(
+        "spool directory {} is full ({used} of {budget} bytes used, {dead_sibling_bytes} of \
+         them by dead siblings awaiting adoption) and the sink's buffer holds {buffered} of \
+         {buffer_bytes} bytes not yet staged: record not admitted; let the storage service \
+         upload and remove packs, raise max_bytes, or retry later",
+        dir.display()
+    )]
+    SpoolFull {
+        /// The spool directory.
+        dir: PathBuf,
+        /// Bytes the spool accounts as used (from its last refused stage).
+        used: u64,
+        /// The spool's budget (`max_bytes`).
+        budget: u64,
+        /// The part of `used` dead siblings hold.
+        dead_sibling_bytes: u64,
+        /// Bytes the sink holds that are not staged yet.
+        buffered: u64,
+        /// The sink's buffer limit (`buffer_bytes`).
+        buffer_bytes: u64,
+    },
+    /// The sink's buffer is full because staging is slow or failing (not
+    /// because the spool is full): the record was not admitted.
+    #[error(
+        "sink for {}: its buffer holds {buffered} of {buffer_bytes} bytes not yet staged \
+         ({cause}): record not admitted; retry later or raise buffer_bytes",
+        dir.display()
+    )]
+    SinkBufferFull {
+        /// The spool directory.
+        dir: PathBuf,
+        /// Bytes the sink holds that are not staged yet.
+        buffered: u64,
+        /// The sink's buffer limit (`buffer_bytes`).
+        buffer_bytes: u64,
+        /// What the staging thread is doing (its last failure, if any).
+        cause: String,
+    },
+    /// The sink was released (or is being released): it admits nothing.
+    #[error(
+        "the sink for {} was released: it admits no more records; open a new sink",
+        dir.display()
+    )]
+    SinkReleased {
+        /// The spool directory.
+        dir: PathBuf,
+    },
+    /// A flush (or a release's flush) did not stage everything by its
+    /// deadline. What is left stays in the sink's buffer and its thread
+    /// keeps trying.
+    #[error(
+        "flush of the sink for {} did not finish within {timeout:?}: {packs} pack(s) \
+         ({bytes} bytes) not yet staged ({cause})",
+        dir.display()
+    )]
+    FlushTimeout {
+        /// The spool directory.
+        dir: PathBuf,
+        /// The flush's timeout.
+        timeout: std::time::Duration,
+        /// Packs sealed (or about to be) but not staged.
+        packs: u64,
+        /// Their bytes.
+        bytes: u64,
+        /// Why: the spool is full, the last stage failure, or a stage still
+        /// in progress.
+        cause: String,
+    },
+    /// The sink's staging thread could not be started.
+    #[error("cannot start the staging thread of the sink for {}: {source}", dir.display())]
+    SinkThread {
+        /// The spool directory.
+        dir: PathBuf,
+        /// Why the thread could not be spawned.
+        #[source]
+        source: io::Error,
+    },
+    /// A sink setting is out of range.
+    #[error("invalid sink configuration for {}: {why}", dir.display())]
+    SinkConfig {
+        /// The spool directory.
+        dir: PathBuf,
+        /// What is wrong and what to set instead.
+        why: String,
+    },
 }
 
 impl Error {

@@ -134,6 +134,7 @@ pub mod error;
 pub mod layout;
 pub mod pack;
 pub mod registry;
+pub mod sink;
 pub mod spool;
 
 /// The owner-lock API.

@@ -99,8 +99,7 @@ use std::thread::Thread;
 
 pub use futures_util::task::AtomicWaker;
 
-/// A pack id as the registry stores it: the 16 raw bytes of a pack id.
-pub type PackIdBytes = [u8; 16];
+use crate::pack::PackId;
 
 /// The key of one slot: a rank directory and a worker ordinal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -120,7 +119,7 @@ pub struct Publication {
     /// A sink reopened on a slot continues the count.
     pub sealed_packs: u64,
     /// The id of the last pack staged, if any.
-    pub last_pack: Option<PackIdBytes>,
+    pub last_pack: Option<PackId>,
     /// True only after a release whose flush went through (SPEC §4.3).
     pub sealed_on_release: bool,
 }
@@ -449,7 +448,7 @@ mod tests {
     fn publication(n: u64) -> Publication {
         Publication {
             sealed_packs: n,
-            last_pack: Some([n as u8; 16]),
+            last_pack: Some(PackId([n as u8; 16])),
             sealed_on_release: false,
         }
     }
