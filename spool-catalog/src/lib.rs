@@ -1,3 +1,249 @@
-//! spool-catalog: the pack index and the adopter lease, on ClickHouse,
-//! SQLite or in memory (SPEC §6).
+//! spool-catalog: the pack index and the lease, on ClickHouse, SQLite or
+//! in memory (SPEC §6).
+//!
+//! # What it guarantees
+//!
+//! - **One row per pack as read.** [`Catalog::index`] writes one row per
+//!   pack ([`PackRow`], the §6.1 columns); indexing the same pack again
+//!   (a crash between upload and delete) still reads back as one row
+//!   ([`Catalog::get`], [`Catalog::list_range`], [`Catalog::count`]).
+//!   ClickHouse: `ReplacingMergeTree(indexed_at_ms)` read with `FINAL`;
+//!   SQLite: a primary key and an upsert; the fake: a map.
+//! - **Never misread.** Every operation first makes sure the schema is there
+//!   and is the one this build reads ([`Catalog::ensure_schema`], run once
+//!   per catalog object): missing tables are created idempotently, a
+//!   schema-version row is written, the columns of existing tables are
+//!   compared with the expected ones, and a newer schema version or a
+//!   table with other columns is refused ([`Error::SchemaVersion`],
+//!   [`Error::SchemaMismatch`]) before anything is read or written. Every
+//!   install step is idempotent (`CREATE ... IF NOT EXISTS`, a version row
+//!   that two installers may both write), so version 1 needs no
+//!   serialisation; a future migration must take the catalog-scope lease.
+//! - **At most one holder of a lease term, and a deposed holder writes
+//!   nothing.** The lease (SPEC §6.2) is an append-only claim log in
+//!   `<prefix>lease(name, term, lease_id, holder, acquired_at_ms,
+//!   expires_at_ms)`, decided by the catalog's clock
+//!   (`toUInt64(now()) * 1000`, whole seconds) and by reading back:
+//!   1. read the head of the name (all claims at its highest term; two at
+//!      one term mean *contested*: nobody holds it);
+//!   2. refuse if it is live and not ours ([`Claim::Busy`]);
+//!   3. append `term + 1` with `expires = now + ttl`;
+//!   4. read back the claims at that term: held only if ours is the sole
+//!      one ([`Claim::Held`]), else [`Claim::Contested`].
+//!
+//!   Two claimants of one term cannot both read back alone: whichever reads
+//!   back second sees the other's row. Each acquisition mints a new
+//!   `lease_id` (kept across that holding's renewals, each a fresh claim at
+//!   the next term), so a fence of an earlier holding never passes again.
+//!   Release appends a tombstone (expires at once). The claim algorithm is
+//!   written once (`lease.rs`) over three primitives every backend has.
+//! - **The fence.** A lease-gated index insert is one statement,
+//!   `INSERT INTO packs (...) SELECT ... WHERE (<fence>) = 1`, where the
+//!   fence says: the head of this name is exactly one claim, it is our
+//!   `lease_id`, and it expires later than `now + fence_margin`. The
+//!   statement runs with `max_execution_time = fence_margin - 1 s`. A
+//!   deposed writer's insert inserts nothing and [`Catalog::index`] returns
+//!   [`Error::Fenced`]. Inserts go as SQL text, never RowBinary bodies
+//!   (old servers mishandle some RowBinary inserts, ClickHouse#37420).
+//!
+//! # Safety margin
+//!
+//! | knob | default | rule |
+//! |---|---|---|
+//! | `ttl` | 30 s | whole seconds, ≥ 3 s |
+//! | `renew_interval` | ttl/3 (10 s) | ≤ ttl/3 |
+//! | `fence_margin` | 5 s | whole seconds, ≥ 2 s, `fence_margin + renew_interval + 1 s < ttl` |
+//! | fenced insert's `max_execution_time` | fence_margin − 1 s (4 s) | < fence_margin |
+//! | latch | 2 × ttl (60 s) | a foreign lease seen live that long after losing |
+//!
+//! Why it is safe: a fenced insert passes only while our claim has more
+//! than `fence_margin` to live by the server's clock, and the server stops
+//! it after `max_execution_time < fence_margin`; so the insert lands before
+//! our claim lapses, and a rival's claim (which needs ours lapsed) comes
+//! after it. Why it stays live: renewing every `renew_interval` keeps our
+//! claim `ttl - renew_interval` ahead of now, minus one second of clock
+//! resolution, which the last rule keeps above `fence_margin`. With the
+//! default 5 s margin the smallest TTL is 10 s. [`LeaseConfig::validate`]
+//! refuses configs that break these rules. The local view of a holding is
+//! conservative: it ends at send time + ttl − 1 s ([`LeaseGuard::local_deadline`]).
+//!
+//! Assumptions: one ClickHouse server (or a cluster whose reads see
+//! completed inserts, e.g. one replica per client); clocks only matter on
+//! the server, since every time in the log comes from it.
+//!
+//! # Latch
+//!
+//! [`LeaseKeeper`] renews every `renew_interval` and acquires when not
+//! holding. Once it has held the lease and then sees a foreign lease live for
+//! 2 × ttl, it latches ([`LeaseState::latched`]): it never claims again and
+//! the service stops its lease-gated work for its lifetime (exit code 7 for
+//! the daemon). Its watch channel ([`LeaseKeeper::spawn`]) wakes the
+//! service's loop at once.
+//!
+//! # Backends (chosen by URL, [`open`])
+//!
+//! - `clickhouse://HOST:PORT/DATABASE[?table_prefix=P&user=U&password=W]`:
+//!   the official `clickhouse` crate (0.15) over HTTP with a `TCP_NODELAY`
+//!   client. The server's version is read at connect; the crate's schema
+//!   validation (`RowBinaryWithNamesAndTypes`) is on from 23.x and off below
+//!   (Debian's 18.16 refuses that format). The SQL stays in the subset
+//!   18.16 and current releases both accept: no `DateTime64`/`now64`, no
+//!   server-side parameters, no CTEs, `SETTINGS` before `FORMAT`; literals
+//!   are quoted by this crate (`sql.rs`), identifiers are checked at parse.
+//! - `sqlite:///ABS/PATH.db[?table_prefix=P]` (cargo feature `sqlite`, on
+//!   by default): bundled SQLite in WAL mode; the same log and the same
+//!   fence, each claim appended only if the head has not moved, in one
+//!   `BEGIN IMMEDIATE` transaction.
+//! - `memory://` (a fresh catalog) or `memory://NAME` (shared in the
+//!   process): the fake, only with the `testing` feature, with switches to
+//!   make it unreachable and to move its clock.
+//!
+//! # Errors
+//!
+//! [`Error`] names the catalog (credentials removed), what the statement
+//! was for and what to do; [`Error::is_retryable`] says whether trying later
+//! may help (unreachable, timeouts, 5xx, busy server) or not (auth, schema
+//! mismatch, unknown setting, other exceptions).
+//!
+//! # Tests
+//!
+//! - Unit tests here: URL parsing, the lease config rules, golden SQL text of
+//!   every ClickHouse and SQLite statement (`sql.rs`, `sqlite.rs`), error
+//!   classification of ClickHouse exception bodies.
+//! - `tests/tests/catalog_fast.rs` (spool-tests): one behavioural suite
+//!   (`tests/src/catalog_suite.rs`) against the fake and SQLite; wiremock
+//!   playing ClickHouse for exception bodies, auth failures, 5xx, and a
+//!   closed port; two contender processes (`lease-contender`) on SQLite;
+//!   TTL expiry and the latch in a `serial` module.
+//! - `tests/tests/real_clickhouse.rs`: the same suite and the contender
+//!   processes against the real server (`cargo xtask test`), each test in
+//!   its own database, dropped afterwards.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod clickhouse;
+mod error;
+mod lease;
+#[cfg(any(test, feature = "testing"))]
+mod memory;
+mod row;
+mod sql;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod target;
+
+use async_trait::async_trait;
+use std::sync::Arc;
+
+pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
+pub use crate::error::{Error, Result};
+pub use crate::lease::{
+    catalog_lease_name, node_lease_name, Claim, LeaseConfig, LeaseGuard, LeaseHead, LeaseKeeper,
+    LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION,
+    DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
+};
+#[cfg(any(test, feature = "testing"))]
+pub use crate::memory::MemoryCatalog;
+pub use crate::row::PackRow;
+#[cfg(feature = "sqlite")]
+pub use crate::sqlite::SqliteCatalog;
+pub use crate::target::{
+    CatalogUrl, ClickHouseTarget, DEFAULT_CLICKHOUSE_PORT, DEFAULT_TABLE_PREFIX,
+};
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Most rows one index statement carries; larger batches are split (each
+/// statement fenced on its own).
+pub const MAX_ROWS_PER_STATEMENT: usize = 256;
+
+/// A pack catalog with its lease. Usable as `Arc<dyn Catalog>`.
+///
+/// Every method makes sure the schema is in place first (once per object).
+#[async_trait]
+pub trait Catalog: Send + Sync {
+    /// The catalog as messages name it (credentials removed).
+    fn server(&self) -> String;
+
+    /// Creates missing tables and the schema-version row; refuses a newer
+    /// version or tables with other columns. Idempotent.
+    async fn ensure_schema(&self) -> Result<()>;
+
+    /// Writes one row per pack (re-indexing replaces). With a fence, the
+    /// rows land only while `fence` is the sole, live head of its lease
+    /// with more than its fence margin to go; otherwise nothing is written
+    /// and [`Error::Fenced`] is returned. `Ok` means every pack of `rows` is
+    /// in the catalog.
+    async fn index(&self, rows: &[PackRow], fence: Option<&LeaseGuard>) -> Result<()>;
+
+    /// The row of one pack.
+    async fn get(&self, pack_id: &str) -> Result<Option<PackRow>>;
+
+    /// Rows with `from_ms <= created_at_ms < to_ms`, by creation time then id.
+    async fn list_range(&self, from_ms: u64, to_ms: u64) -> Result<Vec<PackRow>>;
+
+    /// Number of packs (one per id).
+    async fn count(&self) -> Result<u64>;
+
+    /// Lease primitive: the claims at the name's highest term and the
+    /// catalog clock.
+    async fn read_lease_head(&self, name: &str) -> Result<LeaseHead>;
+
+    /// Lease primitive: appends one claim stamped with the catalog clock.
+    async fn append_claim(&self, claim: &NewClaim) -> Result<()>;
+
+    /// Lease primitive: every claim at one term (the read-back).
+    async fn read_claims(&self, name: &str, term: u64) -> Result<Vec<LeaseRecord>>;
+
+    /// The whole claim log of a name, by term (for operators and tests).
+    async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>>;
+
+    /// Acquires `name` for `holder` with a new lease id.
+    async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<Claim> {
+        lease::claim(self, name, holder, config, None).await
+    }
+
+    /// Renews a holding (a fresh claim at the next term, same lease id).
+    async fn renew(&self, guard: &LeaseGuard) -> Result<Claim> {
+        lease::claim(self, &guard.name, &guard.holder, &guard.config, Some(guard)).await
+    }
+
+    /// Releases a holding with a tombstone; `false` if it was not the head.
+    async fn release(&self, guard: &LeaseGuard) -> Result<bool> {
+        lease::release(self, guard).await
+    }
+
+    /// Test seam: overwrites the schema-version row (to test refusals).
+    #[cfg(any(test, feature = "testing"))]
+    async fn testing_set_schema_version(&self, version: u32) -> Result<()>;
+}
+
+/// Opens the catalog a URL names. Nothing is contacted until the first
+/// operation.
+pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
+    match CatalogUrl::parse(url)? {
+        CatalogUrl::ClickHouse(t) => Ok(Arc::new(ClickHouseCatalog::new(t))),
+        #[cfg(feature = "sqlite")]
+        CatalogUrl::Sqlite { path, table_prefix } => {
+            Ok(Arc::new(SqliteCatalog::new(path, &table_prefix)?))
+        }
+        #[cfg(not(feature = "sqlite"))]
+        CatalogUrl::Sqlite { .. } => Err(Error::Unsupported {
+            url: target::redact_raw(url),
+            reason: "this build has no SQLite catalog (cargo feature `sqlite` is off)".into(),
+        }),
+        #[cfg(any(test, feature = "testing"))]
+        CatalogUrl::Memory { name } => Ok(match name {
+            Some(n) => MemoryCatalog::shared(&n),
+            None => Arc::new(MemoryCatalog::new()),
+        }),
+        #[cfg(not(any(test, feature = "testing")))]
+        CatalogUrl::Memory { .. } => Err(Error::Unsupported {
+            url: target::redact_raw(url),
+            reason:
+                "this build has no test seams: memory:// is the test fake (cargo feature `testing`)"
+                    .into(),
+        }),
+    }
+}

@@ -176,7 +176,7 @@ pub enum Error {
     /// The owner lock refused or failed (another owner, nesting, a shared
     /// filesystem, held_by_caller without the lock...).
     #[error(transparent)]
-    Lock(#[from] crate::lk::Error),
+    Lock(#[from] spool_lock::Error),
     /// The spool directory (or its worker subdirectory's parent) does not
     /// exist: it was removed. A stage never recreates it.
     #[error(

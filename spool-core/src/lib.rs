@@ -88,14 +88,13 @@ compile_error!("spool-core supports Linux only (see spool-lock)");
 
 pub mod error;
 pub mod layout;
-mod lock_shim;
 pub mod pack;
 pub mod registry;
 pub mod sink;
 pub mod spool;
 
-/// The owner-lock API (spool-lock; a stand-in until it lands on main).
-pub(crate) use lock_shim as lk;
+/// The owner-lock API.
+pub(crate) use spool_lock as lk;
 
 pub use error::{Corruption, Error};
 pub use layout::{claim_rank_dir, rank_from_env, Destination, RankDirName};

@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod catalog_suite;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -73,3 +75,8 @@ pub fn server_env(var: &str) -> Option<String> {
         }
     }
 }
+
+pub mod http;
+pub mod packs;
+pub mod proxy;
+pub mod upload_suite;

@@ -1,0 +1,719 @@
+//! The lease (SPEC §6.2): an append-only claim log decided by the catalog's
+//! clock and by reading back, plus [`LeaseKeeper`], the acquire/renew/latch
+//! loop a service runs.
+//!
+//! The claim algorithm lives here once, over three primitives every backend
+//! provides ([`Catalog::read_lease_head`], [`Catalog::append_claim`],
+//! [`Catalog::read_claims`]); the fence lives in each backend's index insert.
+
+use crate::error::{Error, Result};
+use crate::Catalog;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+/// The shortest TTL accepted (whole seconds: old ClickHouse servers have a
+/// one-second clock).
+pub const MIN_TTL: Duration = Duration::from_secs(3);
+/// The default TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The default fence margin: a fenced insert runs only while the lease has
+/// at least this long to live.
+pub const DEFAULT_FENCE_MARGIN: Duration = Duration::from_secs(5);
+/// Resolution of the catalog clock (`toUInt64(now()) * 1000`).
+pub const CLOCK_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// Timing of a lease: TTL, renew interval, fence margin. See the crate docs
+/// ("Safety margin") for why the checks in [`LeaseConfig::validate`] hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// How long a claim lives (whole seconds, ≥ 3 s).
+    pub ttl: Duration,
+    /// How often a holder renews (≤ ttl / 3).
+    pub renew_interval: Duration,
+    /// How long the lease must still live for a fenced insert to run (whole
+    /// seconds, ≥ 2 s); the insert's `max_execution_time` is one second less.
+    pub fence_margin: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            ttl: DEFAULT_TTL,
+            renew_interval: DEFAULT_TTL / 3,
+            fence_margin: DEFAULT_FENCE_MARGIN,
+        }
+    }
+}
+
+fn whole_seconds(d: Duration) -> bool {
+    d.subsec_nanos() == 0
+}
+
+impl LeaseConfig {
+    /// A config with this TTL, renewing every ttl/3, with the default fence
+    /// margin (5 s), validated.
+    pub fn new(ttl: Duration) -> Result<LeaseConfig> {
+        let c = LeaseConfig {
+            ttl,
+            renew_interval: ttl / 3,
+            fence_margin: DEFAULT_FENCE_MARGIN,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The same config with another fence margin, validated.
+    pub fn with_fence_margin(mut self, fence_margin: Duration) -> Result<LeaseConfig> {
+        self.fence_margin = fence_margin;
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// The same config with another renew interval, validated.
+    pub fn with_renew_interval(mut self, renew_interval: Duration) -> Result<LeaseConfig> {
+        self.renew_interval = renew_interval;
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Refuses a config that breaks the safety margin: TTL and margin in
+    /// whole seconds, TTL ≥ 3 s, margin ≥ 2 s, renew interval in (0, ttl/3],
+    /// and `fence_margin + renew_interval + 1 s < ttl`, so a holder renewing
+    /// on time always has a fence that passes.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::LeaseConfig(m));
+        if !whole_seconds(self.ttl) || self.ttl < MIN_TTL {
+            return bad(format!(
+                "ttl {:?} must be whole seconds and at least {MIN_TTL:?} (the catalog clock has one-second resolution)",
+                self.ttl
+            ));
+        }
+        if !whole_seconds(self.fence_margin) || self.fence_margin < Duration::from_secs(2) {
+            return bad(format!(
+                "fence_margin {:?} must be whole seconds and at least 2 s (the fenced insert's max_execution_time is one second less)",
+                self.fence_margin
+            ));
+        }
+        if self.renew_interval.is_zero() || self.renew_interval > self.ttl / 3 {
+            return bad(format!(
+                "renew_interval {:?} must be more than 0 and at most ttl/3 = {:?}",
+                self.renew_interval,
+                self.ttl / 3
+            ));
+        }
+        if self.fence_margin + self.renew_interval + CLOCK_RESOLUTION >= self.ttl {
+            return bad(format!(
+                "fence_margin {:?} + renew_interval {:?} + 1 s must be less than ttl {:?}, or a holder renewing on time finds its own fence closed; raise ttl or lower the margin",
+                self.fence_margin, self.renew_interval, self.ttl
+            ));
+        }
+        Ok(())
+    }
+
+    /// The server-side bound on a fenced insert: one second under the margin.
+    pub fn max_execution_time(&self) -> Duration {
+        self.fence_margin.saturating_sub(CLOCK_RESOLUTION)
+    }
+
+    /// How long a foreign lease must live on before a deposed holder latches.
+    pub fn latch_after(&self) -> Duration {
+        self.ttl * 2
+    }
+}
+
+/// What the lease is for (SPEC §6.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LeaseScope {
+    /// One adopter per node: name `<catalog_key>/<host>`. Services index
+    /// their own directory without it; adoption needs it.
+    #[default]
+    Node,
+    /// One writer for the whole catalog: name `<catalog_key>`. Nothing is
+    /// uploaded or indexed without it.
+    Catalog,
+}
+
+impl LeaseScope {
+    /// Parses `node` or `catalog`; anything else is refused.
+    pub fn parse(s: &str) -> Result<LeaseScope> {
+        match s {
+            "node" => Ok(LeaseScope::Node),
+            "catalog" => Ok(LeaseScope::Catalog),
+            other => Err(Error::LeaseConfig(format!(
+                "unknown lease_scope {other:?}: expected \"node\" or \"catalog\""
+            ))),
+        }
+    }
+
+    /// The lease name for this scope.
+    pub fn lease_name(self, catalog_key: &str, host: &str) -> String {
+        match self {
+            LeaseScope::Node => node_lease_name(catalog_key, host),
+            LeaseScope::Catalog => catalog_lease_name(catalog_key),
+        }
+    }
+}
+
+/// `<catalog_key>/<host>`: the node's adopter lease.
+pub fn node_lease_name(catalog_key: &str, host: &str) -> String {
+    format!("{catalog_key}/{host}")
+}
+
+/// `<catalog_key>`: the single-publisher lease of a whole catalog.
+pub fn catalog_lease_name(catalog_key: &str) -> String {
+    catalog_key.to_string()
+}
+
+/// One row of the claim log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The lease name.
+    pub name: String,
+    /// The claim's term (the log's sequence number for this name).
+    pub term: u64,
+    /// The holding this claim belongs to (new per acquisition, kept across
+    /// its renewals).
+    pub lease_id: Uuid,
+    /// Who claimed (host, pid, what).
+    pub holder: String,
+    /// Server clock at the claim, milliseconds.
+    pub acquired_at_ms: u64,
+    /// Server clock when it lapses, milliseconds (a tombstone: = acquired).
+    pub expires_at_ms: u64,
+}
+
+/// The head of a lease name: every claim at its highest term, and the
+/// catalog clock at the read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseHead {
+    /// The claims at the highest term (empty: never claimed; two or more:
+    /// contested, nobody holds it).
+    pub claims: Vec<LeaseRecord>,
+    /// The catalog's clock at the read, milliseconds.
+    pub now_ms: u64,
+}
+
+impl LeaseHead {
+    /// The highest term (0 when never claimed).
+    pub fn term(&self) -> u64 {
+        self.claims.first().map_or(0, |c| c.term)
+    }
+
+    /// The sole claim at the head term, if there is exactly one.
+    pub fn sole(&self) -> Option<&LeaseRecord> {
+        match self.claims.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The sole claim at the head, if it is still live.
+    pub fn live_holder(&self) -> Option<&LeaseRecord> {
+        self.sole().filter(|c| c.expires_at_ms > self.now_ms)
+    }
+}
+
+/// A claim to append: the catalog stamps `acquired_at_ms = now` and
+/// `expires_at_ms = now + ttl_ms` with its own clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewClaim {
+    /// The lease name.
+    pub name: String,
+    /// The term claimed (head term + 1).
+    pub term: u64,
+    /// The holding's id.
+    pub lease_id: Uuid,
+    /// Who claims.
+    pub holder: String,
+    /// Lifetime in milliseconds (0: a tombstone).
+    pub ttl_ms: u64,
+}
+
+/// Proof of holding a lease: what a fenced insert carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseGuard {
+    /// The lease name.
+    pub name: String,
+    /// This holding's id (minted at acquisition, kept across renewals).
+    pub lease_id: Uuid,
+    /// Who holds it.
+    pub holder: String,
+    /// The term of the acquisition that started this holding.
+    pub acquired_term: u64,
+    /// The term of the latest claim (acquisition or renewal).
+    pub term: u64,
+    /// When the latest claim lapses, by the catalog's clock.
+    pub expires_at_ms: u64,
+    /// The timing it was claimed with.
+    pub config: LeaseConfig,
+    /// When the latest claim was sent (local monotonic clock).
+    pub claimed_at: Instant,
+}
+
+impl LeaseGuard {
+    /// The local, conservative end of the latest claim: the claim was sent
+    /// at `claimed_at`, so the catalog cannot have stamped it earlier than
+    /// that less its one-second resolution.
+    pub fn local_deadline(&self) -> Instant {
+        self.claimed_at + self.config.ttl - CLOCK_RESOLUTION
+    }
+
+    /// Whether, by the local clock, the latest claim certainly still lives.
+    pub fn is_locally_valid(&self) -> bool {
+        Instant::now() < self.local_deadline()
+    }
+}
+
+/// The answer to a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The claim is ours alone.
+    Held(LeaseGuard),
+    /// Someone else's claim is live.
+    Busy {
+        /// Its holder.
+        holder: String,
+        /// Its term.
+        term: u64,
+        /// How long it still lives by the catalog's clock.
+        expires_in: Duration,
+    },
+    /// Two claimants met at one term: nobody holds it; try again.
+    Contested {
+        /// The contested term.
+        term: u64,
+    },
+    /// (Renew only.) Our holding is over: it lapsed or was superseded.
+    /// Acquire again, with a new lease id.
+    Lapsed {
+        /// The head term seen.
+        term: u64,
+    },
+}
+
+/// The claim algorithm, shared by every backend: read the head; refuse if it
+/// is live and not ours; append `term + 1`; read back: held only if ours is
+/// the sole claim at that term.
+pub(crate) async fn claim<C: Catalog + ?Sized>(
+    catalog: &C,
+    name: &str,
+    holder: &str,
+    config: &LeaseConfig,
+    renewing: Option<&LeaseGuard>,
+) -> Result<Claim> {
+    config.validate()?;
+    let claimed_at = Instant::now();
+    let head = catalog.read_lease_head(name).await?;
+    let lease_id = match renewing {
+        Some(g) => {
+            // A renewal continues a holding that is ours, alone and live.
+            match head.live_holder() {
+                Some(h) if h.lease_id == g.lease_id => g.lease_id,
+                Some(h) => {
+                    return Ok(Claim::Busy {
+                        holder: h.holder.clone(),
+                        term: h.term,
+                        expires_in: Duration::from_millis(h.expires_at_ms - head.now_ms),
+                    })
+                }
+                None if head.claims.len() > 1 => return Ok(Claim::Contested { term: head.term() }),
+                None => return Ok(Claim::Lapsed { term: head.term() }),
+            }
+        }
+        None => {
+            if let Some(h) = head.live_holder() {
+                return Ok(Claim::Busy {
+                    holder: h.holder.clone(),
+                    term: h.term,
+                    expires_in: Duration::from_millis(h.expires_at_ms - head.now_ms),
+                });
+            }
+            Uuid::new_v4()
+        }
+    };
+    let term = head.term() + 1;
+    catalog
+        .append_claim(&NewClaim {
+            name: name.to_string(),
+            term,
+            lease_id,
+            holder: holder.to_string(),
+            ttl_ms: config.ttl.as_millis() as u64,
+        })
+        .await?;
+    let back = catalog.read_claims(name, term).await?;
+    match back.as_slice() {
+        [ours] if ours.lease_id == lease_id => Ok(Claim::Held(LeaseGuard {
+            name: name.to_string(),
+            lease_id,
+            holder: holder.to_string(),
+            acquired_term: renewing.map_or(term, |g| g.acquired_term),
+            term,
+            expires_at_ms: ours.expires_at_ms,
+            config: *config,
+            claimed_at,
+        })),
+        _ => Ok(Claim::Contested { term }),
+    }
+}
+
+/// Release: a tombstone claim (expiring at once) on top of our own live
+/// head. Returns whether one was written (nothing to do if the head is not
+/// ours any more).
+pub(crate) async fn release<C: Catalog + ?Sized>(catalog: &C, guard: &LeaseGuard) -> Result<bool> {
+    let head = catalog.read_lease_head(&guard.name).await?;
+    match head.live_holder() {
+        Some(h) if h.lease_id == guard.lease_id => {
+            catalog
+                .append_claim(&NewClaim {
+                    name: guard.name.clone(),
+                    term: h.term + 1,
+                    lease_id: guard.lease_id,
+                    holder: guard.holder.clone(),
+                    ttl_ms: 0,
+                })
+                .await?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// What a service polls: is the lease ours, who else has it, has this
+/// process latched.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseState {
+    /// The lease name.
+    pub name: String,
+    /// The current holding, while ours.
+    pub guard: Option<LeaseGuard>,
+    /// The holder of the live foreign claim last seen, if any.
+    pub foreign_holder: Option<String>,
+    /// Acquisitions made by this keeper (each with a new lease id).
+    pub acquisitions: u64,
+    /// Holdings lost (superseded, lapsed, or unrenewable before the local
+    /// deadline).
+    pub losses: u64,
+    /// A foreign lease outlived 2 × TTL after this process had held it: its
+    /// lease-gated work stops for its lifetime.
+    pub latched: bool,
+    /// The last failure talking to the catalog.
+    pub last_error: Option<String>,
+}
+
+impl LeaseState {
+    /// Whether the lease is ours now (by the local, conservative clock).
+    pub fn held(&self) -> bool {
+        self.guard
+            .as_ref()
+            .is_some_and(LeaseGuard::is_locally_valid)
+    }
+}
+
+/// The acquire/renew/latch loop of one lease name.
+///
+/// [`LeaseKeeper::tick`] does what is due: renew a holding every
+/// `renew_interval`, acquire when not held, and latch once a foreign lease
+/// has been seen live for `2 × ttl` since this keeper lost (or, with
+/// [`LeaseKeeper::latch_without_holding`], since it first looked). A latched
+/// keeper never claims again.
+pub struct LeaseKeeper {
+    catalog: Arc<dyn Catalog>,
+    name: String,
+    holder: String,
+    config: LeaseConfig,
+    latch_without_holding: bool,
+    state: LeaseState,
+    ever_held: bool,
+    foreign_since: Option<Instant>,
+}
+
+impl std::fmt::Debug for LeaseKeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseKeeper")
+            .field("catalog", &self.catalog.server())
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .field("config", &self.config)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+impl LeaseKeeper {
+    /// A keeper for `name`, claiming as `holder`, not yet holding.
+    pub fn new(
+        catalog: Arc<dyn Catalog>,
+        name: impl Into<String>,
+        holder: impl Into<String>,
+        config: LeaseConfig,
+    ) -> Result<LeaseKeeper> {
+        config.validate()?;
+        let name = name.into();
+        Ok(LeaseKeeper {
+            catalog,
+            state: LeaseState {
+                name: name.clone(),
+                ..LeaseState::default()
+            },
+            name,
+            holder: holder.into(),
+            config,
+            latch_without_holding: false,
+            ever_held: false,
+            foreign_since: None,
+        })
+    }
+
+    /// Latch also when this keeper never held the lease (a second
+    /// single-publisher for one catalog is a misconfiguration). Off by
+    /// default: a node's standby adopters wait without latching.
+    pub fn latch_without_holding(mut self, yes: bool) -> Self {
+        self.latch_without_holding = yes;
+        self
+    }
+
+    /// The lease's timing.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
+    /// The state after the last tick.
+    pub fn state(&self) -> LeaseState {
+        self.state.clone()
+    }
+
+    /// The current holding, if it is still locally valid.
+    pub fn guard(&self) -> Option<LeaseGuard> {
+        self.state
+            .guard
+            .clone()
+            .filter(LeaseGuard::is_locally_valid)
+    }
+
+    /// How long until the next tick has something to do.
+    pub fn next_tick_in(&self) -> Duration {
+        match &self.state.guard {
+            Some(g) => (g.claimed_at + self.config.renew_interval)
+                .saturating_duration_since(Instant::now()),
+            None => self.config.renew_interval,
+        }
+    }
+
+    fn lose(&mut self, why: &str) {
+        if let Some(g) = self.state.guard.take() {
+            self.state.losses += 1;
+            tracing::warn!(lease = %self.name, lease_id = %g.lease_id, term = g.term, "lease lost: {why}");
+        }
+    }
+
+    fn saw_foreign(&mut self, holder: String, now: Instant) {
+        self.state.foreign_holder = Some(holder.clone());
+        let since = *self.foreign_since.get_or_insert(now);
+        if (self.ever_held || self.latch_without_holding)
+            && now.duration_since(since) >= self.config.latch_after()
+            && !self.state.latched
+        {
+            self.state.latched = true;
+            tracing::error!(
+                lease = %self.name,
+                foreign_holder = %holder,
+                "a foreign lease outlived 2 x TTL ({:?}): latched; lease-gated work stops for this process's lifetime",
+                self.config.latch_after()
+            );
+        }
+    }
+
+    /// Does what is due now and returns the new state.
+    pub async fn tick(&mut self) -> LeaseState {
+        if self.state.latched {
+            return self.state.clone();
+        }
+        let now = Instant::now();
+        if let Some(g) = self.state.guard.clone() {
+            if now < g.claimed_at + self.config.renew_interval {
+                return self.state.clone();
+            }
+            match claim(
+                &*self.catalog,
+                &self.name,
+                &self.holder,
+                &self.config,
+                Some(&g),
+            )
+            .await
+            {
+                Ok(Claim::Held(g2)) => {
+                    self.state.guard = Some(g2);
+                    self.state.last_error = None;
+                    return self.state.clone();
+                }
+                Ok(Claim::Busy { holder, .. }) => {
+                    self.lose(&format!("{holder} holds it now"));
+                    self.saw_foreign(holder, now);
+                    return self.state.clone();
+                }
+                Ok(Claim::Contested { term }) => {
+                    self.lose(&format!("renewal contested at term {term}"))
+                }
+                Ok(Claim::Lapsed { term }) => self.lose(&format!("lapsed (head term {term})")),
+                Err(e) => {
+                    self.state.last_error = Some(e.to_string());
+                    if !g.is_locally_valid() {
+                        self.lose(&format!("could not renew before it lapsed: {e}"));
+                    }
+                    return self.state.clone();
+                }
+            }
+        }
+        match claim(&*self.catalog, &self.name, &self.holder, &self.config, None).await {
+            Ok(Claim::Held(g)) => {
+                tracing::info!(lease = %self.name, lease_id = %g.lease_id, term = g.term, "lease acquired");
+                self.state.guard = Some(g);
+                self.state.acquisitions += 1;
+                self.state.foreign_holder = None;
+                self.state.last_error = None;
+                self.ever_held = true;
+                self.foreign_since = None;
+            }
+            Ok(Claim::Busy { holder, .. }) => self.saw_foreign(holder, now),
+            Ok(Claim::Contested { .. } | Claim::Lapsed { .. }) => {}
+            Err(e) => self.state.last_error = Some(e.to_string()),
+        }
+        self.state.clone()
+    }
+
+    /// Lets go: a tombstone if the lease is ours, then not held.
+    pub async fn release(&mut self) -> Result<()> {
+        if let Some(g) = self.state.guard.take() {
+            release(&*self.catalog, &g).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs the keeper on its own task: ticks when due, publishes every
+    /// state on a watch channel (a latch wakes subscribers at once), and
+    /// releases on [`LeaseTask::stop`].
+    pub fn spawn(mut self) -> LeaseTask {
+        let (tx, rx) = tokio::sync::watch::channel(self.state());
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let stop2 = stop.clone();
+        let handle = tokio::spawn(async move {
+            loop {
+                let st = self.tick().await;
+                tx.send_replace(st);
+                if self.state.latched {
+                    // Nothing more to do: a latched keeper never claims again.
+                    stop2.notified().await;
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(self.next_tick_in().max(Duration::from_millis(50))) => {}
+                    _ = stop2.notified() => break,
+                }
+            }
+            let released = self.release().await;
+            tx.send_replace(self.state());
+            released
+        });
+        LeaseTask {
+            state: rx,
+            stop,
+            handle,
+        }
+    }
+}
+
+/// A [`LeaseKeeper`] running on its own task.
+#[derive(Debug)]
+pub struct LeaseTask {
+    state: tokio::sync::watch::Receiver<LeaseState>,
+    stop: Arc<tokio::sync::Notify>,
+    handle: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl LeaseTask {
+    /// The latest state.
+    pub fn state(&self) -> LeaseState {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver that wakes on every new state (including the latch).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<LeaseState> {
+        self.state.clone()
+    }
+
+    /// The current holding, if locally valid: what lease-gated inserts carry.
+    pub fn guard(&self) -> Option<LeaseGuard> {
+        self.state
+            .borrow()
+            .guard
+            .clone()
+            .filter(LeaseGuard::is_locally_valid)
+    }
+
+    /// Stops the loop and releases the lease (a tombstone), if held.
+    pub async fn stop(self) -> Result<()> {
+        self.stop.notify_one();
+        match self.handle.await {
+            Ok(r) => r,
+            Err(e) => Err(Error::LeaseConfig(format!("lease task failed: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid_and_documented_numbers_hold() {
+        let c = LeaseConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.ttl, Duration::from_secs(30));
+        assert_eq!(c.renew_interval, Duration::from_secs(10));
+        assert_eq!(c.fence_margin, Duration::from_secs(5));
+        assert_eq!(c.max_execution_time(), Duration::from_secs(4));
+        assert_eq!(c.latch_after(), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn configs_that_break_the_margin_are_refused() {
+        for (ttl, renew, margin, needle) in [
+            (2, 0, 2, "at least 3s"),
+            (6, 2, 1, "at least 2 s"),
+            (6, 3, 2, "at most ttl/3"),
+            (6, 2, 3, "must be less than ttl"),
+            (10, 3, 6, "must be less than ttl"),
+        ] {
+            let c = LeaseConfig {
+                ttl: Duration::from_secs(ttl),
+                renew_interval: Duration::from_secs(renew).max(Duration::from_millis(1)),
+                fence_margin: Duration::from_secs(margin),
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(needle), "{c:?}: {e}");
+        }
+        assert!(LeaseConfig::new(Duration::from_millis(3500)).is_err());
+        // The smallest default-margin TTL: 10 s (5 + 3.33 + 1 < 10).
+        assert!(LeaseConfig::new(Duration::from_secs(9)).is_err());
+        LeaseConfig::new(Duration::from_secs(10)).unwrap();
+    }
+
+    #[test]
+    fn lease_names_per_scope() {
+        assert_eq!(
+            LeaseScope::Node.lease_name("0123456789ab", "node7"),
+            "0123456789ab/node7"
+        );
+        assert_eq!(
+            LeaseScope::Catalog.lease_name("0123456789ab", "node7"),
+            "0123456789ab"
+        );
+        assert_eq!(LeaseScope::parse("node").unwrap(), LeaseScope::Node);
+        assert_eq!(LeaseScope::parse("catalog").unwrap(), LeaseScope::Catalog);
+        assert!(LeaseScope::parse("cluster").is_err());
+    }
+}

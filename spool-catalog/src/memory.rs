@@ -1,0 +1,249 @@
+//! The in-memory fake (`memory://`): same rules, no server. Test seams:
+//! [`MemoryCatalog::set_reachable`] and [`MemoryCatalog::advance_clock`].
+
+use crate::error::{Error, Result};
+use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
+use crate::row::{check_pack_id, PackRow};
+use crate::{Catalog, SCHEMA_VERSION};
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Default)]
+struct Inner {
+    schema_version: Option<u32>,
+    packs: BTreeMap<String, PackRow>,
+    lease: Vec<LeaseRecord>,
+}
+
+/// The in-memory catalog: a map of rows and a claim log under one mutex,
+/// with the catalog clock at one-second resolution like ClickHouse's.
+pub struct MemoryCatalog {
+    name: String,
+    inner: Mutex<Inner>,
+    reachable: AtomicBool,
+    clock_offset_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for MemoryCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryCatalog")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryCatalog {
+    fn default() -> Self {
+        MemoryCatalog::new()
+    }
+}
+
+fn head_of(log: &[LeaseRecord], name: &str) -> Vec<LeaseRecord> {
+    let max = log.iter().filter(|c| c.name == name).map(|c| c.term).max();
+    log.iter()
+        .filter(|c| c.name == name && Some(c.term) == max)
+        .cloned()
+        .collect()
+}
+
+impl MemoryCatalog {
+    /// A fresh, empty catalog.
+    pub fn new() -> MemoryCatalog {
+        MemoryCatalog {
+            name: "memory://".into(),
+            inner: Mutex::new(Inner::default()),
+            reachable: AtomicBool::new(true),
+            clock_offset_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// The process-wide catalog of this name (`memory://NAME`).
+    pub fn shared(name: &str) -> Arc<MemoryCatalog> {
+        static SHARED: OnceLock<Mutex<HashMap<String, Arc<MemoryCatalog>>>> = OnceLock::new();
+        let map = SHARED.get_or_init(Default::default);
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(name.to_string())
+            .or_insert_with(|| {
+                let mut c = MemoryCatalog::new();
+                c.name = format!("memory://{name}");
+                Arc::new(c)
+            })
+            .clone()
+    }
+
+    /// Test seam: while unreachable, every operation fails with a retryable
+    /// [`Error::Unreachable`] and changes nothing.
+    pub fn set_reachable(&self, reachable: bool) {
+        self.reachable.store(reachable, Ordering::SeqCst);
+    }
+
+    /// Test seam: moves the catalog clock forward.
+    pub fn advance_clock(&self, by: Duration) {
+        self.clock_offset_ms
+            .fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    fn now_ms(&self) -> u64 {
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+        let ms = real + self.clock_offset_ms.load(Ordering::SeqCst);
+        ms / 1000 * 1000
+    }
+
+    /// Runs `f` on the state, after the reachability and schema checks.
+    fn with<T>(
+        &self,
+        purpose: &'static str,
+        f: impl FnOnce(&mut Inner, u64) -> Result<T>,
+    ) -> Result<T> {
+        if !self.reachable.load(Ordering::SeqCst) {
+            return Err(Error::Unreachable {
+                server: self.name.clone(),
+                purpose,
+                detail: "switched off by the test".into(),
+            });
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match inner.schema_version {
+            None => inner.schema_version = Some(SCHEMA_VERSION),
+            Some(SCHEMA_VERSION) => {}
+            Some(found) => {
+                return Err(Error::SchemaVersion {
+                    server: self.name.clone(),
+                    found,
+                    expected: SCHEMA_VERSION,
+                    advice: "it was written by a newer spool; upgrade this spool, or point it at another database or table_prefix",
+                })
+            }
+        }
+        let now = self.now_ms();
+        f(&mut inner, now)
+    }
+}
+
+#[async_trait]
+impl Catalog for MemoryCatalog {
+    fn server(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn ensure_schema(&self) -> Result<()> {
+        self.with("check the schema", |_, _| Ok(()))
+    }
+
+    async fn index(&self, rows: &[PackRow], fence: Option<&LeaseGuard>) -> Result<()> {
+        for r in rows {
+            r.validate()?;
+        }
+        let server = self.server();
+        self.with("index packs", |inner, now| {
+            if let Some(g) = fence {
+                let head = head_of(&inner.lease, &g.name);
+                let open = matches!(head.as_slice(), [h] if h.lease_id == g.lease_id
+                    && h.expires_at_ms > now + g.config.fence_margin.as_millis() as u64);
+                if !open {
+                    return Err(Error::Fenced {
+                        server,
+                        name: g.name.clone(),
+                        lease_id: g.lease_id,
+                        margin: g.config.fence_margin,
+                        packs: rows.len(),
+                    });
+                }
+            }
+            for r in rows {
+                let mut r = r.clone();
+                r.indexed_at_ms = now;
+                inner.packs.insert(r.pack_id.clone(), r);
+            }
+            Ok(())
+        })
+    }
+
+    async fn get(&self, pack_id: &str) -> Result<Option<PackRow>> {
+        check_pack_id(pack_id)?;
+        self.with("read a pack row", |inner, _| {
+            Ok(inner.packs.get(pack_id).cloned())
+        })
+    }
+
+    async fn list_range(&self, from_ms: u64, to_ms: u64) -> Result<Vec<PackRow>> {
+        self.with("list pack rows by time", |inner, _| {
+            let mut rows: Vec<PackRow> = inner
+                .packs
+                .values()
+                .filter(|r| r.created_at_ms >= from_ms && r.created_at_ms < to_ms)
+                .cloned()
+                .collect();
+            rows.sort_by(|a, b| (a.created_at_ms, &a.pack_id).cmp(&(b.created_at_ms, &b.pack_id)));
+            Ok(rows)
+        })
+    }
+
+    async fn count(&self) -> Result<u64> {
+        self.with("count packs", |inner, _| Ok(inner.packs.len() as u64))
+    }
+
+    async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
+        self.with("read the lease head", |inner, now| {
+            Ok(LeaseHead {
+                claims: head_of(&inner.lease, name),
+                now_ms: now,
+            })
+        })
+    }
+
+    async fn append_claim(&self, claim: &NewClaim) -> Result<()> {
+        self.with("append a lease claim", |inner, now| {
+            inner.lease.push(LeaseRecord {
+                name: claim.name.clone(),
+                term: claim.term,
+                lease_id: claim.lease_id,
+                holder: claim.holder.clone(),
+                acquired_at_ms: now,
+                expires_at_ms: now + claim.ttl_ms,
+            });
+            Ok(())
+        })
+    }
+
+    async fn read_claims(&self, name: &str, term: u64) -> Result<Vec<LeaseRecord>> {
+        self.with("read back lease claims", |inner, _| {
+            let mut v: Vec<LeaseRecord> = inner
+                .lease
+                .iter()
+                .filter(|c| c.name == name && c.term == term)
+                .cloned()
+                .collect();
+            v.sort_by_key(|c| c.lease_id);
+            Ok(v)
+        })
+    }
+
+    async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>> {
+        self.with("read the lease log", |inner, _| {
+            let mut v: Vec<LeaseRecord> = inner
+                .lease
+                .iter()
+                .filter(|c| c.name == name)
+                .cloned()
+                .collect();
+            v.sort_by_key(|c| (c.term, c.lease_id));
+            Ok(v)
+        })
+    }
+
+    async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
+        self.with("write a schema version (test)", |_, _| Ok(()))?;
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .schema_version = Some(version);
+        Ok(())
+    }
+}

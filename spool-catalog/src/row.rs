@@ -1,0 +1,84 @@
+//! The index row: one per pack (SPEC §6.1).
+
+use crate::error::{Error, Result};
+
+/// One catalog row: where a pack is, what it holds and where it came from.
+///
+/// `indexed_at_ms` is set by the catalog (the server's clock) when the row
+/// is written; the value passed to [`crate::Catalog::index`] is ignored.
+/// Re-indexing a pack replaces its row: reads see exactly one row per
+/// `pack_id`, the one with the latest `indexed_at_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PackRow {
+    /// The pack id: 32 lowercase hex digits (its file name without `.ready`).
+    pub pack_id: String,
+    /// The object key in the store (`<prefix>/v1/date=<day>/<pack_id>.pack`).
+    pub object_key: String,
+    /// The operator's name for the store (`default` unless configured).
+    pub store_id: String,
+    /// SHA-256 of the pack, 64 lowercase hex digits (the trailer's hash).
+    pub sha256: String,
+    /// Size of the pack in bytes.
+    pub bytes: u64,
+    /// Number of records in the pack.
+    pub records: u64,
+    /// Host the pack was staged on.
+    pub source_host: String,
+    /// Pid of the process that staged it.
+    pub source_pid: u32,
+    /// The rank directory it was staged in (`r<rank>-<incarnation>`).
+    pub rank_dir: String,
+    /// The sink's worker ordinal within its process.
+    pub ordinal: u32,
+    /// When the pack was created (milliseconds since the epoch, from its id).
+    pub created_at_ms: u64,
+    /// When the row was written (server clock, milliseconds since the epoch).
+    pub indexed_at_ms: u64,
+}
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Checks a pack id: 32 lowercase hex digits.
+pub(crate) fn check_pack_id(pack_id: &str) -> Result<()> {
+    if is_lower_hex(pack_id, 32) {
+        Ok(())
+    } else {
+        Err(Error::InvalidRow {
+            pack_id: pack_id.to_string(),
+            reason: "a pack id is 32 lowercase hex digits".into(),
+        })
+    }
+}
+
+impl PackRow {
+    /// Checks the row before it is written: the ids are well-formed and no
+    /// text field is empty or holds a control character.
+    pub fn validate(&self) -> Result<()> {
+        check_pack_id(&self.pack_id)?;
+        let bad = |reason: String| Error::InvalidRow {
+            pack_id: self.pack_id.clone(),
+            reason,
+        };
+        if !is_lower_hex(&self.sha256, 64) {
+            return Err(bad("sha256 must be 64 lowercase hex digits".into()));
+        }
+        for (field, value) in [
+            ("object_key", &self.object_key),
+            ("store_id", &self.store_id),
+            ("source_host", &self.source_host),
+            ("rank_dir", &self.rank_dir),
+        ] {
+            if value.is_empty() {
+                return Err(bad(format!("{field} is empty")));
+            }
+            if value.chars().any(char::is_control) {
+                return Err(bad(format!("{field} holds a control character")));
+            }
+        }
+        Ok(())
+    }
+}

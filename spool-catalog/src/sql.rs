@@ -1,0 +1,438 @@
+//! The ClickHouse SQL text, in the subset Debian's 18.16 and current
+//! releases both accept. Golden tests below fix every statement.
+//!
+//! Identifiers (database, table prefix) were checked at URL parse to be
+//! `[A-Za-z_][A-Za-z0-9_]*`; string values are quoted by [`quote`].
+
+use crate::lease::{LeaseGuard, NewClaim};
+use crate::row::PackRow;
+
+/// The catalog clock in milliseconds (one-second resolution on 18.16).
+pub(crate) const NOW_MS: &str = "toUInt64(now()) * 1000";
+
+/// The pack columns in table order.
+pub(crate) const PACK_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+
+/// The expected columns (name, type) of the packs table.
+pub(crate) const PACKS_SCHEMA: &[(&str, &str)] = &[
+    ("pack_id", "String"),
+    ("object_key", "String"),
+    ("store_id", "String"),
+    ("sha256", "String"),
+    ("bytes", "UInt64"),
+    ("records", "UInt64"),
+    ("source_host", "String"),
+    ("source_pid", "UInt32"),
+    ("rank_dir", "String"),
+    ("ordinal", "UInt32"),
+    ("created_at_ms", "UInt64"),
+    ("indexed_at_ms", "UInt64"),
+];
+
+/// The expected columns (name, type) of the lease table.
+pub(crate) const LEASE_SCHEMA: &[(&str, &str)] = &[
+    ("name", "String"),
+    ("term", "UInt64"),
+    ("lease_id", "UUID"),
+    ("holder", "String"),
+    ("acquired_at_ms", "UInt64"),
+    ("expires_at_ms", "UInt64"),
+];
+
+/// A ClickHouse string literal: backslash and quote escaped.
+pub(crate) fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Table names of one catalog.
+#[derive(Clone, Debug)]
+pub(crate) struct Tables {
+    pub(crate) database: String,
+    pub(crate) prefix: String,
+}
+
+impl Tables {
+    fn t(&self, name: &str) -> String {
+        format!("`{}`.`{}{}`", self.database, self.prefix, name)
+    }
+    pub(crate) fn packs_name(&self) -> String {
+        format!("{}packs", self.prefix)
+    }
+    pub(crate) fn lease_name(&self) -> String {
+        format!("{}lease", self.prefix)
+    }
+    pub(crate) fn packs(&self) -> String {
+        self.t("packs")
+    }
+    pub(crate) fn lease(&self) -> String {
+        self.t("lease")
+    }
+    pub(crate) fn schema(&self) -> String {
+        self.t("schema_version")
+    }
+
+    pub(crate) fn create_database(&self) -> String {
+        format!("CREATE DATABASE IF NOT EXISTS `{}`", self.database)
+    }
+
+    pub(crate) fn create_schema_table(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (version UInt32, installed_at_ms UInt64) ENGINE = MergeTree() ORDER BY version",
+            self.schema()
+        )
+    }
+
+    pub(crate) fn create_packs(&self) -> String {
+        let cols: Vec<String> = PACKS_SCHEMA
+            .iter()
+            .map(|(n, t)| format!("{n} {t}"))
+            .collect();
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} ({}) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id",
+            self.packs(),
+            cols.join(", ")
+        )
+    }
+
+    pub(crate) fn create_lease(&self) -> String {
+        let cols: Vec<String> = LEASE_SCHEMA
+            .iter()
+            .map(|(n, t)| format!("{n} {t}"))
+            .collect();
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} ({}) ENGINE = MergeTree() ORDER BY (name, term, lease_id)",
+            self.lease(),
+            cols.join(", ")
+        )
+    }
+
+    pub(crate) fn select_schema_version(&self) -> String {
+        format!("SELECT max(version) FROM {}", self.schema())
+    }
+
+    pub(crate) fn insert_schema_version(&self, version: u32) -> String {
+        format!(
+            "INSERT INTO {} (version, installed_at_ms) SELECT {version}, {NOW_MS}",
+            self.schema()
+        )
+    }
+
+    pub(crate) fn select_columns(&self) -> String {
+        format!(
+            "SELECT table, name, type FROM system.columns WHERE database = {} AND table IN ({}, {})",
+            quote(&self.database),
+            quote(&self.packs_name()),
+            quote(&self.lease_name())
+        )
+    }
+
+    /// The fence: the head of `name` is exactly one claim, ours, and it
+    /// expires later than now + margin.
+    pub(crate) fn fence_predicate(&self, guard: &LeaseGuard) -> String {
+        let name = quote(&guard.name);
+        format!(
+            "(SELECT count() = 1 AND any(lease_id) = toUUID({}) AND any(expires_at_ms) > {NOW_MS} + {} FROM {lease} WHERE name = {name} AND term = (SELECT max(term) FROM {lease} WHERE name = {name})) = 1",
+            quote(&guard.lease_id.to_string()),
+            guard.config.fence_margin.as_millis(),
+            lease = self.lease(),
+        )
+    }
+
+    /// One index statement: `INSERT ... SELECT` over the rows (`UNION ALL`),
+    /// fenced with a `WHERE` when `fence` is given. `indexed_at_ms` is the
+    /// server clock.
+    pub(crate) fn index_insert(&self, rows: &[PackRow], fence: Option<&LeaseGuard>) -> String {
+        let selects: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "SELECT {} AS pack_id, {} AS object_key, {} AS store_id, {} AS sha256, toUInt64({}) AS bytes, toUInt64({}) AS records, {} AS source_host, toUInt32({}) AS source_pid, {} AS rank_dir, toUInt32({}) AS ordinal, toUInt64({}) AS created_at_ms, {NOW_MS} AS indexed_at_ms",
+                    quote(&r.pack_id),
+                    quote(&r.object_key),
+                    quote(&r.store_id),
+                    quote(&r.sha256),
+                    r.bytes,
+                    r.records,
+                    quote(&r.source_host),
+                    r.source_pid,
+                    quote(&r.rank_dir),
+                    r.ordinal,
+                    r.created_at_ms,
+                )
+            })
+            .collect();
+        let mut sql = format!(
+            "INSERT INTO {} ({PACK_COLUMNS}) SELECT {PACK_COLUMNS} FROM ({})",
+            self.packs(),
+            selects.join(" UNION ALL ")
+        );
+        if let Some(g) = fence {
+            sql.push_str(&format!(
+                " WHERE {} SETTINGS max_execution_time = {}",
+                self.fence_predicate(g),
+                g.config.max_execution_time().as_secs()
+            ));
+        }
+        sql
+    }
+
+    /// How many of these pack ids are in the catalog (the post-insert check).
+    pub(crate) fn count_present(&self, pack_ids: &[&str]) -> String {
+        let ids: Vec<String> = pack_ids.iter().map(|id| quote(id)).collect();
+        format!(
+            "SELECT uniqExact(pack_id) FROM {} WHERE pack_id IN ({})",
+            self.packs(),
+            ids.join(", ")
+        )
+    }
+
+    pub(crate) fn select_pack(&self, pack_id: &str) -> String {
+        format!(
+            "SELECT {PACK_COLUMNS} FROM {} FINAL WHERE pack_id = {}",
+            self.packs(),
+            quote(pack_id)
+        )
+    }
+
+    pub(crate) fn select_range(&self, from_ms: u64, to_ms: u64) -> String {
+        format!(
+            "SELECT {PACK_COLUMNS} FROM {} FINAL WHERE created_at_ms >= {from_ms} AND created_at_ms < {to_ms} ORDER BY created_at_ms, pack_id",
+            self.packs()
+        )
+    }
+
+    pub(crate) fn select_count(&self) -> String {
+        format!("SELECT count() FROM {} FINAL", self.packs())
+    }
+
+    fn lease_columns() -> &'static str {
+        "name, term, toString(lease_id) AS lease_id, holder, acquired_at_ms, expires_at_ms"
+    }
+
+    /// The head: every claim at the highest term, with the server clock.
+    pub(crate) fn lease_head(&self, name: &str) -> String {
+        let name = quote(name);
+        format!(
+            "SELECT {}, {NOW_MS} AS now_ms FROM {lease} WHERE name = {name} AND term = (SELECT max(term) FROM {lease} WHERE name = {name})",
+            Self::lease_columns(),
+            lease = self.lease()
+        )
+    }
+
+    pub(crate) fn select_now() -> String {
+        format!("SELECT {NOW_MS}")
+    }
+
+    /// One claim, stamped by the server clock.
+    pub(crate) fn append_claim(&self, c: &NewClaim) -> String {
+        format!(
+            "INSERT INTO {} (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT {}, {}, toUUID({}), {}, {NOW_MS}, {NOW_MS} + {}",
+            self.lease(),
+            quote(&c.name),
+            c.term,
+            quote(&c.lease_id.to_string()),
+            quote(&c.holder),
+            c.ttl_ms
+        )
+    }
+
+    /// The read-back: every claim at one term.
+    pub(crate) fn read_claims(&self, name: &str, term: u64) -> String {
+        format!(
+            "SELECT {}, {NOW_MS} AS now_ms FROM {} WHERE name = {} AND term = {term} ORDER BY lease_id",
+            Self::lease_columns(),
+            self.lease(),
+            quote(name)
+        )
+    }
+
+    pub(crate) fn lease_log(&self, name: &str) -> String {
+        format!(
+            "SELECT {}, {NOW_MS} AS now_ms FROM {} WHERE name = {} ORDER BY term, lease_id",
+            Self::lease_columns(),
+            self.lease(),
+            quote(name)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Golden SQL: any change to a statement's text shows here first.
+    use super::*;
+    use crate::lease::LeaseConfig;
+    use std::time::Duration;
+    use uuid::Uuid;
+
+    fn tables() -> Tables {
+        Tables {
+            database: "spooldb".into(),
+            prefix: "p_".into(),
+        }
+    }
+
+    fn guard() -> LeaseGuard {
+        LeaseGuard {
+            name: "0123456789ab/node1".into(),
+            lease_id: Uuid::parse_str("0e3c1a52-6e7a-4c1e-9a7e-1b2c3d4e5f60").unwrap(),
+            holder: "node1 pid 42".into(),
+            acquired_term: 7,
+            term: 9,
+            expires_at_ms: 0,
+            config: LeaseConfig::default(),
+            claimed_at: tokio::time::Instant::now(),
+        }
+    }
+
+    fn row(id: char) -> PackRow {
+        PackRow {
+            pack_id: id.to_string().repeat(32),
+            object_key: format!("pre/v1/date=2026-11-29/{}.pack", id.to_string().repeat(32)),
+            store_id: "default".into(),
+            sha256: "ab".repeat(32),
+            bytes: 1048576,
+            records: 1000,
+            source_host: "node1".into(),
+            source_pid: 4242,
+            rank_dir: "r0-0badcafe".into(),
+            ordinal: 0,
+            created_at_ms: 1795965709123,
+            indexed_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn golden_quote() {
+        assert_eq!(quote(r"it's a \ path"), r"'it\'s a \\ path'");
+        assert_eq!(quote("a\nb"), r"'a\nb'");
+    }
+
+    #[test]
+    fn golden_schema() {
+        let t = tables();
+        assert_eq!(
+            t.create_database(),
+            "CREATE DATABASE IF NOT EXISTS `spooldb`"
+        );
+        assert_eq!(
+            t.create_schema_table(),
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_schema_version` (version UInt32, installed_at_ms UInt64) ENGINE = MergeTree() ORDER BY version"
+        );
+        assert_eq!(
+            t.create_packs(),
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal UInt32, created_at_ms UInt64, indexed_at_ms UInt64) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id"
+        );
+        assert_eq!(
+            t.create_lease(),
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_lease` (name String, term UInt64, lease_id UUID, holder String, acquired_at_ms UInt64, expires_at_ms UInt64) ENGINE = MergeTree() ORDER BY (name, term, lease_id)"
+        );
+        assert_eq!(
+            t.insert_schema_version(1),
+            "INSERT INTO `spooldb`.`p_schema_version` (version, installed_at_ms) SELECT 1, toUInt64(now()) * 1000"
+        );
+        assert_eq!(
+            t.select_columns(),
+            "SELECT table, name, type FROM system.columns WHERE database = 'spooldb' AND table IN ('p_packs', 'p_lease')"
+        );
+    }
+
+    #[test]
+    fn golden_lease_statements() {
+        let t = tables();
+        assert_eq!(
+            t.lease_head("0123456789ab/node1"),
+            "SELECT name, term, toString(lease_id) AS lease_id, holder, acquired_at_ms, expires_at_ms, toUInt64(now()) * 1000 AS now_ms FROM `spooldb`.`p_lease` WHERE name = '0123456789ab/node1' AND term = (SELECT max(term) FROM `spooldb`.`p_lease` WHERE name = '0123456789ab/node1')"
+        );
+        let claim = NewClaim {
+            name: "0123456789ab/node1".into(),
+            term: 8,
+            lease_id: guard().lease_id,
+            holder: "node1 pid 42".into(),
+            ttl_ms: 30000,
+        };
+        assert_eq!(
+            t.append_claim(&claim),
+            "INSERT INTO `spooldb`.`p_lease` (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT '0123456789ab/node1', 8, toUUID('0e3c1a52-6e7a-4c1e-9a7e-1b2c3d4e5f60'), 'node1 pid 42', toUInt64(now()) * 1000, toUInt64(now()) * 1000 + 30000"
+        );
+        let tombstone = NewClaim { ttl_ms: 0, ..claim };
+        assert!(t
+            .append_claim(&tombstone)
+            .ends_with("toUInt64(now()) * 1000, toUInt64(now()) * 1000 + 0"));
+        assert_eq!(
+            t.read_claims("0123456789ab/node1", 8),
+            "SELECT name, term, toString(lease_id) AS lease_id, holder, acquired_at_ms, expires_at_ms, toUInt64(now()) * 1000 AS now_ms FROM `spooldb`.`p_lease` WHERE name = '0123456789ab/node1' AND term = 8 ORDER BY lease_id"
+        );
+    }
+
+    #[test]
+    fn golden_fence() {
+        assert_eq!(
+            tables().fence_predicate(&guard()),
+            "(SELECT count() = 1 AND any(lease_id) = toUUID('0e3c1a52-6e7a-4c1e-9a7e-1b2c3d4e5f60') AND any(expires_at_ms) > toUInt64(now()) * 1000 + 5000 FROM `spooldb`.`p_lease` WHERE name = '0123456789ab/node1' AND term = (SELECT max(term) FROM `spooldb`.`p_lease` WHERE name = '0123456789ab/node1')) = 1"
+        );
+    }
+
+    #[test]
+    fn golden_index_unfenced_and_fenced() {
+        let t = tables();
+        let one = "SELECT 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' AS pack_id, 'pre/v1/date=2026-11-29/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.pack' AS object_key, 'default' AS store_id, 'abababababababababababababababababababababababababababababababab' AS sha256, toUInt64(1048576) AS bytes, toUInt64(1000) AS records, 'node1' AS source_host, toUInt32(4242) AS source_pid, 'r0-0badcafe' AS rank_dir, toUInt32(0) AS ordinal, toUInt64(1795965709123) AS created_at_ms, toUInt64(now()) * 1000 AS indexed_at_ms";
+        assert_eq!(
+            t.index_insert(&[row('a')], None),
+            format!("INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms FROM ({one})")
+        );
+        let fenced = t.index_insert(&[row('a'), row('c')], Some(&guard()));
+        assert_eq!(
+            fenced,
+            format!(
+                "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms FROM ({one} UNION ALL {}) WHERE {} SETTINGS max_execution_time = 4",
+                one.replace("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", &"c".repeat(32)),
+                tables().fence_predicate(&guard())
+            )
+        );
+        // The margin and its execution bound follow the config.
+        let mut g = guard();
+        g.config = LeaseConfig {
+            ttl: Duration::from_secs(6),
+            renew_interval: Duration::from_secs(2),
+            fence_margin: Duration::from_secs(2),
+        };
+        let s = t.index_insert(&[row('a')], Some(&g));
+        assert!(s.contains("> toUInt64(now()) * 1000 + 2000 FROM"), "{s}");
+        assert!(s.ends_with(") = 1 SETTINGS max_execution_time = 1"), "{s}");
+    }
+
+    #[test]
+    fn golden_reads() {
+        let t = tables();
+        assert_eq!(
+            t.select_pack(&"a".repeat(32)),
+            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms FROM `spooldb`.`p_packs` FINAL WHERE pack_id = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'"
+        );
+        assert_eq!(
+            t.select_range(10, 20),
+            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms FROM `spooldb`.`p_packs` FINAL WHERE created_at_ms >= 10 AND created_at_ms < 20 ORDER BY created_at_ms, pack_id"
+        );
+        assert_eq!(
+            t.select_count(),
+            "SELECT count() FROM `spooldb`.`p_packs` FINAL"
+        );
+        assert_eq!(
+            t.count_present(&["x", "y"]),
+            "SELECT uniqExact(pack_id) FROM `spooldb`.`p_packs` WHERE pack_id IN ('x', 'y')"
+        );
+    }
+}

@@ -1,0 +1,571 @@
+//! The embedded single-node catalog: bundled SQLite (`sqlite:///ABS/PATH.db`).
+//!
+//! Same tables, same claim log, same fence as ClickHouse. Statements take
+//! bound parameters; each write runs in a `BEGIN IMMEDIATE` transaction,
+//! so a claim is appended only if the head has not moved since the claimant
+//! read it, and a fenced insert checks its fence in the same transaction.
+//! The clock is SQLite's `strftime('%s','now')` (whole seconds, like old
+//! ClickHouse). Calls run on tokio's blocking pool.
+
+use crate::error::{Error, Result};
+use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
+use crate::row::{check_pack_id, PackRow};
+use crate::{Catalog, SCHEMA_VERSION};
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The catalog clock in milliseconds.
+const NOW_MS: &str = "(CAST(strftime('%s','now') AS INTEGER) * 1000)";
+
+/// The fence, as in ClickHouse: the head of ?1 is exactly one claim, lease
+/// id ?2, expiring later than now + ?3 ms.
+pub(crate) fn fence_sql(lease: &str) -> String {
+    format!(
+        "(SELECT count(*) = 1 AND max(lease_id) = ?2 AND max(expires_at_ms) > {NOW_MS} + ?3 FROM \"{lease}\" WHERE name = ?1 AND term = (SELECT max(term) FROM \"{lease}\" WHERE name = ?1))"
+    )
+}
+
+struct Statements {
+    schema: String,
+    packs: String,
+    lease: String,
+    create: String,
+    create_index: String,
+    upsert_fenced: String,
+    upsert: String,
+    append_claim: String,
+    head: String,
+    claims: String,
+    log: String,
+}
+
+impl Statements {
+    fn new(prefix: &str) -> Statements {
+        let schema = format!("{prefix}schema_version");
+        let packs = format!("{prefix}packs");
+        let lease = format!("{prefix}lease");
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS \"{schema}\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
+             CREATE TABLE IF NOT EXISTS \"{packs}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER NOT NULL, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);\n\
+             CREATE TABLE IF NOT EXISTS \"{lease}\" (name TEXT NOT NULL, term INTEGER NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL, acquired_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (name, term, lease_id));"
+        );
+        let create_index = format!(
+            "CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms)"
+        );
+        let cols = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+        let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms";
+        let upsert_fenced = format!(
+            "INSERT INTO \"{packs}\" ({cols}) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {NOW_MS} WHERE {} = 1 {upsert_tail}",
+            fence_sql(&lease)
+        );
+        let upsert = format!(
+            "INSERT INTO \"{packs}\" ({cols}) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {NOW_MS} WHERE 1 {upsert_tail}"
+        );
+        let append_claim = format!(
+            "INSERT INTO \"{lease}\" (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT ?1, ?2, ?3, ?4, {NOW_MS}, {NOW_MS} + ?5 WHERE (SELECT coalesce(max(term), 0) FROM \"{lease}\" WHERE name = ?1) = ?2 - 1"
+        );
+        let lcols = "name, term, lease_id, holder, acquired_at_ms, expires_at_ms";
+        let head = format!(
+            "SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 AND term = (SELECT max(term) FROM \"{lease}\" WHERE name = ?1) ORDER BY lease_id"
+        );
+        let claims = format!(
+            "SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 AND term = ?2 ORDER BY lease_id"
+        );
+        let log =
+            format!("SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 ORDER BY term, lease_id");
+        Statements {
+            schema,
+            packs,
+            lease,
+            create,
+            create_index,
+            upsert_fenced,
+            upsert,
+            append_claim,
+            head,
+            claims,
+            log,
+        }
+    }
+}
+
+/// The SQLite catalog.
+pub struct SqliteCatalog {
+    path: PathBuf,
+    sql: Arc<Statements>,
+    conn: Arc<Mutex<Option<Connection>>>,
+}
+
+impl std::fmt::Debug for SqliteCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteCatalog")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+const PACKS_COLUMNS: &[(&str, &str)] = &[
+    ("pack_id", "TEXT"),
+    ("object_key", "TEXT"),
+    ("store_id", "TEXT"),
+    ("sha256", "TEXT"),
+    ("bytes", "INTEGER"),
+    ("records", "INTEGER"),
+    ("source_host", "TEXT"),
+    ("source_pid", "INTEGER"),
+    ("rank_dir", "TEXT"),
+    ("ordinal", "INTEGER"),
+    ("created_at_ms", "INTEGER"),
+    ("indexed_at_ms", "INTEGER"),
+];
+const LEASE_COLUMNS: &[(&str, &str)] = &[
+    ("name", "TEXT"),
+    ("term", "INTEGER"),
+    ("lease_id", "TEXT"),
+    ("holder", "TEXT"),
+    ("acquired_at_ms", "INTEGER"),
+    ("expires_at_ms", "INTEGER"),
+];
+
+fn row_to_pack(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
+    Ok(PackRow {
+        pack_id: r.get(0)?,
+        object_key: r.get(1)?,
+        store_id: r.get(2)?,
+        sha256: r.get(3)?,
+        bytes: r.get::<_, i64>(4)? as u64,
+        records: r.get::<_, i64>(5)? as u64,
+        source_host: r.get(6)?,
+        source_pid: r.get::<_, i64>(7)? as u32,
+        rank_dir: r.get(8)?,
+        ordinal: r.get::<_, i64>(9)? as u32,
+        created_at_ms: r.get::<_, i64>(10)? as u64,
+        indexed_at_ms: r.get::<_, i64>(11)? as u64,
+    })
+}
+
+fn row_to_claim(r: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRecord> {
+    let id: String = r.get(2)?;
+    Ok(LeaseRecord {
+        name: r.get(0)?,
+        term: r.get::<_, i64>(1)? as u64,
+        lease_id: uuid::Uuid::parse_str(&id).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+        holder: r.get(3)?,
+        acquired_at_ms: r.get::<_, i64>(4)? as u64,
+        expires_at_ms: r.get::<_, i64>(5)? as u64,
+    })
+}
+
+/// What a blocking call reports: a rusqlite error with its purpose, or one
+/// of ours.
+enum Fail {
+    Sql(&'static str, rusqlite::Error),
+    Ours(Error),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Ours(e)
+    }
+}
+
+trait Purpose<T> {
+    fn purpose(self, p: &'static str) -> std::result::Result<T, Fail>;
+}
+
+impl<T> Purpose<T> for rusqlite::Result<T> {
+    fn purpose(self, p: &'static str) -> std::result::Result<T, Fail> {
+        self.map_err(|e| Fail::Sql(p, e))
+    }
+}
+
+impl SqliteCatalog {
+    /// A catalog in this file (created on first use), tables named with
+    /// `table_prefix`.
+    pub fn new(path: PathBuf, table_prefix: &str) -> Result<SqliteCatalog> {
+        Ok(SqliteCatalog {
+            path,
+            sql: Arc::new(Statements::new(table_prefix)),
+            conn: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// Runs `f` on the connection (opened, schema checked, on first use) on
+    /// the blocking pool.
+    async fn call<T: Send + 'static>(
+        &self,
+        purpose: &'static str,
+        f: impl FnOnce(&mut Connection, &Statements) -> std::result::Result<T, Fail> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn.clone();
+        let sql = self.sql.clone();
+        let path = self.path.clone();
+        let shown = self.path.display().to_string();
+        let joined = tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.is_none() {
+                let c = open_and_install(&path, &sql)?;
+                *guard = Some(c);
+            }
+            let c = guard.as_mut().expect("opened above");
+            f(c, &sql)
+        })
+        .await;
+        match joined {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(Fail::Ours(e))) => Err(e),
+            Ok(Err(Fail::Sql(p, source))) => Err(Error::Sqlite {
+                path: shown,
+                purpose: p,
+                source,
+            }),
+            Err(e) => Err(Error::Protocol {
+                server: shown,
+                purpose,
+                detail: format!("the blocking task failed: {e}"),
+            }),
+        }
+    }
+}
+
+fn open_and_install(
+    path: &std::path::Path,
+    s: &Statements,
+) -> std::result::Result<Connection, Fail> {
+    let shown = path.display().to_string();
+    if let Some(parent) = path.parent() {
+        if !parent.is_dir() {
+            return Err(Fail::Ours(Error::InvalidUrl {
+                url: format!("sqlite://{shown}"),
+                reason: format!(
+                    "directory {} does not exist; create it first",
+                    parent.display()
+                ),
+            }));
+        }
+    }
+    let mut c = Connection::open(path).purpose("open the database file")?;
+    c.busy_timeout(Duration::from_secs(10))
+        .purpose("set the busy timeout")?;
+    c.pragma_update(None, "journal_mode", "WAL")
+        .purpose("switch to WAL")?;
+    let tx = c
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .purpose("begin the schema install")?;
+    let have_schema: bool = tx
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [&s.schema],
+            |r| r.get::<_, i64>(0),
+        )
+        .purpose("look for the schema-version table")?
+        > 0;
+    let found: u32 = if have_schema {
+        tx.query_row(
+            &format!("SELECT coalesce(max(version), 0) FROM \"{}\"", s.schema),
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .purpose("read the schema version")? as u32
+    } else {
+        0
+    };
+    if found > SCHEMA_VERSION || (found != 0 && found < SCHEMA_VERSION) {
+        return Err(Fail::Ours(Error::SchemaVersion {
+            server: shown,
+            found,
+            expected: SCHEMA_VERSION,
+            advice: if found > SCHEMA_VERSION {
+                "it was written by a newer spool; upgrade this spool, or point it at another file or table_prefix"
+            } else {
+                "this spool has no migration from it; point it at another file or table_prefix"
+            },
+        }));
+    }
+    tx.execute_batch(&s.create).purpose("create the tables")?;
+    for (table, want) in [(&s.packs, PACKS_COLUMNS), (&s.lease, LEASE_COLUMNS)] {
+        let mut st = tx
+            .prepare(&format!("PRAGMA table_info(\"{table}\")"))
+            .purpose("read the table columns")?;
+        let mut got: Vec<(String, String)> = st
+            .query_map([], |r| Ok((r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+            .purpose("read the table columns")?
+            .collect::<rusqlite::Result<_>>()
+            .purpose("read the table columns")?;
+        got.sort();
+        let mut want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect();
+        want.sort();
+        if got != want {
+            let show = |v: &[(String, String)]| {
+                v.iter()
+                    .map(|(n, t)| format!("{n} {t}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(Fail::Ours(Error::SchemaMismatch {
+                server: shown,
+                detail: format!(
+                    "table {table} has columns ({}), this spool expects ({})",
+                    show(&got),
+                    show(&want)
+                ),
+            }));
+        }
+    }
+    tx.execute_batch(&s.create_index)
+        .purpose("create the time index")?;
+    if found == 0 {
+        tx.execute(
+            &format!(
+                "INSERT INTO \"{}\" (version, installed_at_ms) VALUES (?1, {NOW_MS})",
+                s.schema
+            ),
+            [SCHEMA_VERSION],
+        )
+        .purpose("write the schema-version row")?;
+    }
+    tx.commit().purpose("commit the schema install")?;
+    Ok(c)
+}
+
+#[async_trait]
+impl Catalog for SqliteCatalog {
+    fn server(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    async fn ensure_schema(&self) -> Result<()> {
+        self.call("check the schema", |_, _| Ok(())).await
+    }
+
+    async fn index(&self, rows: &[PackRow], fence: Option<&LeaseGuard>) -> Result<()> {
+        for r in rows {
+            r.validate()?;
+        }
+        let rows = rows.to_vec();
+        let fence = fence.cloned();
+        let server = self.server();
+        self.call("index packs", move |c, s| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .purpose("begin an index transaction")?;
+            {
+                let sql = if fence.is_some() {
+                    &s.upsert_fenced
+                } else {
+                    &s.upsert
+                };
+                let mut st = tx.prepare_cached(sql).purpose("prepare the index insert")?;
+                let (name, id, margin) = match &fence {
+                    Some(g) => (
+                        Some(g.name.clone()),
+                        Some(g.lease_id.to_string()),
+                        Some(g.config.fence_margin.as_millis() as i64),
+                    ),
+                    None => (None, None, None),
+                };
+                for r in &rows {
+                    let n = st
+                        .execute(params![
+                            name,
+                            id,
+                            margin,
+                            r.pack_id,
+                            r.object_key,
+                            r.store_id,
+                            r.sha256,
+                            r.bytes as i64,
+                            r.records as i64,
+                            r.source_host,
+                            r.source_pid as i64,
+                            r.rank_dir,
+                            r.ordinal as i64,
+                            r.created_at_ms as i64,
+                        ])
+                        .purpose("insert a pack row")?;
+                    if n == 0 {
+                        let g = fence.as_ref().expect("only a fence makes an insert empty");
+                        // Dropping the transaction rolls back.
+                        return Err(Fail::Ours(Error::Fenced {
+                            server,
+                            name: g.name.clone(),
+                            lease_id: g.lease_id,
+                            margin: g.config.fence_margin,
+                            packs: rows.len(),
+                        }));
+                    }
+                }
+            }
+            tx.commit().purpose("commit the index transaction")?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get(&self, pack_id: &str) -> Result<Option<PackRow>> {
+        check_pack_id(pack_id)?;
+        let id = pack_id.to_string();
+        self.call("read a pack row", move |c, s| {
+            c.query_row(
+                &format!("SELECT * FROM \"{}\" WHERE pack_id = ?1", s.packs),
+                [id],
+                row_to_pack,
+            )
+            .optional()
+            .purpose("read a pack row")
+        })
+        .await
+    }
+
+    async fn list_range(&self, from_ms: u64, to_ms: u64) -> Result<Vec<PackRow>> {
+        self.call("list pack rows by time", move |c, s| {
+            let mut st = c
+                .prepare_cached(&format!(
+                    "SELECT * FROM \"{}\" WHERE created_at_ms >= ?1 AND created_at_ms < ?2 ORDER BY created_at_ms, pack_id",
+                    s.packs
+                ))
+                .purpose("list pack rows by time")?;
+            let rows = st
+                .query_map(params![from_ms as i64, to_ms.min(i64::MAX as u64) as i64], row_to_pack)
+                .purpose("list pack rows by time")?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .purpose("list pack rows by time")?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn count(&self) -> Result<u64> {
+        self.call("count packs", |c, s| {
+            c.query_row(&format!("SELECT count(*) FROM \"{}\"", s.packs), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as u64)
+            .purpose("count packs")
+        })
+        .await
+    }
+
+    async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
+        let name = name.to_string();
+        self.call("read the lease head", move |c, s| {
+            let tx = c.transaction().purpose("begin a lease read")?;
+            let claims = {
+                let mut st = tx.prepare_cached(&s.head).purpose("read the lease head")?;
+                let v = st
+                    .query_map([&name], row_to_claim)
+                    .purpose("read the lease head")?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .purpose("read the lease head")?;
+                v
+            };
+            let now_ms = tx
+                .query_row(&format!("SELECT {NOW_MS}"), [], |r| r.get::<_, i64>(0))
+                .purpose("read the clock")? as u64;
+            Ok(LeaseHead { claims, now_ms })
+        })
+        .await
+    }
+
+    async fn append_claim(&self, claim: &NewClaim) -> Result<()> {
+        let claim = claim.clone();
+        self.call("append a lease claim", move |c, s| {
+            // Inserts nothing if the head moved since the claimant read it;
+            // the read-back then finds no claim of ours.
+            c.execute(
+                &s.append_claim,
+                params![
+                    claim.name,
+                    claim.term as i64,
+                    claim.lease_id.to_string(),
+                    claim.holder,
+                    claim.ttl_ms as i64
+                ],
+            )
+            .purpose("append a lease claim")?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn read_claims(&self, name: &str, term: u64) -> Result<Vec<LeaseRecord>> {
+        let name = name.to_string();
+        self.call("read back lease claims", move |c, s| {
+            let mut st = c
+                .prepare_cached(&s.claims)
+                .purpose("read back lease claims")?;
+            let v = st
+                .query_map(params![name, term as i64], row_to_claim)
+                .purpose("read back lease claims")?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .purpose("read back lease claims")?;
+            Ok(v)
+        })
+        .await
+    }
+
+    async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>> {
+        let name = name.to_string();
+        self.call("read the lease log", move |c, s| {
+            let mut st = c.prepare_cached(&s.log).purpose("read the lease log")?;
+            let v = st
+                .query_map([name], row_to_claim)
+                .purpose("read the lease log")?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .purpose("read the lease log")?;
+            Ok(v)
+        })
+        .await
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
+        self.call("write a schema version (test)", move |c, s| {
+            c.execute(
+                &format!(
+                    "INSERT INTO \"{}\" (version, installed_at_ms) VALUES (?1, 0)",
+                    s.schema
+                ),
+                [version],
+            )
+            .purpose("write a schema version (test)")?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_sqlite_fence_and_claim() {
+        let s = Statements::new("spool_");
+        assert_eq!(
+            fence_sql("spool_lease"),
+            "(SELECT count(*) = 1 AND max(lease_id) = ?2 AND max(expires_at_ms) > (CAST(strftime('%s','now') AS INTEGER) * 1000) + ?3 FROM \"spool_lease\" WHERE name = ?1 AND term = (SELECT max(term) FROM \"spool_lease\" WHERE name = ?1))"
+        );
+        assert_eq!(
+            s.append_claim,
+            "INSERT INTO \"spool_lease\" (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT ?1, ?2, ?3, ?4, (CAST(strftime('%s','now') AS INTEGER) * 1000), (CAST(strftime('%s','now') AS INTEGER) * 1000) + ?5 WHERE (SELECT coalesce(max(term), 0) FROM \"spool_lease\" WHERE name = ?1) = ?2 - 1"
+        );
+        assert!(s.upsert_fenced.starts_with(
+            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, (CAST(strftime('%s','now') AS INTEGER) * 1000) WHERE (SELECT count(*) = 1"
+        ));
+        assert!(s.upsert_fenced.contains(
+            ") = 1 ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
+        ));
+        assert!(s
+            .upsert_fenced
+            .ends_with("indexed_at_ms = excluded.indexed_at_ms"));
+    }
+}

@@ -1,0 +1,342 @@
+//! Catalog URLs: which backend, where, under which names.
+
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+
+/// The table prefix when the URL names none.
+pub const DEFAULT_TABLE_PREFIX: &str = "spool_";
+
+/// ClickHouse's HTTP port when the URL names none.
+pub const DEFAULT_CLICKHOUSE_PORT: u16 = 8123;
+
+/// A parsed catalog URL.
+#[derive(Clone, PartialEq, Eq)]
+pub enum CatalogUrl {
+    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?table_prefix=P&user=U&password=W]`
+    ClickHouse(ClickHouseTarget),
+    /// `sqlite:///ABS/PATH.db[?table_prefix=P]`
+    Sqlite {
+        /// Absolute path of the database file.
+        path: PathBuf,
+        /// Prefix of every table name.
+        table_prefix: String,
+    },
+    /// `memory://` (a fresh catalog) or `memory://NAME` (one catalog per
+    /// name per process): the fake, only with the `testing` feature.
+    Memory {
+        /// The shared instance's name; `None` for a fresh one.
+        name: Option<String>,
+    },
+}
+
+/// Where a ClickHouse catalog lives.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClickHouseTarget {
+    /// Host name or address.
+    pub host: String,
+    /// HTTP port.
+    pub port: u16,
+    /// Database holding the tables.
+    pub database: String,
+    /// Prefix of every table name.
+    pub table_prefix: String,
+    /// User (ClickHouse's `default` when `None`).
+    pub user: Option<String>,
+    /// Password.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for ClickHouseTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the password.
+        f.debug_struct("ClickHouseTarget")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("database", &self.database)
+            .field("table_prefix", &self.table_prefix)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for CatalogUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl ClickHouseTarget {
+    /// `clickhouse://HOST:PORT/DATABASE?table_prefix=P`: the server as
+    /// messages and the catalog key name it (credentials removed).
+    pub fn redacted(&self) -> String {
+        format!(
+            "clickhouse://{}:{}/{}?table_prefix={}",
+            self.host, self.port, self.database, self.table_prefix
+        )
+    }
+
+    /// The HTTP endpoint the client talks to.
+    pub fn http_url(&self) -> String {
+        format!("http://{}:{}", self.host, self.port)
+    }
+}
+
+/// Database names and table prefixes go into SQL text unquoted-safe: only
+/// ASCII letters, digits and `_` are accepted.
+fn check_ident(url: &str, what: &str, value: &str, may_be_empty: bool) -> Result<()> {
+    let ok = (may_be_empty || !value.is_empty())
+        && value.len() <= 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !value.as_bytes().first().is_some_and(u8::is_ascii_digit);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidUrl {
+            url: url.to_string(),
+            reason: format!(
+                "{what} {value:?} must be ASCII letters, digits and '_' (not starting with a digit, at most 64)"
+            ),
+        })
+    }
+}
+
+impl CatalogUrl {
+    /// Parses a catalog URL. Unknown query parameters are refused, so a
+    /// typo never silently falls back to a default.
+    pub fn parse(input: &str) -> Result<CatalogUrl> {
+        let parsed = url::Url::parse(input).map_err(|e| Error::InvalidUrl {
+            url: redact_raw(input),
+            reason: format!(
+                "{e}; expected clickhouse://HOST:PORT/DATABASE, sqlite:///ABS/PATH.db or memory://"
+            ),
+        })?;
+        let shown = redact_raw(input);
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: shown.clone(),
+            reason,
+        };
+        let mut table_prefix = DEFAULT_TABLE_PREFIX.to_string();
+        let mut user = (!parsed.username().is_empty()).then(|| decode(parsed.username()));
+        let mut password = parsed.password().map(decode);
+        for (k, v) in parsed.query_pairs() {
+            match k.as_ref() {
+                "table_prefix" => table_prefix = v.into_owned(),
+                "user" if parsed.scheme() == "clickhouse" => user = Some(v.into_owned()),
+                "password" if parsed.scheme() == "clickhouse" => password = Some(v.into_owned()),
+                other => {
+                    return Err(invalid(format!(
+                        "unknown parameter {other:?} (known: table_prefix{})",
+                        if parsed.scheme() == "clickhouse" {
+                            ", user, password"
+                        } else {
+                            ""
+                        }
+                    )))
+                }
+            }
+        }
+        check_ident(&shown, "table_prefix", &table_prefix, true)?;
+        match parsed.scheme() {
+            "clickhouse" => {
+                let host = parsed
+                    .host_str()
+                    .filter(|h| !h.is_empty())
+                    .ok_or_else(|| invalid("no host".into()))?
+                    .to_string();
+                let port = parsed.port().unwrap_or(DEFAULT_CLICKHOUSE_PORT);
+                let database = parsed.path().trim_start_matches('/');
+                let database = if database.is_empty() {
+                    "default"
+                } else {
+                    database
+                };
+                check_ident(&shown, "database", database, false)?;
+                Ok(CatalogUrl::ClickHouse(ClickHouseTarget {
+                    host,
+                    port,
+                    database: database.to_string(),
+                    table_prefix,
+                    user,
+                    password,
+                }))
+            }
+            "sqlite" => {
+                if parsed.host_str().is_some_and(|h| !h.is_empty()) {
+                    return Err(invalid(
+                        "a SQLite catalog is a local file: sqlite:///ABS/PATH.db (three slashes)"
+                            .into(),
+                    ));
+                }
+                let path = PathBuf::from(decode(parsed.path()));
+                if !path.is_absolute() || path.as_os_str().len() <= 1 {
+                    return Err(invalid("the SQLite path must be absolute".into()));
+                }
+                Ok(CatalogUrl::Sqlite { path, table_prefix })
+            }
+            "memory" => {
+                let name = parsed
+                    .host_str()
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_string);
+                Ok(CatalogUrl::Memory { name })
+            }
+            other => Err(invalid(format!(
+                "unknown scheme {other:?}; expected clickhouse, sqlite or memory"
+            ))),
+        }
+    }
+
+    /// The URL with credentials removed: what messages and the catalog key
+    /// (SPEC §4.4) name.
+    pub fn redacted(&self) -> String {
+        match self {
+            CatalogUrl::ClickHouse(t) => t.redacted(),
+            CatalogUrl::Sqlite { path, table_prefix } => {
+                format!("sqlite://{}?table_prefix={table_prefix}", path.display())
+            }
+            CatalogUrl::Memory { name } => format!("memory://{}", name.as_deref().unwrap_or("")),
+        }
+    }
+
+    /// The database (`main` for SQLite, `memory` for the fake).
+    pub fn database(&self) -> &str {
+        match self {
+            CatalogUrl::ClickHouse(t) => &t.database,
+            CatalogUrl::Sqlite { .. } => "main",
+            CatalogUrl::Memory { .. } => "memory",
+        }
+    }
+
+    /// The table prefix (`spool_` unless the URL says otherwise).
+    pub fn table_prefix(&self) -> &str {
+        match self {
+            CatalogUrl::ClickHouse(t) => &t.table_prefix,
+            CatalogUrl::Sqlite { table_prefix, .. } => table_prefix,
+            CatalogUrl::Memory { .. } => DEFAULT_TABLE_PREFIX,
+        }
+    }
+}
+
+fn decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// Removes `user:password@` and `password=` values from a URL that may not
+/// parse, for messages.
+pub(crate) fn redact_raw(input: &str) -> String {
+    let mut out = input.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let rest = &out[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            out = format!("{}{}", &out[..scheme_end + 3], &rest[at + 1..]);
+        }
+    }
+    let mut cleaned = String::new();
+    let (base, query) = match out.split_once('?') {
+        Some((b, q)) => (b.to_string(), Some(q.to_string())),
+        None => (out.clone(), None),
+    };
+    cleaned.push_str(&base);
+    if let Some(q) = query {
+        let kept: Vec<&str> = q
+            .split('&')
+            .filter(|kv| !kv.starts_with("password=") && !kv.starts_with("user="))
+            .collect();
+        if !kept.is_empty() {
+            cleaned.push('?');
+            cleaned.push_str(&kept.join("&"));
+        }
+    }
+    cleaned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clickhouse_url_with_everything() {
+        let u = CatalogUrl::parse(
+            "clickhouse://ch.example:9123/spooldb?table_prefix=p_&user=u&password=s%20cret",
+        )
+        .unwrap();
+        let CatalogUrl::ClickHouse(t) = &u else {
+            panic!("{u:?}")
+        };
+        assert_eq!(t.host, "ch.example");
+        assert_eq!(t.port, 9123);
+        assert_eq!(t.database, "spooldb");
+        assert_eq!(t.table_prefix, "p_");
+        assert_eq!(t.user.as_deref(), Some("u"));
+        assert_eq!(t.password.as_deref(), Some("s cret"));
+        assert_eq!(
+            u.redacted(),
+            "clickhouse://ch.example:9123/spooldb?table_prefix=p_"
+        );
+        assert!(!format!("{u:?} {t:?}").contains("cret"));
+    }
+
+    #[test]
+    fn clickhouse_defaults_and_userinfo() {
+        let u = CatalogUrl::parse("clickhouse://bob:pw@127.0.0.1").unwrap();
+        let CatalogUrl::ClickHouse(t) = &u else {
+            panic!()
+        };
+        assert_eq!((t.port, t.database.as_str()), (8123, "default"));
+        assert_eq!(t.table_prefix, "spool_");
+        assert_eq!(
+            (t.user.as_deref(), t.password.as_deref()),
+            (Some("bob"), Some("pw"))
+        );
+    }
+
+    #[test]
+    fn sqlite_and_memory() {
+        let u = CatalogUrl::parse("sqlite:///var/lib/spool/catalog.db").unwrap();
+        assert_eq!(
+            u,
+            CatalogUrl::Sqlite {
+                path: "/var/lib/spool/catalog.db".into(),
+                table_prefix: "spool_".into()
+            }
+        );
+        assert_eq!(
+            CatalogUrl::parse("memory://").unwrap(),
+            CatalogUrl::Memory { name: None }
+        );
+        assert_eq!(
+            CatalogUrl::parse("memory://shared").unwrap(),
+            CatalogUrl::Memory {
+                name: Some("shared".into())
+            }
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_problem_without_secrets() {
+        for (url, needle) in [
+            (
+                "clickhouse://h/db?tabel_prefix=x",
+                "unknown parameter \"tabel_prefix\"",
+            ),
+            ("clickhouse://h/db-1", "database \"db-1\""),
+            ("clickhouse://h/db?table_prefix=a;drop", "table_prefix"),
+            ("sqlite://relative/path.db", "three slashes"),
+            ("postgres://h/db", "unknown scheme"),
+            (
+                "clickhouse://u:hunter2@h/db?password=hunter2&bogus=1",
+                "unknown parameter",
+            ),
+        ] {
+            let e = CatalogUrl::parse(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+            assert!(!e.contains("hunter2"), "{url}: {e}");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! `spool lock hold` / `spool lock owner`: take and hold a spool directory's
+//! owner lock, or show who holds it (SPEC §3).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{SigSet, Signal};
+use spool_lock::{LockOptions, Purpose};
+
+use crate::exit::ExitCode;
+
+/// `spool lock ...`.
+#[derive(Debug, clap::Args)]
+pub struct LockArgs {
+    #[command(subcommand)]
+    command: LockCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum LockCommand {
+    /// Take DIR's owner lock (creating DIR, already locked, if missing),
+    /// print `held <dir> pid <pid>`, and hold it until SIGTERM or SIGINT
+    /// (or, with --release-on-eof, until stdin closes); then release it,
+    /// removing DIR if nothing but its lock file is left.
+    Hold {
+        /// The spool directory.
+        dir: PathBuf,
+        /// Admit a filesystem where flock does not exclude other nodes
+        /// (NFS, Lustre, FUSE, ...): only for one that a single node uses.
+        #[arg(long)]
+        allow_shared_filesystem: bool,
+        /// Release when stdin reaches end of file (as well as on a signal).
+        #[arg(long)]
+        release_on_eof: bool,
+        /// Test seam: pretend every path is on the filesystem with this
+        /// statfs magic (hex, e.g. 0x6969). Test builds only.
+        #[arg(long, hide = true, value_parser = parse_magic)]
+        test_filesystem_type: Option<u32>,
+    },
+    /// Show who holds DIR's owner lock. Never blocks, never takes it.
+    Owner {
+        /// The spool directory.
+        dir: PathBuf,
+        /// Print one JSON object: held, pid, host, purpose, blocked,
+        /// lock_file_replaced, lock_file_present.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_magic(s: &str) -> Result<u32, String> {
+    let digits = s.trim_start_matches("0x").trim_start_matches("0X");
+    u32::from_str_radix(digits, 16).map_err(|e| format!("not a hex statfs magic: {e}"))
+}
+
+/// Runs `spool lock ...`.
+pub fn run(args: LockArgs) -> Result<ExitCode> {
+    match args.command {
+        LockCommand::Hold {
+            dir,
+            allow_shared_filesystem,
+            release_on_eof,
+            test_filesystem_type,
+        } => hold(
+            dir,
+            allow_shared_filesystem,
+            release_on_eof,
+            test_filesystem_type,
+        ),
+        LockCommand::Owner { dir, json } => owner(dir, json),
+    }
+}
+
+fn hold(
+    dir: PathBuf,
+    allow_shared_filesystem: bool,
+    release_on_eof: bool,
+    test_filesystem_type: Option<u32>,
+) -> Result<ExitCode> {
+    if let Some(magic) = test_filesystem_type {
+        spool_lock::set_filesystem_type_for_testing(std::path::Path::new("/"), magic)?;
+    }
+    // Block the signals we wait for before any thread exists, so every
+    // thread inherits the mask and sigwait below receives them.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGUSR1);
+    signals
+        .thread_block()
+        .context("cannot block SIGTERM/SIGINT to wait for them")?;
+
+    let opts = LockOptions {
+        allow_shared_filesystem,
+        ..LockOptions::default()
+    };
+    let claim = spool_lock::acquire(&dir, &opts)?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "held {} pid {}",
+            claim.dir().display(),
+            std::process::id()
+        )?;
+        out.flush()?;
+    }
+    if release_on_eof {
+        std::thread::spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            // Wake the main thread's sigwait.
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGUSR1);
+        });
+    }
+    let signal = signals.wait().context("waiting for SIGTERM/SIGINT")?;
+    let dir = claim.dir().to_path_buf();
+    let removed = claim.release_and_remove_if_empty()?;
+    tracing::info!(
+        dir = %dir.display(),
+        ?signal,
+        removed,
+        "released spool directory {} ({})",
+        dir.display(),
+        if removed { "removed: it was empty" } else { "kept: it holds files" }
+    );
+    Ok(ExitCode::Ok)
+}
+
+fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
+    let status = spool_lock::read_owner(&dir)?;
+    let record = status.record.as_ref();
+    let (purpose, blocked) = match record.map(|r| &r.purpose) {
+        None => (None, None),
+        Some(Purpose::Claim) => (Some("claim".to_owned()), None),
+        Some(Purpose::Adopting) => (Some("adopting".to_owned()), None),
+        Some(Purpose::Blocked(why)) => (Some("blocked".to_owned()), Some(why.clone())),
+        Some(Purpose::Unknown(s)) => (Some(format!("unknown: {s}")), None),
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        let value = serde_json::json!({
+            "dir": dir.display().to_string(),
+            "held": status.held,
+            "pid": record.and_then(|r| r.pid),
+            "host": record.map(|r| r.host.clone()),
+            "purpose": purpose,
+            "blocked": blocked,
+            "lock_file_replaced": status.lock_file_replaced,
+            "lock_file_present": status.lock_file_present,
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        let who = match record {
+            Some(r) => format!(
+                "pid {} on host {}",
+                r.pid
+                    .map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+                r.host
+            ),
+            None => "no owner record".to_owned(),
+        };
+        let line = if status.lock_file_replaced {
+            format!(
+                "{}: held by a process whose lock file was removed or replaced (the record cannot name it)",
+                dir.display()
+            )
+        } else if status.held {
+            format!(
+                "{}: held by {who} ({})",
+                dir.display(),
+                purpose.unwrap_or_default()
+            )
+        } else if let Some(why) = blocked {
+            format!(
+                "{}: not held; blocked: {why} (last held by {who})",
+                dir.display()
+            )
+        } else if status.lock_file_present {
+            format!("{}: not held (last held by {who})", dir.display())
+        } else {
+            format!("{}: not held (no lock file)", dir.display())
+        };
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    Ok(ExitCode::Ok)
+}

@@ -1,0 +1,38 @@
+//! `spool --help` documents every exit code (SPEC §8). Also makes cargo
+//! build the `spool` binary in every workspace test build, so the black-box
+//! tests in `tests/tests/` find it next to their executables.
+
+use std::process::Command;
+
+#[test]
+fn help_lists_every_exit_code_and_the_lock_commands() {
+    let out = Command::new(env!("CARGO_BIN_EXE_spool"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "0  ok",
+        "2  usage error",
+        "3  spool directory owned by another process",
+        "4  shared (network) filesystem refused",
+        "8  corrupt packs found",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(text.contains("lock"), "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_spool"))
+        .args(["lock", "hold", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("--release-on-eof") && text.contains("--allow-shared-filesystem"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("--test-filesystem-type"),
+        "the seam option is hidden"
+    );
+}

@@ -1,0 +1,187 @@
+//! Debian's `clickhouse-server` (ClickHouse 18.16) on loopback for the
+//! `real_*` tests (`../shared/TEST-SERVERS.md`).
+//!
+//! Installed with apt when `/usr/sbin/clickhouse-server` is missing (CI runs
+//! as root on a fresh Debian machine), configured under
+//! `target/xtask/clickhouse/` (config.xml with the `<yandex>` root this
+//! version wants, users.xml with a password-less `default` user limited to
+//! loopback), started on two free loopback ports (HTTP, and its own native
+//! `tcp_port` so it never takes 9000), and reported ready once `SELECT 1`
+//! answers over HTTP. The tests read `SPOOL_TEST_CLICKHOUSE_URL`
+//! (`clickhouse://127.0.0.1:PORT/default`; each test makes and drops its own
+//! database) and `SPOOL_TEST_CLICKHOUSE_HTTP` (`http://127.0.0.1:PORT`).
+//! [`super::ServerProcess`] stops it with SIGTERM on drop.
+
+use super::{free_port, ServerProcess};
+use crate::run;
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SERVER: &str = "/usr/sbin/clickhouse-server";
+
+/// Installs ClickHouse if missing and starts it under `<root>/target/xtask/clickhouse`.
+pub fn start(root: &Path) -> Result<ServerProcess> {
+    install_if_missing()?;
+    let dir = root.join("target/xtask/clickhouse");
+    // A previous run's data would only slow the start and may hold a
+    // different schema; every run starts from nothing.
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("could not clear {}", dir.display()))?;
+    }
+    for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .with_context(|| format!("could not create {}", dir.join(sub).display()))?;
+    }
+    let http_port = free_port()?;
+    let mut tcp_port = free_port()?;
+    while tcp_port == http_port {
+        tcp_port = free_port()?;
+    }
+    let d = dir.display();
+    let config = format!(
+        r#"<?xml version="1.0"?>
+<yandex>
+    <logger>
+        <level>warning</level>
+        <log>{d}/log/clickhouse-server.log</log>
+        <errorlog>{d}/log/clickhouse-server.err.log</errorlog>
+        <size>10M</size>
+        <count>2</count>
+    </logger>
+    <listen_host>127.0.0.1</listen_host>
+    <http_port>{http_port}</http_port>
+    <tcp_port>{tcp_port}</tcp_port>
+    <max_connections>256</max_connections>
+    <keep_alive_timeout>3</keep_alive_timeout>
+    <max_concurrent_queries>100</max_concurrent_queries>
+    <mark_cache_size>53687091</mark_cache_size>
+    <path>{d}/data/</path>
+    <tmp_path>{d}/tmp/</tmp_path>
+    <user_files_path>{d}/user_files/</user_files_path>
+    <format_schema_path>{d}/format_schemas/</format_schema_path>
+    <users_config>{d}/users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <timezone>UTC</timezone>
+    <mlock_executable>false</mlock_executable>
+</yandex>
+"#
+    );
+    let users = r#"<?xml version="1.0"?>
+<yandex>
+    <profiles>
+        <default>
+            <max_memory_usage>2000000000</max_memory_usage>
+        </default>
+    </profiles>
+    <users>
+        <default>
+            <password></password>
+            <networks>
+                <ip>127.0.0.1</ip>
+                <ip>::1</ip>
+            </networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </default>
+    </users>
+    <quotas>
+        <default>
+            <interval>
+                <duration>3600</duration>
+                <queries>0</queries>
+                <errors>0</errors>
+                <result_rows>0</result_rows>
+                <read_rows>0</read_rows>
+                <execution_time>0</execution_time>
+            </interval>
+        </default>
+    </quotas>
+</yandex>
+"#;
+    std::fs::write(dir.join("config.xml"), config)?;
+    std::fs::write(dir.join("users.xml"), users)?;
+    let log = std::fs::File::create(dir.join("log/stdout.log"))?;
+    let child = Command::new(SERVER)
+        .arg(format!("--config-file={d}/config.xml"))
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("could not start {SERVER}"))?;
+    let process = ServerProcess {
+        name: "clickhouse",
+        child,
+        env: vec![
+            (
+                "SPOOL_TEST_CLICKHOUSE_URL".into(),
+                format!("clickhouse://127.0.0.1:{http_port}/default"),
+            ),
+            (
+                "SPOOL_TEST_CLICKHOUSE_HTTP".into(),
+                format!("http://127.0.0.1:{http_port}"),
+            ),
+        ],
+    };
+    // `process` is dropped (SIGTERM) if the wait fails.
+    wait_ready(http_port, Duration::from_secs(30)).with_context(|| {
+        format!("clickhouse-server did not come up; see {d}/log/clickhouse-server.err.log and {d}/log/stdout.log")
+    })?;
+    eprintln!(
+        "xtask: clickhouse-server up on 127.0.0.1:{http_port} (native {tcp_port}), data in {d}"
+    );
+    Ok(process)
+}
+
+fn install_if_missing() -> Result<()> {
+    if Path::new(SERVER).exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: {SERVER} is missing; installing Debian's clickhouse-server");
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get")
+        .args([
+            "install",
+            "-y",
+            "--no-install-recommends",
+            "clickhouse-server",
+        ])
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    if !Path::new(SERVER).exists() {
+        bail!("apt-get installed clickhouse-server but {SERVER} is still missing");
+    }
+    Ok(())
+}
+
+/// Polls `SELECT 1` over plain HTTP until it answers `1`.
+fn wait_ready(port: u16, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        if select_one(port).unwrap_or(false) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("no answer to SELECT 1 on 127.0.0.1:{port} within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn select_one(port: u16) -> std::io::Result<bool> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        s,
+        "GET /?query=SELECT%201 HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    // HTTP/1.0: the server closes after one unchunked answer.
+    Ok(out.starts_with("HTTP/1.0 200") && out.trim_end().ends_with("\r\n\r\n1"))
+}
