@@ -49,11 +49,21 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
         }
-        if let Some(err) = cause.downcast_ref::<spool_lock::Error>() {
-            if err.is_owned_by_another() {
+        if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
+            match e {
+                spool_core::Error::Full { .. } => return ExitCode::Full,
+                spool_core::Error::Lock(l) if l.is_owned_by_another() => return ExitCode::Owned,
+                spool_core::Error::Lock(l) if l.is_shared_filesystem() => {
+                    return ExitCode::SharedFilesystem
+                }
+                _ => {}
+            }
+        }
+        if let Some(l) = cause.downcast_ref::<spool_lock::Error>() {
+            if l.is_owned_by_another() {
                 return ExitCode::Owned;
             }
-            if err.is_shared_filesystem() {
+            if l.is_shared_filesystem() {
                 return ExitCode::SharedFilesystem;
             }
         }

@@ -248,9 +248,10 @@ pub enum Error {
     /// The spool directory is full and the sink's buffer too: the record was
     /// not admitted (SPEC §4.3: the producer is told, nothing is dropped).
     #[error(
-        "spool directory {} is full ({used} of {budget} bytes used) and the sink's buffer \
-         holds {buffered} of {buffer_bytes} bytes not yet staged: record not admitted; \
-         let the storage service upload and remove packs, raise max_bytes, or retry later",
+        "spool directory {} is full ({used} of {budget} bytes used, {dead_sibling_bytes} of \
+         them by dead siblings awaiting adoption) and the sink's buffer holds {buffered} of \
+         {buffer_bytes} bytes not yet staged: record not admitted; let the storage service \
+         upload and remove packs, raise max_bytes, or retry later",
         dir.display()
     )]
     SpoolFull {
@@ -260,6 +261,8 @@ pub enum Error {
         used: u64,
         /// The spool's budget (`max_bytes`).
         budget: u64,
+        /// The part of `used` dead siblings hold.
+        dead_sibling_bytes: u64,
         /// Bytes the sink holds that are not staged yet.
         buffered: u64,
         /// The sink's buffer limit (`buffer_bytes`).

@@ -73,6 +73,7 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::pack::{now_ms, PackId, PackWriter};
 use crate::registry::{Publication, Registry};
+use crate::spool::{Spool, SpoolConfig};
 
 /// The longest the staging thread waits before retrying a refused stage.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(1);
@@ -82,16 +83,21 @@ const FIRST_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 #[derive(Debug)]
 pub enum StageFailure {
     /// The spool is over its budget; the stage may succeed later.
-    Full {
-        /// Bytes in use (including what the budget charges for dead
-        /// siblings).
-        used: u64,
-        /// The budget.
-        budget: u64,
-    },
+    Full(Fullness),
     /// Any other failure (I/O, a vanished directory, a conflict). Retried
     /// with backoff; reported by flush and admission.
     Failed(Error),
+}
+
+/// How full a spool said it was when it refused a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fullness {
+    /// Bytes in use (including what the budget charges for dead siblings).
+    pub used: u64,
+    /// The budget (`max_bytes`).
+    pub budget: u64,
+    /// The part of `used` that dead siblings hold.
+    pub dead_sibling_bytes: u64,
 }
 
 /// Where a sink stages its packs: the spool directory in production, an
@@ -116,9 +122,13 @@ pub enum AdmissionPolicy {
     Refuse,
 }
 
-/// How a sink seals, admits and releases.
+/// How a sink opens its spool, seals, admits and releases.
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
+    /// How [`Sink::open`] opens the spool directory: lock mode (`Take`, or
+    /// `HeldByCaller` beside a service in the same process), lock options,
+    /// budget. Ignored by [`Sink::start`], whose target is already open.
+    pub spool: SpoolConfig,
     /// Worker ordinal: `Some(k)` stages under `w<k>/`.
     pub ordinal: Option<u32>,
     /// Seal a pack once it would reach this many bytes (a record larger
@@ -144,6 +154,7 @@ impl Default for SinkConfig {
     /// 30 s release flush, the process-wide registry.
     fn default() -> Self {
         Self {
+            spool: SpoolConfig::default(),
             ordinal: None,
             seal_bytes: 64 << 20,
             seal_records: 1_000_000,
@@ -167,8 +178,8 @@ pub struct SinkStats {
     pub pending_packs: u64,
     /// Bytes not yet staged (open pack included).
     pub buffered_bytes: u64,
-    /// `(used, budget)` if the last stage was refused as full.
-    pub spool_full: Option<(u64, u64)>,
+    /// How full the spool was if the last stage was refused as full.
+    pub spool_full: Option<Fullness>,
     /// The last stage failure other than "full", until a stage succeeds.
     pub last_error: Option<String>,
     /// Whether the sink was released (admits nothing).
@@ -210,7 +221,7 @@ struct State {
     /// The slot's counter (carried on from earlier sinks of the slot).
     slot_count: u64,
     last_pack: Option<PackId>,
-    full: Option<(u64, u64)>,
+    full: Option<Fullness>,
     last_error: Option<String>,
     released: bool,
     sealed_on_release: bool,
@@ -244,8 +255,11 @@ impl State {
     }
 
     fn cause(&self) -> String {
-        if let Some((used, budget)) = self.full {
-            format!("the spool is full: {used} of {budget} bytes used")
+        if let Some(full) = self.full {
+            format!(
+                "the spool is full: {} of {} bytes used, {} of them by dead siblings",
+                full.used, full.budget, full.dead_sibling_bytes
+            )
         } else if let Some(err) = &self.last_error {
             format!("the last stage failed: {err}")
         } else if self.in_flight > 0 {
@@ -291,20 +305,34 @@ impl Shared {
 /// A producer's handle on a spool directory. `Send + Sync`: producers on
 /// several threads can share one sink. See the module docs.
 pub struct Sink {
-    shared: Arc<Shared>,
+    /// `None` only inside `drop`, once the staging thread is gone.
+    shared: Option<Arc<Shared>>,
     stager: Mutex<Option<JoinHandle<()>>>,
+    /// The spool [`Sink::open`] opened: if it holds the claim (`take`
+    /// mode), the claim is released when the sink is dropped after sealing
+    /// on release, and kept until process exit otherwise.
+    spool: Option<Arc<Spool>>,
 }
 
 impl std::fmt::Debug for Sink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sink")
-            .field("dir", &self.shared.id)
-            .field("ordinal", &self.shared.config.ordinal)
+            .field("dir", &self.shared().id)
+            .field("ordinal", &self.shared().config.ordinal)
             .finish()
     }
 }
 
 impl Sink {
+    /// Opens the spool directory `dir` per `config.spool` (node-local
+    /// check, owner lock per mode, accounting walk) and starts a sink on it.
+    pub fn open(dir: &Path, config: SinkConfig) -> Result<Sink, Error> {
+        let spool = Arc::new(Spool::open(dir, &config.spool)?);
+        let mut sink = Sink::start(spool.clone(), config)?;
+        sink.spool = Some(spool);
+        Ok(sink)
+    }
+
     /// Starts a sink staging into `target`: checks the config, publishes the
     /// slot as attached, and starts the staging thread.
     pub fn start(target: Arc<dyn StageTarget>, config: SinkConfig) -> Result<Sink, Error> {
@@ -369,26 +397,33 @@ impl Sink {
             })?;
         tracing::debug!(dir = %dir.display(), ordinal = ?shared.config.ordinal, "sink for {} started", dir.display());
         Ok(Sink {
-            shared,
+            shared: Some(shared),
             stager: Mutex::new(Some(handle)),
+            spool: None,
         })
+    }
+
+    fn shared(&self) -> &Shared {
+        self.shared
+            .as_ref()
+            .expect("a sink's state lives until it is dropped")
     }
 
     /// The spool directory this sink stages into (canonical).
     pub fn dir(&self) -> &Path {
-        &self.shared.id
+        &self.shared().id
     }
 
     /// The sink's worker ordinal.
     pub fn ordinal(&self) -> Option<u32> {
-        self.shared.config.ordinal
+        self.shared().config.ordinal
     }
 
     /// Appends one record. Returns once it is in the sink's buffer (not
     /// staged: see [`Sink::flush`]); when the buffer is full, waits or
     /// refuses per the [`AdmissionPolicy`].
     pub fn write(&self, record: &[u8]) -> Result<(), Error> {
-        let shared = &*self.shared;
+        let shared = self.shared();
         let config = &shared.config;
         // A record costs its length prefix and its bytes.
         let cost = record.len() as u64 + 4;
@@ -455,12 +490,13 @@ impl Sink {
     }
 
     fn not_admitted(&self, state: &State) -> Error {
-        let shared = &*self.shared;
+        let shared = self.shared();
         match state.full {
-            Some((used, budget)) => Error::SpoolFull {
+            Some(full) => Error::SpoolFull {
                 dir: shared.id.clone(),
-                used,
-                budget,
+                used: full.used,
+                budget: full.budget,
+                dead_sibling_bytes: full.dead_sibling_bytes,
                 buffered: state.buffered,
                 buffer_bytes: shared.config.buffer_bytes,
             },
@@ -477,7 +513,7 @@ impl Sink {
     /// staged, or until `timeout` passes ([`Error::FlushTimeout`]). Returns
     /// by its deadline whatever the filesystem does.
     pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
-        let shared = &*self.shared;
+        let shared = self.shared();
         let deadline = Instant::now() + timeout;
         let mut state = lock(&shared.state);
         state.seal();
@@ -510,7 +546,7 @@ impl Sink {
     /// it stays false, the error says what was left, and the release may be
     /// retried. A sink already sealed on release returns `Ok` at once.
     pub fn release(&self) -> Result<(), Error> {
-        let shared = &*self.shared;
+        let shared = self.shared();
         {
             let mut state = lock(&shared.state);
             if state.sealed_on_release {
@@ -537,12 +573,12 @@ impl Sink {
 
     /// True only after a release whose flush went through.
     pub fn sealed_on_release(&self) -> bool {
-        lock(&self.shared.state).sealed_on_release
+        lock(&self.shared().state).sealed_on_release
     }
 
     /// A point-in-time view of the sink.
     pub fn stats(&self) -> SinkStats {
-        let state = lock(&self.shared.state);
+        let state = lock(&self.shared().state);
         SinkStats {
             staged_packs: state.staged_total,
             last_staged: state.last_pack,
@@ -558,15 +594,18 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        let shared = &*self.shared;
+        let shared = self.shared();
         if !lock(&shared.state).sealed_on_release {
             // release() logs its own failure.
             let _ = self.release();
         }
-        let idle = {
+        let (idle, sealed) = {
             let mut state = lock(&shared.state);
             state.shutdown = true;
-            state.in_flight == 0 && state.queue.is_empty()
+            (
+                state.in_flight == 0 && state.queue.is_empty(),
+                state.sealed_on_release,
+            )
         };
         shared.work.notify_all();
         let handle = self
@@ -574,12 +613,34 @@ impl Drop for Sink {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some(handle) = handle {
-            if idle {
-                let _ = handle.join();
+        let Some(handle) = handle else { return };
+        if !idle {
+            // The thread makes one last attempt at what it holds and exits
+            // on its own; a drop does not wait on a stuck stage. The spool
+            // (and its claim, if it has one) stays with the thread.
+            return;
+        }
+        let _ = handle.join();
+        // The thread is gone; drop our share of the target so the spool is
+        // ours alone, then let go of its claim only if the sink sealed.
+        drop(self.shared.take());
+        let Some(spool) = self.spool.take() else {
+            return;
+        };
+        let Ok(spool) = Arc::try_unwrap(spool) else {
+            return;
+        };
+        let dir = spool.dir().to_path_buf();
+        match spool.into_claim() {
+            Some(claim) if sealed => {
+                if let Err(err) = claim.release() {
+                    tracing::warn!(dir = %dir.display(), "releasing the claim on {}: {err}", dir.display());
+                }
             }
-            // Otherwise the thread makes one last attempt at what it holds
-            // and exits on its own; a drop does not wait on a stuck stage.
+            // Not sealed: dropping the claim keeps the lock until this
+            // process exits (spool-lock warns, naming the directory), so
+            // the next process adopts what is left.
+            other => drop(other),
         }
     }
 }
@@ -626,11 +687,12 @@ fn stager(shared: &Shared) {
                 }
                 Err(failure) => {
                     match failure {
-                        StageFailure::Full { used, budget } => {
+                        StageFailure::Full(full) => {
+                            let Fullness { used, budget, .. } = full;
                             if state.full.is_none() {
                                 tracing::warn!(dir = %shared.id.display(), "spool directory {} is full ({used} of {budget} bytes): pack {} waits in the sink", shared.id.display(), id.to_hex());
                             }
-                            state.full = Some((used, budget));
+                            state.full = Some(full);
                         }
                         StageFailure::Failed(err) => {
                             tracing::warn!(dir = %shared.id.display(), "staging pack {} into {} failed (will retry): {err}", id.to_hex(), shared.id.display());
@@ -695,6 +757,31 @@ fn stager(shared: &Shared) {
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         };
+    }
+}
+
+/// The production target: the spool directory. `stage` returns after the
+/// publish and the directory fsync (SPEC §4.2).
+impl StageTarget for Spool {
+    fn dir(&self) -> &Path {
+        Spool::dir(self)
+    }
+
+    fn stage(&self, ordinal: Option<u32>, id: PackId, bytes: &[u8]) -> Result<(), StageFailure> {
+        match Spool::stage(self, ordinal, id, bytes) {
+            Ok(_) => Ok(()),
+            Err(Error::Full {
+                used,
+                budget,
+                dead_sibling_bytes,
+                ..
+            }) => Err(StageFailure::Full(Fullness {
+                used,
+                budget,
+                dead_sibling_bytes,
+            })),
+            Err(err) => Err(StageFailure::Failed(err)),
+        }
     }
 }
 
@@ -826,7 +913,11 @@ pub mod fake {
             let used: u64 = inner.staged.iter().map(|s| s.bytes.len() as u64).sum();
             if let Some(budget) = inner.budget {
                 if used + bytes.len() as u64 > budget {
-                    return Err(StageFailure::Full { used, budget });
+                    return Err(StageFailure::Full(Fullness {
+                        used,
+                        budget,
+                        dead_sibling_bytes: 0,
+                    }));
                 }
             }
             if let Some(existing) = inner.staged.iter().find(|s| s.id == id) {
@@ -858,6 +949,7 @@ mod tests {
 
     fn config(registry: &Arc<Registry>) -> SinkConfig {
         SinkConfig {
+            spool: SpoolConfig::default(),
             ordinal: None,
             seal_bytes: 1 << 20,
             seal_records: 1_000,

@@ -15,12 +15,15 @@ use crate::seams::{self, HookPoint};
 use crate::sys::RegFd;
 use crate::{host_name, random_u32, Error, LockOptions, LOCK_FILE_NAME};
 
-/// How often a take retries a flock refused with `EWOULDBLOCK` before it
-/// believes a holder exists: a probe's momentary shared lock must not make
-/// a legitimate take fail.
-const TAKE_RETRIES: u32 = 10;
+/// How often a take retries a flock refused with `EWOULDBLOCK` when it
+/// cannot tell who holds the lock (`/proc/locks` unreadable or silent):
+/// a probe's momentary shared lock must not make a legitimate take fail.
+const TAKE_RETRIES: u32 = 20;
 /// Pause between those retries.
-const TAKE_RETRY_PAUSE: Duration = Duration::from_millis(2);
+const TAKE_RETRY_PAUSE: Duration = Duration::from_millis(1);
+/// How long a take keeps retrying while `/proc/locks` shows only shared
+/// locks (probes) on the inode.
+const PROBE_WAIT_LIMIT: Duration = Duration::from_secs(1);
 /// How many times a take re-opens a lock file that was unlinked or replaced
 /// between its open and its flock.
 pub(crate) const REOPEN_LIMIT: u32 = 16;
@@ -54,19 +57,69 @@ struct Taken {
     created_file: bool,
 }
 
+/// Who holds flocks on an inode, as `/proc/locks` says.
+#[derive(Debug, PartialEq, Eq)]
+enum Holders {
+    /// An exclusive flock: a real holder.
+    Exclusive,
+    /// Only shared flocks: probes, which let go at once.
+    SharedOnly,
+    /// Nothing listed (the probe went away, /proc/locks unreadable, or an
+    /// overlay filesystem listing another device).
+    Unknown,
+}
+
+fn flock_holders(st: &libc::stat) -> Holders {
+    let Ok(text) = std::fs::read_to_string("/proc/locks") else {
+        return Holders::Unknown;
+    };
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(st.st_dev),
+        nix::sys::stat::minor(st.st_dev),
+        st.st_ino
+    );
+    let mut found = false;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // `->` marks a blocked waiter, not a holder.
+        if words.contains(&"->") || !words.contains(&"FLOCK") || !words.contains(&want.as_str()) {
+            continue;
+        }
+        if words.contains(&"WRITE") {
+            return Holders::Exclusive;
+        }
+        found = true;
+    }
+    if found {
+        Holders::SharedOnly
+    } else {
+        Holders::Unknown
+    }
+}
+
+/// `flock(LOCK_EX|LOCK_NB)`, retried while what refuses it is a probe's
+/// momentary shared lock: `Ok(false)` only when an exclusive holder exists
+/// (or the refusals outlast the retries).
 fn flock_retrying(fd: &RegFd, path: &Path) -> Result<bool, Error> {
-    for attempt in 0..TAKE_RETRIES {
+    let start = std::time::Instant::now();
+    let mut unknown = 0;
+    loop {
         if fd
             .try_flock(libc::LOCK_EX)
             .map_err(|e| Error::io("flock", path, e))?
         {
             return Ok(true);
         }
-        if attempt + 1 < TAKE_RETRIES {
-            std::thread::sleep(TAKE_RETRY_PAUSE);
+        let st = fd.fstat().map_err(|e| Error::io("fstat", path, e))?;
+        match flock_holders(&st) {
+            Holders::Exclusive => return Ok(false),
+            Holders::SharedOnly if start.elapsed() < PROBE_WAIT_LIMIT => {}
+            Holders::Unknown if unknown < TAKE_RETRIES => unknown += 1,
+            _ => return Ok(false),
         }
+        std::thread::sleep(TAKE_RETRY_PAUSE);
     }
-    Ok(false)
 }
 
 fn this_record(purpose: Purpose) -> OwnerRecord {
@@ -91,39 +144,37 @@ fn still_at_path(fd: &RegFd, path: &Path) -> Result<bool, Error> {
     }
 }
 
-/// The refusal for a lock file someone else holds.
-fn refusal_file_held(dir: &Path) -> Error {
-    let lock_path = dir.join(LOCK_FILE_NAME);
-    if held_by_this_process(dir).unwrap_or(false) {
-        return Error::HeldByThisProcess {
+/// The refusal when this very process holds `dir` (a second take).
+fn refusal_if_ours(dir: &Path) -> Option<Error> {
+    held_by_this_process(dir)
+        .unwrap_or(false)
+        .then(|| Error::HeldByThisProcess {
             dir: dir.to_path_buf(),
             pid: std::process::id(),
-            lock_path,
-        };
+            lock_path: dir.join(LOCK_FILE_NAME),
+        })
+}
+
+/// The refusal for a lock file someone else holds.
+fn refusal_file_held(dir: &Path) -> Error {
+    if let Some(ours) = refusal_if_ours(dir) {
+        return ours;
     }
     let record = read_owner(dir).ok().and_then(|s| s.record);
     Error::OwnedByOther {
         dir: dir.to_path_buf(),
         holder: holder_of(record.as_ref()),
-        lock_path,
+        lock_path: dir.join(LOCK_FILE_NAME),
     }
 }
 
 /// The refusal for a directory whose own lock someone else holds while its
 /// lock file is free.
 fn refusal_dir_held(dir: &Path) -> Error {
-    let lock_path = dir.join(LOCK_FILE_NAME);
-    if held_by_this_process(dir).unwrap_or(false) {
-        return Error::HeldByThisProcess {
-            dir: dir.to_path_buf(),
-            pid: std::process::id(),
-            lock_path,
-        };
-    }
-    Error::LockFileReplaced {
+    refusal_if_ours(dir).unwrap_or_else(|| Error::LockFileReplaced {
         dir: dir.to_path_buf(),
-        lock_path,
-    }
+        lock_path: dir.join(LOCK_FILE_NAME),
+    })
 }
 
 /// Locks an existing directory in place: flock its lock file (creating it

@@ -144,6 +144,20 @@ fn cstring(path: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
+/// Runs a read/write-style call until it is not interrupted.
+fn retry_eintr(mut call: impl FnMut() -> libc::ssize_t) -> io::Result<usize> {
+    loop {
+        let n = call();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
 /// A registered descriptor on a lock file or a (locked or probed) directory.
 #[derive(Debug)]
 pub(crate) struct RegFd {
@@ -221,22 +235,14 @@ impl RegFd {
         while done < bytes.len() {
             let rest = &bytes[done..];
             // SAFETY: `rest` is a valid readable buffer of `rest.len()` bytes.
-            let n = unsafe {
+            done += retry_eintr(|| unsafe {
                 libc::pwrite(
                     self.fd,
                     rest.as_ptr().cast(),
                     rest.len(),
                     done as libc::off_t,
                 )
-            };
-            if n < 0 {
-                let err = io::Error::last_os_error();
-                if err.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(err);
-            }
-            done += n as usize;
+            })?;
         }
         Ok(())
     }
@@ -248,25 +254,18 @@ impl RegFd {
         while done < max {
             let rest = &mut buf[done..];
             // SAFETY: `rest` is a valid writable buffer of `rest.len()` bytes.
-            let n = unsafe {
+            let n = retry_eintr(|| unsafe {
                 libc::pread(
                     self.fd,
                     rest.as_mut_ptr().cast(),
                     rest.len(),
                     done as libc::off_t,
                 )
-            };
-            if n < 0 {
-                let err = io::Error::last_os_error();
-                if err.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(err);
-            }
+            })?;
             if n == 0 {
                 break;
             }
-            done += n as usize;
+            done += n;
         }
         buf.truncate(done);
         Ok(buf)

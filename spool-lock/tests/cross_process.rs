@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{alive, kill_pid, pid_in, Helper};
+use common::{alive, pid_in, Helper, KillOnDrop};
 use spool_lock::{
     acquire, held_by_this_process, read_owner, testing, try_adopt, verify_held_by_caller, Error,
     LockOptions, Purpose, LOCK_FILE_NAME,
@@ -311,6 +311,7 @@ fn a_fork_child_does_not_keep_the_lock_after_its_parent_dies() {
     let mut owner = Helper::spawn_in("hold-fork", &dir, &[]);
     let lines = owner.expect_each(&["forked", "held", "child"]);
     let worker = pid_in(&lines[0]);
+    let _reap = KillOnDrop(worker);
     // The worker reports (over the pipe) that it ran past fork and its
     // handler: its copies are closed and its claim reads as not held.
     let report = &lines[2];
@@ -319,7 +320,6 @@ fn a_fork_child_does_not_keep_the_lock_after_its_parent_dies() {
     owner.kill();
     assert!(alive(worker));
     let status = read_owner(&dir).unwrap();
-    kill_pid(worker);
     assert!(!status.held, "the fork child kept its dead parent's lock");
 }
 
@@ -337,12 +337,12 @@ fn fork_inside(mode: &str) {
     };
     let lines = owner.expect_each(&["forked", "child", last]);
     let worker = pid_in(&lines[0]);
+    let _reap = KillOnDrop(worker);
     if mode == "fork-in-take" {
         owner.kill();
     }
     assert!(alive(worker));
     let status = read_owner(&dir).unwrap();
-    kill_pid(worker);
     assert!(
         !status.held,
         "{mode}: the worker forked inside kept the lock"

@@ -75,3 +75,8 @@ pub fn server_env(var: &str) -> Option<String> {
         }
     }
 }
+
+pub mod http;
+pub mod packs;
+pub mod proxy;
+pub mod upload_suite;

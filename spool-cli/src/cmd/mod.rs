@@ -4,17 +4,37 @@
 use crate::exit::ExitCode;
 
 pub mod lock;
+pub mod recover;
+pub mod status;
+pub mod verify;
+pub mod produce;
 
 /// Every `spool` subcommand.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Take and hold a spool directory's owner lock, or show who holds it.
     Lock(lock::LockArgs),
+    /// Show a spool directory's owner and packs, or a spool root's rank
+    /// directories.
+    Status(status::Args),
+    /// Validate every ready pack without taking the lock or changing
+    /// anything (exit 8 if any is corrupt).
+    Verify(verify::Args),
+    /// Take the lock, sweep dead writers' temp files and quarantine corrupt
+    /// packs.
+    Recover(recover::Args),
+    /// Stage N synthetic packs into a spool directory (taking its lock) and
+    /// print each staged pack's id.
+    Produce(produce::Args),
 }
 
 /// Runs one subcommand.
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Lock(args) => lock::run(args),
+        Command::Status(a) => status::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Recover(a) => recover::run(a),
+        Command::Produce(args) => produce::run(args),
     }
 }

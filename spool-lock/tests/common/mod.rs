@@ -123,3 +123,13 @@ pub fn alive(pid: i32) -> bool {
 pub fn pid_in(line: &str) -> i32 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
+
+/// SIGKILLs a (non-child) process when dropped, so a failed assertion
+/// never leaks a paused fork worker.
+pub struct KillOnDrop(pub i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        kill_pid(self.0);
+    }
+}

@@ -2,7 +2,9 @@
 //! started on loopback with its state under `target/xtask/<name>/`, and
 //! stopped when [`Servers`] is dropped (SIGTERM, then SIGKILL after 5 s).
 
+pub mod azurite;
 pub mod clickhouse;
+pub mod moto;
 
 use anyhow::Result;
 use std::path::Path;
@@ -50,7 +52,12 @@ pub struct Servers {
 impl Servers {
     /// Installs (if missing) and starts every server.
     pub fn start(root: &Path) -> Result<Servers> {
-        let processes = vec![clickhouse::start(root)?];
+        // Started in order; on a failure the ones already up are stopped
+        // as `processes` drops.
+        let mut processes = Vec::new();
+        processes.push(clickhouse::start(root)?);
+        processes.push(moto::start(root)?);
+        processes.push(azurite::start(root)?);
         Ok(Servers { processes })
     }
 

@@ -1,0 +1,121 @@
+//! The uploader's knobs and the HTTP client's.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How the uploader works through staged packs (SPEC §5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadConfig {
+    /// Packs transferred at once in a round (≥ 1).
+    pub max_workers: usize,
+    /// Bytes of packs in a round, summed (≥ 1). A pack larger than this is
+    /// refused, not retryable.
+    pub max_in_flight_bytes: u64,
+    /// Packs of at least this many bytes go up as multipart uploads, in
+    /// parts of `part_size` streamed from disk; smaller ones as one PUT
+    /// held in memory.
+    pub multipart_threshold: u64,
+    /// Multipart part size. S3 wants ≥ 5 MiB for every part but the last.
+    pub part_size: usize,
+    /// Parts of one multipart upload in flight at once (≥ 1).
+    pub part_concurrency: usize,
+    /// Attempts per pack, the first included (≥ 1).
+    pub max_attempts: u32,
+    /// Backoff before the second attempt; doubles per attempt.
+    pub backoff_initial: Duration,
+    /// Cap of the backoff between attempts.
+    pub backoff_max: Duration,
+    /// How long an abort of a failed or cancelled multipart upload may take
+    /// before it is given up on (the store is probably down; the bucket's
+    /// lifecycle rule for incomplete uploads is then the backstop).
+    pub abort_timeout: Duration,
+}
+
+impl Default for UploadConfig {
+    fn default() -> Self {
+        UploadConfig {
+            max_workers: 4,
+            max_in_flight_bytes: 256 << 20,
+            multipart_threshold: 32 << 20,
+            part_size: 8 << 20,
+            part_concurrency: 2,
+            max_attempts: 4,
+            backoff_initial: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(5),
+            abort_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl UploadConfig {
+    /// Refuses settings that cannot work.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::BadConfig(m));
+        if self.max_workers == 0 {
+            return bad("max_workers must be at least 1".into());
+        }
+        if self.max_in_flight_bytes == 0 {
+            return bad("max_in_flight_bytes must be at least 1".into());
+        }
+        if self.part_size == 0 || self.part_concurrency == 0 {
+            return bad("part_size and part_concurrency must be at least 1".into());
+        }
+        if self.max_attempts == 0 {
+            return bad("max_attempts must be at least 1 (the first attempt counts)".into());
+        }
+        if self.backoff_max < self.backoff_initial {
+            return bad(format!(
+                "backoff_max ({:?}) is below backoff_initial ({:?})",
+                self.backoff_max, self.backoff_initial
+            ));
+        }
+        Ok(())
+    }
+
+    /// The most memory a round holds in pack bytes: every single PUT of the
+    /// round whole, and `part_concurrency` parts per multipart upload.
+    pub fn memory_bound(&self) -> u64 {
+        self.max_in_flight_bytes.min(
+            self.multipart_threshold
+                .saturating_mul(self.max_workers as u64),
+        ) + (self.max_workers as u64) * (self.part_concurrency as u64) * (self.part_size as u64)
+    }
+}
+
+/// Settings of object_store's HTTP client for the cloud backends. Set
+/// deliberately so object_store's own retries and spool-upload's attempts do
+/// not multiply into minutes: the defaults bound one attempt's retries to
+/// `client_retry_timeout` (object_store's own default is 10 retries within
+/// 3 minutes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// object_store's retries per request (0 disables them).
+    pub client_max_retries: usize,
+    /// object_store's cap on the time spent retrying one request.
+    pub client_retry_timeout: Duration,
+    /// object_store's first backoff.
+    pub client_backoff_initial: Duration,
+    /// object_store's backoff cap.
+    pub client_backoff_max: Duration,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Whole-request timeout (a 32 MiB PUT must fit in it on a slow link).
+    pub request_timeout: Duration,
+    /// Allow plain `http://` endpoints (test servers, emulators).
+    pub allow_http: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            client_max_retries: 2,
+            client_retry_timeout: Duration::from_secs(10),
+            client_backoff_initial: Duration::from_millis(100),
+            client_backoff_max: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(120),
+            allow_http: false,
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in spool-upload. Each variant names what it
+/// was working on (a URL, a local path, an object key) and, where there is
+/// one, what to do about it. [`Error::is_retryable`] is the classification of
+/// SPEC §5.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A store URL that cannot be parsed or is not of a supported form.
+    #[error("store URL {url:?} is not usable: {reason} (expected s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX], file:///ABS/PATH or memory://)")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The URL's scheme needs a cloud backend this build leaves out.
+    #[error("store URL {url:?} needs the `{feature}` feature of spool-upload, which this build leaves out: rebuild with `--features {feature}` (the `spool` binary has it on by default)")]
+    BackendNotBuilt {
+        /// The URL as given.
+        url: String,
+        /// The cargo feature that would provide it.
+        feature: &'static str,
+    },
+
+    /// object_store refused to build a client for the URL (missing bucket,
+    /// credentials or region, bad option values).
+    #[error("cannot build an object store client for {url:?}: {source}")]
+    StoreConfig {
+        /// The URL as given.
+        url: String,
+        /// object_store's explanation.
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// An [`UploadConfig`](crate::UploadConfig) that cannot work.
+    #[error("invalid upload configuration: {0}")]
+    BadConfig(String),
+
+    /// A store operation failed (after object_store's own retries).
+    #[error("{op} {key} on {store} failed ({}): {source}", if *retryable { "retryable: it is tried again later" } else { "not retryable: fix the store or its credentials" })]
+    Store {
+        /// The operation (`PUT`, `HEAD`, `GET trailer`, `multipart part` ...).
+        op: &'static str,
+        /// The object key.
+        key: String,
+        /// The store's description (its URL or name).
+        store: String,
+        /// The classification of `source` ([`crate::classify`]).
+        retryable: bool,
+        /// What object_store reported.
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// A different object is already at the pack's key. It is never
+    /// overwritten; a person has to look at both.
+    #[error("a different object is already at {key} on {store} ({existing}; the staged pack {path} is {ours}): it is left untouched, and the pack stays in the spool for a person to compare")]
+    Conflict {
+        /// The object key.
+        key: String,
+        /// The store's description.
+        store: String,
+        /// The staged pack.
+        path: PathBuf,
+        /// What is in the store (size, checksum, or why it is not a pack).
+        existing: String,
+        /// What the staged pack is (size, checksum).
+        ours: String,
+    },
+
+    /// A pack larger than `max_in_flight_bytes` can never fit in a round.
+    #[error("pack {path} is {size} bytes, more than max_in_flight_bytes ({limit}): it can never be uploaded with this configuration; raise max_in_flight_bytes to at least {size}")]
+    TooLarge {
+        /// The staged pack.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The configured bound.
+        limit: u64,
+    },
+
+    /// The staged file no longer matches what was staged (size, trailer, id).
+    #[error("staged pack {path} no longer matches what was staged: {problem}; it is not uploaded (validate it, then quarantine it)")]
+    StagedMismatch {
+        /// The staged pack.
+        path: PathBuf,
+        /// What differs.
+        problem: String,
+    },
+
+    /// Reading the staged pack failed.
+    #[error("cannot read staged pack {path}: {source}")]
+    ReadStaged {
+        /// The staged pack.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The upload was cut by a cancel. Not a failure: the pack stays staged.
+    #[error("upload of {key} was cancelled; the pack stays in the spool")]
+    Cancelled {
+        /// The object key.
+        key: String,
+    },
+
+    /// Preparing a local directory for a `file://` store failed.
+    #[error("cannot create the local store directory {path}: {source}")]
+    LocalDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Whether retrying later can help (SPEC §5). Retryable: timeouts,
+    /// connection and TLS failures, 5xx, 429, a failed HEAD, a local read
+    /// error, a cancel. Not retryable: 400/401/403/404, a different object at
+    /// the key, a pack over the in-flight bound, staged bytes that no longer
+    /// match, configuration errors.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Store { retryable, .. } => *retryable,
+            Error::ReadStaged { .. } | Error::Cancelled { .. } => true,
+            Error::BadUrl { .. }
+            | Error::BackendNotBuilt { .. }
+            | Error::StoreConfig { .. }
+            | Error::BadConfig(_)
+            | Error::Conflict { .. }
+            | Error::TooLarge { .. }
+            | Error::StagedMismatch { .. }
+            | Error::LocalDir { .. } => false,
+        }
+    }
+}
+
+/// Shorthand for this crate's results.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,61 @@
+//! Object keys: `<prefix>/v1/date=<YYYY-MM-DD>/<pack_id>.pack` (SPEC §5).
+
+use object_store::path::Path;
+use spool_core::pack::PackId;
+
+/// The object key of a pack under `prefix`: deterministic (a pack has one
+/// key forever), unique (the id is), listable by day (the date is the UTC
+/// day of the id's timestamp).
+pub fn object_key(prefix: &Path, id: &PackId) -> Path {
+    let (y, m, d) = civil_from_days((id.timestamp_ms() / 86_400_000) as i64);
+    let date = format!("date={y:04}-{m:02}-{d:02}");
+    let file = format!("{}.pack", id.to_hex());
+    prefix
+        .clone()
+        .join("v1")
+        .join(date.as_str())
+        .join(file.as_str())
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_layout_is_fixed() {
+        // 2024-02-29T23:59:59.999Z
+        let id = PackId::with_timestamp(1_709_251_199_999);
+        let key = object_key(&Path::from("a/b"), &id);
+        assert_eq!(
+            key.as_ref(),
+            format!("a/b/v1/date=2024-02-29/{}.pack", id.to_hex())
+        );
+        let next = PackId::with_timestamp(1_709_251_200_000);
+        assert!(object_key(&Path::from(""), &next)
+            .as_ref()
+            .starts_with("v1/date=2024-03-01/"));
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
+    }
+}

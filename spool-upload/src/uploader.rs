@@ -1,0 +1,771 @@
+//! The uploader: staged packs in, one outcome per pack out.
+
+use std::collections::VecDeque;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload};
+use spool_core::pack::{PackId, Trailer, TRAILER_LEN};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff;
+use crate::classify;
+use crate::config::UploadConfig;
+use crate::error::{Error, Result};
+use crate::key::object_key;
+use crate::store::Store;
+
+/// A staged pack to upload: where it is, what it is, how big it was when
+/// staged. The service builds these from its own scan and from an adopted
+/// sibling's listing alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadItem {
+    /// The `<id>.ready` file.
+    pub path: PathBuf,
+    /// The pack's id (its file name).
+    pub pack_id: PackId,
+    /// Its size when listed. A file of another size now is not uploaded.
+    pub size: u64,
+}
+
+/// What happened to one pack.
+#[derive(Debug)]
+pub struct UploadResult {
+    /// The pack.
+    pub item: UploadItem,
+    /// Its object key.
+    pub key: Path,
+    /// The outcome.
+    pub outcome: UploadOutcome,
+}
+
+/// The outcome of one pack's upload.
+#[derive(Debug)]
+pub enum UploadOutcome {
+    /// This call put the object.
+    Uploaded {
+        /// The pack's SHA-256 (from its trailer).
+        sha256: [u8; 32],
+        /// Attempts it took (1 = first time).
+        attempts: u32,
+    },
+    /// The same pack (same size and checksum) was already at the key.
+    Skipped {
+        /// The pack's SHA-256.
+        sha256: [u8; 32],
+    },
+    /// Not uploaded; the pack stays in the spool.
+    Failed(UploadFailure),
+}
+
+impl UploadOutcome {
+    /// Whether the pack is now in the store (uploaded or already there).
+    pub fn is_stored(&self) -> bool {
+        matches!(
+            self,
+            UploadOutcome::Uploaded { .. } | UploadOutcome::Skipped { .. }
+        )
+    }
+
+    /// The failure, if it failed.
+    pub fn failure(&self) -> Option<&UploadFailure> {
+        match self {
+            UploadOutcome::Failed(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The pack's SHA-256, if it is stored.
+    pub fn sha256(&self) -> Option<[u8; 32]> {
+        match self {
+            UploadOutcome::Uploaded { sha256, .. } | UploadOutcome::Skipped { sha256 } => {
+                Some(*sha256)
+            }
+            UploadOutcome::Failed(_) => None,
+        }
+    }
+}
+
+/// Why a pack was not uploaded.
+#[derive(Debug)]
+pub struct UploadFailure {
+    /// Trying again later can succeed (store down, 5xx, 429, timeouts, a
+    /// cancel). `false`: it never will as things are (403, a conflict at the
+    /// key, a pack over the in-flight bound, staged bytes that changed).
+    pub retryable: bool,
+    /// A cancel cut it. Not a failure of the store: the pack goes back to
+    /// the front of its queue.
+    pub cancelled: bool,
+    /// Attempts made (0 if none started).
+    pub attempts: u32,
+    /// The last error.
+    pub error: Error,
+}
+
+/// Uploads staged packs to one [`Store`] (SPEC §5). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Uploader {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    config: UploadConfig,
+}
+
+/// What one successful attempt did.
+enum Done {
+    Uploaded([u8; 32]),
+    Skipped([u8; 32]),
+}
+
+impl Uploader {
+    /// An uploader to `store`. Refuses a configuration that cannot work.
+    pub fn new(store: Store, config: UploadConfig) -> Result<Uploader> {
+        config.validate()?;
+        Ok(Uploader {
+            inner: Arc::new(Inner { store, config }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &UploadConfig {
+        &self.inner.config
+    }
+
+    /// A pack's object key in this store.
+    pub fn key(&self, id: &PackId) -> Path {
+        object_key(self.inner.store.prefix(), id)
+    }
+
+    /// Uploads `items` and returns one result per item, in the same order.
+    ///
+    /// A round is at most `max_workers` packs and `max_in_flight_bytes`
+    /// bytes in flight: more items than that are worked through as
+    /// consecutive rounds (use [`UploadQueue::next_round`] to hand over one
+    /// round at a time). Every pack of a round is transferred at once, each
+    /// on its own task. A cancel cuts every transfer, retry and backoff
+    /// sleep at once; packs not yet started are reported cancelled too.
+    pub async fn upload_round(
+        &self,
+        items: Vec<UploadItem>,
+        cancel: &CancellationToken,
+    ) -> Vec<UploadResult> {
+        let mut queue: VecDeque<(usize, UploadItem)> = items.into_iter().enumerate().collect();
+        let mut results: Vec<Option<UploadResult>> = (0..queue.len()).map(|_| None).collect();
+        while !queue.is_empty() {
+            let round = take_round(&mut queue, &self.inner.config, |(_, it)| it.size);
+            let mut tasks = tokio::task::JoinSet::new();
+            for (idx, item) in round {
+                let me = self.clone();
+                let cancel = cancel.clone();
+                tasks.spawn(async move { (idx, me.upload_one(item, &cancel).await) });
+            }
+            while let Some(joined) = tasks.join_next().await {
+                match joined {
+                    Ok((idx, r)) => results[idx] = Some(r),
+                    Err(e) => std::panic::resume_unwind(e.into_panic()),
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every item has a result"))
+            .collect()
+    }
+
+    /// Uploads one pack: checks the staged file, HEADs the key (an equal
+    /// pack already there is skipped, a different object is a conflict),
+    /// then PUTs it — one conditional PUT below `multipart_threshold`, a
+    /// streamed multipart upload above — retrying retryable failures with
+    /// capped exponential backoff up to `max_attempts`.
+    pub async fn upload_one(&self, item: UploadItem, cancel: &CancellationToken) -> UploadResult {
+        let key = self.key(&item.pack_id);
+        let outcome = self.upload_with_retries(&item, &key, cancel).await;
+        match &outcome {
+            UploadOutcome::Uploaded { attempts, .. } => tracing::info!(
+                pack = %item.path.display(), %key, bytes = item.size, attempts, "uploaded pack"
+            ),
+            UploadOutcome::Skipped { .. } => tracing::info!(
+                pack = %item.path.display(), %key, "pack already in the store with the same checksum; skipped"
+            ),
+            UploadOutcome::Failed(f) if f.cancelled => tracing::info!(
+                pack = %item.path.display(), %key, "upload cancelled; the pack stays in the spool"
+            ),
+            UploadOutcome::Failed(f) => tracing::warn!(
+                pack = %item.path.display(), %key, retryable = f.retryable, attempts = f.attempts,
+                error = %f.error, "upload failed; the pack stays in the spool"
+            ),
+        }
+        UploadResult { item, key, outcome }
+    }
+
+    async fn upload_with_retries(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        cancel: &CancellationToken,
+    ) -> UploadOutcome {
+        let cfg = &self.inner.config;
+        let fail = |error: Error, attempts: u32| {
+            let cancelled = matches!(error, Error::Cancelled { .. });
+            UploadOutcome::Failed(UploadFailure {
+                retryable: error.is_retryable(),
+                cancelled,
+                attempts,
+                error,
+            })
+        };
+        if item.size > cfg.max_in_flight_bytes {
+            let error = Error::TooLarge {
+                path: item.path.clone(),
+                size: item.size,
+                limit: cfg.max_in_flight_bytes,
+            };
+            return fail(error, 0);
+        }
+        let cancelled = || Error::Cancelled {
+            key: key.to_string(),
+        };
+        let mut attempt = 0;
+        loop {
+            if cancel.is_cancelled() {
+                return fail(cancelled(), attempt);
+            }
+            attempt += 1;
+            match self.attempt(item, key, cancel).await {
+                Ok(Done::Uploaded(sha256)) => {
+                    return UploadOutcome::Uploaded {
+                        sha256,
+                        attempts: attempt,
+                    }
+                }
+                Ok(Done::Skipped(sha256)) => return UploadOutcome::Skipped { sha256 },
+                Err(e) if !e.is_retryable() || attempt >= cfg.max_attempts => {
+                    return fail(e, attempt)
+                }
+                Err(e) if matches!(e, Error::Cancelled { .. }) => return fail(e, attempt),
+                Err(e) => {
+                    let wait = backoff::delay(cfg.backoff_initial, cfg.backoff_max, attempt);
+                    tracing::debug!(
+                        pack = %item.path.display(), %key, attempt, ?wait, error = %e,
+                        "upload attempt failed; retrying after backoff"
+                    );
+                    if !backoff::sleep(wait, cancel).await {
+                        return fail(cancelled(), attempt);
+                    }
+                }
+            }
+        }
+    }
+
+    fn store_err(&self, op: &'static str, key: &Path, source: object_store::Error) -> Error {
+        Error::Store {
+            op,
+            key: key.to_string(),
+            store: self.inner.store.description().to_string(),
+            retryable: classify::is_retryable(&source),
+            source,
+        }
+    }
+
+    /// Runs `fut` unless `cancel` fires first.
+    async fn cut<T>(
+        key: &Path,
+        cancel: &CancellationToken,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(Error::Cancelled { key: key.to_string() }),
+            r = fut => Ok(r),
+        }
+    }
+
+    async fn attempt(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        let (trailer, trailer_bytes) = read_staged_trailer(item).await?;
+        if let Some(done) = self.preflight(item, key, &trailer, cancel).await? {
+            return Ok(done);
+        }
+        if item.size > self.inner.config.multipart_threshold {
+            self.put_multipart(item, key, &trailer, &trailer_bytes, cancel)
+                .await
+        } else {
+            self.put_single(item, key, &trailer, &trailer_bytes, cancel)
+                .await
+        }
+    }
+
+    /// HEAD the key: `None` if nothing is there, `Some(Skipped)` if the
+    /// same pack is, a conflict if anything else is.
+    async fn preflight(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        ours: &Trailer,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Done>> {
+        let store = self.inner.store.object_store();
+        match Self::cut(key, cancel, store.head(key)).await? {
+            Ok(meta) => self
+                .compare_existing(item, key, meta.size, ours, cancel)
+                .await
+                .map(Some),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.store_err("HEAD", key, e)),
+        }
+    }
+
+    /// An object of `size` bytes is at `key`: the same pack (same size, id
+    /// and checksum, read by one ranged GET of its trailer) or a conflict.
+    async fn compare_existing(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        size: u64,
+        ours: &Trailer,
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        let conflict = |existing: String| Error::Conflict {
+            key: key.to_string(),
+            store: self.inner.store.description().to_string(),
+            path: item.path.clone(),
+            existing,
+            ours: format!("{} bytes, sha256 {}", ours.total_len, ours.sha256_hex()),
+        };
+        if size != ours.total_len {
+            return Err(conflict(format!("{size} bytes")));
+        }
+        let store = self.inner.store.object_store();
+        let range = size - TRAILER_LEN as u64..size;
+        let bytes = match Self::cut(key, cancel, store.get_range(key, range)).await? {
+            Ok(b) => b,
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                // It went away between the HEAD and the GET: look again later.
+                let mut err = self.store_err("GET trailer", key, e);
+                if let Error::Store { retryable, .. } = &mut err {
+                    *retryable = true;
+                }
+                return Err(err);
+            }
+            Err(e) => return Err(self.store_err("GET trailer", key, e)),
+        };
+        let Ok(arr) = <&[u8; TRAILER_LEN]>::try_from(bytes.as_ref()) else {
+            return Err(conflict(format!(
+                "{size} bytes whose trailer read returned {} bytes",
+                bytes.len()
+            )));
+        };
+        match Trailer::parse(arr) {
+            Ok(theirs) if theirs.sha256 == ours.sha256 && theirs.id == ours.id => {
+                Ok(Done::Skipped(ours.sha256))
+            }
+            Ok(theirs) => Err(conflict(format!(
+                "{size} bytes, pack {} with sha256 {}",
+                theirs.id,
+                theirs.sha256_hex()
+            ))),
+            Err(e) => Err(conflict(format!("{size} bytes, not a pack: {e}"))),
+        }
+    }
+
+    async fn put_single(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        trailer: &Trailer,
+        trailer_bytes: &[u8; TRAILER_LEN],
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        let body = tokio::fs::read(&item.path)
+            .await
+            .map_err(|source| read_err(&item.path, source))?;
+        check_body(item, &body, trailer_bytes)?;
+        let store = self.inner.store.object_store();
+        let mode = if self.inner.store.conditional_create() {
+            PutMode::Create
+        } else {
+            PutMode::Overwrite
+        };
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        let payload = PutPayload::from(Bytes::from(body));
+        match Self::cut(key, cancel, store.put_opts(key, payload, opts)).await? {
+            Ok(_) => Ok(Done::Uploaded(trailer.sha256)),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
+                // Someone put it first (a predecessor, or our own earlier
+                // attempt whose answer was lost): the same pack, or a conflict.
+                match self.preflight(item, key, trailer, cancel).await? {
+                    Some(done) => Ok(done),
+                    None => Err(Error::Store {
+                        op: "PUT",
+                        key: key.to_string(),
+                        store: self.inner.store.description().to_string(),
+                        retryable: true,
+                        source: object_store::Error::Generic {
+                            store: "spool-upload",
+                            source: "the store refused a create as existing, then reported nothing at the key".into(),
+                        },
+                    }),
+                }
+            }
+            Err(e) => Err(self.store_err("PUT", key, e)),
+        }
+    }
+
+    async fn put_multipart(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        trailer: &Trailer,
+        trailer_bytes: &[u8; TRAILER_LEN],
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        let store = self.inner.store.object_store();
+        let mut file = tokio::fs::File::open(&item.path)
+            .await
+            .map_err(|source| read_err(&item.path, source))?;
+        let opts = PutMultipartOptions::default();
+        let mut upload = Self::cut(key, cancel, store.put_multipart_opts(key, opts))
+            .await?
+            .map_err(|e| self.store_err("multipart create", key, e))?;
+        let result = self
+            .stream_parts(item, key, &mut file, &mut *upload, trailer_bytes, cancel)
+            .await;
+        let err = match result {
+            Ok(()) => match Self::cut(key, cancel, upload.complete()).await {
+                Ok(Ok(_)) => return Ok(Done::Uploaded(trailer.sha256)),
+                Ok(Err(e)) => self.store_err("multipart complete", key, e),
+                Err(cancelled) => cancelled,
+            },
+            Err(e) => e,
+        };
+        self.abort(key, &mut *upload).await;
+        Err(err)
+    }
+
+    async fn stream_parts(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        file: &mut tokio::fs::File,
+        upload: &mut dyn object_store::MultipartUpload,
+        trailer_bytes: &[u8; TRAILER_LEN],
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        let cfg = &self.inner.config;
+        let mut sent: u64 = 0;
+        let mut tail: Vec<u8> = Vec::with_capacity(TRAILER_LEN);
+        let mut parts = FuturesUnordered::new();
+        loop {
+            while parts.len() < cfg.part_concurrency && sent < item.size {
+                let want = (item.size - sent).min(cfg.part_size as u64) as usize;
+                let mut buf = vec![0u8; want];
+                let n = read_full(file, &mut buf)
+                    .await
+                    .map_err(|source| read_err(&item.path, source))?;
+                if n < want {
+                    return Err(mismatch(
+                        item,
+                        format!("the file ended at {} bytes", sent + n as u64),
+                    ));
+                }
+                keep_tail(&mut tail, &buf);
+                sent += n as u64;
+                parts.push(upload.put_part(PutPayload::from(Bytes::from(buf))));
+            }
+            if parts.is_empty() {
+                break;
+            }
+            match Self::cut(key, cancel, parts.next()).await? {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(self.store_err("multipart part", key, e)),
+                None => break,
+            }
+        }
+        let mut extra = [0u8; 1];
+        if file
+            .read(&mut extra)
+            .await
+            .map_err(|source| read_err(&item.path, source))?
+            != 0
+        {
+            return Err(mismatch(
+                item,
+                format!("the file grew past its {} bytes", item.size),
+            ));
+        }
+        if tail.as_slice() != trailer_bytes.as_slice() {
+            return Err(mismatch(
+                item,
+                "its trailer changed while it was read".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Aborts a multipart upload so no parts are left behind, within
+    /// `abort_timeout` (past it, the store is likely down; its lifecycle rule
+    /// for incomplete uploads is the backstop).
+    async fn abort(&self, key: &Path, upload: &mut dyn object_store::MultipartUpload) {
+        match tokio::time::timeout(self.inner.config.abort_timeout, upload.abort()).await {
+            Ok(Ok(())) => tracing::debug!(%key, "multipart upload aborted"),
+            Ok(Err(e)) => {
+                tracing::warn!(%key, error = %e, "aborting a multipart upload failed; its parts may stay until the bucket's lifecycle rule removes them")
+            }
+            Err(_) => {
+                tracing::warn!(%key, timeout = ?self.inner.config.abort_timeout, "aborting a multipart upload timed out; its parts may stay until the bucket's lifecycle rule removes them")
+            }
+        }
+    }
+}
+
+fn read_err(path: &FsPath, source: std::io::Error) -> Error {
+    Error::ReadStaged {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn mismatch(item: &UploadItem, problem: String) -> Error {
+    Error::StagedMismatch {
+        path: item.path.clone(),
+        problem,
+    }
+}
+
+/// Re-checks a staged file against what was staged: its size, and a trailer
+/// naming its id and its length. Returns the trailer and its bytes.
+async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER_LEN])> {
+    let mut file = match tokio::fs::File::open(&item.path).await {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(mismatch(item, "the file is gone".into()))
+        }
+        Err(e) => return Err(read_err(&item.path, e)),
+    };
+    let size = file
+        .metadata()
+        .await
+        .map_err(|source| read_err(&item.path, source))?
+        .len();
+    if size != item.size {
+        return Err(mismatch(
+            item,
+            format!("it is {size} bytes, it was staged as {}", item.size),
+        ));
+    }
+    if size < TRAILER_LEN as u64 {
+        return Err(mismatch(
+            item,
+            format!("it is {size} bytes, shorter than a trailer"),
+        ));
+    }
+    let mut bytes = [0u8; TRAILER_LEN];
+    file.seek(std::io::SeekFrom::Start(size - TRAILER_LEN as u64))
+        .await
+        .map_err(|source| read_err(&item.path, source))?;
+    file.read_exact(&mut bytes)
+        .await
+        .map_err(|source| read_err(&item.path, source))?;
+    let trailer = Trailer::parse(&bytes).map_err(|e| mismatch(item, e.to_string()))?;
+    if trailer.id != item.pack_id {
+        return Err(mismatch(
+            item,
+            format!(
+                "its trailer names pack {}, not {}",
+                trailer.id, item.pack_id
+            ),
+        ));
+    }
+    if trailer.total_len != size {
+        return Err(mismatch(
+            item,
+            format!(
+                "its trailer says {} bytes, the file has {size}",
+                trailer.total_len
+            ),
+        ));
+    }
+    Ok((trailer, bytes))
+}
+
+/// The body about to be PUT is the file that was checked.
+fn check_body(item: &UploadItem, body: &[u8], trailer_bytes: &[u8; TRAILER_LEN]) -> Result<()> {
+    if body.len() as u64 != item.size {
+        return Err(mismatch(
+            item,
+            format!("it read as {} bytes, staged as {}", body.len(), item.size),
+        ));
+    }
+    if &body[body.len() - TRAILER_LEN..] != trailer_bytes.as_slice() {
+        return Err(mismatch(
+            item,
+            "its trailer changed while it was read".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn keep_tail(tail: &mut Vec<u8>, buf: &[u8]) {
+    if buf.len() >= TRAILER_LEN {
+        tail.clear();
+        tail.extend_from_slice(&buf[buf.len() - TRAILER_LEN..]);
+    } else {
+        tail.extend_from_slice(buf);
+        let excess = tail.len().saturating_sub(TRAILER_LEN);
+        tail.drain(..excess);
+    }
+}
+
+async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]).await? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Takes one round from the front of `queue`: at most `max_workers` items
+/// and `max_in_flight_bytes` bytes. An item too large for any round leaves
+/// alone (its upload then fails at once, not retryable), so it never blocks
+/// the queue.
+fn take_round<T>(queue: &mut VecDeque<T>, cfg: &UploadConfig, size: impl Fn(&T) -> u64) -> Vec<T> {
+    let mut round = Vec::new();
+    let mut bytes: u64 = 0;
+    while round.len() < cfg.max_workers {
+        let Some(next) = queue.front() else { break };
+        let s = size(next);
+        if round.is_empty() && s > cfg.max_in_flight_bytes {
+            round.push(queue.pop_front().expect("front exists"));
+            break;
+        }
+        if bytes + s > cfg.max_in_flight_bytes {
+            break;
+        }
+        bytes += s;
+        round.push(queue.pop_front().expect("front exists"));
+    }
+    round
+}
+
+/// A queue of staged packs worked through in rounds; packs a cancel cut go
+/// back to the front, in their order (SPEC §5).
+#[derive(Debug, Default)]
+pub struct UploadQueue {
+    items: VecDeque<UploadItem>,
+}
+
+impl UploadQueue {
+    /// An empty queue.
+    pub fn new() -> UploadQueue {
+        UploadQueue::default()
+    }
+
+    /// Appends a pack.
+    pub fn push_back(&mut self, item: UploadItem) {
+        self.items.push_back(item);
+    }
+
+    /// Packs waiting.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The packs waiting, front first.
+    pub fn iter(&self) -> impl Iterator<Item = &UploadItem> {
+        self.items.iter()
+    }
+
+    /// Takes the next round: at most `max_workers` packs and
+    /// `max_in_flight_bytes` bytes from the front.
+    pub fn next_round(&mut self, config: &UploadConfig) -> Vec<UploadItem> {
+        take_round(&mut self.items, config, |it| it.size)
+    }
+
+    /// Puts the packs a cancel cut back at the front (in their order) and
+    /// returns every other result.
+    pub fn settle(&mut self, results: Vec<UploadResult>) -> Vec<UploadResult> {
+        let mut rest = Vec::with_capacity(results.len());
+        let mut cut = Vec::new();
+        for r in results {
+            match &r.outcome {
+                UploadOutcome::Failed(f) if f.cancelled => cut.push(r.item),
+                _ => rest.push(r),
+            }
+        }
+        for item in cut.into_iter().rev() {
+            self.items.push_front(item);
+        }
+        rest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(workers: usize, bytes: u64) -> UploadConfig {
+        UploadConfig {
+            max_workers: workers,
+            max_in_flight_bytes: bytes,
+            ..UploadConfig::default()
+        }
+    }
+
+    #[test]
+    fn rounds_respect_both_bounds() {
+        let mut q: VecDeque<u64> = [10, 10, 10, 10, 10].into();
+        assert_eq!(take_round(&mut q, &cfg(3, 100), |s| *s), vec![10, 10, 10]);
+        let mut q: VecDeque<u64> = [40, 40, 40].into();
+        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![40, 40]);
+        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![40]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn an_oversized_pack_goes_alone_and_never_blocks() {
+        let mut q: VecDeque<u64> = [500, 10].into();
+        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![500]);
+        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![10]);
+    }
+
+    #[test]
+    fn tail_keeps_the_last_trailer_len_bytes() {
+        let mut tail = Vec::new();
+        keep_tail(&mut tail, &[1; 10]);
+        keep_tail(&mut tail, &vec![2; TRAILER_LEN - 3]);
+        assert_eq!(tail.len(), TRAILER_LEN);
+        assert_eq!(&tail[..3], &[1, 1, 1]);
+        keep_tail(&mut tail, &vec![3; TRAILER_LEN + 5]);
+        assert_eq!(tail, vec![3; TRAILER_LEN]);
+    }
+}

@@ -1,0 +1,229 @@
+//! Black-box tests of `spool produce`: the real binary, the real sink, the
+//! real lock, real signals.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Output, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use spool_core::PackId;
+use spool_tests::{describe, output, spool};
+
+fn is_pack_id(line: &str) -> bool {
+    line.len() == 32
+        && line
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Checks that `dir/<id>.ready` exists and validates as that id.
+fn assert_ready(dir: &Path, id: &str) {
+    let path = dir.join(format!("{id}.ready"));
+    let file = fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let id = PackId::from_hex(id).unwrap();
+    spool_core::validate(file, Some(id), &AtomicBool::new(false))
+        .unwrap_or_else(|e| panic!("{} does not validate: {e}", path.display()));
+}
+
+fn names(dir: &Path, suffix: &str) -> Vec<String> {
+    match fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(suffix))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Lines of a child's stdout, as they come.
+fn lines(stdout: ChildStdout) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn spawn_produce(args: &[&str]) -> Child {
+    spool()
+        .arg("produce")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn spool produce")
+}
+
+fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `spool produce --dir DIR ARGS...` to completion.
+fn produce(dir: &Path, args: &[&str]) -> Output {
+    output(spool().args(["produce", "--dir"]).arg(dir).args(args))
+}
+
+/// Runs it and returns the ids it printed, failing unless it succeeded.
+fn produce_ok(dir: &Path, args: &[&str]) -> Vec<String> {
+    let out = produce(dir, args);
+    assert!(out.status.success(), "{}", describe(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r0-00000001");
+    (tmp, dir)
+}
+
+#[test]
+fn produce_stages_n_valid_packs_and_prints_each_id() {
+    let (_tmp, dir) = scratch();
+    let ids = produce_ok(
+        &dir,
+        &["--packs", "3", "--records", "4", "--pack-bytes", "2000"],
+    );
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    for id in &ids {
+        assert!(is_pack_id(id), "{id:?}");
+        assert_ready(&dir, id);
+    }
+    assert_eq!(names(&dir, ".ready").len(), 3);
+    assert!(names(&dir, ".open").is_empty(), "no temp file left");
+}
+
+#[test]
+fn an_ordinal_stages_under_its_worker_directory() {
+    let (_tmp, dir) = scratch();
+    for id in produce_ok(&dir, &["--packs", "2", "--ordinal", "7"]) {
+        assert_ready(&dir.join("w7"), &id);
+    }
+    assert!(names(&dir, ".ready").is_empty(), "nothing at the top");
+    assert_eq!(names(&dir.join("w7"), ".ready").len(), 2);
+}
+
+#[test]
+fn a_full_spool_exits_5_naming_the_directory() {
+    let (_tmp, dir) = scratch();
+    let out = output(spool().args(["produce", "--dir"]).arg(&dir).args([
+        "--packs",
+        "2",
+        "--max-bytes",
+        "100",
+        "--timeout",
+        "1",
+    ]));
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&dir.display().to_string()), "{stderr}");
+    assert!(stderr.contains("full"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing reported staged");
+}
+
+#[test]
+fn hold_keeps_the_lock_until_sigterm() {
+    let (_tmp, dir) = scratch();
+    let dir_arg = dir.to_str().unwrap();
+    let mut holder = spawn_produce(&["--dir", dir_arg, "--packs", "2", "--hold"]);
+    let ids = lines(holder.stdout.take().unwrap());
+    for _ in 0..2 {
+        let id = ids
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the holder reports its packs");
+        assert_ready(&dir, &id);
+    }
+
+    // Another producer is refused, naming the holder's pid.
+    let out = produce(&dir, &["--packs", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&holder.id().to_string()), "{stderr}");
+    assert_eq!(names(&dir, ".ready").len(), 2);
+
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "SIGTERM ignored");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+
+    // The lock is free again.
+    produce_ok(&dir, &["--packs", "1"]);
+    assert_eq!(names(&dir, ".ready").len(), 3);
+}
+
+#[test]
+fn a_sigkilled_holder_leaves_its_packs_and_no_lock() {
+    let (_tmp, dir) = scratch();
+    let dir_arg = dir.to_str().unwrap();
+    let mut holder = spawn_produce(&["--dir", dir_arg, "--packs", "1", "--hold"]);
+    let ids = lines(holder.stdout.take().unwrap());
+    let id = ids.recv_timeout(Duration::from_secs(30)).unwrap();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_ready(&dir, &id);
+    produce_ok(&dir, &["--packs", "1"]);
+}
+
+#[test]
+fn a_paused_stage_is_an_open_file_until_released() {
+    let (tmp, dir) = scratch();
+    let release = tmp.path().join("release");
+    let mut child = spawn_produce(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--packs",
+        "1",
+        "--pause-before-publish",
+        release.to_str().unwrap(),
+    ]);
+    let ids = lines(child.stdout.take().unwrap());
+    wait_for(
+        "the paused stage's temp file",
+        Duration::from_secs(30),
+        || !names(&dir, ".open").is_empty(),
+    );
+    // Held before its publish: not ready, not reported.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(names(&dir, ".ready").is_empty());
+    assert!(ids.try_recv().is_err(), "nothing reported staged yet");
+
+    fs::write(&release, b"").unwrap();
+    let id = ids
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the stage completes once released");
+    assert!(child.wait().unwrap().success());
+    assert_ready(&dir, &id);
+    assert!(names(&dir, ".open").is_empty(), "the temp file is gone");
+}
+
+#[test]
+fn produce_help_hides_the_test_seam() {
+    let out = output(spool().args(["produce", "--help"]));
+    assert!(out.status.success(), "{}", describe(&out));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--hold"), "{help}");
+    assert!(!help.contains("pause-before-publish"), "{help}");
+}

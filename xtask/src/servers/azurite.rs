@@ -1,0 +1,85 @@
+//! Azurite (npm `azurite@3.37.0`, Microsoft's Azure Storage emulator) on
+//! loopback for the `az://` smoke tests (`../shared/TEST-SERVERS.md`).
+//!
+//! Installed with npm into `target/xtask/azurite` when its `azurite-blob`
+//! is missing (it declares Node ≥ 22 but runs on Node 20). Started with
+//! in-memory persistence and telemetry off (with telemetry on it sometimes
+//! ignored SIGTERM; [`super::ServerProcess`] falls back to SIGKILL after
+//! 5 s). One container per run is created with a SharedKey-signed request
+//! (anonymous creation gets 403) by `azurite-create-container.js`, run with
+//! the same node, so xtask needs no HMAC code of its own.
+//!
+//! Environment for the tests: `SPOOL_TEST_AZURE_ENDPOINT`
+//! (`http://127.0.0.1:PORT/devstoreaccount1`), `SPOOL_TEST_AZURE_CONTAINER`;
+//! the account is the emulator's well-known `devstoreaccount1` and key.
+
+use super::{free_port, ServerProcess};
+use crate::run;
+use anyhow::{bail, Context, Result};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const AZURITE: &str = "azurite@3.37.0";
+const CREATE_CONTAINER: &str = include_str!("azurite-create-container.js");
+
+/// Installs Azurite if missing and starts its blob service.
+pub fn start(root: &Path) -> Result<ServerProcess> {
+    let dir = root.join("target/xtask/azurite");
+    std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
+    let bin = dir.join("node_modules/.bin/azurite-blob");
+    if !bin.exists() {
+        run(Command::new("npm").current_dir(&dir).args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--silent",
+            AZURITE,
+        ]))
+        .context("installing Azurite with npm (needs node, npm and the npm registry)")?;
+    }
+    let script = dir.join("create-container.js");
+    std::fs::write(&script, CREATE_CONTAINER)
+        .with_context(|| format!("could not write {}", script.display()))?;
+    let log = std::fs::File::create(dir.join("azurite.log"))?;
+    let port = free_port()?;
+    let child = Command::new(&bin)
+        .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+        .args(["--inMemoryPersistence", "--disableTelemetry", "--silent"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("could not start {}", bin.display()))?;
+    let container = format!("spooltest{port}");
+    let process = ServerProcess {
+        name: "Azurite (Azure blob)",
+        child,
+        env: vec![
+            (
+                "SPOOL_TEST_AZURE_ENDPOINT".into(),
+                format!("http://127.0.0.1:{port}/devstoreaccount1"),
+            ),
+            ("SPOOL_TEST_AZURE_CONTAINER".into(), container.clone()),
+        ],
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!(
+                "Azurite did not listen on port {port} within 30 s; see {}/azurite.log",
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    run(Command::new("node")
+        .arg(&script)
+        .arg(port.to_string())
+        .arg(&container))
+    .with_context(|| format!("creating container {container} on Azurite"))?;
+    eprintln!("xtask: Azurite blob service on 127.0.0.1:{port}, container {container}");
+    Ok(process)
+}

@@ -1,0 +1,130 @@
+//! moto's S3 server (PyPI `moto[s3]==5.2.5`) on loopback for the `real_*`
+//! tests (`../shared/TEST-SERVERS.md`).
+//!
+//! Installed into a virtualenv at `target/xtask/moto-venv` when its
+//! `moto_server` is missing (`python3 -m venv`, then pip; on a fresh Debian
+//! machine without `ensurepip`, apt's `python3-venv` first). Started as
+//! `moto_server -H 127.0.0.1 -p PORT` on a free port, logging to
+//! `target/xtask/moto/moto.log`, and reported ready once it answers HTTP.
+//! One bucket is created for the whole run (moto checks no signatures, so a
+//! plain `PUT /BUCKET` does it); each test uses its own prefix in it.
+//!
+//! Environment for the tests: `SPOOL_TEST_S3_ENDPOINT` (`http://127.0.0.1:PORT`),
+//! `SPOOL_TEST_S3_BUCKET`, and the `AWS_*` variables
+//! `AmazonS3Builder::from_env` reads (endpoint, `AWS_ALLOW_HTTP=true`,
+//! region, dummy keys). [`super::ServerProcess`] stops it on drop.
+
+use super::{free_port, ServerProcess};
+use crate::run;
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MOTO: &str = "moto[s3]==5.2.5";
+
+/// Installs moto if missing and starts it.
+pub fn start(root: &Path) -> Result<ServerProcess> {
+    let venv = root.join("target/xtask/moto-venv");
+    let server = venv.join("bin/moto_server");
+    if !server.exists() {
+        install(&venv)?;
+    }
+    let dir = root.join("target/xtask/moto");
+    std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
+    let log = std::fs::File::create(dir.join("moto.log"))
+        .with_context(|| format!("could not create {}/moto.log", dir.display()))?;
+    let port = free_port()?;
+    let child = Command::new(&server)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("could not start {}", server.display()))?;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let bucket = format!("spool-test-{}-{}", std::process::id(), port);
+    let process = ServerProcess {
+        name: "moto (S3)",
+        child,
+        env: vec![
+            ("SPOOL_TEST_S3_ENDPOINT".into(), endpoint.clone()),
+            ("SPOOL_TEST_S3_BUCKET".into(), bucket.clone()),
+            ("AWS_ENDPOINT".into(), endpoint.clone()),
+            ("AWS_ALLOW_HTTP".into(), "true".into()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+            ("AWS_ACCESS_KEY_ID".into(), "spool-test".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "spool-test".into()),
+            ("AWS_BUCKET".into(), bucket.clone()),
+        ],
+    };
+    // From here on, a failure drops `process`, which stops the server.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match http(port, "GET", "/") {
+            Ok(status) if status > 0 => break,
+            _ if Instant::now() > deadline => bail!(
+                "moto did not answer on {endpoint} within 30 s; see {}/moto.log",
+                dir.display()
+            ),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let status = http(port, "PUT", &format!("/{bucket}"))?;
+    if status != 200 {
+        bail!("creating bucket {bucket} on moto at {endpoint} answered HTTP {status}");
+    }
+    eprintln!("xtask: moto S3 server on {endpoint}, bucket {bucket}");
+    Ok(process)
+}
+
+fn install(venv: &Path) -> Result<()> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let made = Command::new(&python)
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
+        .with_context(|| format!("could not run {python} (install python3)"))?;
+    if !made.success() {
+        // Debian's python3 lacks ensurepip until python3-venv is installed.
+        eprintln!("xtask: {python} -m venv failed; installing python3-venv with apt-get");
+        let _ = std::fs::remove_dir_all(venv);
+        run(Command::new("apt-get").arg("update"))?;
+        run(Command::new("apt-get").args([
+            "install",
+            "-y",
+            "--no-install-recommends",
+            "python3-venv",
+            "python3-pip",
+        ]))?;
+        run(Command::new(&python).args(["-m", "venv"]).arg(venv))?;
+    }
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        MOTO,
+        "flask",
+        "flask-cors",
+    ]))
+    .context("installing moto into its virtualenv (needs PyPI)")
+}
+
+/// A bodiless request; returns the HTTP status (0 if unparsable).
+fn http(port: u16, method: &str, path: &str) -> Result<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0))
+}
