@@ -80,6 +80,50 @@
 //! every truncation, an extra byte, wrong magic, an unknown major version,
 //! trailers and footers that lie under a recomputed checksum, a cancel
 //! noticed within 8 MiB, round trips and garbage input (proptest).
+//!
+//! # The spool directory ([`spool`])
+//!
+//! Files: `<id>.ready` (sealed), `.<id>.<8 hex>.open` (a stage in flight, or
+//! torn by a crash), `<id>.quarantined` / `<id>.rejected` (set aside, kept,
+//! counted), `.owner.lock`; a sink with worker ordinal `k` stages under
+//! `w<k>/`. Names are ids: anything else is never counted, swept, listed
+//! or removed; symlinks are never followed (a symlinked `.ready` is
+//! quarantined) and `remove`/`quarantine` rebuild the path from id and
+//! ordinal, so no name can escape the directory.
+//!
+//! Stage: reserve bytes → `.open` with `O_CREAT|O_EXCL|O_NOFOLLOW` →
+//! write → fsync → `link()` to `<id>.ready` (never replaces; an existing
+//! identical pack is success, different bytes [`Error::Conflict`]) →
+//! unlink the temp → fsync the directory. A vanished directory is
+//! [`Error::DirectoryVanished`] and nothing is created (`w<k>/` is made
+//! with `mkdir`, never its parent). A crash at any point leaves either
+//! no file, a `.open` (swept by the next owner's recovery), or a whole
+//! `.ready` (tests/tests/spool_processes.rs kills 520 stagers at random
+//! points).
+//!
+//! Accounting: committed (walk of open, ready, quarantined, rejected
+//! bytes) + reserved (stages in flight) + charged dead siblings ≤
+//! `max_bytes`. A reconcile re-walks under the account mutex and leaves
+//! both the reservations and the files of this spool's stages in flight to
+//! those stages, so it never overwrites or double-counts them. Refreshed at
+//! open and before a stage refuses. `charge_dead_siblings` (see
+//! [`spool::SiblingCharge`]): charged are unheld, unblocked siblings this
+//! process could take and empty, and siblings this process adopts; not
+//! charged are another process's, a claim this process keeps, blocked
+//! ones and another user's. Several live ranks on one node each have their
+//! own budget (a known limit).
+//!
+//! Walks (accounting, scan, recovery, charge) enter only `w<k>/`
+//! subdirectories, skip `_refs/`, non-pack files and any subdirectory with
+//! its own `.owner.lock` (a nested spool, live or dead).
+//!
+//! # Layout ([`layout`])
+//!
+//! `<root>/<catalog_key>/r<rank>-<8 hex>/`; the key is the first 12 hex
+//! digits of SHA-256 over `catalog <url without credentials>\ndatabase
+//! <db>\ntable_prefix <p>\nstore <store url>\nstore_id <id>\n`, hashed as
+//! spelled (two spellings of one server give two keys: packs delayed, never
+//! misdirected). `r<rank>-00000000` is reserved for packs moved in by hand.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

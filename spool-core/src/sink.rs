@@ -1266,6 +1266,146 @@ mod tests {
         }
     }
 
+    /// The sink on a real spool directory.
+    mod on_disk {
+        use super::*;
+        use crate::lk::LockMode;
+        use std::sync::atomic::AtomicBool;
+
+        fn real_config(registry: &Arc<Registry>) -> SinkConfig {
+            SinkConfig {
+                seal_records: 1,
+                ..config(registry)
+            }
+        }
+
+        #[test]
+        fn an_ordinal_stages_valid_packs_under_its_worker_directory() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("r0-00000001");
+            let registry = Arc::new(Registry::new());
+            let sink = Sink::open(
+                &dir,
+                SinkConfig {
+                    ordinal: Some(4),
+                    ..real_config(&registry)
+                },
+            )
+            .unwrap();
+            sink.write(b"hello").unwrap();
+            sink.flush(Duration::from_secs(10)).unwrap();
+            let id = sink.stats().last_staged.unwrap();
+            let path = dir.join("w4").join(format!("{}.ready", id.to_hex()));
+            crate::spool::validate_file(&path, id, &AtomicBool::new(false)).unwrap();
+            assert!(!dir.join(format!("{}.ready", id.to_hex())).exists());
+            let point = registry.get_or_create(sink.dir(), Some(4));
+            assert_eq!(point.read().unwrap().last_pack, Some(id));
+        }
+
+        #[test]
+        fn a_woken_readers_scan_sees_every_published_pack() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("r0-00000001");
+            let registry = Arc::new(Registry::new());
+            let sink = Sink::open(&dir, real_config(&registry)).unwrap();
+            let id = sink.dir().to_path_buf();
+            let reader = registry.register_waker(Waker::current_thread());
+            let producer = {
+                let sink = Arc::new(sink);
+                let s = sink.clone();
+                (
+                    std::thread::spawn(move || {
+                        for i in 0..50u32 {
+                            s.write(&i.to_le_bytes()).unwrap();
+                        }
+                        s.flush(Duration::from_secs(30)).unwrap();
+                    }),
+                    sink,
+                )
+            };
+            let point = registry.get_or_create(&id, None);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut checked = 0;
+            loop {
+                reader.take_dirty();
+                let published = point.read().unwrap();
+                if let Some(last) = published.last_pack {
+                    let ready = crate::spool::scan_dir(&id, &AtomicBool::new(false)).unwrap();
+                    assert!(
+                        ready.iter().any(|p| p.id == last),
+                        "published pack {} is not in the scan",
+                        last.to_hex()
+                    );
+                    assert!(ready.len() as u64 >= published.sealed_packs);
+                    checked += 1;
+                }
+                if published.sealed_packs == 50 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "never saw all 50 packs");
+                std::thread::park_timeout(Duration::from_secs(5));
+            }
+            assert!(checked > 0);
+            producer.0.join().unwrap();
+        }
+
+        #[test]
+        fn the_claim_is_let_go_only_after_sealing_on_release() {
+            let tmp = tempfile::tempdir().unwrap();
+            let registry = Arc::new(Registry::new());
+
+            // Sealed: the claim is released with the sink.
+            let sealed = tmp.path().join("r0-00000001");
+            let sink = Sink::open(&sealed, real_config(&registry)).unwrap();
+            sink.write(b"x").unwrap();
+            sink.release().unwrap();
+            drop(sink);
+            Spool::open(&sealed, &SpoolConfig::default()).expect("the claim was let go");
+
+            // Not sealed (the spool is full): the claim is kept.
+            let kept = tmp.path().join("r0-00000002");
+            let mut spool = SpoolConfig::default();
+            spool.max_bytes = Some(10);
+            let sink = Sink::open(
+                &kept,
+                SinkConfig {
+                    spool,
+                    release_flush_timeout: Duration::from_millis(100),
+                    ..real_config(&registry)
+                },
+            )
+            .unwrap();
+            sink.write(b"x").unwrap();
+            assert!(sink.release().is_err());
+            assert!(!sink.sealed_on_release());
+            drop(sink);
+            let err = Spool::open(&kept, &SpoolConfig::default()).unwrap_err();
+            assert!(matches!(err, Error::Lock(_)), "{err}");
+        }
+
+        #[test]
+        fn held_by_caller_stages_beside_the_callers_claim() {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("r0-00000001");
+            let registry = Arc::new(Registry::new());
+            let owner = Spool::open(&dir, &SpoolConfig::default()).unwrap();
+            let mut spool = SpoolConfig::default();
+            spool.lock_mode = LockMode::HeldByCaller;
+            let sink = Sink::open(
+                &dir,
+                SinkConfig {
+                    spool,
+                    ..real_config(&registry)
+                },
+            )
+            .unwrap();
+            sink.write(b"x").unwrap();
+            sink.release().unwrap();
+            drop(sink);
+            assert_eq!(owner.scan(&AtomicBool::new(false)).unwrap().len(), 1);
+        }
+    }
+
     /// Liveness bounds: run one at a time (nextest `serial` group).
     mod serial {
         use super::*;

@@ -396,13 +396,15 @@ fn concurrent_stages_never_overcommit() {
                 })
             })
             .collect();
-        let r = workers
-            .into_iter()
-            .map(|w| w.join().unwrap())
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        // Join everything before unwrapping, so a failing worker cannot
+        // leave the watcher spinning.
+        let results: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         stop.store(true, Ordering::Relaxed);
         watcher.join().unwrap();
-        r
+        results
+            .into_iter()
+            .map(|r| r.unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     });
     assert!(ok > 0 && full > 0, "ok {ok} full {full}");
     let on_disk = inspect(tmp.path()).unwrap();

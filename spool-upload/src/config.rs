@@ -12,7 +12,7 @@ pub struct UploadConfig {
     /// Bytes of packs in a round, summed (≥ 1). A pack larger than this is
     /// refused, not retryable.
     pub max_in_flight_bytes: u64,
-    /// Packs of at least this many bytes go up as multipart uploads, in
+    /// Packs larger than this go up as multipart uploads, in
     /// parts of `part_size` streamed from disk; smaller ones as one PUT
     /// held in memory.
     pub multipart_threshold: u64,
@@ -73,13 +73,12 @@ impl UploadConfig {
         Ok(())
     }
 
-    /// The most memory a round holds in pack bytes: every single PUT of the
-    /// round whole, and `part_concurrency` parts per multipart upload.
+    /// The most pack bytes a round holds in memory: its single PUTs whole
+    /// (at most `max_in_flight_bytes` together) plus `part_concurrency`
+    /// parts of `part_size` per multipart upload (one per worker at most).
     pub fn memory_bound(&self) -> u64 {
-        self.max_in_flight_bytes.min(
-            self.multipart_threshold
-                .saturating_mul(self.max_workers as u64),
-        ) + (self.max_workers as u64) * (self.part_concurrency as u64) * (self.part_size as u64)
+        self.max_in_flight_bytes
+            + (self.max_workers as u64) * (self.part_concurrency as u64) * (self.part_size as u64)
     }
 }
 

@@ -34,7 +34,7 @@ pub enum Error {
         url: String,
         /// object_store's explanation.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
 
     /// An [`UploadConfig`](crate::UploadConfig) that cannot work.
@@ -52,9 +52,9 @@ pub enum Error {
         store: String,
         /// The classification of `source` ([`crate::classify`]).
         retryable: bool,
-        /// What object_store reported.
+        /// What object_store reported (boxed: it is large).
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
 
     /// A different object is already at the pack's key. It is never

@@ -111,7 +111,7 @@ impl Store {
                 let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(
                     |source| Error::StoreConfig {
                         url: url.to_string(),
-                        source,
+                        source: Box::new(source),
                     },
                 )?;
                 Store::new(Arc::new(store), "", url, true)
@@ -173,7 +173,7 @@ fn client_options(c: &ClientConfig) -> (object_store::ClientOptions, object_stor
 fn cloud(scheme: &str, url: &str, client: &ClientConfig) -> Result<Arc<dyn ObjectStore>> {
     let config_err = |source| Error::StoreConfig {
         url: url.to_string(),
-        source,
+        source: Box::new(source),
     };
     let _ = (&config_err, client);
     match scheme {

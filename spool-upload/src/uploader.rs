@@ -275,7 +275,7 @@ impl Uploader {
             key: key.to_string(),
             store: self.inner.store.description().to_string(),
             retryable: classify::is_retryable(&source),
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -422,10 +422,10 @@ impl Uploader {
                         key: key.to_string(),
                         store: self.inner.store.description().to_string(),
                         retryable: true,
-                        source: object_store::Error::Generic {
+                        source: Box::new(object_store::Error::Generic {
                             store: "spool-upload",
                             source: "the store refused a create as existing, then reported nothing at the key".into(),
-                        },
+                        }),
                     }),
                 }
             }

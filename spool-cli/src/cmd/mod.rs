@@ -4,10 +4,10 @@
 use crate::exit::ExitCode;
 
 pub mod lock;
+pub mod produce;
 pub mod recover;
 pub mod status;
 pub mod verify;
-pub mod produce;
 
 /// Every `spool` subcommand.
 #[derive(Debug, clap::Subcommand)]
