@@ -12,8 +12,7 @@ use spool_lock::{LockMode, LockOptions, Purpose};
 use spool_upload::{CancellationToken, UploadItem};
 
 use crate::adoption::{
-    is_rank_dir_name, AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure,
-    RecoveryStep,
+    AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, RecoveryStep,
 };
 use crate::path::{Held, Owed, UploadPath};
 
@@ -89,7 +88,7 @@ impl AdoptionEnv for Env<'_> {
             let path = entry.path();
             let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
             if is_dir
-                && is_rank_dir_name(&entry.file_name().to_string_lossy())
+                && spool_core::RankDirName::parse(&entry.file_name().to_string_lossy()).is_some()
                 && path != self.own_dir
             {
                 out.push(path);

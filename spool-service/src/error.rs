@@ -78,7 +78,7 @@ pub enum Error {
         dir: PathBuf,
         /// Which sink (0-based).
         index: usize,
-        /// Why.
-        source: spool_core::Error,
+        /// Why (boxed: spool-core's error is large).
+        source: Box<spool_core::Error>,
     },
 }

@@ -166,7 +166,7 @@ impl StorageService {
         let store = Store::new(
             cfg.store.clone(),
             &cfg.store_prefix,
-            format!("{}", cfg.destination.store_url),
+            cfg.destination.store_url.to_string(),
             cfg.conditional_create,
         )?;
         let uploader = Uploader::new(store, cfg.upload.clone())?;
@@ -604,9 +604,9 @@ impl Core {
         out
     }
 
-    async fn adopt(&mut self, shared: &Shared) -> usize {
+    async fn adopt(&mut self, shared: &Shared) -> (usize, bool) {
         let Some(mut adopter) = self.adopter.take() else {
-            return 0;
+            return (0, false);
         };
         let lease = self.io.lease_state();
         let lease_held = lease.as_ref().is_some_and(|s| s.held());
