@@ -1364,8 +1364,10 @@ mod tests {
 
             // Not sealed (the spool is full): the claim is kept.
             let kept = tmp.path().join("r0-00000002");
-            let mut spool = SpoolConfig::default();
-            spool.max_bytes = Some(10);
+            let spool = SpoolConfig {
+                max_bytes: Some(10),
+                ..SpoolConfig::default()
+            };
             let sink = Sink::open(
                 &kept,
                 SinkConfig {
@@ -1389,8 +1391,10 @@ mod tests {
             let dir = tmp.path().join("r0-00000001");
             let registry = Arc::new(Registry::new());
             let owner = Spool::open(&dir, &SpoolConfig::default()).unwrap();
-            let mut spool = SpoolConfig::default();
-            spool.lock_mode = LockMode::HeldByCaller;
+            let spool = SpoolConfig {
+                lock_mode: LockMode::HeldByCaller,
+                ..SpoolConfig::default()
+            };
             let sink = Sink::open(
                 &dir,
                 SinkConfig {

@@ -762,10 +762,10 @@ mod tests {
     fn tail_keeps_the_last_trailer_len_bytes() {
         let mut tail = Vec::new();
         keep_tail(&mut tail, &[1; 10]);
-        keep_tail(&mut tail, &vec![2; TRAILER_LEN - 3]);
+        keep_tail(&mut tail, &[2; TRAILER_LEN - 3]);
         assert_eq!(tail.len(), TRAILER_LEN);
         assert_eq!(&tail[..3], &[1, 1, 1]);
-        keep_tail(&mut tail, &vec![3; TRAILER_LEN + 5]);
+        keep_tail(&mut tail, &[3; TRAILER_LEN + 5]);
         assert_eq!(tail, vec![3; TRAILER_LEN]);
     }
 }

@@ -52,12 +52,13 @@ pub struct Servers {
 impl Servers {
     /// Installs (if missing) and starts every server.
     pub fn start(root: &Path) -> Result<Servers> {
-        // Started in order; on a failure the ones already up are stopped
-        // as `processes` drops.
-        let mut processes = Vec::new();
-        processes.push(clickhouse::start(root)?);
-        processes.push(moto::start(root)?);
-        processes.push(azurite::start(root)?);
+        // Started in order; on a failure the ones already up are dropped
+        // (and so stopped) with the partly built vector.
+        let processes = vec![
+            clickhouse::start(root)?,
+            moto::start(root)?,
+            azurite::start(root)?,
+        ];
         Ok(Servers { processes })
     }
 
