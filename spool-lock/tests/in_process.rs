@@ -212,11 +212,18 @@ fn stale_staging_copies_are_removed_and_fresh_or_held_ones_kept() {
     }
     let hold = std::fs::File::open(held.join(LOCK_FILE_NAME)).unwrap();
     hold.try_lock().unwrap();
-    std::thread::sleep(Duration::from_millis(50));
-    std::fs::create_dir(fresh.join("touch")).unwrap(); // bumps its mtime
-    std::fs::remove_dir(fresh.join("touch")).unwrap();
+    // Backdate the old and the held copy by an hour; the fresh one keeps
+    // the mtime it was created with. No sleeps: a loaded CI machine must
+    // not be able to age the fresh copy past the limit.
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for d in [&old, &held] {
+        std::fs::File::open(d)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+    }
     let o = LockOptions {
-        staging_max_age: Duration::from_millis(30),
+        staging_max_age: Duration::from_secs(600),
         ..opts()
     };
     let removed = remove_stale_staging(tmp.path(), &o).unwrap();
