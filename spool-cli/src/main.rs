@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod dest;
 mod exit;
 
 use clap::Parser;

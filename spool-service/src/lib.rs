@@ -86,6 +86,9 @@
 
 pub mod adoption;
 mod config;
+pub mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod env;
 mod error;
 mod path;
@@ -95,6 +98,7 @@ mod snapshot;
 mod tests;
 
 pub use config::ServiceConfig;
+pub use engine::{CloseReport, Engine, EngineConfig};
 pub use error::Error;
 pub use service::{check_rank_dir, CycleOutcome, StorageService};
 pub use snapshot::Snapshot;

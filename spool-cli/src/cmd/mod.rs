@@ -25,7 +25,7 @@ pub enum Command {
     Recover(recover::Args),
     /// Stage N synthetic packs into a spool directory (taking its lock) and
     /// print each staged pack's id.
-    Produce(produce::Args),
+    Produce(Box<produce::Args>),
 }
 
 /// Runs one subcommand.
@@ -35,6 +35,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
-        Command::Produce(args) => produce::run(args),
+        Command::Produce(args) => produce::run(*args),
     }
 }
