@@ -3,6 +3,7 @@
 
 use crate::exit::ExitCode;
 
+pub mod demo;
 pub mod lock;
 pub mod produce;
 pub mod recover;
@@ -26,6 +27,11 @@ pub enum Command {
     /// Stage N synthetic packs into a spool directory (taking its lock) and
     /// print each staged pack's id.
     Produce(Box<produce::Args>),
+    /// Run the whole product on embedded defaults in a scratch directory:
+    /// producers as real processes, one SIGKILLed mid-stream, the daemon
+    /// adopting its directory, and a read-back table (exit 0 only if
+    /// nothing was lost).
+    Demo(demo::Args),
 }
 
 /// Runs one subcommand.
@@ -36,5 +42,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
         Command::Produce(args) => produce::run(*args),
+        Command::Demo(args) => demo::run(args),
     }
 }
