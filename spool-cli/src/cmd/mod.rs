@@ -3,9 +3,11 @@
 
 use crate::exit::ExitCode;
 
+pub mod config;
 pub mod lock;
 pub mod produce;
 pub mod recover;
+pub mod run;
 pub mod status;
 pub mod verify;
 
@@ -26,15 +28,23 @@ pub enum Command {
     /// Stage N synthetic packs into a spool directory (taking its lock) and
     /// print each staged pack's id.
     Produce(produce::Args),
+    /// Run the storage service daemon: claim a rank directory, adopt dead
+    /// siblings' packs into the store and catalog (until SIGTERM/SIGINT, or
+    /// with --once until drained).
+    Run(run::Args),
+    /// Show the effective configuration (file, SPOOL_* environment, flags).
+    Config(config::Args),
 }
 
 /// Runs one subcommand.
-pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     match command {
         Command::Lock(args) => lock::run(args),
         Command::Status(a) => status::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
         Command::Produce(args) => produce::run(args),
+        Command::Run(args) => run::run(args, config_file),
+        Command::Config(args) => config::run(args, config_file),
     }
 }
