@@ -34,12 +34,12 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  ok
   1  other error
-  2  usage error
+  2  usage error (bad flag, bad or unreadable config file, bad value)
   3  spool directory owned by another process
   4  shared (network) filesystem refused (see --allow-shared-filesystem)
   5  spool full
-  6  deadline passed without draining
-  7  lease lost (latched)
+  6  deadline passed without draining (spool run --once --timeout)
+  7  lease lost (latched): another writer held the lease for 2 x TTL
   8  corrupt packs found (verify)";
 
 /// Maps an error to its exit code by looking for the typed errors of the
@@ -48,6 +48,9 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
     for cause in err.chain() {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
+        }
+        if cause.is::<crate::config::ConfigError>() {
+            return ExitCode::Usage;
         }
         let code = if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
             core_code(e)

@@ -154,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
     let signals = if args.hold {
-        Some(block_stop_signals()?)
+        Some(crate::signals::block_stop_signals().context("--hold")?)
     } else {
         None
     };
@@ -330,16 +330,6 @@ fn synthetic_record(pack: u64, i: u64, len: usize) -> Vec<u8> {
     let seed = (pack.wrapping_mul(31) ^ i) as u8;
     record.extend((0..len.saturating_sub(16)).map(|k| seed.wrapping_add(k as u8)));
     record
-}
-
-fn block_stop_signals() -> anyhow::Result<nix::sys::signal::SigSet> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGTERM);
-    set.add(Signal::SIGINT);
-    set.thread_block()
-        .context("blocking SIGTERM/SIGINT for --hold")?;
-    Ok(set)
 }
 
 /// Prints `err` and picks its exit code: 3 owned by another process, 4
