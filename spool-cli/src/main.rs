@@ -6,8 +6,8 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
-mod dest;
 mod config;
+mod dest;
 mod engine;
 mod exit;
 mod logging;

@@ -72,8 +72,8 @@ pub struct Args {
 }
 
 /// The lease TTL every child uses: short, so a dead holder's lease is
-/// waited out in seconds (the minimum the catalog accepts is 3 s).
-const DEMO_LEASE_TTL: &str = "3";
+/// waited out in seconds (5 s is the shortest that leaves room for the fence margin).
+const DEMO_LEASE_TTL: &str = "5";
 
 /// What one producer did.
 #[derive(Debug, Default, Clone)]
@@ -130,7 +130,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = verify(&root, &outcome)?;
     let elapsed = started.elapsed();
     print_report(&args, &work, &root, &outcome, &report, elapsed);
-    let ok = report.lost == 0 && report.left == 0 && outcome.daemon_exit == Some(0);
+    let ok = report.lost == 0
+        && report.left == 0
+        && report.victim_dir_gone
+        && outcome.daemon_exit == Some(0);
     if args.keep || !ok {
         let kept = scratch.keep();
         eprintln!("spool demo: kept {}", kept.display());
@@ -388,6 +391,8 @@ struct Report {
     lost: usize,
     bytes: u64,
     lost_ids: Vec<String>,
+    /// The SIGKILLed rank's directory was adopted and removed.
+    victim_dir_gone: bool,
 }
 
 /// Looks every reported pack up in the catalog and reads it back from the
@@ -421,6 +426,10 @@ fn verify(root: &Path, outcome: &Outcome) -> anyhow::Result<Report> {
         lost: 0,
         bytes: 0,
         lost_ids: Vec::new(),
+        victim_dir_gone: outcome.ranks[outcome.victim]
+            .dir
+            .as_deref()
+            .is_some_and(|d| !d.exists()),
     };
     for id in outcome.ranks.iter().flat_map(|r| r.ids.iter()) {
         report.produced += 1;
@@ -473,6 +482,7 @@ fn print_report(
             "left_in_spool": report.left,
             "lost": report.lost,
             "lost_ids": report.lost_ids,
+            "victim_dir_removed": report.victim_dir_gone,
             "bytes": report.bytes,
             "elapsed_s": elapsed.as_secs_f64(),
             "ranks": ranks,
@@ -486,10 +496,14 @@ fn print_report(
         return;
     }
     println!();
-    println!("{:<8} {:>8} {:>10}  {}", "rank", "staged", "role", "ended");
+    println!("{:<8} {:>8} {:>10}  ended", "rank", "staged", "role");
     for (k, r) in outcome.ranks.iter().enumerate() {
         let ended = if r.killed {
-            "SIGKILLed mid-stream; its directory was adopted by the daemon".to_string()
+            if report.victim_dir_gone {
+                "SIGKILLed mid-stream; the daemon adopted and removed its directory".to_string()
+            } else {
+                "SIGKILLed mid-stream; its directory is STILL THERE (not adopted)".to_string()
+            }
         } else {
             match r.exit {
                 Some(0) => "closed cleanly (shipped its own packs)".to_string(),
