@@ -122,7 +122,8 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
         Some("up") => {
             let servers = servers::Servers::start(root)?;
             for (k, v) in servers.env() {
-                println!("export {k}={v}");
+                // Quoted for the shell: the GCS service-account key is JSON.
+                println!("export {k}='{}'", v.replace('\'', r"'\''"));
             }
             eprintln!("xtask: servers up; press Enter to stop them");
             let mut line = String::new();
