@@ -62,6 +62,7 @@ enum End {
 /// Runs `spool run`.
 pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let cfg = Config::load(config_file, &args.config)?;
+    cfg.spool_root()?;
     let timeout = match &args.timeout {
         Some(t) => Some(parse_duration(t).ok_or_else(|| {
             ConfigError(format!(
@@ -230,6 +231,10 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|p| p.into_inner())
         .snapshot
         .clone();
+    if server.is_some() && matches!(code, ExitCode::LeaseLost | ExitCode::Deadline) {
+        // let the last state (latched, owed) be scraped; a signal cuts it short
+        let _ = signals.recv_timeout(cfg.metrics_linger());
+    }
     drop(server);
     out.event(
         json!({
