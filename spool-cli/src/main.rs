@@ -7,6 +7,7 @@
 
 mod cmd;
 mod config;
+mod dest;
 mod engine;
 mod exit;
 mod logging;
