@@ -30,8 +30,9 @@
 //!
 //! With a spool root and no store or catalog, the destination is the
 //! single-machine default under the root: `file://ROOT/.store` and
-//! `sqlite:///ROOT/.catalog.db` ([`spool_core::layout::EMBEDDED_STORE_DIR`],
-//! [`spool_core::layout::EMBEDDED_CATALOG_FILE`]); every spool walk skips
+//! `sqlite:///ROOT/.catalog.db` (spelled by `crate::dest`, as `spool produce
+//! --spool-root` spells them, so both find the same catalog key; the names
+//! are spool-core's `EMBEDDED_STORE_DIR` and `EMBEDDED_CATALOG_FILE`); every spool walk skips
 //! both names.
 
 use std::collections::BTreeMap;
@@ -42,7 +43,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use spool_catalog::{CatalogUrl, LeaseScope};
-use spool_core::layout::{EMBEDDED_CATALOG_FILE, EMBEDDED_STORE_DIR};
 use spool_core::Destination;
 use spool_upload::{ClientConfig, UploadConfig};
 
@@ -1124,15 +1124,13 @@ impl Config {
         };
         let root = std::path::absolute(&root).unwrap_or(root);
         let root = root.canonicalize().unwrap_or(root);
-        let root_s = root.display().to_string();
+        // spelled by crate::dest, like `spool produce --spool-root`: one
+        // spelling, one catalog key
         for (name, url) in [
-            (
-                "destination.store",
-                format!("file://{root_s}/{EMBEDDED_STORE_DIR}"),
-            ),
+            ("destination.store", crate::dest::embedded_store_url(&root)),
             (
                 "destination.catalog",
-                format!("sqlite://{root_s}/{EMBEDDED_CATALOG_FILE}"),
+                crate::dest::embedded_catalog_url(&root),
             ),
         ] {
             if !self.entries.contains_key(name) {

@@ -368,7 +368,7 @@ fn run_latched_exits_7_naming_the_other_holder() {
             "--lease-scope",
             "catalog",
             "--lease-ttl",
-            "10",
+            "5",
             "--timeout",
             "60",
         ],
@@ -439,7 +439,7 @@ fn metrics_move_as_packs_flow_and_healthz_turns_503_on_latch() {
             "--recheck-interval",
             "1",
             "--lease-ttl",
-            "10",
+            "5",
             "--set",
             "metrics.linger=30s",
         ],
@@ -707,7 +707,7 @@ async fn wrong_clickhouse_credentials_time_out_and_never_leak_the_password() {
                         "--timeout",
                         "3",
                         "--lease-ttl",
-                        "10",
+                        "5",
                         "--catalog",
                     ])
                     .arg(&catalog2)
@@ -914,4 +914,42 @@ mod serial {
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
         assert!(!own.exists(), "the daemon's own directory is removed");
     }
+}
+
+/// README's main job: a sink-only `spool produce --spool-root ROOT` stages
+/// packs and exits; `spool run --once --spool-root ROOT` on the embedded
+/// defaults finds them under the same catalog key and drains them.
+#[test]
+fn produce_spool_root_then_run_once_drains_on_embedded_defaults() {
+    let root = tempfile::tempdir().unwrap();
+    let mut ids = BTreeSet::new();
+    for rank in ["0", "1"] {
+        let out = output(
+            spool()
+                .args(["produce", "--packs", "3", "--rank", rank, "--spool-root"])
+                .arg(root.path()),
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        ids.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string),
+        );
+    }
+    assert_eq!(ids.len(), 6);
+    let out = run_once(root.path(), &["--timeout", "60"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    assert_eq!(catalog_rows(root.path()), ids);
+    for id in &ids {
+        assert!(
+            stored_object(root.path(), id).is_some(),
+            "{id} not in the store"
+        );
+    }
+    let kd = key_dir(root.path(), &[]);
+    assert_eq!(
+        fs::read_dir(&kd).unwrap().count(),
+        0,
+        "rank directories left"
+    );
 }
