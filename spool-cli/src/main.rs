@@ -6,18 +6,41 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod dest;
 mod exit;
+mod progress;
 
 use clap::Parser;
 
 /// Gets data packs from the processes that produce them to an object store
 /// and a catalog, through a crash-safe node-local spool directory.
 #[derive(Debug, Parser)]
-#[command(name = "spool", version, about, long_about = None, after_help = exit::EXIT_CODES_HELP)]
+#[command(name = "spool", version, about, long_about = LONG_ABOUT, after_help = exit::EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: cmd::Command,
 }
+
+const LONG_ABOUT: &str = "\
+Gets data packs from the processes that produce them to an object store
+and a catalog, through a crash-safe node-local spool directory.
+
+Producers write packs into their own rank directory under a spool root
+(ROOT/<catalog key>/r<rank>-<incarnation>/). A storage service, embedded
+in the producer or run as a daemon, uploads and indexes them, and adopts
+the directories of producers that died. These commands inspect and repair
+that state:
+
+  spool status ROOT          every rank directory: owner, live/dead/blocked, packs
+  spool ls --spool-root ROOT packs in the catalog
+  spool cat ID --spool-root ROOT --out F   read one back, checksum checked
+  spool verify DIR           validate packs without the lock (exit 8 if corrupt)
+  spool recover DIR          take the lock, sweep temp files, quarantine corrupt packs
+  spool unblock DIR          clear a blocked mark after fixing its cause
+  spool lock owner DIR       who holds a directory
+
+Logs go to stderr, filtered by RUST_LOG (default `warn`). Each command's
+--help has examples.";
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

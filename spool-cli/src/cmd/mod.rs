@@ -3,10 +3,13 @@
 
 use crate::exit::ExitCode;
 
+pub mod cat;
 pub mod lock;
+pub mod ls;
 pub mod produce;
 pub mod recover;
 pub mod status;
+pub mod unblock;
 pub mod verify;
 
 /// Every `spool` subcommand.
@@ -26,6 +29,13 @@ pub enum Command {
     /// Stage N synthetic packs into a spool directory (taking its lock) and
     /// print each staged pack's id.
     Produce(produce::Args),
+    /// List the packs in the catalog (by creation time; --since, --json).
+    Ls(ls::Args),
+    /// Read one pack back from catalog + store, checking its checksum
+    /// (exit 9 and nothing written if it does not match).
+    Cat(cat::Args),
+    /// Clear a rank directory's blocked mark once its cause is fixed.
+    Unblock(unblock::Args),
 }
 
 /// Runs one subcommand.
@@ -36,5 +46,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
         Command::Produce(args) => produce::run(args),
+        Command::Ls(a) => ls::run(a),
+        Command::Cat(a) => cat::run(a),
+        Command::Unblock(a) => unblock::run(a),
     }
 }
