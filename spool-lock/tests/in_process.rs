@@ -2,9 +2,9 @@
 //! seams, release and drop.
 
 use spool_lock::{
-    acquire, check_node_local, clear_blocked, held_by_this_process, held_claims, is_nested_spool, read_owner,
-    remove_stale_staging, testing, try_adopt, verify_held_by_caller, Error, LockOptions,
-    LOCK_FILE_NAME, SHARED_FILESYSTEMS,
+    acquire, check_node_local, clear_blocked, held_by_this_process, held_claims, is_nested_spool,
+    read_owner, remove_stale_staging, testing, try_adopt, verify_held_by_caller, Error,
+    LockOptions, LOCK_FILE_NAME, SHARED_FILESYSTEMS,
 };
 use spool_lock::{Purpose, Unblocked};
 use std::time::Duration;

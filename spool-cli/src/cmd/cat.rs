@@ -23,7 +23,6 @@ use crate::exit::{coded, ExitCode};
 
 /// Arguments of `spool cat`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
 pub struct Args {
     /// The pack's id: 32 lowercase hex digits (as `spool ls` prints it).
     pub pack_id: String,
@@ -51,7 +50,8 @@ pub struct Args {
     pub json: bool,
 }
 
-const LONG_ABOUT: &str = "\
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
 Read one pack back from the catalog and the object store, check it, and
 write it out.
 
@@ -105,7 +105,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let hex_id = id.to_hex();
     let row = rt
         .block_on(catalog.get(&hex_id))
-        .with_context(|| format!("cannot read pack {hex_id} from catalog {}", catalog.server()))?
+        .with_context(|| {
+            format!(
+                "cannot read pack {hex_id} from catalog {}",
+                catalog.server()
+            )
+        })?
         .ok_or_else(|| {
             coded(
                 ExitCode::Other,
@@ -197,7 +202,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// Streams the object at `key` into `file`.
-async fn fetch(store: &Store, key: &object_store::path::Path, file: &mut std::fs::File) -> Result<()> {
+async fn fetch(
+    store: &Store,
+    key: &object_store::path::Path,
+    file: &mut std::fs::File,
+) -> Result<()> {
     let got = match store.object_store().get(key).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => {

@@ -10,7 +10,6 @@ use crate::exit::{coded, ExitCode};
 
 /// Arguments of `spool ls`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
 pub struct Args {
     #[command(flatten)]
     pub target: CatalogArgs,
@@ -32,7 +31,8 @@ pub struct Args {
     pub json: bool,
 }
 
-const LONG_ABOUT: &str = "\
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
 List the packs in the catalog, oldest first, by creation time.
 
 Reads the catalog only (never the store, never a spool directory). The
@@ -57,7 +57,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let time = |t: &Option<String>, flag: &str, default: u64| -> Result<u64> {
         match t {
             None => Ok(default),
-            Some(t) => parse_time(t, now).map_err(|e| coded(ExitCode::Usage, format!("{flag}: {e}"))),
+            Some(t) => {
+                parse_time(t, now).map_err(|e| coded(ExitCode::Usage, format!("{flag}: {e}")))
+            }
         }
     };
     let from = time(&args.since, "--since", 0)?;
@@ -75,12 +77,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let url = args.target.catalog_url()?;
     let catalog = open_catalog(&url)?;
     let rt = runtime()?;
-    let (mut rows, total) = rt.block_on(async {
-        let rows = catalog.list_range(from, to).await?;
-        let total = catalog.count().await?;
-        Ok::<_, spool_catalog::Error>((rows, total))
-    })
-    .with_context(|| format!("cannot list packs in catalog {}", catalog.server()))?;
+    let (mut rows, total) = rt
+        .block_on(async {
+            let rows = catalog.list_range(from, to).await?;
+            let total = catalog.count().await?;
+            Ok::<_, spool_catalog::Error>((rows, total))
+        })
+        .with_context(|| format!("cannot list packs in catalog {}", catalog.server()))?;
     let in_window = rows.len();
     if let Some(n) = args.limit {
         let skip = rows.len().saturating_sub(n);
@@ -119,7 +122,14 @@ fn print_table(out: &mut impl Write, rows: &[PackRow]) -> std::io::Result<()> {
             ]
         })
         .collect();
-    let head = ["PACK ID", "CREATED", "SIZE", "RECORDS", "SOURCE", "OBJECT KEY"];
+    let head = [
+        "PACK ID",
+        "CREATED",
+        "SIZE",
+        "RECORDS",
+        "SOURCE",
+        "OBJECT KEY",
+    ];
     let mut width = head.map(str::len);
     for row in &cells {
         for (w, c) in width.iter_mut().zip(row) {

@@ -19,22 +19,28 @@ pub enum Command {
     Lock(lock::LockArgs),
     /// Show a spool directory's owner and packs, or a spool root's rank
     /// directories.
+    #[command(long_about = status::LONG_ABOUT)]
     Status(status::Args),
     /// Validate every ready pack without taking the lock or changing
     /// anything (exit 8 if any is corrupt).
+    #[command(long_about = verify::LONG_ABOUT)]
     Verify(verify::Args),
     /// Take the lock, sweep dead writers' temp files and quarantine corrupt
     /// packs.
+    #[command(long_about = recover::LONG_ABOUT)]
     Recover(recover::Args),
     /// Stage N synthetic packs into a spool directory (taking its lock) and
     /// print each staged pack's id.
     Produce(produce::Args),
     /// List the packs in the catalog (by creation time; --since, --json).
+    #[command(long_about = ls::LONG_ABOUT)]
     Ls(ls::Args),
     /// Read one pack back from catalog + store, checking its checksum
     /// (exit 9 and nothing written if it does not match).
+    #[command(long_about = cat::LONG_ABOUT)]
     Cat(cat::Args),
     /// Clear a rank directory's blocked mark once its cause is fixed.
+    #[command(long_about = unblock::LONG_ABOUT)]
     Unblock(unblock::Args),
 }
 

@@ -14,7 +14,6 @@ use crate::progress::{Mode, Progress};
 
 /// Arguments of `spool recover`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
 pub struct Args {
     /// The spool directory.
     pub dir: PathBuf,
@@ -34,7 +33,8 @@ pub struct Args {
     pub no_progress: bool,
 }
 
-const LONG_ABOUT: &str = "\
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
 Recover a spool directory by hand: take its lock (refused with exit 3,
 naming the holder, while anyone holds it), sweep the temp files of dead
 writers (`.<id>.<rand>.open`), validate every ready pack and rename the

@@ -14,7 +14,6 @@ use crate::exit::ExitCode;
 
 /// Arguments of `spool status`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
 pub struct Args {
     /// A spool directory, a spool root, or a catalog key directory.
     pub path: PathBuf,
@@ -23,7 +22,8 @@ pub struct Args {
     pub json: bool,
 }
 
-const LONG_ABOUT: &str = "\
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
 Show a spool directory's owner and packs, or every rank directory of a
 spool root. A probe only: it never takes a lock and changes nothing.
 
@@ -175,7 +175,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .collect();
     keys.sort();
     for (key, key_dir) in keys {
-        dirs.extend(rank_dirs(&key_dir).into_iter().map(|d| (Some(key.clone()), d)));
+        dirs.extend(
+            rank_dirs(&key_dir)
+                .into_iter()
+                .map(|d| (Some(key.clone()), d)),
+        );
     }
     let mut rows = Vec::new();
     for (key, d) in &dirs {
@@ -244,7 +248,9 @@ fn owner_cell(row: &Value) -> String {
 }
 
 fn print_root_table(rows: &[Value]) {
-    let head = ["KEY", "RANK DIR", "STATE", "OWNER", "READY", "BYTES", "REASON"];
+    let head = [
+        "KEY", "RANK DIR", "STATE", "OWNER", "READY", "BYTES", "REASON",
+    ];
     let cells: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {

@@ -12,7 +12,6 @@ use crate::exit::{coded, ExitCode};
 
 /// Arguments of `spool unblock`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
 pub struct Args {
     /// The blocked spool (rank) directory.
     pub dir: PathBuf,
@@ -24,7 +23,8 @@ pub struct Args {
     pub allow_shared_filesystem: bool,
 }
 
-const LONG_ABOUT: &str = "\
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
 Clear a spool directory's blocked mark, after a person fixed its cause.
 
 An adopter that cannot finish a dead rank directory (a pack the store
@@ -83,7 +83,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ),
             ))
         }
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot unblock {}", dir.display()))),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot unblock {}", dir.display())))
+        }
     };
     match &outcome {
         Unblocked::Cleared { why, previous } => {

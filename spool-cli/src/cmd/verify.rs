@@ -12,7 +12,6 @@ use crate::progress::{Mode, Progress};
 
 /// Arguments of `spool verify`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
 pub struct Args {
     /// The spool directory.
     pub dir: PathBuf,
@@ -25,7 +24,8 @@ pub struct Args {
     pub no_progress: bool,
 }
 
-const LONG_ABOUT: &str = "\
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
 Validate every ready pack of a spool directory (and its w<k>/
 subdirectories) without taking the lock or changing anything: safe beside
 a live owner. Each pack is read whole and checked (header, records,
@@ -46,17 +46,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         None,
         Mode::pick(args.json, args.no_progress),
     );
-    let report = spool_core::spool::verify_dir_with_progress(
-        &args.dir,
-        &AtomicBool::new(false),
-        |at| {
+    let report =
+        spool_core::spool::verify_dir_with_progress(&args.dir, &AtomicBool::new(false), |at| {
             if at.done == 0 {
                 progress.set_total(at.total);
             }
             progress.set(at.done, at.done_bytes);
-        },
-    )
-    .with_context(|| format!("cannot verify spool directory {}", args.dir.display()))?;
+        })
+        .with_context(|| format!("cannot verify spool directory {}", args.dir.display()))?;
     progress.finish(&format!(
         "{} valid, {} corrupt",
         report.valid.len(),
