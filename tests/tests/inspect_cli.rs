@@ -685,7 +685,9 @@ fn every_command_has_a_long_help_with_examples_and_the_exit_codes_are_listed() {
         top.contains("9  pack read back does not match its checksum"),
         "{top}"
     );
-    for cmd in ["ls", "cat", "status", "unblock", "verify", "recover"] {
+    for cmd in [
+        "ls", "cat", "status", "unblock", "verify", "recover", "lock", "produce",
+    ] {
         let out = output(spool().args([cmd, "--help"]));
         assert!(out.status.success(), "{}", describe(&out));
         let text = stdout(&out);

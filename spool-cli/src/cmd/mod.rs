@@ -16,6 +16,7 @@ pub mod verify;
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Take and hold a spool directory's owner lock, or show who holds it.
+    #[command(long_about = lock::LONG_ABOUT)]
     Lock(lock::LockArgs),
     /// Show a spool directory's owner and packs, or a spool root's rank
     /// directories.
@@ -31,6 +32,7 @@ pub enum Command {
     Recover(recover::Args),
     /// Stage N synthetic packs into a spool directory (taking its lock) and
     /// print each staged pack's id.
+    #[command(long_about = produce::LONG_ABOUT)]
     Produce(produce::Args),
     /// List the packs in the catalog (by creation time; --since, --json).
     #[command(long_about = ls::LONG_ABOUT)]
