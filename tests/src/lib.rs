@@ -79,4 +79,6 @@ pub fn server_env(var: &str) -> Option<String> {
 pub mod http;
 pub mod packs;
 pub mod proxy;
+pub mod servers;
+pub mod service;
 pub mod upload_suite;
