@@ -711,7 +711,7 @@ impl Core {
         let usage = self.io.own.usage();
         // Every sink of this directory publishes its sealed-pack count into
         // its own slot (SPEC §4.5): staged is their sum.
-        let staged = self
+        let staged: u64 = self
             .registry
             .points_of(&shared.dir)
             .iter()

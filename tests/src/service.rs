@@ -322,7 +322,12 @@ pub struct HelperChild {
 impl HelperChild {
     /// Runs `spool-core-helper ARGS...`.
     pub fn spawn(args: &[&str]) -> HelperChild {
-        let mut child = Command::new(helper_bin("spool-core-helper"))
+        HelperChild::spawn_bin("spool-core-helper", args)
+    }
+
+    /// Runs the helper binary `name` with `args`.
+    pub fn spawn_bin(name: &str, args: &[&str]) -> HelperChild {
+        let mut child = Command::new(helper_bin(name))
             .args(args)
             .stdout(Stdio::piped())
             .spawn()

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use object_store::{ObjectStoreExt, PutPayload};
+use spool_catalog::Catalog;
 use spool_core::registry::Registry;
 use spool_core::sink::{Sink, SinkConfig};
 use spool_core::spool::SpoolConfig;
@@ -237,6 +238,69 @@ fn other_process_sibling(fx: &Fixture, rank: u64, ready: usize) -> (PathBuf, Hel
 
 mod serial {
     use super::*;
+
+    /// Another user's directory: the service runs as `nobody` in a child
+    /// process (as root this process would open anything); root's dead
+    /// sibling, whose lock file it cannot open, is blocked with its packs in
+    /// place while `nobody`'s own dead sibling is adopted.
+    #[test]
+    fn a_sibling_whose_lock_file_is_another_users_is_blocked() {
+        use std::os::unix::fs::PermissionsExt;
+        const NOBODY: u32 = 65534;
+        let fx = Fixture::new();
+        let open = |p: &Path| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap()
+        };
+        open(&fx.root);
+        std::fs::create_dir_all(fx.key_dir()).unwrap();
+        open(&fx.key_dir());
+        let (roots, root_packs) = fx.dead_sibling(1, 3);
+        let (nobodys, nobody_packs) = fx.dead_sibling(2, 2);
+        for p in tree(&nobodys).iter().map(|n| nobodys.join(n)).chain([nobodys.clone()]) {
+            std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let (store, db) = (fx.root.join("store"), fx.root.join("catalog"));
+        for d in [&store, &db] {
+            std::fs::create_dir(d).unwrap();
+            open(d);
+        }
+        let db = db.join("c.db");
+        let mut child = HelperChild::spawn_bin(
+            "service-helper",
+            &[
+                "serve-as",
+                &NOBODY.to_string(),
+                fx.root.to_str().unwrap(),
+                "a",
+                store.to_str().unwrap(),
+                db.to_str().unwrap(),
+                "30",
+            ],
+        );
+        let blocked = child.expect_line("blocked ");
+        assert_eq!(blocked, format!("blocked {}", roots.display()));
+        assert_eq!(child.expect_line("adopted_spools "), "adopted_spools 1");
+        assert_eq!(child.expect_line("adoption_owed "), "adoption_owed false");
+        let cycles: u64 = child.expect_line("cycles_in_1500ms ")["cycles_in_1500ms ".len()..]
+            .parse()
+            .unwrap();
+        assert!(cycles >= 3, "only {cycles} cycles in 1.5 s: the loop backed off");
+        let flush = child.expect_line("flush_ms ");
+        let ms: u64 = flush.split(' ').nth(1).unwrap().parse().unwrap();
+        assert!(flush.ends_with("Ok(true)") && ms < 1000, "{flush}");
+        child.expect_line("done");
+        assert_eq!(files(&roots, "ready"), 3, "its packs stay in place");
+        assert!(!nobodys.exists(), "nobody's own dead sibling was adopted");
+        let catalog = spool_catalog::SqliteCatalog::new(db, "spool_").unwrap();
+        block_on(async {
+            for (id, _) in &nobody_packs {
+                assert!(catalog.get(&id.to_hex()).await.unwrap().is_some());
+            }
+            for (id, _) in &root_packs {
+                assert!(catalog.get(&id.to_hex()).await.unwrap().is_none());
+            }
+        });
+    }
 
     #[test]
     fn live_siblings_are_left_alone_and_a_dead_holder_is_adopted_within_the_recheck() {
