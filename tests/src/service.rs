@@ -178,7 +178,11 @@ impl Fixture {
     pub async fn clear_store(&self) {
         let prefix = object_store::path::Path::from(self.prefix.as_str());
         let store = self.store.inner();
-        let listed: Vec<_> = store.list(Some(&prefix)).try_collect().await.unwrap_or_default();
+        let listed: Vec<_> = store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .unwrap_or_default();
         for o in listed {
             let _ = store.delete(&o.location).await;
         }
@@ -205,7 +209,10 @@ impl Fixture {
                 .bytes()
                 .await
                 .unwrap();
-            assert!(got.as_ref() == bytes.as_slice(), "pack {id} differs in the store");
+            assert!(
+                got.as_ref() == bytes.as_slice(),
+                "pack {id} differs in the store"
+            );
         }
     }
 
@@ -287,7 +294,9 @@ pub fn is_held(dir: &Path) -> bool {
 /// Whether `dir`'s owner record says an adopter holds it.
 pub fn is_adopting(dir: &Path) -> bool {
     spool_lock::read_owner(dir).is_ok_and(|s| {
-        s.held && s.record.is_some_and(|r| r.purpose == spool_lock::Purpose::Adopting)
+        s.held
+            && s.record
+                .is_some_and(|r| r.purpose == spool_lock::Purpose::Adopting)
     })
 }
 

@@ -84,7 +84,10 @@ fn case(fx: &Fixture, proxied_catalog: &str, ch_proxy: &Arc<Proxy>, s3_proxy: &P
     {
         let (ch, fired) = (ch_proxy.clone(), fired.clone());
         s3_proxy.on_event(move |e| {
-            if e.kind == EventKind::Received && e.method == "PUT" && !fired.swap(true, Ordering::SeqCst) {
+            if e.kind == EventKind::Received
+                && e.method == "PUT"
+                && !fired.swap(true, Ordering::SeqCst)
+            {
                 ch.set_refusing(true);
             }
         });
@@ -96,7 +99,8 @@ fn case(fx: &Fixture, proxied_catalog: &str, ch_proxy: &Arc<Proxy>, s3_proxy: &P
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
     assert!(
-        wait_for(Duration::from_secs(30), || svc.snapshot().pending_index == 3),
+        wait_for(Duration::from_secs(30), || svc.snapshot().pending_index
+            == 3),
         "the first sibling's round is not owed: {:?}",
         svc.snapshot()
     );
@@ -105,7 +109,10 @@ fn case(fx: &Fixture, proxied_catalog: &str, ch_proxy: &Arc<Proxy>, s3_proxy: &P
     std::thread::sleep(Duration::from_secs(2));
     let (first, second) = if is_adopting(&a) { (&a, &b) } else { (&b, &a) };
     assert!(is_adopting(first), "the owed sibling stays held");
-    assert!(!is_held(second), "the second sibling is not taken while anything is owed");
+    assert!(
+        !is_held(second),
+        "the second sibling is not taken while anything is owed"
+    );
     assert_eq!(files(first, "ready"), 3, "owed packs keep their files");
     assert_eq!(files(second, "ready"), 3, "the second sibling is whole");
     let snap = svc.snapshot();
@@ -113,9 +120,17 @@ fn case(fx: &Fixture, proxied_catalog: &str, ch_proxy: &Arc<Proxy>, s3_proxy: &P
     assert!(snap.adoption_owed, "{snap:?}");
     let t = Instant::now();
     let err = svc.flush(Duration::from_secs(2)).unwrap_err();
-    assert!(t.elapsed() < Duration::from_secs(4), "flush took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "flush took {:?}",
+        t.elapsed()
+    );
     assert!(matches!(err, Error::FlushTimeout { owed: 3, .. }), "{err}");
-    assert!(err.to_string().contains("3 pack(s) uploaded but not indexed"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("3 pack(s) uploaded but not indexed"),
+        "{err}"
+    );
 
     ch_proxy.set_refusing(false);
     assert!(
@@ -133,7 +148,11 @@ fn case(fx: &Fixture, proxied_catalog: &str, ch_proxy: &Arc<Proxy>, s3_proxy: &P
         assert_eq!(fx.catalog.count().await.unwrap(), 6);
     });
     let snap = svc.snapshot();
-    assert_eq!((snap.adopted_spools, snap.adopted_packs), (2, 6), "{snap:?}");
+    assert_eq!(
+        (snap.adopted_spools, snap.adopted_packs),
+        (2, 6),
+        "{snap:?}"
+    );
     svc.stop().unwrap();
     assert!(own.release_and_remove_if_empty().unwrap());
 }

@@ -10,7 +10,7 @@
 //! (200 ms poll, 10 s max backoff). Once a sibling is blocked and every
 //! other one adopted (or after SECONDS) it prints, one per line: `blocked
 //! <dir>` for each blocked sibling, `adopted_spools <n>`, `adoption_owed
-//! <bool>`, `cycles_in_1500ms <n>`, `flush_ms <n>` (a flush's duration)
+//! <bool>`, `cycles_in_3s <n>`, `flush_ms <n>` (a flush's duration)
 //! and `done`, then stops the service and releases its directory.
 #![forbid(unsafe_code)]
 
@@ -58,9 +58,8 @@ fn main() {
     )
     .unwrap();
     let store = object_store::local::LocalFileSystem::new_with_prefix(&args[4]).unwrap();
-    let catalog = Arc::new(
-        spool_catalog::SqliteCatalog::new(args[5].clone().into(), "spool_").unwrap(),
-    );
+    let catalog =
+        Arc::new(spool_catalog::SqliteCatalog::new(args[5].clone().into(), "spool_").unwrap());
     let mut c = ServiceConfig::new(claim.dir(), dest, Arc::new(store), catalog);
     c.lock_mode = LockMode::HeldByCaller;
     c.lease_ttl = Duration::from_secs(10);
@@ -83,8 +82,11 @@ fn main() {
     }
     say(&format!("adopted_spools {}", s.adopted_spools));
     say(&format!("adoption_owed {}", s.adoption_owed));
-    std::thread::sleep(Duration::from_millis(1500));
-    say(&format!("cycles_in_1500ms {}", svc.snapshot().cycles - s.cycles));
+    std::thread::sleep(Duration::from_secs(3));
+    say(&format!(
+        "cycles_in_3s {}",
+        svc.snapshot().cycles - s.cycles
+    ));
     let f = Instant::now();
     let drained = svc.flush(Duration::from_secs(10));
     say(&format!("flush_ms {} {drained:?}", f.elapsed().as_millis()));
