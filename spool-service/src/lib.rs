@@ -96,13 +96,24 @@
 //! adoption owed, a flush timing out naming 3 owed packs; with the catalog
 //! back both are adopted and every pack reads back byte-equal.
 //!
-//! Not done: the engine (§7.5, being written); a flush waits for the
-//! adoption step in flight, i.e. one whole pack's validation rather than
-//! one 8 MiB chunk of it (cutting it would restart that pack's hashing, so
-//! back-to-back flushes could starve a backlog of very large packs: a
-//! resumable validation in spool-core would fix both); the lease's fence
-//! margin is not a service knob, so the shortest TTL a service can use is
-//! 10 s.
+//! Not done: a flush waits for the adoption step in flight, i.e. one whole
+//! pack's validation rather than one 8 MiB chunk of it (cutting it would
+//! restart that pack's hashing, so back-to-back flushes could starve a
+//! backlog of very large packs: a resumable validation in spool-core would
+//! fix both).
+//!
+//! # The engine
+//!
+//! [`Engine`] (module [`engine`], SPEC §7.5) is how a producer embeds all
+//! this and what `spool run` is with no sink: claim a fresh rank directory
+//! under the layout → start a service on it (`HeldByCaller`) → open sinks on
+//! it (`HeldByCaller`, the service's registry). [`Engine::close`] releases in
+//! reverse — seal the sinks, flush and stop the service, release the claim
+//! (removing the directory if empty) — and keeps the claim until process
+//! exit when a sink did not seal. A failed start undoes what was done and
+//! opens no sink. Tests: `engine_tests.rs` (order, clean close, store down,
+//! unsealed sink, failed service, failed sink, a daemon engine adopting),
+//! and `tests/tests/engine_cli.rs` through `spool produce --spool-root`.
 //!
 //! # Adoption
 //!
@@ -130,6 +141,9 @@
 
 pub mod adoption;
 mod config;
+pub mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod env;
 mod error;
 mod path;
@@ -139,6 +153,7 @@ mod snapshot;
 mod tests;
 
 pub use config::ServiceConfig;
+pub use engine::{CloseReport, Engine, EngineConfig};
 pub use error::Error;
 pub use service::{check_rank_dir, CycleOutcome, StorageService};
 pub use snapshot::Snapshot;
