@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spool_catalog::{Catalog, CatalogUrl};
+use spool_catalog::CatalogUrl;
 use spool_core::Destination;
 use spool_service::{Error, StorageService};
 use spool_tests::proxy::{EventKind, Proxy};
