@@ -1103,7 +1103,7 @@ impl Config {
     }
 
     /// The TTL must leave room for the fence margin and the renewals
-    /// (spool-catalog's rule; with its default 5 s margin: ttl ≥ 10 s).
+    /// (spool-catalog's rule: the fence margin shrinks to fit, never under 2 s, so ttl ≥ 5 s).
     fn check_lease(&self) -> Result<(), ConfigError> {
         let e = &self.entries["lease.ttl"];
         spool_catalog::LeaseConfig::new(self.lease_ttl()).map_err(|err| {
@@ -1426,7 +1426,7 @@ mod tests {
     #[test]
     fn a_ttl_without_room_for_the_fence_margin_is_refused() {
         let flags = ConfigFlags {
-            lease_ttl: Some("5".into()),
+            lease_ttl: Some("4".into()),
             ..Default::default()
         };
         let e = load(None, &[], flags).unwrap_err();
