@@ -6,29 +6,9 @@
 use spool_catalog::{Catalog, CatalogUrl, ClickHouseCatalog, Error};
 use spool_tests::catalog_suite::{self as suite, Fixture};
 use spool_tests::server_env;
+use spool_tests::servers::fresh_clickhouse;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// A fresh database name and its catalog URL.
-fn fresh_url(base: &str) -> (String, ClickHouseCatalog) {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(base).expect("SPOOL_TEST_CLICKHOUSE_URL")
-    else {
-        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}")
-    };
-    t.database = format!(
-        "spool_test_{}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst),
-        uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
-    );
-    let url = format!(
-        "clickhouse://{}:{}/{}?table_prefix={}",
-        t.host, t.port, t.database, t.table_prefix
-    );
-    (url, ClickHouseCatalog::new(t))
-}
 
 /// Runs `case` on a fixture in its own database, then drops the database,
 /// also when the case panicked.
@@ -40,7 +20,7 @@ where
     let Some(base) = server_env("SPOOL_TEST_CLICKHOUSE_URL") else {
         return;
     };
-    let (url, admin) = fresh_url(&base);
+    let (url, admin) = fresh_clickhouse(&base);
     let u = url.clone();
     let fx = Fixture {
         catalog: spool_catalog::open(&url).unwrap(),
