@@ -83,7 +83,14 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
         std::fs::create_dir_all(&key_dir).unwrap();
         let out = output(
             spool()
-                .args(["produce", "--packs", &n.to_string(), "--pack-bytes", "65536", "--dir"])
+                .args([
+                    "produce",
+                    "--packs",
+                    &n.to_string(),
+                    "--pack-bytes",
+                    "65536",
+                    "--dir",
+                ])
                 .arg(&dir),
         );
         assert!(out.status.success(), "{}", describe(&out));
@@ -98,10 +105,8 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
             .env("SPOOL_STORE", &store_url),
     );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let done: Value = serde_json::from_str(
-        String::from_utf8_lossy(&out.stdout).lines().last().unwrap(),
-    )
-    .unwrap();
+    let done: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(done["snapshot"]["indexed"], 10, "{done}");
     assert_eq!(done["snapshot"]["adopted_spools"], 2, "{done}");
     assert_eq!(
