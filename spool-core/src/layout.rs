@@ -59,7 +59,7 @@ const CREDENTIAL_PARAMS: &[&str] = &[
 ];
 
 /// Removes credentials from a URL as spelled: the `user:password@` part of
-/// the authority and credential query parameters ([`CREDENTIAL_PARAMS`]).
+/// the authority and credential query parameters (`user`, `password`, `token`, …).
 /// Nothing else is normalised (case, ports, trailing slashes stay).
 pub fn strip_credentials(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
