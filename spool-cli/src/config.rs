@@ -1106,7 +1106,7 @@ impl Config {
     }
 
     /// The TTL must leave room for the fence margin and the renewals
-    /// (spool-catalog's rule; with its default 5 s margin: ttl ≥ 10 s).
+    /// (spool-catalog's rule: the fence margin shrinks to fit, never under 2 s, so ttl ≥ 5 s).
     fn check_lease(&self) -> Result<(), ConfigError> {
         let e = &self.entries["lease.ttl"];
         spool_catalog::LeaseConfig::new(self.lease_ttl()).map_err(|err| {

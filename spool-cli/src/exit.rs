@@ -21,6 +21,9 @@ pub enum ExitCode {
     LeaseLost = 7,
     /// 8: corrupt packs were found (verify).
     Corrupt = 8,
+    /// 9: a pack read back from the store does not match its checksum
+    /// (cat); nothing was written.
+    Checksum = 9,
 }
 
 impl From<ExitCode> for std::process::ExitCode {
@@ -40,7 +43,8 @@ Exit codes:
   5  spool full
   6  deadline passed without draining (spool run --once --timeout)
   7  lease lost (latched): another writer held the lease for 2 x TTL
-  8  corrupt packs found (verify)";
+  8  corrupt packs found (verify)
+  9  pack read back does not match its checksum (cat); nothing written";
 
 /// Maps an error to its exit code by looking for the typed errors of the
 /// library crates in its chain.
@@ -51,6 +55,9 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
         }
         if cause.is::<crate::config::ConfigError>() {
             return ExitCode::Usage;
+        }
+        if let Some(c) = cause.downcast_ref::<Coded>() {
+            return c.code;
         }
         let code = if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
             core_code(e)
@@ -103,3 +110,29 @@ impl std::fmt::Display for ExitCode {
 }
 
 impl std::error::Error for ExitCode {}
+
+/// An error whose message is the whole story and which carries its own
+/// exit code (a usage error found after parsing, a checksum mismatch).
+#[derive(Debug)]
+pub struct Coded {
+    /// The exit code.
+    pub code: ExitCode,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+/// An `anyhow::Error` that exits with `code` (see [`classify`]).
+pub fn coded(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Coded {
+        code,
+        message: message.into(),
+    })
+}

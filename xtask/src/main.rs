@@ -3,8 +3,8 @@
 //!
 //! `test` runs, in order: `cargo fmt --check`, `cargo clippy -D warnings`,
 //! the fast tier (every test binary not named `real_*`, on fakes), then the
-//! real-server tier: it installs what is missing (Debian packages, a Python
-//! virtualenv), starts each server on loopback under `target/xtask/`, runs
+//! real-server tier: it installs what is missing (Debian packages, Python
+//! virtualenvs, npm), starts each server on loopback under `target/xtask/`, runs
 //! the `real_*` test binaries with the servers' addresses in the
 //! environment, and stops the servers afterwards — also when a step fails.
 
@@ -122,7 +122,8 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
         Some("up") => {
             let servers = servers::Servers::start(root)?;
             for (k, v) in servers.env() {
-                println!("export {k}={v}");
+                // Quoted for the shell: the GCS service-account key is JSON.
+                println!("export {k}='{}'", v.replace('\'', r"'\''"));
             }
             eprintln!("xtask: servers up; press Enter to stop them");
             let mut line = String::new();

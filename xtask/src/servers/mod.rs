@@ -4,11 +4,15 @@
 
 pub mod azurite;
 pub mod clickhouse;
+pub mod gcs;
 pub mod moto;
 
-use anyhow::Result;
+use crate::run;
+use anyhow::{Context, Result};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A started server process, stopped on drop.
@@ -58,6 +62,7 @@ impl Servers {
             clickhouse::start(root)?,
             moto::start(root)?,
             azurite::start(root)?,
+            gcs::start(root)?,
         ];
         Ok(Servers { processes })
     }
@@ -80,4 +85,87 @@ pub fn free_port() -> Result<u16> {
             return Ok(port);
         }
     }
+}
+
+/// Makes a Python virtualenv at `venv` and pip-installs `packages` into it
+/// (`what` names them in messages). On a fresh Debian machine without
+/// `ensurepip`, installs apt's `python3-venv` first.
+pub fn python_venv(venv: &Path, packages: &[&str], what: &str) -> Result<()> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let made = Command::new(&python)
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
+        .with_context(|| format!("could not run {python} (install python3)"))?;
+    if !made.success() {
+        // Debian's python3 lacks ensurepip until python3-venv is installed.
+        eprintln!("xtask: {python} -m venv failed; installing python3-venv with apt-get");
+        let _ = std::fs::remove_dir_all(venv);
+        run(Command::new("apt-get").arg("update"))?;
+        run(Command::new("apt-get").args([
+            "install",
+            "-y",
+            "--no-install-recommends",
+            "python3-venv",
+            "python3-pip",
+        ]))?;
+        run(Command::new(&python).args(["-m", "venv"]).arg(venv))?;
+    }
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(packages))
+    .with_context(|| format!("installing {what} into {} (needs PyPI)", venv.display()))
+}
+
+/// One HTTP/1.1 request to `127.0.0.1:port` with `body` (sent with
+/// `content_type` when non-empty); returns the status (0 if unparsable) and
+/// the response as text.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, out))
+}
+
+/// Polls `ready` every 100 ms until it holds, failing after 30 s with a
+/// message naming `name`, `addr` and its `log`.
+pub fn wait_until(
+    name: &str,
+    addr: &str,
+    log: &Path,
+    mut ready: impl FnMut() -> bool,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "{name} did not answer on {addr} within 30 s; see {}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }

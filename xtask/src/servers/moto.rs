@@ -14,14 +14,10 @@
 //! `AmazonS3Builder::from_env` reads (endpoint, `AWS_ALLOW_HTTP=true`,
 //! region, dummy keys). [`super::ServerProcess`] stops it on drop.
 
-use super::{free_port, ServerProcess};
-use crate::run;
+use super::{free_port, http, python_venv, wait_until, ServerProcess};
 use anyhow::{bail, Context, Result};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const MOTO: &str = "moto[s3]==5.2.5";
 
@@ -30,7 +26,7 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
     let venv = root.join("target/xtask/moto-venv");
     let server = venv.join("bin/moto_server");
     if !server.exists() {
-        install(&venv)?;
+        python_venv(&venv, &[MOTO, "flask", "flask-cors"], "moto")?;
     }
     let dir = root.join("target/xtask/moto");
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
@@ -61,70 +57,16 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
         ],
     };
     // From here on, a failure drops `process`, which stops the server.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match http(port, "GET", "/") {
-            Ok(status) if status > 0 => break,
-            _ if Instant::now() > deadline => bail!(
-                "moto did not answer on {endpoint} within 30 s; see {}/moto.log",
-                dir.display()
-            ),
-            _ => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-    let status = http(port, "PUT", &format!("/{bucket}"))?;
+    wait_until(
+        "moto",
+        &endpoint,
+        &dir.join("moto.log"),
+        || matches!(http(port, "GET", "/", "", b""), Ok((status, _)) if status > 0),
+    )?;
+    let (status, _) = http(port, "PUT", &format!("/{bucket}"), "", b"")?;
     if status != 200 {
         bail!("creating bucket {bucket} on moto at {endpoint} answered HTTP {status}");
     }
     eprintln!("xtask: moto S3 server on {endpoint}, bucket {bucket}");
     Ok(process)
-}
-
-fn install(venv: &Path) -> Result<()> {
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let made = Command::new(&python)
-        .args(["-m", "venv"])
-        .arg(venv)
-        .status()
-        .with_context(|| format!("could not run {python} (install python3)"))?;
-    if !made.success() {
-        // Debian's python3 lacks ensurepip until python3-venv is installed.
-        eprintln!("xtask: {python} -m venv failed; installing python3-venv with apt-get");
-        let _ = std::fs::remove_dir_all(venv);
-        run(Command::new("apt-get").arg("update"))?;
-        run(Command::new("apt-get").args([
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "python3-venv",
-            "python3-pip",
-        ]))?;
-        run(Command::new(&python).args(["-m", "venv"]).arg(venv))?;
-    }
-    run(Command::new(venv.join("bin/pip")).args([
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        MOTO,
-        "flask",
-        "flask-cors",
-    ]))
-    .context("installing moto into its virtualenv (needs PyPI)")
-}
-
-/// A bodiless request; returns the HTTP status (0 if unparsable).
-fn http(port: u16, method: &str, path: &str) -> Result<u16> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0))
 }
