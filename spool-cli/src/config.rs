@@ -108,7 +108,7 @@ impl Kind {
 }
 
 fn show_ms(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -495,7 +495,7 @@ impl fmt::Display for Value {
 
 fn show_bytes(n: u64) -> String {
     for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if n >= size && n % size == 0 {
+        if n >= size && n.is_multiple_of(size) {
             return format!("{}{unit}", n / size);
         }
     }
@@ -635,7 +635,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "h" => n * 3600.0,
         _ => return None,
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return None;
     }
     Some(Duration::from_secs_f64(secs))
@@ -752,6 +752,9 @@ struct FileConfig {
 
 type Raw = Option<toml::Value>;
 
+/// A section's fields as (name, value if set).
+type Fields<'a> = Vec<(&'static str, Option<&'a toml::Value>)>;
+
 macro_rules! section {
     ($name:ident { $($field:ident),* $(,)? }) => {
         #[derive(Debug, Default, Deserialize)]
@@ -808,7 +811,7 @@ section!(MetricsSection { addr, linger });
 
 impl FileConfig {
     fn entries(&self) -> Vec<(String, &toml::Value)> {
-        let sections: [(&str, Vec<(&'static str, Option<&toml::Value>)>); 7] = [
+        let sections: [(&str, Fields<'_>); 7] = [
             ("spool", self.spool.entries()),
             ("destination", self.destination.entries()),
             ("lease", self.lease.entries()),
@@ -1431,7 +1434,7 @@ mod tests {
         };
         let e = load(None, &[], flags).unwrap_err();
         assert!(
-            e.0.contains("lease.ttl") && e.0.contains("fence_margin"),
+            e.0.contains("lease.ttl") && e.0.contains("is refused"),
             "{e}"
         );
     }

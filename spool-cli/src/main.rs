@@ -3,6 +3,16 @@
 //! Each subcommand lives in its own module under `cmd/`; this file holds the
 //! top-level argument parser and maps errors to the documented exit codes
 //! (see [`exit::ExitCode`]).
+//!
+//! Shared parts: [`config`] (every knob of SPEC §8 from a TOML file,
+//! `SPOOL_*` variables and flags, with sources and masked secrets; `spool
+//! config show`), [`dest`] (store and catalog URLs, the embedded defaults
+//! under a spool root), [`engine`] (`spool run`'s sink-less
+//! `spool_service::Engine`), [`metrics`] (`/metrics` and `/healthz`),
+//! [`logging`] (`RUST_LOG` filtering, `--log-format text|json`) and
+//! [`signals`] (SIGTERM/SIGINT taken by `sigwait`, never a handler).
+//! Black-box tests: `tests/tests/run_cli.rs` (run, config), `real_run.rs`,
+//! `engine_cli.rs`, `produce.rs`, `demo.rs`, `lock_cli.rs`.
 #![forbid(unsafe_code)]
 
 mod cmd;

@@ -1,0 +1,156 @@
+//! `spool run --once` against the real servers `cargo xtask test` starts:
+//! moto's S3 server (the `AWS_*` variables xtask exports) and ClickHouse,
+//! configured the way an operator would — a `spool.toml` naming the
+//! destination, overridden by a `SPOOL_*` variable — with `/metrics` on.
+//! Dead siblings left by real producer processes are adopted; every pack
+//! reads back from catalog + store byte-equal; the directories are gone.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde_json::Value;
+use spool_catalog::{CatalogUrl, ClickHouseCatalog};
+use spool_core::PackId;
+use spool_tests::{describe, output, server_env, spool};
+
+fn ready_files(dir: &Path) -> HashMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".ready")?.to_string();
+            Some((id, std::fs::read(e.path()).unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
+    let (Some(ch), Some(endpoint), Some(bucket)) = (
+        server_env("SPOOL_TEST_CLICKHOUSE_URL"),
+        server_env("SPOOL_TEST_S3_ENDPOINT"),
+        server_env("SPOOL_TEST_S3_BUCKET"),
+    ) else {
+        return;
+    };
+    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(&ch).unwrap() else {
+        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {ch}")
+    };
+    t.database = format!(
+        "spool_run_{}_{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
+    );
+    let catalog_url = format!(
+        "clickhouse://{}:{}/{}?table_prefix={}",
+        t.host, t.port, t.database, t.table_prefix
+    );
+    let admin = ClickHouseCatalog::new(t);
+    let prefix = format!("run-{}", uuid::Uuid::new_v4().simple());
+    let store_url = format!("s3://{bucket}/{prefix}");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let cfg = tmp.path().join("spool.toml");
+    // the file names a wrong store; SPOOL_STORE overrides it (env > file)
+    std::fs::write(
+        &cfg,
+        format!(
+            "[spool]\nroot = \"{}\"\n[destination]\ncatalog = \"{catalog_url}\"\nstore = \"s3://wrong-bucket/x\"\n\
+             [lease]\nttl = 5\n[service]\nrecheck_interval = \"1s\"\n[metrics]\naddr = \"127.0.0.1:0\"\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    let show = output(
+        spool()
+            .args(["config", "show", "--json", "--config"])
+            .arg(&cfg)
+            .env("SPOOL_STORE", &store_url),
+    );
+    assert!(show.status.success(), "{}", describe(&show));
+    let show: Value = serde_json::from_slice(&show.stdout).unwrap();
+    let key_dir = std::path::PathBuf::from(show["derived"]["key_dir"].as_str().unwrap());
+
+    // two producers die with packs staged (sink-only, then exit)
+    let mut staged = HashMap::new();
+    for (rank, n) in [("r1-0000abcd", 6), ("r2-0000abce", 4)] {
+        let dir = key_dir.join(rank);
+        std::fs::create_dir_all(&key_dir).unwrap();
+        let out = output(
+            spool()
+                .args([
+                    "produce",
+                    "--packs",
+                    &n.to_string(),
+                    "--pack-bytes",
+                    "65536",
+                    "--dir",
+                ])
+                .arg(&dir),
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        staged.extend(ready_files(&dir));
+    }
+    assert_eq!(staged.len(), 10);
+
+    let out = output(
+        spool()
+            .args(["run", "--once", "--timeout", "120", "--json", "--config"])
+            .arg(&cfg)
+            .env("SPOOL_STORE", &store_url),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let done: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(done["snapshot"]["indexed"], 10, "{done}");
+    assert_eq!(done["snapshot"]["adopted_spools"], 2, "{done}");
+    assert_eq!(
+        std::fs::read_dir(&key_dir).unwrap().count(),
+        0,
+        "rank directories left"
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let catalog = spool_catalog::open(&catalog_url).unwrap();
+    let s3: Arc<dyn ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::from_env()
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_bucket_name(&bucket)
+            .build()
+            .unwrap(),
+    );
+    for (id, copy) in &staged {
+        let row = rt
+            .block_on(catalog.get(id))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{id} is not indexed"));
+        assert!(row.object_key.starts_with(&prefix), "{}", row.object_key);
+        let bytes = rt
+            .block_on(async {
+                s3.get(&object_store::path::Path::from(row.object_key.as_str()))
+                    .await?
+                    .bytes()
+                    .await
+            })
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(&bytes[..], &copy[..], "{id} differs from its spooled bytes");
+        spool_core::validate(
+            std::io::Cursor::new(bytes.to_vec()),
+            Some(PackId::from_hex(id).unwrap()),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+    }
+    assert_eq!(rt.block_on(catalog.count()).unwrap(), 10);
+    rt.block_on(admin.testing_drop_database()).unwrap();
+}
