@@ -6,9 +6,17 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod config;
 mod dest;
+mod engine;
 mod exit;
+mod logging;
+mod metrics;
 mod progress;
+mod readback;
+mod signals;
+
+use std::path::PathBuf;
 
 use clap::Parser;
 
@@ -17,6 +25,19 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "spool", version, about, long_about = LONG_ABOUT, after_help = exit::EXIT_CODES_HELP)]
 struct Cli {
+    /// Configuration file (TOML). Default: $SPOOL_CONFIG, else ./spool.toml
+    /// if present. See `spool config show`.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log format on stderr (filter with RUST_LOG, e.g. RUST_LOG=spool=debug).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "SPOOL_LOG_FORMAT"
+    )]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: cmd::Command,
 }
@@ -31,6 +52,8 @@ in the producer or run as a daemon, uploads and indexes them, and adopts
 the directories of producers that died. These commands inspect and repair
 that state:
 
+  spool demo                 the whole product on embedded defaults, in a scratch dir
+  spool run                  the storage service daemon (see `spool config show`)
   spool status ROOT          every rank directory: owner, live/dead/blocked, packs
   spool ls --spool-root ROOT packs in the catalog
   spool cat ID --spool-root ROOT --out F   read one back, checksum checked
@@ -39,19 +62,17 @@ that state:
   spool unblock DIR          clear a blocked mark after fixing its cause
   spool lock owner DIR       who holds a directory
 
-Logs go to stderr, filtered by RUST_LOG (default `warn`). Each command's
---help has examples.";
+Logs go to stderr, filtered by RUST_LOG (default `warn`, `info` for run),
+as text or with --log-format json. Each command's --help has examples.";
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match cmd::run(cli.command) {
+    let default_level = match cli.command {
+        cmd::Command::Run(_) => "info",
+        _ => "warn",
+    };
+    logging::init(cli.log_format, default_level);
+    match cmd::run(cli.command, cli.config.as_deref()) {
         Ok(code) => code.into(),
         Err(err) => {
             let code = exit::classify(&err);

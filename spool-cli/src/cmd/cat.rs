@@ -18,8 +18,8 @@ use object_store::ObjectStoreExt;
 use spool_core::pack::{PackId, PackReader};
 use spool_upload::{ClientConfig, Store};
 
-use crate::dest::{open_catalog, runtime, CatalogArgs};
 use crate::exit::{coded, ExitCode};
+use crate::readback::{open_catalog, runtime, CatalogArgs};
 
 /// Arguments of `spool cat`.
 #[derive(Debug, clap::Args)]

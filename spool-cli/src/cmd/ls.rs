@@ -5,8 +5,8 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use spool_catalog::PackRow;
 
-use crate::dest::{format_ms, human_bytes, open_catalog, parse_time, runtime, CatalogArgs};
 use crate::exit::{coded, ExitCode};
+use crate::readback::{format_ms, human_bytes, open_catalog, parse_time, runtime, CatalogArgs};
 
 /// Arguments of `spool ls`.
 #[derive(Debug, clap::Args)]

@@ -4,10 +4,13 @@
 use crate::exit::ExitCode;
 
 pub mod cat;
+pub mod config;
+pub mod demo;
 pub mod lock;
 pub mod ls;
 pub mod produce;
 pub mod recover;
+pub mod run;
 pub mod status;
 pub mod unblock;
 pub mod verify;
@@ -33,7 +36,18 @@ pub enum Command {
     /// Stage N synthetic packs into a spool directory (taking its lock) and
     /// print each staged pack's id.
     #[command(long_about = produce::LONG_ABOUT)]
-    Produce(produce::Args),
+    Produce(Box<produce::Args>),
+    /// Run the whole product on embedded defaults in a scratch directory:
+    /// producers as real processes, one SIGKILLed mid-stream, the daemon
+    /// adopting its directory, and a read-back table (exit 0 only if
+    /// nothing was lost).
+    Demo(demo::Args),
+    /// Run the storage service daemon: claim a rank directory, adopt dead
+    /// siblings' packs into the store and catalog (until SIGTERM/SIGINT, or
+    /// with --once until drained).
+    Run(run::Args),
+    /// Show the effective configuration (file, SPOOL_* environment, flags).
+    Config(config::Args),
     /// List the packs in the catalog (by creation time; --since, --json).
     #[command(long_about = ls::LONG_ABOUT)]
     Ls(ls::Args),
@@ -47,13 +61,16 @@ pub enum Command {
 }
 
 /// Runs one subcommand.
-pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     match command {
         Command::Lock(args) => lock::run(args),
         Command::Status(a) => status::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
-        Command::Produce(args) => produce::run(args),
+        Command::Produce(args) => produce::run(*args),
+        Command::Demo(args) => demo::run(args),
+        Command::Run(args) => run::run(args, config_file),
+        Command::Config(args) => config::run(args, config_file),
         Command::Ls(a) => ls::run(a),
         Command::Cat(a) => cat::run(a),
         Command::Unblock(a) => unblock::run(a),
