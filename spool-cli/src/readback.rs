@@ -1,5 +1,6 @@
 //! Where `ls` and `cat` read from: the catalog and store URLs, given as
-//! flags or derived from a spool root's embedded defaults
+//! flags, or taken from the configuration (file and `SPOOL_*` environment,
+//! [`crate::config`]), or derived from a spool root's embedded defaults
 //! ([`crate::dest`]: `sqlite:///ROOT/.catalog.db`, `file://ROOT/.store`,
 //! which `spool status ROOT` skips), and the time arguments of `ls`.
 
@@ -10,6 +11,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use std::sync::Arc;
 
+use crate::config::{Config, ConfigFlags};
 use crate::dest::{embedded_catalog_url, embedded_store_url};
 use crate::exit::{coded, ExitCode};
 
@@ -42,36 +44,55 @@ fn absolute_root(root: &Path) -> Result<PathBuf> {
 }
 
 impl CatalogArgs {
-    /// The catalog URL: `--catalog`, else the spool root's embedded one; a
-    /// usage error when neither is given.
-    pub fn catalog_url(&self) -> Result<String> {
+    /// The configuration (`--config FILE`, `$SPOOL_CONFIG` or
+    /// `./spool.toml`, and the `SPOOL_*` environment), for what the flags
+    /// leave open.
+    fn config(config_file: Option<&Path>) -> Result<Config> {
+        Ok(Config::load(config_file, &ConfigFlags::default())?)
+    }
+
+    /// The catalog URL: `--catalog`, else the `--spool-root`'s embedded
+    /// one, else the configuration's (`destination.catalog`, or the
+    /// embedded one under `spool.root`); a usage error when none says.
+    pub fn catalog_url(&self, config_file: Option<&Path>) -> Result<String> {
         if let Some(url) = &self.catalog {
             return Ok(url.clone());
         }
-        match &self.spool_root {
-            Some(root) => Ok(embedded_catalog_url(&absolute_root(root)?)),
-            None => Err(coded(
+        if let Some(root) = &self.spool_root {
+            return Ok(embedded_catalog_url(&absolute_root(root)?));
+        }
+        let cfg = Self::config(config_file)?;
+        cfg.catalog_url().map(str::to_owned).map_err(|_| {
+            coded(
                 ExitCode::Usage,
                 "no catalog given: pass --catalog URL (clickhouse://... or sqlite:///...) or \
-                 --spool-root ROOT for the embedded one at ROOT/.catalog.db",
-            )),
-        }
+                 --spool-root ROOT for the embedded one at ROOT/.catalog.db (or set \
+                 destination.catalog or spool.root in the config file, or SPOOL_CATALOG or \
+                 SPOOL_ROOT)",
+            )
+        })
     }
 
-    /// The store URL: `store` if given, else the spool root's embedded one;
-    /// a usage error when neither is given.
-    pub fn store_url(&self, store: Option<&str>) -> Result<String> {
+    /// The store URL: `store` if given, else the `--spool-root`'s embedded
+    /// one, else the configuration's (`destination.store`, or the embedded
+    /// one under `spool.root`); a usage error when none says.
+    pub fn store_url(&self, store: Option<&str>, config_file: Option<&Path>) -> Result<String> {
         if let Some(url) = store {
             return Ok(url.to_string());
         }
-        match &self.spool_root {
-            Some(root) => Ok(embedded_store_url(&absolute_root(root)?)),
-            None => Err(coded(
+        if let Some(root) = &self.spool_root {
+            return Ok(embedded_store_url(&absolute_root(root)?));
+        }
+        let cfg = Self::config(config_file)?;
+        cfg.store_url().map(str::to_owned).map_err(|_| {
+            coded(
                 ExitCode::Usage,
                 "no store given: pass --store URL (s3://, gs://, az://, file:///...) or \
-                 --spool-root ROOT for the embedded one at ROOT/.store",
-            )),
-        }
+                 --spool-root ROOT for the embedded one at ROOT/.store (or set \
+                 destination.store or spool.root in the config file, or SPOOL_STORE or \
+                 SPOOL_ROOT)",
+            )
+        })
     }
 }
 

@@ -127,6 +127,19 @@ fn ls_lists_every_pack_as_a_table_and_filters_by_time_as_json() {
         .map(|r| r["pack_id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(ids, [packs[1].id.to_hex(), packs[2].id.to_hex()]);
+
+    // Without flags: the configuration's spool.root, from a file or from
+    // SPOOL_ROOT.
+    let config = root.join("spool.toml");
+    std::fs::write(
+        &config,
+        format!("[spool]\nroot = {:?}\n", root.display().to_string()),
+    )
+    .unwrap();
+    let out = output(spool().args(["ls", "--json", "--config"]).arg(&config));
+    assert_eq!(json_lines(&out).len(), 3, "{}", describe(&out));
+    let out = output(spool().args(["ls", "--json"]).env("SPOOL_ROOT", &root));
+    assert_eq!(json_lines(&out).len(), 3, "{}", describe(&out));
 }
 
 #[test]
@@ -134,6 +147,11 @@ fn ls_refuses_bad_input_with_the_right_exit_codes() {
     let (_tmp, root, _packs) = root_with_packs();
     let cases: Vec<(Vec<String>, i32, &str)> = vec![
         (vec![], 2, "--catalog URL"),
+        (
+            vec!["--config".into(), "/nonexistent/spool.toml".into()],
+            2,
+            "spool.toml",
+        ),
         (vec!["--catalog".into(), "ftp://x/y".into()], 2, "ftp"),
         (
             vec![
@@ -215,6 +233,25 @@ fn cat_writes_the_checked_pack_to_a_file_or_stdout_and_prints_records() {
         "--store",
         &store_url(&root),
     ]));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(out.stdout, p.bytes);
+
+    // Catalog and store from the configuration file.
+    let config = tmp.path().join("spool.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[destination]\ncatalog = {:?}\nstore = {:?}\n",
+            catalog_url(&root),
+            store_url(&root)
+        ),
+    )
+    .unwrap();
+    let out = output(
+        spool()
+            .args(["cat", &p.id.to_hex(), "--config"])
+            .arg(&config),
+    );
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(out.stdout, p.bytes);
 

@@ -71,8 +71,8 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
         Command::Demo(args) => demo::run(args),
         Command::Run(args) => run::run(args, config_file),
         Command::Config(args) => config::run(args, config_file),
-        Command::Ls(a) => ls::run(a),
-        Command::Cat(a) => cat::run(a),
+        Command::Ls(a) => ls::run(a, config_file),
+        Command::Cat(a) => cat::run(a, config_file),
         Command::Unblock(a) => unblock::run(a),
     }
 }
