@@ -735,3 +735,40 @@ fn every_command_has_a_long_help_with_examples_and_the_exit_codes_are_listed() {
         );
     }
 }
+
+#[test]
+fn on_a_terminal_verify_and_recover_draw_a_bar_instead_of_plain_lines() {
+    // `script` (util-linux) gives the child a pseudo-terminal.
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` to allocate a terminal");
+        return;
+    }
+    let (_tmp, dir) = spool_dir_with_packs(3);
+    for cmd in ["verify", "recover"] {
+        let line = format!(
+            "{} {cmd} {}",
+            spool_tests::spool_bin().display(),
+            dir.display()
+        );
+        let out = output(
+            std::process::Command::new("script")
+                .args(["-qec", &line, "/dev/null"])
+                .env("RUST_LOG", "warn"),
+        );
+        assert!(out.status.success(), "{cmd}: {}", describe(&out));
+        let text = stdout(&out);
+        assert!(text.contains("3 valid"), "{cmd}: {text}");
+        assert!(
+            text.contains("] 3/3 packs") || text.contains("] 0/3 packs"),
+            "{cmd}: a bar: {text:?}"
+        );
+        assert!(
+            !text.contains(&format!("{}: 0/3 packs", dir.display())),
+            "{cmd}: no plain progress lines on a terminal: {text:?}"
+        );
+    }
+}
