@@ -36,7 +36,7 @@ impl From<ExitCode> for std::process::ExitCode {
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  ok
-  1  other error
+  1  other error (also: spool run --once found blocked siblings)
   2  usage error (bad flag, bad or unreadable config file, bad value)
   3  spool directory owned by another process
   4  shared (network) filesystem refused (see --allow-shared-filesystem)
