@@ -49,8 +49,7 @@ and a catalog, through a crash-safe node-local spool directory.
 Producers write packs into their own rank directory under a spool root
 (ROOT/<catalog key>/r<rank>-<incarnation>/). A storage service, embedded
 in the producer or run as a daemon, uploads and indexes them, and adopts
-the directories of producers that died. These commands inspect and repair
-that state:
+the directories of producers that died. The main commands:
 
   spool demo                 the whole product on embedded defaults, in a scratch dir
   spool run                  the storage service daemon (see `spool config show`)
