@@ -772,3 +772,39 @@ fn on_a_terminal_verify_and_recover_draw_a_bar_instead_of_plain_lines() {
         );
     }
 }
+
+#[test]
+fn cat_refuses_to_write_a_raw_pack_to_a_terminal() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` to allocate a terminal");
+        return;
+    }
+    let (_tmp, root, packs) = root_with_packs();
+    let line = format!(
+        "{} cat {} --spool-root {}",
+        spool_tests::spool_bin().display(),
+        packs[0].id.to_hex(),
+        root.display()
+    );
+    let out = output(
+        std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("RUST_LOG", "warn"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("refusing to write a binary pack to a terminal"),
+        "{text:?}"
+    );
+    assert!(!text.contains("SPOOLPK"), "no pack bytes on the terminal");
+    // --records is fine on a terminal.
+    let line = format!("{line} --records");
+    let out = output(std::process::Command::new("script").args(["-qec", &line, "/dev/null"]));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(stdout(&out).contains("old record 2"), "{}", describe(&out));
+}
