@@ -53,11 +53,11 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
         }
-        if let Some(c) = cause.downcast_ref::<Coded>() {
-            return c.code;
-        }
         if cause.is::<crate::config::ConfigError>() {
             return ExitCode::Usage;
+        }
+        if let Some(c) = cause.downcast_ref::<Coded>() {
+            return c.code;
         }
         let code = if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
             core_code(e)

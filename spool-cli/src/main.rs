@@ -13,8 +13,8 @@ mod exit;
 mod logging;
 mod metrics;
 mod progress;
-mod readback;
 mod signals;
+mod source;
 
 use std::path::PathBuf;
 
@@ -51,8 +51,10 @@ Producers write packs into their own rank directory under a spool root
 in the producer or run as a daemon, uploads and indexes them, and adopts
 the directories of producers that died. The main commands:
 
-  spool demo                 the whole product on embedded defaults, in a scratch dir
-  spool run                  the storage service daemon (see `spool config show`)
+  spool demo                 the whole product on one machine, with a read-back table
+  spool run --spool-root ROOT [--once]   the daemon: drain and adopt into store + catalog
+  spool produce --spool-root ROOT --packs N [--serve]   stage synthetic packs
+  spool config show          the effective configuration and where each key came from
   spool status ROOT          every rank directory: owner, live/dead/blocked, packs
   spool ls --spool-root ROOT packs in the catalog
   spool cat ID --spool-root ROOT --out F   read one back, checksum checked

@@ -19,7 +19,7 @@ use spool_core::pack::{PackId, PackReader};
 use spool_upload::Store;
 
 use crate::exit::{coded, ExitCode};
-use crate::readback::{open_catalog, runtime, CatalogArgs};
+use crate::source::{open_catalog, runtime, CatalogArgs};
 
 /// Arguments of `spool cat`.
 #[derive(Debug, clap::Args)]

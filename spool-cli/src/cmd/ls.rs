@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use spool_catalog::PackRow;
 
 use crate::exit::{coded, ExitCode};
-use crate::readback::{format_ms, human_bytes, open_catalog, parse_time, runtime, CatalogArgs};
+use crate::source::{format_ms, human_bytes, open_catalog, parse_time, runtime, CatalogArgs};
 
 /// Arguments of `spool ls`.
 #[derive(Debug, clap::Args)]
