@@ -180,7 +180,7 @@ fn index(
         let (base_name, how) = if backend.starts_with("ClickHouse") {
             (
                 "plain HTTP `INSERT … VALUES`",
-                "ours: `INSERT … SELECT … UNION ALL` as SQL text through the `clickhouse` crate",
+                "ours: `INSERT … SELECT … ARRAY JOIN` (column arrays) as SQL text through the `clickhouse` crate",
             )
         } else {
             (
