@@ -53,12 +53,21 @@ fn whole_seconds(d: Duration) -> bool {
 
 impl LeaseConfig {
     /// A config with this TTL, renewing every ttl/3, with the default fence
-    /// margin (5 s), validated.
+    /// margin (5 s) — lowered a second at a time, never under 2 s, while
+    /// `margin + ttl/3 + 1 s` would not fit under the TTL — validated. The
+    /// shortest TTL that fits is therefore 5 s (margin 2 s, renew 1.67 s).
     pub fn new(ttl: Duration) -> Result<LeaseConfig> {
+        let renew_interval = ttl / 3;
+        let mut fence_margin = DEFAULT_FENCE_MARGIN;
+        while fence_margin > Duration::from_secs(2)
+            && fence_margin + renew_interval + CLOCK_RESOLUTION >= ttl
+        {
+            fence_margin -= Duration::from_secs(1);
+        }
         let c = LeaseConfig {
             ttl,
-            renew_interval: ttl / 3,
-            fence_margin: DEFAULT_FENCE_MARGIN,
+            renew_interval,
+            fence_margin,
         };
         c.validate()?;
         Ok(c)
@@ -697,9 +706,22 @@ mod tests {
             assert!(e.contains(needle), "{c:?}: {e}");
         }
         assert!(LeaseConfig::new(Duration::from_millis(3500)).is_err());
-        // The smallest default-margin TTL: 10 s (5 + 3.33 + 1 < 10).
-        assert!(LeaseConfig::new(Duration::from_secs(9)).is_err());
-        LeaseConfig::new(Duration::from_secs(10)).unwrap();
+        // The smallest default-margin TTL: 10 s (5 + 3.33 + 1 < 10); below
+        // it the margin is lowered to fit, down to 2 s; the shortest TTL
+        // that fits at all is 5 s (2 + 1.67 + 1 < 5).
+        assert_eq!(
+            LeaseConfig::new(Duration::from_secs(10))
+                .unwrap()
+                .fence_margin,
+            DEFAULT_FENCE_MARGIN
+        );
+        let nine = LeaseConfig::new(Duration::from_secs(9)).unwrap();
+        assert_eq!(nine.fence_margin, Duration::from_secs(4));
+        let five = LeaseConfig::new(Duration::from_secs(5)).unwrap();
+        assert_eq!(five.fence_margin, Duration::from_secs(2));
+        let e = LeaseConfig::new(Duration::from_secs(4)).unwrap_err();
+        assert!(e.to_string().contains("raise ttl"), "{e}");
+        assert!(LeaseConfig::new(Duration::from_secs(3)).is_err());
     }
 
     #[test]

@@ -34,12 +34,12 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  ok
   1  other error
-  2  usage error
+  2  usage error (bad flag, bad or unreadable config file, bad value)
   3  spool directory owned by another process
   4  shared (network) filesystem refused (see --allow-shared-filesystem)
   5  spool full
-  6  deadline passed without draining
-  7  lease lost (latched)
+  6  deadline passed without draining (spool run --once --timeout)
+  7  lease lost (latched): another writer held the lease for 2 x TTL
   8  corrupt packs found (verify)";
 
 /// Maps an error to its exit code by looking for the typed errors of the
@@ -49,26 +49,51 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
         }
-        if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
-            match e {
-                spool_core::Error::Full { .. } => return ExitCode::Full,
-                spool_core::Error::Lock(l) if l.is_owned_by_another() => return ExitCode::Owned,
-                spool_core::Error::Lock(l) if l.is_shared_filesystem() => {
-                    return ExitCode::SharedFilesystem
-                }
-                _ => {}
-            }
+        if cause.is::<crate::config::ConfigError>() {
+            return ExitCode::Usage;
         }
-        if let Some(l) = cause.downcast_ref::<spool_lock::Error>() {
-            if l.is_owned_by_another() {
-                return ExitCode::Owned;
+        let code = if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
+            core_code(e)
+        } else if let Some(l) = cause.downcast_ref::<spool_lock::Error>() {
+            lock_code(l)
+        } else if let Some(s) = cause.downcast_ref::<spool_service::Error>() {
+            // The service's wrapping variants are transparent: their inner
+            // error is not in the chain, so look inside here.
+            match s {
+                spool_service::Error::Core(e) => core_code(e),
+                spool_service::Error::Lock(l) => lock_code(l),
+                spool_service::Error::Sink { source, .. } => core_code(source),
+                spool_service::Error::FlushTimeout { .. } => Some(ExitCode::Deadline),
+                _ => None,
             }
-            if l.is_shared_filesystem() {
-                return ExitCode::SharedFilesystem;
-            }
+        } else {
+            None
+        };
+        if let Some(code) = code {
+            return code;
         }
     }
     ExitCode::Other
+}
+
+fn core_code(e: &spool_core::Error) -> Option<ExitCode> {
+    match e {
+        spool_core::Error::Full { .. } | spool_core::Error::SpoolFull { .. } => {
+            Some(ExitCode::Full)
+        }
+        spool_core::Error::Lock(l) => lock_code(l),
+        _ => None,
+    }
+}
+
+fn lock_code(l: &spool_lock::Error) -> Option<ExitCode> {
+    if l.is_owned_by_another() {
+        Some(ExitCode::Owned)
+    } else if l.is_shared_filesystem() {
+        Some(ExitCode::SharedFilesystem)
+    } else {
+        None
+    }
 }
 
 impl std::fmt::Display for ExitCode {

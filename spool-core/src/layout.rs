@@ -29,6 +29,22 @@ pub struct Destination {
 /// The store id when the operator gives none.
 pub const DEFAULT_STORE_ID: &str = "default";
 
+/// The embedded object store's directory directly under a spool root
+/// (`file://ROOT/.store`, the single-machine default of `spool run`). Never
+/// part of the layout: every walk of a spool root skips it.
+pub const EMBEDDED_STORE_DIR: &str = ".store";
+
+/// The embedded SQLite catalog's file directly under a spool root
+/// (`sqlite:///ROOT/.catalog.db`, with its `-wal`/`-shm`/`-journal`
+/// companions). Never part of the layout: every walk skips it.
+pub const EMBEDDED_CATALOG_FILE: &str = ".catalog.db";
+
+/// Whether `name`, directly under a spool root, is one of the embedded
+/// store's or catalog's entries (skipped by every walk of the root).
+pub fn is_embedded_entry(name: &str) -> bool {
+    name == EMBEDDED_STORE_DIR || name.starts_with(EMBEDDED_CATALOG_FILE)
+}
+
 /// Query parameters of a catalog URL that are credentials (removed before
 /// hashing, compared case-insensitively).
 const CREDENTIAL_PARAMS: &[&str] = &[
@@ -43,7 +59,7 @@ const CREDENTIAL_PARAMS: &[&str] = &[
 ];
 
 /// Removes credentials from a URL as spelled: the `user:password@` part of
-/// the authority and credential query parameters ([`CREDENTIAL_PARAMS`]).
+/// the authority and credential query parameters (`user`, `password`, `token`, …).
 /// Nothing else is normalised (case, ports, trailing slashes stay).
 pub fn strip_credentials(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
@@ -272,7 +288,8 @@ impl fmt::Display for FlatPacks {
 const FLAT_WALK_DEPTH: usize = 8;
 
 /// Walks `root` by name (never following symlinks, skipping rank
-/// directories and `_refs/`) for `<id>.ready` files outside the layout;
+/// directories, `_refs/` and the embedded store and catalog
+/// ([`is_embedded_entry`])) for `<id>.ready` files outside the layout;
 /// temp files are not counted. `None` when there are none.
 pub fn find_flat_packs(root: &Path, key: &str) -> Result<Option<FlatPacks>, Error> {
     let mut count = 0usize;
@@ -288,6 +305,9 @@ pub fn find_flat_packs(root: &Path, key: &str) -> Result<Option<FlatPacks>, Erro
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             let Ok(ft) = entry.file_type() else { continue };
+            if depth == 0 && is_embedded_entry(name) {
+                continue; // the embedded store's objects are not spool packs
+            }
             if ft.is_dir() {
                 if depth < FLAT_WALK_DEPTH
                     && RankDirName::parse(name).is_none()
@@ -469,5 +489,26 @@ mod tests {
         assert!(msg.starts_with("2 ready pack(s)"), "{msg}");
         assert!(msg.contains(&v1.display().to_string()), "{msg}");
         assert!(msg.contains("r0-00000000"), "{msg}");
+    }
+
+    #[test]
+    fn flat_walk_skips_the_embedded_store_and_catalog() {
+        let root = tempfile::tempdir().unwrap();
+        let key = "0123456789ab";
+        // Objects of the embedded store, even one named like a pack, and the
+        // SQLite files are not flat packs.
+        let store = root
+            .path()
+            .join(EMBEDDED_STORE_DIR)
+            .join("v1/date=2026-01-01");
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join(format!("{}.ready", PackId::generate())), b"x").unwrap();
+        std::fs::write(store.join(format!("{}.pack", PackId::generate())), b"x").unwrap();
+        for f in [".catalog.db", ".catalog.db-wal", ".catalog.db-shm"] {
+            std::fs::write(root.path().join(f), b"x").unwrap();
+        }
+        assert_eq!(find_flat_packs(root.path(), key).unwrap(), None);
+        assert!(is_embedded_entry(".store") && is_embedded_entry(".catalog.db-journal"));
+        assert!(!is_embedded_entry("store") && !is_embedded_entry(key));
     }
 }

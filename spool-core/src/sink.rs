@@ -32,7 +32,7 @@
 //!   on the directory be let go (SPEC §7.5). A release can be retried.
 //!   Dropping an unreleased sink releases it (warning if the flush fails).
 //! - **Registry.** The sink publishes its slot `(dir, ordinal)` in the
-//!   [`Registry`](crate::registry::Registry): at open (attached, the count
+//!   [`Registry`]: at open (attached, the count
 //!   carried on from an earlier sink of the same slot), after each staged
 //!   pack — after the stage returned, i.e. after the `.ready` link *and* the
 //!   directory fsync, so a woken reader's scan sees the pack — and after

@@ -57,8 +57,21 @@
 //! stop prompt during a stalled upload, a registry notify waking the loop
 //! long before a 30 s poll interval.
 //!
-//! Not done: the engine (§7.5), `staged` in the snapshot, a cross-process
-//! (SIGKILLed child) adoption test.
+//! Not done: `staged` in the snapshot, a cross-process (SIGKILLed child)
+//! adoption test.
+//!
+//! # The engine
+//!
+//! [`Engine`] (module [`engine`], SPEC §7.5) is how a producer embeds all
+//! this and what `spool run` is with no sink: claim a fresh rank directory
+//! under the layout → start a service on it (`HeldByCaller`) → open sinks on
+//! it (`HeldByCaller`, the service's registry). [`Engine::close`] releases in
+//! reverse — seal the sinks, flush and stop the service, release the claim
+//! (removing the directory if empty) — and keeps the claim until process
+//! exit when a sink did not seal. A failed start undoes what was done and
+//! opens no sink. Tests: `engine_tests.rs` (order, clean close, store down,
+//! unsealed sink, failed service, failed sink, a daemon engine adopting),
+//! and `tests/tests/engine_cli.rs` through `spool produce --spool-root`.
 //!
 //! # Adoption
 //!
@@ -86,6 +99,9 @@
 
 pub mod adoption;
 mod config;
+pub mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod env;
 mod error;
 mod path;
@@ -95,6 +111,7 @@ mod snapshot;
 mod tests;
 
 pub use config::ServiceConfig;
+pub use engine::{CloseReport, Engine, EngineConfig};
 pub use error::Error;
 pub use service::{check_rank_dir, CycleOutcome, StorageService};
 pub use snapshot::Snapshot;

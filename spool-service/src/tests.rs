@@ -111,7 +111,7 @@ fn files(dir: &Path, ext: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -3,6 +3,18 @@
 //! id on its own line as soon as it is durable. For tests, benchmarks and
 //! trying a deployment out.
 //!
+//! Where it stages:
+//! - `--dir DIR`: that directory (created and locked if missing);
+//! - `--spool-root ROOT`: a fresh rank directory claimed under the layout
+//!   for the destination (`--store`, `--catalog`, `--store-id`; embedded
+//!   defaults under ROOT when omitted), printed on stderr as
+//!   `spool: rank directory DIR`. Without `--serve` it is a sink-only
+//!   producer: its packs are handed over by exiting (the directory is then a
+//!   dead sibling for a service to adopt). With `--serve` it runs the whole
+//!   engine (SPEC §7.5): its own service uploads and indexes as it goes, and
+//!   the close at the end ships the tail and removes the directory (exit 6
+//!   if it could not drain: the directory stays, unlocked, with its packs).
+//!
 //! Each pack is `--records` records filling about `--pack-bytes` bytes; the
 //! sink seals it by record count and the command flushes it, so a printed id
 //! is a pack whose `.ready` file exists and whose directory was fsynced.
@@ -20,6 +32,7 @@ use anyhow::Context;
 use spool_core::registry::Registry;
 use spool_core::sink::{AdmissionPolicy, Sink, SinkConfig};
 use spool_core::spool::SpoolConfig;
+use spool_service::{Engine, EngineConfig, ServiceConfig};
 
 use crate::exit::ExitCode;
 
@@ -27,8 +40,40 @@ use crate::exit::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The spool directory (created, locked, if missing).
-    #[arg(long)]
-    pub dir: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "spool_root",
+        conflicts_with = "spool_root"
+    )]
+    pub dir: Option<PathBuf>,
+    /// Claim a fresh rank directory under this spool root instead of --dir.
+    #[arg(long, value_name = "ROOT")]
+    pub spool_root: Option<PathBuf>,
+    /// Store URL of the destination (default: file://ROOT/.store).
+    #[arg(long, requires = "spool_root", value_name = "URL")]
+    pub store: Option<String>,
+    /// Catalog URL of the destination (default: sqlite:///ROOT/.catalog.db).
+    #[arg(long, requires = "spool_root", value_name = "URL")]
+    pub catalog: Option<String>,
+    /// The operator's name for the store (part of the catalog key).
+    #[arg(long, default_value = spool_core::layout::DEFAULT_STORE_ID, requires = "spool_root")]
+    pub store_id: String,
+    /// Rank of the claimed directory (default: $RANK, else 0).
+    #[arg(long, requires = "spool_root")]
+    pub rank: Option<u64>,
+    /// Run the whole engine: this process's own service uploads and indexes
+    /// its packs as it goes (needs --spool-root).
+    #[arg(long, requires = "spool_root")]
+    pub serve: bool,
+    /// With --serve: lease time-to-live in whole seconds (≥ 3).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub lease_ttl: u64,
+    /// With --serve: the service's poll interval in seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub poll_interval: f64,
+    /// With --serve: how often a live sibling is probed again, in seconds.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub recheck_interval: f64,
     /// How many packs to stage.
     #[arg(long)]
     pub packs: u64,
@@ -38,16 +83,21 @@ pub struct Args {
     /// Records per pack.
     #[arg(long, default_value_t = 16)]
     pub records: u64,
+    /// Seconds to wait between packs (a steady producer).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub pack_interval: f64,
     /// Worker ordinal: stage under `DIR/w<K>/`.
     #[arg(long)]
     pub ordinal: Option<u32>,
     /// Byte budget of the directory; a stage over it fails with exit code 5.
     #[arg(long)]
     pub max_bytes: Option<u64>,
-    /// How long each pack's flush may take, in seconds.
+    /// How long each pack's flush may take (and, with --serve, the final
+    /// drain), in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
-    /// Keep the lock after staging until SIGTERM or SIGINT.
+    /// Keep the lock (and with --serve the service) after staging until
+    /// SIGTERM or SIGINT.
     #[arg(long)]
     pub hold: bool,
     /// Accept a shared (network) filesystem; only for one used by one node.
@@ -58,15 +108,45 @@ pub struct Args {
     pub pause_before_publish: Option<PathBuf>,
 }
 
+/// Where the sink stages, and what owns the directory.
+enum Target {
+    /// `--dir`: the sink took the directory's lock itself.
+    Dir(Sink),
+    /// `--spool-root` without `--serve`: a claimed rank directory, a sink
+    /// held by caller.
+    Claimed(Sink, spool_lock::Claim),
+    /// `--spool-root --serve`: the engine.
+    Engine(Box<Engine>),
+}
+
+impl Target {
+    fn sink(&self) -> &Sink {
+        match self {
+            Target::Dir(sink) | Target::Claimed(sink, _) => sink,
+            Target::Engine(engine) => &engine.sinks()[0],
+        }
+    }
+}
+
+fn secs(name: &str, value: f64, zero_ok: bool) -> anyhow::Result<Duration> {
+    if value.is_finite() && (value > 0.0 || (zero_ok && value == 0.0)) {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        anyhow::bail!("--{name} must be a positive number of seconds (got {value})")
+    }
+}
+
 /// Runs `spool produce`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.records == 0 {
         anyhow::bail!("--records must be at least 1");
     }
-    if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        anyhow::bail!("--timeout must be a positive number of seconds");
+    if args.serve && args.spool_root.is_none() {
+        eprintln!("spool: --serve needs --spool-root (the engine claims a rank directory there)");
+        return Ok(ExitCode::Usage);
     }
-    let timeout = Duration::from_secs_f64(args.timeout);
+    let timeout = secs("timeout", args.timeout, false)?;
+    let pack_interval = secs("pack-interval", args.pack_interval, true)?;
     if let Some(file) = &args.pause_before_publish {
         spool_core::spool::set_pause_before_publish(Some(file))
             .context("--pause-before-publish")?;
@@ -74,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
     let signals = if args.hold {
-        Some(block_stop_signals()?)
+        Some(crate::signals::block_stop_signals().context("--hold")?)
     } else {
         None
     };
@@ -82,7 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut spool = SpoolConfig::default(); // lock mode `take`
     spool.lock.allow_shared_filesystem = args.allow_shared_filesystem;
     spool.max_bytes = args.max_bytes;
-    let config = SinkConfig {
+    let sink_config = SinkConfig {
         spool,
         ordinal: args.ordinal,
         seal_bytes: u64::MAX,
@@ -93,14 +173,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         release_flush_timeout: timeout,
         registry: Registry::global(),
     };
-    let sink = match Sink::open(&args.dir, config) {
-        Ok(sink) => sink,
-        Err(err) => return report(err, "cannot open the sink"),
+    let target = match open_target(&args, sink_config, timeout) {
+        Ok(target) => target,
+        Err(err) => return Ok(report_open(&err)),
     };
+    let sink = target.sink();
 
     let record_len = (args.pack_bytes / args.records) as usize;
     let mut stdout = std::io::stdout().lock();
     for pack in 0..args.packs {
+        if pack > 0 && !pack_interval.is_zero() {
+            std::thread::sleep(pack_interval);
+        }
         for i in 0..args.records {
             let record = synthetic_record(pack, i, record_len);
             if let Err(err) = sink.write(&record) {
@@ -123,20 +207,119 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "{}", id.to_hex()).context("writing to stdout")?;
         stdout.flush().context("flushing stdout")?;
     }
-    if let Err(err) = sink.release() {
+    if let Target::Engine(_) = &target {
+        // The engine's close releases the sink itself, after this wait.
+    } else if let Err(err) = sink.release() {
         return report(err, "release");
     }
     if let Some(signals) = signals {
-        tracing::info!(dir = %sink.dir().display(), "holding the lock on {} until SIGTERM or SIGINT", sink.dir().display());
-        eprintln!(
-            "spool: holding the lock on {} until SIGTERM or SIGINT",
-            sink.dir().display()
-        );
+        let dir = sink.dir().display().to_string();
+        tracing::info!(dir = %dir, "holding the lock on {dir} until SIGTERM or SIGINT");
+        eprintln!("spool: holding the lock on {dir} until SIGTERM or SIGINT");
         let signal = signals.wait().context("waiting for SIGTERM/SIGINT")?;
-        tracing::info!("{signal:?}: letting go of {}", sink.dir().display());
+        tracing::info!(dir = %dir, "{signal:?}: letting go of {dir}");
     }
-    drop(sink);
-    Ok(ExitCode::Ok)
+    Ok(close(target))
+}
+
+/// Opens the sink where the arguments say (see the module docs).
+fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyhow::Result<Target> {
+    let Some(root) = &args.spool_root else {
+        let dir = args
+            .dir
+            .as_ref()
+            .context("--dir or --spool-root is required")?;
+        return Ok(Target::Dir(Sink::open(dir, sink_config)?));
+    };
+    std::fs::create_dir_all(root)
+        .with_context(|| format!("cannot create the spool root {}", root.display()))?;
+    let opened = crate::dest::open(
+        root,
+        args.store.as_deref(),
+        args.catalog.as_deref(),
+        &args.store_id,
+    )?;
+    let rank = args.rank.unwrap_or_else(spool_core::layout::rank_from_env);
+    let lock = sink_config.spool.lock.clone();
+    if args.serve {
+        let mut service = ServiceConfig::new(
+            root,
+            opened.destination,
+            opened.store.object_store().clone(),
+            opened.catalog,
+        );
+        service.store_prefix = opened.store.prefix().to_string();
+        service.conditional_create = opened.store.conditional_create();
+        service.lease_ttl = Duration::from_secs(args.lease_ttl);
+        service.poll_interval = secs("poll-interval", args.poll_interval, false)?;
+        service.adoption_recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
+        service.lock = lock;
+        let engine = Engine::start(EngineConfig {
+            spool_root: root.clone(),
+            rank,
+            service,
+            sinks: vec![sink_config],
+            close_flush_timeout: timeout,
+        })?;
+        eprintln!("spool: rank directory {}", engine.dir().display());
+        return Ok(Target::Engine(Box::new(engine)));
+    }
+    let key = opened.destination.catalog_key()?;
+    let claim = spool_core::layout::claim_rank_dir(root, &key, rank, &lock)?;
+    eprintln!("spool: rank directory {}", claim.dir().display());
+    let mut config = sink_config;
+    config.spool.lock_mode = spool_lock::LockMode::HeldByCaller;
+    match Sink::open(claim.dir(), config) {
+        Ok(sink) => Ok(Target::Claimed(sink, claim)),
+        Err(err) => {
+            let _ = claim.release_and_remove_if_empty();
+            Err(err.into())
+        }
+    }
+}
+
+/// Lets go of the directory in the right order and picks the exit code.
+fn close(target: Target) -> ExitCode {
+    match target {
+        Target::Dir(sink) => {
+            drop(sink);
+            ExitCode::Ok
+        }
+        Target::Claimed(sink, claim) => {
+            let sealed = sink.sealed_on_release();
+            drop(sink);
+            if sealed {
+                // Hand the packs over: an unlocked rank directory is a dead
+                // sibling (removed at once if nothing was staged).
+                if let Err(err) = claim.release_and_remove_if_empty() {
+                    eprintln!("spool: releasing the rank directory: {err}");
+                    return ExitCode::Other;
+                }
+            } // else: the dropped claim stays held until exit, with a warning
+            ExitCode::Ok
+        }
+        Target::Engine(engine) => {
+            let report = engine.close();
+            for problem in &report.problems {
+                eprintln!("spool: {}: {problem}", report.dir.display());
+            }
+            if report.drained && report.sealed {
+                ExitCode::Ok
+            } else {
+                eprintln!(
+                    "spool: {} was not drained; its packs stay there for a service to adopt",
+                    report.dir.display()
+                );
+                ExitCode::Deadline
+            }
+        }
+    }
+}
+
+/// The exit code and message of a failed open.
+fn report_open(err: &anyhow::Error) -> ExitCode {
+    eprintln!("spool: cannot open the sink: {err:#}");
+    crate::exit::classify(err)
 }
 
 /// One record: pack number, record number, then a deterministic filler.
@@ -147,16 +330,6 @@ fn synthetic_record(pack: u64, i: u64, len: usize) -> Vec<u8> {
     let seed = (pack.wrapping_mul(31) ^ i) as u8;
     record.extend((0..len.saturating_sub(16)).map(|k| seed.wrapping_add(k as u8)));
     record
-}
-
-fn block_stop_signals() -> anyhow::Result<nix::sys::signal::SigSet> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGTERM);
-    set.add(Signal::SIGINT);
-    set.thread_block()
-        .context("blocking SIGTERM/SIGINT for --hold")?;
-    Ok(set)
 }
 
 /// Prints `err` and picks its exit code: 3 owned by another process, 4

@@ -1,0 +1,556 @@
+//! `spool demo`: the whole product on one machine, in a minute, with real
+//! processes and nothing to install (SPEC §1, §7).
+//!
+//! In a scratch directory (removed at the end unless `--keep`), on the
+//! embedded defaults — a local-directory store at `ROOT/.store` and a SQLite
+//! catalog at `ROOT/.catalog.db`:
+//!
+//! 1. `--ranks` producers start as real child processes (`spool produce
+//!    --spool-root ROOT --serve --rank K`): each claims its rank directory
+//!    and runs the whole engine, so its own service uploads and indexes its
+//!    packs as it goes.
+//! 2. Once the victim (rank 1, or 0 with a single rank) has staged half of
+//!    its packs, it is SIGKILLed mid-stream: no flush, no release. Whatever
+//!    it had staged but not yet shipped stays in its rank directory, which
+//!    is now a dead sibling. The other producers finish and close cleanly.
+//! 3. The daemon (`spool run --once --spool-root ROOT`) starts, waits out
+//!    the dead producer's lease if it held the adopter lease, adopts the
+//!    dead directory, ships what is in it and removes it.
+//! 4. Every pack id any producer reported staged is looked up in the
+//!    catalog, and its object is read back from the store and validated
+//!    (trailer id and SHA-256). The final table counts packs produced,
+//!    uploaded, indexed, adopted, left in a spool and **lost** (reported
+//!    staged but neither shipped nor still spooled). Exit 0 only if nothing
+//!    was lost and the daemon drained.
+//!
+//! Progress: a bar per producer and one for the daemon on a terminal;
+//! plain event lines otherwise. `--json` prints the result as one JSON
+//! object on stdout.
+
+use std::io::{BufRead, BufReader, IsTerminal};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+use spool_core::PackId;
+
+use crate::exit::ExitCode;
+
+/// Arguments of `spool demo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where to run (a fresh subdirectory is made there); default: the
+    /// system's temp directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Keep the scratch directory (store, catalog, logs) afterwards.
+    #[arg(long)]
+    pub keep: bool,
+    /// How many producer ranks (one of them is SIGKILLed).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=32))]
+    pub ranks: u64,
+    /// Packs each producer stages.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(2..))]
+    pub packs: u64,
+    /// Approximate bytes per pack.
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub pack_bytes: u64,
+    /// Seconds between a producer's packs.
+    #[arg(long, default_value_t = 0.02, value_name = "SECS")]
+    pub pack_interval: f64,
+    /// How long the daemon may take to drain, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    pub timeout: u64,
+    /// Print the result as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The lease TTL every child uses: short, so a dead holder's lease is
+/// waited out in seconds (5 s is the shortest that leaves room for the fence margin).
+const DEMO_LEASE_TTL: &str = "5";
+
+/// What one producer did.
+#[derive(Debug, Default, Clone)]
+struct Rank {
+    ids: Vec<String>,
+    dir: Option<PathBuf>,
+    killed: bool,
+    exit: Option<i32>,
+}
+
+/// Runs `spool demo`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !(args.pack_interval.is_finite() && args.pack_interval >= 0.0) {
+        anyhow::bail!("--pack-interval must be zero or more seconds");
+    }
+    let base = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir(),
+    };
+    std::fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    let scratch = tempfile::Builder::new()
+        .prefix("spool-demo-")
+        .tempdir_in(&base)
+        .with_context(|| format!("cannot make a scratch directory in {}", base.display()))?;
+    let work = scratch.path().to_path_buf();
+    let root = work.join("root");
+    let logs = work.join("logs");
+    std::fs::create_dir_all(&root)?;
+    std::fs::create_dir_all(&logs)?;
+
+    let tty = !args.json && std::io::stderr().is_terminal();
+    let ui = Ui::new(tty);
+    ui.line(format!(
+        "spool demo in {} — {} producer rank(s), {} packs of ~{} bytes each; store {}, catalog {}",
+        work.display(),
+        args.ranks,
+        args.packs,
+        args.pack_bytes,
+        crate::dest::embedded_store_url(&root),
+        crate::dest::embedded_catalog_url(&root),
+    ));
+    let started = Instant::now();
+    let result = drive(&args, &root, &logs, &ui);
+    ui.clear();
+    let outcome = match result {
+        Ok(o) => o,
+        Err(err) => {
+            eprintln!("spool demo: {err:#}");
+            eprintln!("spool demo: logs kept in {}", logs.display());
+            let _ = scratch.keep();
+            return Ok(ExitCode::Other);
+        }
+    };
+    let report = verify(&root, &outcome)?;
+    let elapsed = started.elapsed();
+    print_report(&args, &work, &root, &outcome, &report, elapsed);
+    let ok = report.lost == 0
+        && report.left == 0
+        && report.victim_dir_gone
+        && outcome.daemon_exit == Some(0);
+    if args.keep || !ok {
+        let kept = scratch.keep();
+        eprintln!("spool demo: kept {}", kept.display());
+    }
+    Ok(if ok { ExitCode::Ok } else { ExitCode::Other })
+}
+
+/// The progress display: bars on a terminal, plain lines otherwise.
+struct Ui {
+    multi: MultiProgress,
+    tty: bool,
+}
+
+impl Ui {
+    fn new(tty: bool) -> Ui {
+        let target = if tty {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        Ui {
+            multi: MultiProgress::with_draw_target(target),
+            tty,
+        }
+    }
+
+    fn bar(&self, len: u64, prefix: String) -> ProgressBar {
+        let bar = self.multi.add(ProgressBar::new(len));
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos:>4}/{len:4} {msg}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(prefix);
+        bar
+    }
+
+    fn line(&self, text: String) {
+        if self.tty {
+            let _ = self.multi.println(text);
+        } else {
+            eprintln!("{text}");
+        }
+    }
+
+    fn clear(&self) {
+        let _ = self.multi.clear();
+    }
+}
+
+/// What the producers and the daemon did.
+struct Outcome {
+    ranks: Vec<Rank>,
+    victim: usize,
+    /// Ready packs in the victim's directory right after the kill.
+    adopted: Vec<String>,
+    daemon_exit: Option<i32>,
+    daemon_result: Option<serde_json::Value>,
+}
+
+fn spool_exe() -> anyhow::Result<PathBuf> {
+    std::env::current_exe().context("cannot find the spool executable")
+}
+
+fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outcome> {
+    let exe = spool_exe()?;
+    let victim = if args.ranks > 1 { 1 } else { 0 };
+    let ranks: Arc<Mutex<Vec<Rank>>> =
+        Arc::new(Mutex::new(vec![Rank::default(); args.ranks as usize]));
+    let mut children: Vec<Child> = Vec::new();
+    let mut readers = Vec::new();
+    for k in 0..args.ranks as usize {
+        let log = std::fs::File::create(logs.join(format!("rank-{k}.log")))?;
+        let mut child = Command::new(&exe)
+            .arg("produce")
+            .arg("--spool-root")
+            .arg(root)
+            .args(["--serve", "--rank", &k.to_string()])
+            .args(["--packs", &args.packs.to_string()])
+            .args(["--pack-bytes", &args.pack_bytes.to_string()])
+            .args(["--pack-interval", &args.pack_interval.to_string()])
+            .args(["--lease-ttl", DEMO_LEASE_TTL, "--poll-interval", "0.5"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .context("cannot start a producer")?;
+        let stdout = child.stdout.take().context("producer stdout")?;
+        let bar = ui.bar(args.packs, format!("rank {k}"));
+        bar.set_message(if k == victim {
+            "staging (will be SIGKILLed)"
+        } else {
+            "staging"
+        });
+        let ranks = ranks.clone();
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                ranks.lock().unwrap_or_else(|e| e.into_inner())[k]
+                    .ids
+                    .push(line);
+                bar.inc(1);
+            }
+            bar
+        }));
+        children.push(child);
+    }
+
+    // Kill the victim once half its packs are staged.
+    let half = (args.packs / 2) as usize;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let staged = ranks.lock().unwrap_or_else(|e| e.into_inner())[victim]
+            .ids
+            .len();
+        if staged >= half {
+            break;
+        }
+        if let Some(status) = children[victim].try_wait()? {
+            anyhow::bail!(
+                "rank {victim} exited ({status}) before it could be killed; see {}",
+                logs.join(format!("rank-{victim}.log")).display()
+            );
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("rank {victim} staged only {staged} packs in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    children[victim].kill().context("SIGKILL the victim")?; // SIGKILL
+    let _ = children[victim].wait();
+    let victim_dir = rank_dir(&logs.join(format!("rank-{victim}.log")));
+    let adopted: Vec<String> = victim_dir.as_deref().map(ready_ids).unwrap_or_default();
+    ui.line(format!(
+        "rank {victim} SIGKILLed after {} staged pack(s); {} not yet shipped stay in {}",
+        ranks.lock().unwrap_or_else(|e| e.into_inner())[victim]
+            .ids
+            .len(),
+        adopted.len(),
+        victim_dir
+            .as_deref()
+            .map_or("its rank directory".into(), |d| d.display().to_string())
+    ));
+
+    let mut exits = Vec::new();
+    for (k, child) in children.iter_mut().enumerate() {
+        let status = child.wait()?;
+        exits.push(status.code());
+        if k != victim && !status.success() {
+            ui.line(format!(
+                "rank {k} exited with {status}; see {}",
+                logs.join(format!("rank-{k}.log")).display()
+            ));
+        }
+    }
+    for (k, reader) in readers.into_iter().enumerate() {
+        if let Ok(bar) = reader.join() {
+            if k == victim {
+                bar.abandon_with_message("SIGKILLed");
+            } else {
+                bar.finish_with_message("closed: shipped, directory removed");
+            }
+        }
+    }
+
+    // The daemon adopts the dead directory.
+    let spinner = ui.multi.add(ProgressBar::new_spinner());
+    spinner
+        .set_message("daemon: spool run --once (waiting out the dead producer's lease, adopting)");
+    spinner.enable_steady_tick(Duration::from_millis(120));
+    let daemon_log = std::fs::File::create(logs.join("daemon.log"))?;
+    let daemon = Command::new(&exe)
+        .arg("run")
+        .arg("--spool-root")
+        .arg(root)
+        .args(["--once", "--json", "--lease-ttl", DEMO_LEASE_TTL])
+        .args(["--timeout", &args.timeout.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(daemon_log))
+        .output()
+        .context("cannot run the daemon")?;
+    let daemon_result = String::from_utf8_lossy(&daemon.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .next_back();
+    spinner.finish_with_message(format!(
+        "daemon: exited with {} after adopting {} director{}",
+        daemon.status,
+        daemon_result
+            .as_ref()
+            .and_then(|r| r.pointer("/snapshot/adopted_spools"))
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0),
+        if daemon_result
+            .as_ref()
+            .and_then(|r| r.pointer("/snapshot/adopted_spools"))
+            .and_then(|v| v.as_u64())
+            == Some(1)
+        {
+            "y"
+        } else {
+            "ies"
+        }
+    ));
+
+    let mut ranks = ranks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    for (k, rank) in ranks.iter_mut().enumerate() {
+        rank.killed = k == victim;
+        rank.exit = exits[k];
+        rank.dir = rank_dir(&logs.join(format!("rank-{k}.log")));
+    }
+    Ok(Outcome {
+        ranks,
+        victim,
+        adopted,
+        daemon_exit: daemon.status.code(),
+        daemon_result,
+    })
+}
+
+/// The rank directory a producer reported in its log.
+fn rank_dir(log: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("spool: rank directory "))
+        .map(PathBuf::from)
+}
+
+/// Ids of the ready packs in `dir` (top level and worker subdirectories).
+fn ready_ids(dir: &Path) -> Vec<String> {
+    let mut ids = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return ids;
+    };
+    for entry in rd.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            ids.extend(ready_ids(&path));
+        } else if let Some(id) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_suffix(".ready"))
+        {
+            ids.push(id.to_string());
+        }
+    }
+    ids
+}
+
+/// What the read-back found.
+struct Report {
+    produced: usize,
+    indexed: usize,
+    uploaded: usize,
+    left: usize,
+    lost: usize,
+    bytes: u64,
+    lost_ids: Vec<String>,
+    /// The SIGKILLed rank's directory was adopted and removed.
+    victim_dir_gone: bool,
+}
+
+/// Looks every reported pack up in the catalog and reads it back from the
+/// store, validating it.
+fn verify(root: &Path, outcome: &Outcome) -> anyhow::Result<Report> {
+    let opened = crate::dest::open(root, None, None, spool_core::layout::DEFAULT_STORE_ID)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let spooled: std::collections::HashSet<String> = std::fs::read_dir(root)?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(spool_core::layout::is_catalog_key)
+        })
+        .flat_map(|key| {
+            std::fs::read_dir(key.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .flat_map(|d| ready_ids(&d.path()))
+        })
+        .collect();
+    let store_dir = root.join(crate::dest::EMBEDDED_STORE_DIR);
+    let mut report = Report {
+        produced: 0,
+        indexed: 0,
+        uploaded: 0,
+        left: spooled.len(),
+        lost: 0,
+        bytes: 0,
+        lost_ids: Vec::new(),
+        victim_dir_gone: outcome.ranks[outcome.victim]
+            .dir
+            .as_deref()
+            .is_some_and(|d| !d.exists()),
+    };
+    for id in outcome.ranks.iter().flat_map(|r| r.ids.iter()) {
+        report.produced += 1;
+        let row = runtime.block_on(opened.catalog.get(id))?;
+        let mut shipped = false;
+        if let Some(row) = &row {
+            report.indexed += 1;
+            let path = store_dir.join(&row.object_key);
+            if let Ok(file) = std::fs::File::open(&path) {
+                let pack_id = PackId::from_hex(id)?;
+                if spool_core::validate(file, Some(pack_id), &AtomicBool::new(false)).is_ok() {
+                    report.uploaded += 1;
+                    report.bytes += row.bytes;
+                    shipped = true;
+                }
+            }
+        }
+        if !shipped && !spooled.contains(id) {
+            report.lost += 1;
+            report.lost_ids.push(id.clone());
+        }
+    }
+    Ok(report)
+}
+
+fn print_report(
+    args: &Args,
+    work: &Path,
+    root: &Path,
+    outcome: &Outcome,
+    report: &Report,
+    elapsed: Duration,
+) {
+    let adopted_packs = outcome.adopted.len();
+    if args.json {
+        let ranks: Vec<_> = outcome
+            .ranks
+            .iter()
+            .enumerate()
+            .map(|(k, r)| {
+                json!({"rank": k, "staged": r.ids.len(), "killed": r.killed,
+                       "exit_code": r.exit, "dir": r.dir})
+            })
+            .collect();
+        let out = json!({
+            "produced": report.produced,
+            "uploaded": report.uploaded,
+            "indexed": report.indexed,
+            "adopted": adopted_packs,
+            "left_in_spool": report.left,
+            "lost": report.lost,
+            "lost_ids": report.lost_ids,
+            "victim_dir_removed": report.victim_dir_gone,
+            "bytes": report.bytes,
+            "elapsed_s": elapsed.as_secs_f64(),
+            "ranks": ranks,
+            "daemon_exit_code": outcome.daemon_exit,
+            "daemon": outcome.daemon_result,
+            "dir": work,
+            "store": crate::dest::embedded_store_url(root),
+            "catalog": crate::dest::embedded_catalog_url(root),
+        });
+        println!("{out}");
+        return;
+    }
+    println!();
+    println!("{:<8} {:>8} {:>10}  ended", "rank", "staged", "role");
+    for (k, r) in outcome.ranks.iter().enumerate() {
+        let ended = if r.killed {
+            if report.victim_dir_gone {
+                "SIGKILLed mid-stream; the daemon adopted and removed its directory".to_string()
+            } else {
+                "SIGKILLed mid-stream; its directory is STILL THERE (not adopted)".to_string()
+            }
+        } else {
+            match r.exit {
+                Some(0) => "closed cleanly (shipped its own packs)".to_string(),
+                other => format!("exit {other:?}"),
+            }
+        };
+        let role = if k == outcome.victim {
+            "victim"
+        } else {
+            "producer"
+        };
+        println!("{:<8} {:>8} {:>10}  {ended}", k, r.ids.len(), role);
+    }
+    println!();
+    println!("packs produced  {:>8}", report.produced);
+    println!(
+        "packs uploaded  {:>8}  (read back from the store, checksum verified)",
+        report.uploaded
+    );
+    println!("packs indexed   {:>8}", report.indexed);
+    println!(
+        "packs adopted   {:>8}  (left behind by the SIGKILLed rank, shipped by the daemon)",
+        adopted_packs
+    );
+    println!("left in spool   {:>8}", report.left);
+    println!("packs lost      {:>8}", report.lost);
+    println!("bytes           {:>8}", report.bytes);
+    println!("time            {:>7.1}s", elapsed.as_secs_f64());
+    println!(
+        "daemon          exit {}",
+        outcome
+            .daemon_exit
+            .map_or("by signal".to_string(), |c| c.to_string())
+    );
+    println!("store           {}", crate::dest::embedded_store_url(root));
+    println!(
+        "catalog         {}",
+        crate::dest::embedded_catalog_url(root)
+    );
+    if !report.lost_ids.is_empty() {
+        println!("lost ids        {}", report.lost_ids.join(" "));
+    }
+    if args.keep {
+        println!(
+            "kept            {} (try: spool ls --spool-root {})",
+            work.display(),
+            root.display()
+        );
+    }
+}

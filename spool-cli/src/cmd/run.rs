@@ -1,0 +1,535 @@
+//! `spool run`: the daemon of SPEC §1 — an engine with no sink. It claims
+//! its own (empty) rank directory under the destination's catalog key,
+//! competes for the node's adopter lease and adopts dead siblings.
+//!
+//! - Daemon (default): runs until SIGTERM/SIGINT, then a bounded flush
+//!   (`service.stop_flush_timeout`) and a stop; exit 0. A stop lets go of
+//!   every adopted sibling whole: what it did not drain stays for the next
+//!   service.
+//! - `--once`: runs until its own directory and every adoptable sibling is
+//!   drained (exit 0), `--timeout` passes (exit 6, saying what is owed), or
+//!   a signal (exit 0 after the same bounded stop). Siblings found blocked
+//!   make it exit 1, naming them and why.
+//! - Either: exit 7 as soon as the lease latched (SPEC §6.2).
+//!
+//! Progress for `--once`: an indicatif bar on a terminal; plain lines every
+//! `--progress-interval` otherwise, JSON lines with `--json`.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use spool_core::layout::RankDirName;
+use spool_lock::Purpose;
+use spool_service::Snapshot;
+
+use crate::config::{mask_url, parse_duration, Config, ConfigError, ConfigFlags};
+use crate::engine::Engine;
+use crate::exit::ExitCode;
+use crate::metrics::{self, Health};
+
+/// Arguments of `spool run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub config: ConfigFlags,
+    /// Drain once: stop when the own directory and every adoptable sibling
+    /// are drained (exit 0) instead of running until a signal.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: give up after this long (exit 6, saying what is owed).
+    /// Default: no limit.
+    #[arg(long, value_name = "SECS", requires = "once")]
+    pub timeout: Option<String>,
+    /// Print JSON lines on stdout (start, progress, result).
+    #[arg(long)]
+    pub json: bool,
+    /// With --once, how often a progress line is printed when stderr is not
+    /// a terminal (or with --json).
+    #[arg(long, value_name = "SECS", default_value = "2s")]
+    pub progress_interval: String,
+}
+
+/// How a run ended.
+enum End {
+    Drained,
+    Timeout,
+    Latched,
+    Signal(nix::sys::signal::Signal),
+}
+
+/// Runs `spool run`.
+pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let cfg = Config::load(config_file, &args.config)?;
+    let timeout = match &args.timeout {
+        Some(t) => Some(parse_duration(t).ok_or_else(|| {
+            ConfigError(format!(
+                "--timeout {t:?}: expected a duration (seconds, or \"500ms\", \"30s\", \"2m\")"
+            ))
+        })?),
+        None => None,
+    };
+    let progress_every = parse_duration(&args.progress_interval)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "--progress-interval {:?}: expected a positive duration",
+                args.progress_interval
+            ))
+        })?;
+    // Before any thread: every thread inherits the blocked mask.
+    let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
+    let status = metrics::shared();
+    let server = match cfg.metrics_addr() {
+        Some(addr) => Some(metrics::Server::start(addr, status.clone())?),
+        None => None,
+    };
+    let (key, key_dir) = cfg.key_dir()?;
+    let engine = Engine::start(&cfg)?;
+    let out = Output { json: args.json };
+    out.event(
+        json!({
+            "event": "started",
+            "dir": engine.dir(),
+            "catalog_key": key,
+            "store": mask_url(cfg.store_url()?),
+            "catalog": mask_url(cfg.catalog_url()?),
+            "once": args.once,
+            "metrics_addr": server.as_ref().map(|s| s.addr.to_string()),
+            "pid": std::process::id(),
+        }),
+        || {
+            format!(
+                "spool run: claimed {} (catalog key {key}); store {}; catalog {}{}",
+                engine.dir().display(),
+                mask_url(cfg.store_url().unwrap_or_default()),
+                mask_url(cfg.catalog_url().unwrap_or_default()),
+                server
+                    .as_ref()
+                    .map(|s| format!("; metrics on http://{}/metrics", s.addr))
+                    .unwrap_or_default()
+            )
+        },
+    );
+
+    let started = Instant::now();
+    let mut health = Health::new(cfg.unhealthy_after());
+    let mut progress = args.once.then(|| Progress::new(&out, progress_every));
+    let end = loop {
+        let snap = engine.snapshot();
+        let unhealthy = health.judge(&snap);
+        {
+            let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+            if unhealthy.is_some() && st.unhealthy.is_none() {
+                tracing::warn!(dir = %engine.dir().display(), "unhealthy: {}", unhealthy.as_deref().unwrap_or(""));
+            }
+            st.snapshot = snap.clone();
+            st.unhealthy = unhealthy;
+        }
+        if snap.latched {
+            break End::Latched;
+        }
+        if let Some(p) = progress.as_mut() {
+            p.tick(&snap, &key_dir, engine.dir());
+        }
+        // The published snapshot is from a cycle that started after the
+        // service did once the counter has moved past 1.
+        if args.once && snap.cycles >= 2 && drained(&snap) {
+            break End::Drained;
+        }
+        if timeout.is_some_and(|t| started.elapsed() >= t) {
+            break End::Timeout;
+        }
+        match signals.recv_timeout(Duration::from_millis(100)) {
+            Ok(sig) => break End::Signal(sig),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+        }
+    };
+    if let Some(p) = progress.take() {
+        p.finish();
+    }
+    let dir = engine.dir().to_path_buf();
+    let (code, message) = match end {
+        End::Signal(sig) => {
+            tracing::info!(dir = %dir.display(), "{sig:?}: flushing (at most {:?}) and stopping", cfg.stop_flush_timeout());
+            if let Err(e) = engine.flush(cfg.stop_flush_timeout()) {
+                tracing::warn!(dir = %dir.display(), "last flush before the stop: {e}");
+            }
+            let snap = engine.close();
+            let backlog = Backlog::scan(&key_dir, &dir);
+            (
+                ExitCode::Ok,
+                format!(
+                    "{sig:?}: stopped; {} pack(s) uploaded and indexed by this run; {}",
+                    snap.indexed,
+                    backlog.left_for_next()
+                ),
+            )
+        }
+        End::Drained => {
+            let snap = engine.close();
+            if snap.blocked_siblings.is_empty() {
+                (
+                    ExitCode::Ok,
+                    format!(
+                        "drained: {} pack(s) uploaded and indexed, {} sibling director{} adopted, {} live sibling(s) left alone",
+                        snap.indexed,
+                        snap.adopted_spools,
+                        if snap.adopted_spools == 1 { "y" } else { "ies" },
+                        snap.live_siblings
+                    ),
+                )
+            } else {
+                (ExitCode::Other, blocked_message(&snap))
+            }
+        }
+        End::Timeout => {
+            let snap = engine.snapshot();
+            let backlog = Backlog::scan(&key_dir, &dir);
+            let snap_after = engine.close();
+            (
+                ExitCode::Deadline,
+                format!(
+                    "not drained within {}: {} own ready pack(s) not uploaded, {} pack(s) uploaded \
+                     but not indexed (owed to the catalog), adoption {}; {}; {} pack(s) indexed by \
+                     this run; last error: {}. Nothing is lost: the packs stay in their spool \
+                     directories for the next run",
+                    crate::config::Value::Secs(timeout.unwrap_or_default()),
+                    snap.deferred,
+                    snap.pending_index,
+                    if snap.adoption_owed { "owed" } else { "not owed" },
+                    backlog.describe(),
+                    snap_after.indexed,
+                    snap.last_error.as_deref().unwrap_or("none")
+                ),
+            )
+        }
+        End::Latched => {
+            let snap = engine.close();
+            (
+                ExitCode::LeaseLost,
+                format!(
+                    "lease lost (latched): a foreign lease{} outlived 2 x TTL, so this process \
+                     stopped all lease-gated work and let go of every sibling it was adopting; \
+                     find the other writer (lease scope {:?}), then run again",
+                    snap.lease_holder
+                        .as_ref()
+                        .map(|h| format!(" held by {h}"))
+                        .unwrap_or_default(),
+                    cfg.lease_scope()
+                ),
+            )
+        }
+    };
+    let snap = status
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .snapshot
+        .clone();
+    drop(server);
+    out.event(
+        json!({
+            "event": "done",
+            "exit_code": code as u8,
+            "message": message,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+            "snapshot": snapshot_json(&snap),
+        }),
+        || message.clone(),
+    );
+    Ok(code)
+}
+
+/// Drained for `--once`: nothing own left, nothing owed, no adoption owed.
+fn drained(s: &Snapshot) -> bool {
+    s.deferred == 0 && s.pending_index == 0 && !s.adoption_owed
+}
+
+fn blocked_message(snap: &Snapshot) -> String {
+    let list: Vec<String> = snap
+        .blocked_siblings
+        .iter()
+        .map(|d| {
+            let why = spool_lock::read_owner(d)
+                .ok()
+                .and_then(|o| o.record)
+                .and_then(|r| match r.purpose {
+                    Purpose::Blocked(why) => Some(why),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "see the service's last error".into());
+            format!("{}: {why}", d.display())
+        })
+        .collect();
+    format!(
+        "{} sibling director{} blocked; their packs stay where they are until a person acts: {}. \
+         Fix the cause, then `spool unblock DIR` and run again",
+        list.len(),
+        if list.len() == 1 { "y is" } else { "ies are" },
+        list.join("; ")
+    )
+}
+
+/// The snapshot as JSON.
+pub fn snapshot_json(s: &Snapshot) -> Value {
+    json!({
+        "staged": s.staged,
+        "uploaded": s.uploaded,
+        "indexed": s.indexed,
+        "pending_index": s.pending_index,
+        "upload_failures": s.upload_failures,
+        "cancelled_uploads": s.cancelled_uploads,
+        "deferred": s.deferred,
+        "quarantined": s.quarantined,
+        "rejected": s.rejected,
+        "adopted_spools": s.adopted_spools,
+        "adopted_packs": s.adopted_packs,
+        "adoption_owed": s.adoption_owed,
+        "live_siblings": s.live_siblings,
+        "blocked_siblings": s.blocked_siblings,
+        "sibling_bytes": s.sibling_bytes,
+        "cycles": s.cycles,
+        "lease_held": s.lease_held,
+        "lease_holder": s.lease_holder,
+        "latched": s.latched,
+        "last_error": s.last_error,
+    })
+}
+
+/// Where human and JSON output go.
+struct Output {
+    json: bool,
+}
+
+impl Output {
+    /// A JSON line on stdout with `--json`, else the human line on stderr
+    /// (`done` goes to stdout when it is a success).
+    fn event(&self, v: Value, human: impl FnOnce() -> String) {
+        if self.json {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "{v}");
+            let _ = o.flush();
+        } else if v["event"] == "done" && v["exit_code"] == 0 {
+            println!("spool run: {}", human());
+        } else if v["event"] == "done" {
+            eprintln!("spool run: {}", human());
+        } else {
+            eprintln!("{}", human());
+        }
+    }
+}
+
+/// Ready packs still on disk in dead (unheld, or adopted by this process)
+/// and not blocked rank directories under the catalog key, the own one
+/// included: what `--once` still has to drain. A read-only walk by name,
+/// for progress and messages; it never counts a live owner's directory.
+#[derive(Debug, Default)]
+struct Backlog {
+    dirs: Vec<(PathBuf, u64)>,
+}
+
+impl Backlog {
+    fn scan(key_dir: &Path, own: &Path) -> Backlog {
+        let mut dirs = Vec::new();
+        let Ok(entries) = std::fs::read_dir(key_dir) else {
+            return Backlog::default();
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if RankDirName::parse(name).is_none() {
+                continue;
+            }
+            let dir = e.path();
+            if dir != own {
+                let Ok(owner) = spool_lock::read_owner(&dir) else {
+                    continue;
+                };
+                let ours = || spool_lock::held_by_this_process(&dir).unwrap_or(false);
+                if owner.held && !ours() {
+                    continue; // live: never counted by anyone else
+                }
+                if matches!(owner.record.map(|r| r.purpose), Some(Purpose::Blocked(_)))
+                    && !owner.held
+                {
+                    continue;
+                }
+            }
+            let packs = count_ready(&dir);
+            if packs > 0 {
+                dirs.push((dir, packs));
+            }
+        }
+        dirs.sort();
+        Backlog { dirs }
+    }
+
+    fn packs(&self) -> u64 {
+        self.dirs.iter().map(|(_, n)| n).sum()
+    }
+
+    fn describe(&self) -> String {
+        if self.dirs.is_empty() {
+            return "no ready pack left in a dead rank directory".into();
+        }
+        let list: Vec<String> = self
+            .dirs
+            .iter()
+            .map(|(d, n)| format!("{} ({n})", d.display()))
+            .collect();
+        format!(
+            "{} ready pack(s) left in {} rank director{}: {}",
+            self.packs(),
+            self.dirs.len(),
+            if self.dirs.len() == 1 { "y" } else { "ies" },
+            list.join(", ")
+        )
+    }
+
+    fn left_for_next(&self) -> String {
+        if self.dirs.is_empty() {
+            "nothing left to drain".into()
+        } else {
+            format!("{}, kept for the next run", self.describe())
+        }
+    }
+}
+
+/// `<id>.ready` files in a rank directory and its `w<ordinal>/` subdirectories.
+fn count_ready(dir: &Path) -> u64 {
+    let mut n = 0;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".ready") {
+            n += 1;
+        } else if name.starts_with('w') && e.file_type().is_ok_and(|t| t.is_dir()) {
+            n += count_ready(&e.path());
+        }
+    }
+    n
+}
+
+/// Progress of `--once`.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    json: bool,
+    every: Duration,
+    last_line: Option<Instant>,
+    last_scan: Option<(Instant, u64)>,
+}
+
+impl Progress {
+    fn new(out: &Output, every: Duration) -> Progress {
+        let tty = !out.json && std::io::stderr().is_terminal();
+        let bar = tty.then(|| {
+            let b = indicatif::ProgressBar::new(0);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} packs drained  {msg}",
+                )
+                .expect("a valid template"),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        Progress {
+            bar,
+            json: out.json,
+            every,
+            last_line: None,
+            last_scan: None,
+        }
+    }
+
+    fn tick(&mut self, s: &Snapshot, key_dir: &Path, own: &Path) {
+        // the disk walk at most every 500 ms
+        let owed = match self.last_scan {
+            Some((at, n)) if at.elapsed() < Duration::from_millis(500) => n,
+            _ => {
+                let n = Backlog::scan(key_dir, own).packs();
+                self.last_scan = Some((Instant::now(), n));
+                n
+            }
+        };
+        let drained = s.indexed;
+        if let Some(b) = &self.bar {
+            b.set_length(drained + owed);
+            b.set_position(drained);
+            b.set_message(format!(
+                "{owed} owed, {} sibling(s) adopted, {} live, {} blocked",
+                s.adopted_spools,
+                s.live_siblings,
+                s.blocked_siblings.len()
+            ));
+            return;
+        }
+        if self.last_line.is_some_and(|t| t.elapsed() < self.every) {
+            return;
+        }
+        self.last_line = Some(Instant::now());
+        if self.json {
+            println!(
+                "{}",
+                json!({
+                    "event": "progress",
+                    "drained_packs": drained,
+                    "owed_packs": owed,
+                    "pending_index": s.pending_index,
+                    "adopted_spools": s.adopted_spools,
+                    "live_siblings": s.live_siblings,
+                    "blocked_siblings": s.blocked_siblings.len(),
+                    "adoption_owed": s.adoption_owed,
+                })
+            );
+        } else {
+            eprintln!(
+                "spool run: {drained} pack(s) drained, {owed} owed ({} uploaded awaiting the catalog), {} sibling(s) adopted, {} live, {} blocked",
+                s.pending_index,
+                s.adopted_spools,
+                s.live_siblings,
+                s.blocked_siblings.len()
+            );
+        }
+    }
+
+    fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backlog_counts_ready_packs_of_dead_dirs_only() {
+        let key = tempfile::tempdir().unwrap();
+        let own = key.path().join("r0-0000000a");
+        let dead = key.path().join("r1-0000000b");
+        std::fs::create_dir_all(dead.join("w2")).unwrap();
+        std::fs::create_dir_all(&own).unwrap();
+        for p in [
+            dead.join("a.ready"),
+            dead.join("w2/b.ready"),
+            dead.join("c.quarantined"),
+            own.join("d.ready"),
+        ] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        std::fs::create_dir_all(key.path().join("not-a-rank")).unwrap();
+        std::fs::write(key.path().join("not-a-rank/e.ready"), b"x").unwrap();
+        let b = Backlog::scan(key.path(), &own);
+        assert_eq!(b.packs(), 3, "{b:?}");
+        assert!(b.describe().contains("r1-0000000b (2)"), "{}", b.describe());
+    }
+}

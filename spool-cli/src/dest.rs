@@ -1,0 +1,90 @@
+//! From URLs to a destination: the store and catalog a command writes to,
+//! and the [`Destination`] whose catalog key names its rank directories
+//! (SPEC §4.4).
+//!
+//! With no store or catalog URL a command uses the embedded defaults under
+//! the spool root — a local-directory store at `ROOT/.store` and a SQLite
+//! catalog at `ROOT/.catalog.db` — so one machine needs no server. Both
+//! names start with a dot and hold no `.owner.lock`, so no spool walk, lock
+//! check or adoption discovery ever looks inside them (the walks only look
+//! at `<ROOT>/<12-hex key>/r<rank>-<8 hex>/`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use spool_catalog::{Catalog, CatalogUrl};
+use spool_core::Destination;
+use spool_upload::{ClientConfig, Store};
+
+/// The embedded default store directory under a spool root.
+pub const EMBEDDED_STORE_DIR: &str = ".store";
+/// The embedded default SQLite catalog file under a spool root.
+pub const EMBEDDED_CATALOG_FILE: &str = ".catalog.db";
+
+/// The embedded store URL for `root`: `file://ROOT/.store`.
+pub fn embedded_store_url(root: &Path) -> String {
+    format!("file://{}", root.join(EMBEDDED_STORE_DIR).display())
+}
+
+/// The embedded catalog URL for `root`: `sqlite:///ROOT/.catalog.db`.
+pub fn embedded_catalog_url(root: &Path) -> String {
+    format!("sqlite://{}", root.join(EMBEDDED_CATALOG_FILE).display())
+}
+
+/// A destination with its store and catalog opened.
+pub struct Opened {
+    /// The destination (its catalog key names the rank directories).
+    pub destination: Destination,
+    /// The object store, with its key prefix.
+    pub store: Store,
+    /// The catalog.
+    pub catalog: Arc<dyn Catalog>,
+}
+
+/// Opens the store and catalog named by the URLs (or the embedded defaults
+/// under `root`) and spells out the destination. `root` must exist.
+pub fn open(
+    root: &Path,
+    store_url: Option<&str>,
+    catalog_url: Option<&str>,
+    store_id: &str,
+) -> anyhow::Result<Opened> {
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("spool root {} (create it first)", root.display()))?;
+    let store_url = store_url.map_or_else(|| embedded_store_url(&root), str::to_string);
+    let catalog_url = catalog_url.map_or_else(|| embedded_catalog_url(&root), str::to_string);
+    let parsed = CatalogUrl::parse(&catalog_url)?;
+    let client = ClientConfig {
+        allow_http: allow_http(),
+        ..ClientConfig::default()
+    };
+    let store = Store::from_url(&store_url, &client)?;
+    let catalog = spool_catalog::open(&catalog_url)?;
+    let destination = Destination {
+        catalog_url: catalog_url.clone(),
+        database: parsed.database().to_string(),
+        table_prefix: parsed.table_prefix().to_string(),
+        store_url,
+        store_id: store_id.to_string(),
+    };
+    Ok(Opened {
+        destination,
+        store,
+        catalog,
+    })
+}
+
+/// Plain-HTTP endpoints (test servers, emulators) are allowed when the
+/// environment asks for them the way object_store's builders read it.
+fn allow_http() -> bool {
+    let truthy = |v: String| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes");
+    std::env::var("AWS_ALLOW_HTTP").map(truthy).unwrap_or(false)
+        || std::env::var("AZURE_ALLOW_HTTP")
+            .map(truthy)
+            .unwrap_or(false)
+        || std::env::var("GOOGLE_ALLOW_HTTP")
+            .map(truthy)
+            .unwrap_or(false)
+}

@@ -1,0 +1,421 @@
+//! `/metrics` and `/healthz` for `spool run --metrics-addr ADDR`.
+//!
+//! The run loop publishes each service snapshot (SPEC §7.4) and its health
+//! verdict into a shared [`Status`]; a plain thread serves HTTP with
+//! `tiny_http`. `/metrics` is encoded by the Prometheus project's Rust
+//! client (`prometheus-client`) from a [`Collector`] that reads the latest
+//! snapshot at scrape time: every field of the snapshot, `spool_` prefix,
+//! units in the names (`_packs`, `_bytes`, `_seconds`; counters end in
+//! `_total`). `/healthz` answers `200 ok` while healthy and `503` with the
+//! reason when the service latched or the stores keep failing
+//! ([`Health::judge`]).
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use spool_service::Snapshot;
+
+/// What the run loop publishes for the server.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    /// The latest snapshot.
+    pub snapshot: Snapshot,
+    /// `None` while healthy; else why not.
+    pub unhealthy: Option<String>,
+    /// Process start, Unix seconds.
+    pub start_time: f64,
+}
+
+/// Shared between the run loop and the server.
+pub type Shared = Arc<Mutex<Status>>;
+
+/// A new shared status.
+pub fn shared() -> Shared {
+    Arc::new(Mutex::new(Status {
+        start_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64(),
+        ..Status::default()
+    }))
+}
+
+/// Decides health from successive snapshots: unhealthy when latched, or
+/// when work waits (own packs not uploaded, packs owed to the catalog, or
+/// adoption owed while holding the lease), an error is recorded, and
+/// nothing moved (uploaded, indexed, adopted, set aside) for
+/// `unhealthy_after`.
+#[derive(Debug)]
+pub struct Health {
+    unhealthy_after: Duration,
+    marker: (u64, u64, u64, u64, u64),
+    moved_at: Instant,
+}
+
+impl Health {
+    /// A judge with this patience.
+    pub fn new(unhealthy_after: Duration) -> Health {
+        Health {
+            unhealthy_after,
+            marker: (0, 0, 0, 0, 0),
+            moved_at: Instant::now(),
+        }
+    }
+
+    /// The verdict for the latest snapshot: `None` if healthy.
+    pub fn judge(&mut self, s: &Snapshot) -> Option<String> {
+        if s.latched {
+            return Some(format!(
+                "latched: a foreign lease{} outlived 2 x TTL; lease-gated work stopped for this \
+                 process's lifetime (find the other writer, then restart)",
+                s.lease_holder
+                    .as_ref()
+                    .map(|h| format!(" (held by {h})"))
+                    .unwrap_or_default()
+            ));
+        }
+        let marker = (
+            s.uploaded,
+            s.indexed,
+            s.adopted_packs,
+            s.quarantined,
+            s.rejected,
+        );
+        let waiting = s.deferred > 0 || s.pending_index > 0 || (s.adoption_owed && s.lease_held);
+        if marker != self.marker || !waiting {
+            self.marker = marker;
+            self.moved_at = Instant::now();
+            return None;
+        }
+        let stuck = self.moved_at.elapsed();
+        match &s.last_error {
+            Some(err) if stuck >= self.unhealthy_after => Some(format!(
+                "stores failing: nothing moved for {}s with {} own pack(s) not uploaded, {} owed \
+                 to the catalog{}; last error: {err}",
+                stuck.as_secs(),
+                s.deferred,
+                s.pending_index,
+                if s.adoption_owed {
+                    ", adoption owed"
+                } else {
+                    ""
+                }
+            )),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SnapshotCollector(Shared);
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let st = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let s = &st.snapshot;
+        let e = &mut e;
+        counter(
+            e,
+            "staged_packs",
+            "Packs staged by sinks in this process.",
+            s.staged,
+        )?;
+        counter(
+            e,
+            "uploaded_packs",
+            "Packs put in the object store (own and adopted).",
+            s.uploaded,
+        )?;
+        counter(
+            e,
+            "indexed_packs",
+            "Packs indexed in the catalog (own and adopted).",
+            s.indexed,
+        )?;
+        counter(
+            e,
+            "upload_failures",
+            "Failed upload attempt series.",
+            s.upload_failures,
+        )?;
+        counter(
+            e,
+            "cancelled_uploads",
+            "Uploads cut by a cancel (deadline, flush, stop).",
+            s.cancelled_uploads,
+        )?;
+        counter(
+            e,
+            "quarantined_packs",
+            "Corrupt packs set aside as .quarantined.",
+            s.quarantined,
+        )?;
+        counter(
+            e,
+            "rejected_packs",
+            "Own packs set aside as .rejected after a non-retryable failure.",
+            s.rejected,
+        )?;
+        counter(
+            e,
+            "adopted_spools",
+            "Dead sibling directories drained by this service.",
+            s.adopted_spools,
+        )?;
+        counter(
+            e,
+            "adopted_packs",
+            "Sibling packs uploaded by this service.",
+            s.adopted_packs,
+        )?;
+        counter(
+            e,
+            "cycles",
+            "Service cycles run (loop and flush).",
+            s.cycles,
+        )?;
+        gauge(
+            e,
+            "pending_index_packs",
+            "Packs uploaded and not yet indexed (owed to the catalog).",
+            s.pending_index as i64,
+        )?;
+        gauge(
+            e,
+            "deferred_packs",
+            "Own ready packs not uploaded at the end of the last cycle.",
+            s.deferred as i64,
+        )?;
+        gauge(
+            e,
+            "adoption_owed",
+            "1 while adoptable sibling work is not done.",
+            s.adoption_owed as i64,
+        )?;
+        gauge(
+            e,
+            "live_siblings",
+            "Sibling directories found live at their last probe.",
+            s.live_siblings as i64,
+        )?;
+        gauge(
+            e,
+            "blocked_siblings",
+            "Sibling directories nobody adopts until a person acts.",
+            s.blocked_siblings.len() as i64,
+        )?;
+        gauge(
+            e,
+            "sibling_bytes",
+            "Bytes held by dead siblings (charged to the own budget).",
+            s.sibling_bytes as i64,
+        )?;
+        gauge(
+            e,
+            "lease_held",
+            "1 while this service holds its lease.",
+            s.lease_held as i64,
+        )?;
+        gauge(
+            e,
+            "latched",
+            "1 once a foreign lease outlived 2 x TTL (lease-gated work stopped).",
+            s.latched as i64,
+        )?;
+        gauge(
+            e,
+            "last_error_present",
+            "1 when an error has been recorded (the text is in /healthz).",
+            s.last_error.is_some() as i64,
+        )?;
+        gauge(
+            e,
+            "healthy",
+            "1 while /healthz answers 200.",
+            st.unhealthy.is_none() as i64,
+        )?;
+        let g = ConstGauge::new(st.start_time);
+        g.encode(e.encode_descriptor(
+            "start_time_seconds",
+            "Process start, seconds since the Unix epoch.",
+            None,
+            g.metric_type(),
+        )?)?;
+        if let Some(holder) = &s.lease_holder {
+            let g = ConstGauge::new(1i64);
+            let mut m = e.encode_descriptor(
+                "lease_foreign_holder",
+                "The foreign lease holder last seen (label holder).",
+                None,
+                g.metric_type(),
+            )?;
+            g.encode(m.encode_family(&[("holder", holder.as_str())])?)?;
+        }
+        if !s.blocked_siblings.is_empty() {
+            let g = ConstGauge::new(1i64);
+            let mut m = e.encode_descriptor(
+                "blocked_sibling",
+                "One series per blocked sibling directory (label dir).",
+                None,
+                g.metric_type(),
+            )?;
+            for dir in &s.blocked_siblings {
+                let dir = dir.display().to_string();
+                g.encode(m.encode_family(&[("dir", dir.as_str())])?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Renders the Prometheus text exposition of `status`.
+pub fn render(status: &Shared) -> String {
+    let mut registry = Registry::with_prefix("spool");
+    registry.register_collector(Box::new(SnapshotCollector(status.clone())));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String does not fail");
+    out
+}
+
+/// The running HTTP server.
+pub struct Server {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    /// The bound address (a port 0 request resolved).
+    pub addr: std::net::SocketAddr,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).finish()
+    }
+}
+
+impl Server {
+    /// Binds `addr` and serves `/metrics` and `/healthz` on a thread.
+    pub fn start(addr: std::net::SocketAddr, status: Shared) -> anyhow::Result<Server> {
+        let server = tiny_http::Server::http(addr)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| {
+                format!("cannot serve metrics on {addr} (metrics.addr / --metrics-addr)")
+            })?;
+        let bound = server
+            .server_addr()
+            .to_ip()
+            .context("the metrics server listens on an IP address")?;
+        let server = Arc::new(server);
+        let s = server.clone();
+        let thread = std::thread::Builder::new()
+            .name("spool-metrics".into())
+            .spawn(move || {
+                for req in s.incoming_requests() {
+                    let path = req.url().split('?').next().unwrap_or("").to_string();
+                    let (code, body, ctype) = match path.as_str() {
+                        "/metrics" => (
+                            200,
+                            render(&status),
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        ),
+                        "/healthz" => {
+                            let st = status.lock().unwrap_or_else(|p| p.into_inner());
+                            match &st.unhealthy {
+                                None => (200, "ok\n".to_string(), "text/plain; charset=utf-8"),
+                                Some(why) => (503, format!("{why}\n"), "text/plain; charset=utf-8"),
+                            }
+                        }
+                        _ => (
+                            404,
+                            "not found: try /metrics or /healthz\n".to_string(),
+                            "text/plain; charset=utf-8",
+                        ),
+                    };
+                    let header =
+                        tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes())
+                            .expect("a valid header");
+                    let resp = tiny_http::Response::from_string(body)
+                        .with_status_code(code)
+                        .with_header(header);
+                    if let Err(e) = req.respond(resp) {
+                        tracing::debug!("metrics response: {e}");
+                    }
+                }
+            })
+            .context("starting the metrics thread")?;
+        tracing::info!(%bound, "serving /metrics and /healthz on http://{bound}");
+        Ok(Server {
+            server,
+            thread: Some(thread),
+            addr: bound,
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_turns_on_latch_and_on_stuck_failing_work() {
+        let mut h = Health::new(Duration::from_millis(50));
+        let mut s = Snapshot::default();
+        assert_eq!(h.judge(&s), None);
+        s.deferred = 3;
+        s.last_error = Some("store down".into());
+        assert_eq!(h.judge(&s), None, "not stuck long enough yet");
+        std::thread::sleep(Duration::from_millis(80));
+        let why = h.judge(&s).expect("stuck");
+        assert!(
+            why.contains("3 own pack(s)") && why.contains("store down"),
+            "{why}"
+        );
+        s.uploaded = 1; // progress clears it
+        assert_eq!(h.judge(&s), None);
+        s.latched = true;
+        s.lease_holder = Some("h:1".into());
+        assert!(h.judge(&s).unwrap().contains("latched"));
+    }
+
+    #[test]
+    fn render_names_every_snapshot_field_with_units() {
+        let st = shared();
+        st.lock().unwrap().snapshot.uploaded = 7;
+        let text = render(&st);
+        for name in [
+            "spool_uploaded_packs_total 7",
+            "spool_indexed_packs_total",
+            "spool_pending_index_packs",
+            "spool_sibling_bytes",
+            "spool_latched",
+            "spool_cycles_total",
+        ] {
+            assert!(text.contains(name), "{name} missing in\n{text}");
+        }
+    }
+}

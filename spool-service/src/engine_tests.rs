@@ -1,0 +1,217 @@
+//! Engine tests (SPEC §7.5) on fakes: the memory catalog, the
+//! fault-scripting store, real temp directories and real locks.
+
+use std::time::Duration;
+
+use spool_catalog::Catalog;
+use spool_core::sink::{AdmissionPolicy, SinkConfig};
+use spool_upload::testing::{Action, Injected, Op, Rule};
+
+use crate::engine::{Engine, EngineConfig};
+use crate::tests::Fixture;
+use crate::Error;
+
+/// One sink sealing every record into its own pack.
+fn sink() -> SinkConfig {
+    SinkConfig {
+        seal_records: 1,
+        release_flush_timeout: Duration::from_secs(5),
+        ..SinkConfig::default()
+    }
+}
+
+fn engine_config(fx: &Fixture, sinks: Vec<SinkConfig>) -> EngineConfig {
+    // The service config's dir is set by the engine; any path will do here.
+    let mut service = fx.config(&fx.root);
+    service.lock_mode = spool_lock::LockMode::Take; // the engine must override it
+    EngineConfig {
+        spool_root: fx.root.clone(),
+        rank: 3,
+        service,
+        sinks,
+        close_flush_timeout: Duration::from_secs(10),
+    }
+}
+
+fn rank_dirs(fx: &Fixture) -> Vec<std::path::PathBuf> {
+    let key_dir = fx.root.join(fx.dest.catalog_key().unwrap());
+    std::fs::read_dir(key_dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+fn ready(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "ready"))
+        .count()
+}
+
+#[test]
+fn start_claims_then_starts_the_service_then_opens_sinks_held_by_caller() {
+    let fx = Fixture::new();
+    let cfg = engine_config(&fx, vec![sink(), sink()]);
+    let registry = cfg.service.registry.clone();
+    let engine = Engine::start(cfg).unwrap();
+    let dir = engine.dir().to_path_buf();
+    // The claim: a fresh rank directory under the key, held by this process.
+    assert_eq!(rank_dirs(&fx), vec![dir.clone()]);
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    assert!(name.starts_with("r3-"), "{name}");
+    assert!(spool_lock::held_by_this_process(&dir).unwrap());
+    // The service runs on it (its loop registered a reader) ...
+    assert_eq!(engine.service().dir(), dir);
+    assert_eq!(registry.readers(), 1);
+    // ... and both sinks publish into the service's registry.
+    assert_eq!(engine.sinks().len(), 2);
+    assert!(!registry.points_of(&dir).is_empty());
+    let report = engine.close();
+    assert!(
+        report.removed && report.sealed && report.drained,
+        "{report:?}"
+    );
+    assert_eq!(registry.readers(), 0, "the service's reader is gone");
+}
+
+#[test]
+fn a_clean_close_without_a_flush_seals_ships_the_tail_and_removes_the_directory() {
+    let fx = Fixture::new();
+    let engine = Engine::start(engine_config(&fx, vec![sink()])).unwrap();
+    let dir = engine.dir().to_path_buf();
+    for i in 0..3 {
+        engine.sinks()[0]
+            .write(format!("record {i}").as_bytes())
+            .unwrap();
+    }
+    let report = engine.close();
+    assert!(report.sealed, "{report:?}");
+    assert!(report.drained, "{report:?}");
+    assert!(report.removed, "{report:?}");
+    assert!(
+        !report.claim_kept && report.problems.is_empty(),
+        "{report:?}"
+    );
+    assert!(!dir.exists(), "the rank directory is removed");
+    let count = crate::tests::block_on(fx.catalog.count()).unwrap();
+    assert_eq!(count, 3, "every record's pack is indexed");
+    assert_eq!(crate::tests::block_on(fx.objects()), 3);
+}
+
+#[test]
+fn with_the_store_down_a_close_keeps_the_directory_unlocked_with_its_packs() {
+    let fx = Fixture::new();
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))));
+    let mut cfg = engine_config(&fx, vec![sink()]);
+    cfg.close_flush_timeout = Duration::from_millis(800);
+    let engine = Engine::start(cfg).unwrap();
+    let dir = engine.dir().to_path_buf();
+    engine.sinks()[0].write(b"one").unwrap();
+    engine.sinks()[0].write(b"two").unwrap();
+    let report = engine.close();
+    assert!(report.sealed && !report.drained, "{report:?}");
+    assert!(!report.removed && !report.claim_kept, "{report:?}");
+    assert!(
+        report.problems.iter().any(|p| p.contains("service flush")),
+        "{report:?}"
+    );
+    assert_eq!(ready(&dir), 2, "both packs stay for a successor");
+    let owner = spool_lock::read_owner(&dir).unwrap();
+    assert!(
+        !owner.held,
+        "the directory is left unlocked (a dead sibling)"
+    );
+    assert!(spool_lock::held_claims().is_empty());
+}
+
+#[test]
+fn a_sink_that_did_not_seal_keeps_the_claim_until_the_process_exits() {
+    let fx = Fixture::new();
+    let mut full = sink();
+    full.spool.max_bytes = Some(64); // no pack fits: staging keeps failing
+    full.admission = AdmissionPolicy::Refuse;
+    full.release_flush_timeout = Duration::from_millis(300);
+    let engine = Engine::start(engine_config(&fx, vec![full])).unwrap();
+    let dir = engine.dir().to_path_buf();
+    engine.sinks()[0].write(&[7u8; 1024]).unwrap();
+    let report = engine.close();
+    assert!(!report.sealed && report.claim_kept, "{report:?}");
+    assert!(!report.removed, "{report:?}");
+    assert!(
+        report.problems.iter().any(|p| p.contains("sink 0")),
+        "{report:?}"
+    );
+    assert!(dir.exists());
+    assert!(
+        spool_lock::held_by_this_process(&dir).unwrap(),
+        "the claim is kept: nobody may adopt a directory a sink may still write"
+    );
+    assert_eq!(spool_lock::held_claims(), vec![dir]);
+}
+
+#[test]
+fn a_service_that_fails_to_start_leaves_no_lock_and_opens_no_sink() {
+    let fx = Fixture::new();
+    let mut cfg = engine_config(&fx, vec![sink()]);
+    cfg.service.poll_interval = Duration::ZERO; // the service refuses this
+    let registry = cfg.service.registry.clone();
+    let err = Engine::start(cfg).unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err}");
+    assert!(
+        rank_dirs(&fx).is_empty(),
+        "the claimed directory is removed"
+    );
+    assert!(spool_lock::held_claims().is_empty(), "no lock is left");
+    assert_eq!(registry.readers(), 0);
+    let key_dir = fx.root.join(fx.dest.catalog_key().unwrap());
+    assert!(
+        registry.points_of(&key_dir).is_empty(),
+        "no sink published anything"
+    );
+}
+
+#[test]
+fn a_sink_that_fails_to_open_undoes_the_service_and_the_claim() {
+    let fx = Fixture::new();
+    let bad = SinkConfig {
+        seal_bytes: 0,
+        ..sink()
+    };
+    let cfg = engine_config(&fx, vec![sink(), bad]);
+    let registry = cfg.service.registry.clone();
+    let err = Engine::start(cfg).unwrap_err();
+    assert!(matches!(err, Error::Sink { index: 1, .. }), "{err}");
+    assert!(
+        rank_dirs(&fx).is_empty(),
+        "the claimed directory is removed"
+    );
+    assert!(spool_lock::held_claims().is_empty());
+    assert_eq!(registry.readers(), 0, "the service was stopped");
+}
+
+#[test]
+fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
+    let fx = Fixture::new();
+    let dead = fx.claim(&fx.dest, 0);
+    let dead_dir = dead.dir().to_path_buf();
+    let ids = crate::tests::stage(&dead_dir, 2);
+    dead.release().unwrap();
+    let mut cfg = engine_config(&fx, Vec::new());
+    cfg.service.adoption_recheck_interval = Duration::from_millis(100);
+    let engine = Engine::start(cfg).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while dead_dir.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !dead_dir.exists(),
+        "the dead sibling is adopted and removed"
+    );
+    for id in ids {
+        assert!(crate::tests::block_on(fx.catalog.get(&id.to_hex()))
+            .unwrap()
+            .is_some());
+    }
+    assert!(engine.close().removed);
+}

@@ -1,0 +1,260 @@
+//! The embedded engine and the daemon as real processes against the real
+//! servers `cargo xtask test` starts (moto's S3 server, ClickHouse), with the
+//! fault proxy in front of moto (SPEC §1, §7.3, §7.5).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use object_store::{ObjectStore, ObjectStoreExt};
+use spool_catalog::{CatalogUrl, ClickHouseCatalog};
+use spool_core::PackId;
+use spool_tests::proxy::Proxy;
+use spool_tests::{describe, output, server_env, spool};
+
+/// A fresh ClickHouse database for one test, dropped at the end.
+struct Db {
+    url: String,
+    admin: ClickHouseCatalog,
+}
+
+fn fresh_db(base: &str) -> Db {
+    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(base).expect("SPOOL_TEST_CLICKHOUSE_URL")
+    else {
+        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}")
+    };
+    t.database = format!(
+        "spool_engine_{}_{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
+    );
+    let url = format!(
+        "clickhouse://{}:{}/{}?table_prefix={}",
+        t.host, t.port, t.database, t.table_prefix
+    );
+    Db {
+        url,
+        admin: ClickHouseCatalog::new(t),
+    }
+}
+
+fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Collects a child's stdout lines (pack ids) and its stderr's rank
+/// directory line.
+struct Watched {
+    child: Child,
+    ids: Arc<Mutex<Vec<String>>>,
+    dir: Arc<Mutex<Option<PathBuf>>>,
+}
+
+fn watch(mut child: Child) -> Watched {
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let dir = Arc::new(Mutex::new(None));
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    let i = ids.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            i.lock().unwrap().push(line);
+        }
+    });
+    let d = dir.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if let Some(p) = line.strip_prefix("spool: rank directory ") {
+                *d.lock().unwrap() = Some(PathBuf::from(p));
+            }
+            eprintln!("[producer] {line}");
+        }
+    });
+    Watched { child, ids, dir }
+}
+
+fn ready_files(dir: &Path) -> HashMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".ready")?.to_string();
+            Some((id, std::fs::read(e.path()).unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_reads_back() {
+    let (Some(ch), Some(endpoint), Some(bucket)) = (
+        server_env("SPOOL_TEST_CLICKHOUSE_URL"),
+        server_env("SPOOL_TEST_S3_ENDPOINT"),
+        server_env("SPOOL_TEST_S3_BUCKET"),
+    ) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream = endpoint.trim_start_matches("http://").parse().unwrap();
+    let proxy = rt.block_on(Proxy::start(upstream)).unwrap();
+    let db = fresh_db(&ch);
+    let prefix = format!("engine-{}", uuid::Uuid::new_v4().simple());
+    let store_url = format!("s3://{bucket}/{prefix}");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+
+    // 1. A serving producer: its own service uploads through the proxy and
+    //    indexes into ClickHouse as it goes; it holds the node's adopter
+    //    lease (it is the only service there).
+    let mut producer = watch(
+        spool()
+            .args(["produce", "--spool-root"])
+            .arg(root)
+            .args(["--store", &store_url, "--catalog", &db.url, "--serve"])
+            .args([
+                "--packs",
+                "400",
+                "--pack-interval",
+                "0.05",
+                "--lease-ttl",
+                "5",
+            ])
+            .args(["--poll-interval", "0.2", "--hold"])
+            .env("AWS_ENDPOINT", proxy.url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let catalog = spool_catalog::open(&db.url).unwrap();
+    wait_for("part of the packs indexed", Duration::from_secs(60), || {
+        rt.block_on(catalog.count()).unwrap_or(0) >= 3
+    });
+    // 2. Cut the store: what is staged from now on stays in the spool.
+    proxy.set_refusing(true);
+    let at_cut = producer.ids.lock().unwrap().len();
+    wait_for(
+        "packs staged after the cut",
+        Duration::from_secs(60),
+        || producer.ids.lock().unwrap().len() >= at_cut + 5,
+    );
+    let dir = producer
+        .dir
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("rank directory");
+    // A torn stage, as a SIGKILL mid-write leaves one.
+    std::fs::write(
+        dir.join(".0123456789abcdef0123456789abcdef.1a2b3c4d.open"),
+        b"torn",
+    )
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(producer.child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    producer.child.wait().unwrap();
+    let staged: Vec<String> = producer.ids.lock().unwrap().clone();
+    let indexed_before = rt.block_on(catalog.count()).unwrap();
+    let left = ready_files(&dir);
+    assert!(
+        !left.is_empty() && indexed_before > 0,
+        "part indexed ({indexed_before}), part staged ({})",
+        left.len()
+    );
+    proxy.set_refusing(false);
+
+    // 3. The daemon, straight to moto: waits out the dead producer's lease,
+    //    adopts its directory, ships every pack, removes the directory.
+    let started = Instant::now();
+    let out = output(
+        spool()
+            .args(["run", "--once", "--json", "--spool-root"])
+            .arg(root)
+            .args(["--store", &store_url, "--catalog", &db.url])
+            .args([
+                "--lease-ttl",
+                "5",
+                "--timeout",
+                "90",
+                "--poll-interval",
+                "0.2",
+            ]),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        !dir.exists(),
+        "the adopted directory is removed (stale .open swept)\n{}",
+        describe(&out)
+    );
+    let took = started.elapsed();
+
+    // 4. Every pack the producer reported staged is in the catalog, and its
+    //    object reads back from the store byte-equal (to the spooled copy
+    //    where we have one) and valid.
+    let s3: Arc<dyn ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::from_env()
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_bucket_name(&bucket)
+            .build()
+            .unwrap(),
+    );
+    for id in &staged {
+        let row = rt
+            .block_on(catalog.get(id))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{id} is not indexed"));
+        let bytes = rt
+            .block_on(async {
+                s3.get(&object_store::path::Path::from(row.object_key.as_str()))
+                    .await?
+                    .bytes()
+                    .await
+            })
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        if let Some(copy) = left.get(id) {
+            assert_eq!(&bytes[..], &copy[..], "{id} differs from its spooled bytes");
+        }
+        spool_core::validate(
+            std::io::Cursor::new(bytes.to_vec()),
+            Some(PackId::from_hex(id).unwrap()),
+            &AtomicBool::new(false),
+        )
+        .unwrap_or_else(|e| panic!("{id}: {e}"));
+    }
+    assert_eq!(rt.block_on(catalog.count()).unwrap(), staged.len() as u64);
+    eprintln!(
+        "{} packs: {indexed_before} indexed by the producer, {} adopted; run --once took {took:?}",
+        staged.len(),
+        left.len()
+    );
+    let listed: Vec<_> = rt
+        .block_on(async {
+            s3.list(Some(&prefix.as_str().into()))
+                .try_collect::<Vec<_>>()
+                .await
+        })
+        .unwrap();
+    assert_eq!(
+        listed.len(),
+        staged.len(),
+        "one object per pack, nothing else"
+    );
+    rt.block_on(db.admin.testing_drop_database()).unwrap();
+}
