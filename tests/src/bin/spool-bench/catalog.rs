@@ -149,7 +149,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
 
 /// `Catalog::index` (unfenced, as a node-scope service indexes its own
 /// packs) in batches of 1, 16 and 256, against `plain` inserting the same
-/// number of rows in the same batches; the two alternate per batch size.
+/// number of rows in the same batches, alternating statement by statement.
 fn index(
     ctx: &Ctx,
     rt: &tokio::runtime::Runtime,
@@ -167,16 +167,19 @@ fn index(
         let ours_rows = rows(next, total);
         let plain_rows = rows(next + total as u64, total);
         next += 2 * total as u64;
-        let t = Instant::now();
-        for chunk in ours_rows.chunks(batch) {
-            rt.block_on(cat.index(chunk, None))?;
+        // Statement by statement, ours then the plain one, so both see the
+        // same server and machine load.
+        let (mut t_ours, mut t_plain) = (Duration::ZERO, Duration::ZERO);
+        for (ours, theirs) in ours_rows.chunks(batch).zip(plain_rows.chunks(batch)) {
+            let t = Instant::now();
+            rt.block_on(cat.index(ours, None))?;
+            t_ours += t.elapsed();
+            let t = Instant::now();
+            plain(theirs)?;
+            t_plain += t.elapsed();
         }
-        let ours = total as f64 / t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        for chunk in plain_rows.chunks(batch) {
-            plain(chunk)?;
-        }
-        let base = total as f64 / t.elapsed().as_secs_f64();
+        let ours = total as f64 / t_ours.as_secs_f64();
+        let base = total as f64 / t_plain.as_secs_f64();
         let (base_name, how) = if backend.starts_with("ClickHouse") {
             (
                 "plain HTTP `INSERT … VALUES`",

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use crate::{median, run_cmd, timed, Ctx, Figure};
+use crate::{median, run_cmd, size_label, timed, Ctx, Figure};
 
 const MIB: f64 = (1 << 20) as f64;
 
@@ -135,8 +135,8 @@ fn stage(ctx: &Ctx, name: &str, n: usize, bytes: usize, goal: f64) -> Result<()>
     }
     let mib = total as f64 / MIB;
     let detail = format!(
-        "{n} packs of {} KiB on the scratch disk; ours: `Spool::stage`; baseline: create temp, write, fsync, rename, fsync dir",
-        bytes >> 10
+        "{n} packs of {} on the scratch disk; ours: `Spool::stage`; baseline: create temp, write, fsync, rename, fsync dir",
+        size_label(bytes)
     );
     let (unit, ours, base, plain) = if small {
         (
