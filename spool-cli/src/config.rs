@@ -30,8 +30,9 @@
 //!
 //! With a spool root and no store or catalog, the destination is the
 //! single-machine default under the root: `file://ROOT/.store` and
-//! `sqlite:///ROOT/.catalog.db` ([`spool_core::layout::EMBEDDED_STORE_DIR`],
-//! [`spool_core::layout::EMBEDDED_CATALOG_FILE`]); every spool walk skips
+//! `sqlite:///ROOT/.catalog.db` (spelled by `crate::dest`, as `spool produce
+//! --spool-root` spells them, so both find the same catalog key; the names
+//! are spool-core's `EMBEDDED_STORE_DIR` and `EMBEDDED_CATALOG_FILE`); every spool walk skips
 //! both names.
 
 use std::collections::BTreeMap;
@@ -40,10 +41,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context;
 use serde::Deserialize;
 use spool_catalog::{CatalogUrl, LeaseScope};
-use spool_core::layout::{EMBEDDED_CATALOG_FILE, EMBEDDED_STORE_DIR};
 use spool_core::Destination;
 use spool_upload::{ClientConfig, UploadConfig};
 
@@ -412,6 +411,15 @@ pub const KEYS: &[Key] = &[
         Kind::Addr,
         None,
         "serve /metrics and /healthz on this address (unset: off)",
+    ),
+    key(
+        "metrics.linger",
+        "SPOOL_METRICS_LINGER",
+        None,
+        SECS0,
+        Some("0s"),
+        "after a latch or a timeout, keep serving /metrics and /healthz this long before \
+         exiting, so the last state can be scraped (a signal cuts it short)",
     ),
 ];
 
@@ -796,7 +804,7 @@ section!(ClientSection {
     retry_timeout,
     allow_http
 });
-section!(MetricsSection { addr });
+section!(MetricsSection { addr, linger });
 
 impl FileConfig {
     fn entries(&self) -> Vec<(String, &toml::Value)> {
@@ -1082,6 +1090,7 @@ impl Config {
             entries,
             file: file.map(|(p, _)| p),
         };
+        config.check_lease()?;
         config.embedded_defaults()?;
         for k in KEYS {
             config.entries.entry(k.name).or_insert(Entry {
@@ -1093,6 +1102,21 @@ impl Config {
         Ok(config)
     }
 
+    /// The TTL must leave room for the fence margin and the renewals
+    /// (spool-catalog's rule: the fence margin shrinks to fit, never under 2 s, so ttl ≥ 5 s).
+    fn check_lease(&self) -> Result<(), ConfigError> {
+        let e = &self.entries["lease.ttl"];
+        spool_catalog::LeaseConfig::new(self.lease_ttl()).map_err(|err| {
+            refuse(
+                e.key,
+                &self.lease_ttl().as_secs().to_string(),
+                &e.source,
+                &format!("is refused: {err}"),
+            )
+        })?;
+        Ok(())
+    }
+
     /// With a spool root and no store or catalog: the embedded ones.
     fn embedded_defaults(&mut self) -> Result<(), ConfigError> {
         let Some(root) = self.path("spool.root") else {
@@ -1100,15 +1124,13 @@ impl Config {
         };
         let root = std::path::absolute(&root).unwrap_or(root);
         let root = root.canonicalize().unwrap_or(root);
-        let root_s = root.display().to_string();
+        // spelled by crate::dest, like `spool produce --spool-root`: one
+        // spelling, one catalog key
         for (name, url) in [
-            (
-                "destination.store",
-                format!("file://{root_s}/{EMBEDDED_STORE_DIR}"),
-            ),
+            ("destination.store", crate::dest::embedded_store_url(&root)),
             (
                 "destination.catalog",
-                format!("sqlite://{root_s}/{EMBEDDED_CATALOG_FILE}"),
+                crate::dest::embedded_catalog_url(&root),
             ),
         ] {
             if !self.entries.contains_key(name) {
@@ -1211,18 +1233,18 @@ impl Config {
     }
 
     /// The store URL (as given).
-    pub fn store_url(&self) -> anyhow::Result<&str> {
-        self.text("destination.store").context(
-            "no object store: give --store URL (or SPOOL_STORE, destination.store), or a spool root for the embedded default",
-        )
+    pub fn store_url(&self) -> Result<&str, ConfigError> {
+        self.text("destination.store").ok_or_else(|| ConfigError(
+            "no object store: give --store URL (or SPOOL_STORE, destination.store), or a spool root for the embedded default".into(),
+        ))
     }
 
     /// The catalog URL (as given, with its credentials: never print it; use
     /// [`mask_url`]).
-    pub fn catalog_url(&self) -> anyhow::Result<&str> {
-        self.text("destination.catalog").context(
-            "no catalog: give --catalog URL (or SPOOL_CATALOG, destination.catalog), or a spool root for the embedded default",
-        )
+    pub fn catalog_url(&self) -> Result<&str, ConfigError> {
+        self.text("destination.catalog").ok_or_else(|| ConfigError(
+            "no catalog: give --catalog URL (or SPOOL_CATALOG, destination.catalog), or a spool root for the embedded default".into(),
+        ))
     }
 
     /// The destination its packs go to (credentials removed from the
@@ -1337,6 +1359,11 @@ impl Config {
         }
     }
 
+    /// How long the metrics server outlives a latched or timed-out run.
+    pub fn metrics_linger(&self) -> Duration {
+        self.secs("metrics.linger")
+    }
+
     /// The metrics address, if any.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         match self.get("metrics.addr") {
@@ -1394,6 +1421,19 @@ mod tests {
         assert_eq!(c.lease_scope(), LeaseScope::Catalog);
         assert_eq!(c.recheck_interval(), Duration::from_secs(30));
         assert_eq!(c.source("service.recheck_interval"), Some(&Source::Default));
+    }
+
+    #[test]
+    fn a_ttl_without_room_for_the_fence_margin_is_refused() {
+        let flags = ConfigFlags {
+            lease_ttl: Some("4".into()),
+            ..Default::default()
+        };
+        let e = load(None, &[], flags).unwrap_err();
+        assert!(
+            e.0.contains("lease.ttl") && e.0.contains("fence_margin"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -17,10 +17,7 @@ use spool_catalog::{Catalog, CatalogUrl};
 use spool_core::Destination;
 use spool_upload::{ClientConfig, Store};
 
-/// The embedded default store directory under a spool root.
-pub const EMBEDDED_STORE_DIR: &str = ".store";
-/// The embedded default SQLite catalog file under a spool root.
-pub const EMBEDDED_CATALOG_FILE: &str = ".catalog.db";
+pub use spool_core::layout::{EMBEDDED_CATALOG_FILE, EMBEDDED_STORE_DIR};
 
 /// The embedded store URL for `root`: `file://ROOT/.store`.
 pub fn embedded_store_url(root: &Path) -> String {

@@ -21,6 +21,9 @@ pub enum ExitCode {
     LeaseLost = 7,
     /// 8: corrupt packs were found (verify).
     Corrupt = 8,
+    /// 9: a pack read back from the store does not match its checksum
+    /// (cat); nothing was written.
+    Checksum = 9,
 }
 
 impl From<ExitCode> for std::process::ExitCode {
@@ -33,14 +36,15 @@ impl From<ExitCode> for std::process::ExitCode {
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  ok
-  1  other error
+  1  other error (also: spool run --once found blocked siblings)
   2  usage error (bad flag, bad or unreadable config file, bad value)
   3  spool directory owned by another process
   4  shared (network) filesystem refused (see --allow-shared-filesystem)
   5  spool full
   6  deadline passed without draining (spool run --once --timeout)
   7  lease lost (latched): another writer held the lease for 2 x TTL
-  8  corrupt packs found (verify)";
+  8  corrupt packs found (verify)
+  9  pack read back does not match its checksum (cat); nothing written";
 
 /// Maps an error to its exit code by looking for the typed errors of the
 /// library crates in its chain.
@@ -51,6 +55,9 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
         }
         if cause.is::<crate::config::ConfigError>() {
             return ExitCode::Usage;
+        }
+        if let Some(c) = cause.downcast_ref::<Coded>() {
+            return c.code;
         }
         let code = if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
             core_code(e)
@@ -103,3 +110,29 @@ impl std::fmt::Display for ExitCode {
 }
 
 impl std::error::Error for ExitCode {}
+
+/// An error whose message is the whole story and which carries its own
+/// exit code (a usage error found after parsing, a checksum mismatch).
+#[derive(Debug)]
+pub struct Coded {
+    /// The exit code.
+    pub code: ExitCode,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+/// An `anyhow::Error` that exits with `code` (see [`classify`]).
+pub fn coded(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Coded {
+        code,
+        message: message.into(),
+    })
+}

@@ -17,8 +17,11 @@ pub enum LogFormat {
 pub fn init(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // Colours only on a terminal: a log file or a journal gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

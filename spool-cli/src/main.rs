@@ -12,7 +12,9 @@ mod engine;
 mod exit;
 mod logging;
 mod metrics;
+mod progress;
 mod signals;
+mod source;
 
 use std::path::PathBuf;
 
@@ -21,7 +23,7 @@ use clap::Parser;
 /// Gets data packs from the processes that produce them to an object store
 /// and a catalog, through a crash-safe node-local spool directory.
 #[derive(Debug, Parser)]
-#[command(name = "spool", version, about, long_about = None, after_help = exit::EXIT_CODES_HELP)]
+#[command(name = "spool", version, about, long_about = LONG_ABOUT, after_help = exit::EXIT_CODES_HELP)]
 struct Cli {
     /// Configuration file (TOML). Default: $SPOOL_CONFIG, else ./spool.toml
     /// if present. See `spool config show`.
@@ -39,6 +41,31 @@ struct Cli {
     #[command(subcommand)]
     command: cmd::Command,
 }
+
+const LONG_ABOUT: &str = "\
+Gets data packs from the processes that produce them to an object store
+and a catalog, through a crash-safe node-local spool directory.
+
+Producers write packs into their own rank directory under a spool root
+(ROOT/<catalog key>/r<rank>-<incarnation>/). A storage service, embedded
+in the producer or run as a daemon, uploads and indexes them, and adopts
+the directories of producers that died. These commands inspect and repair
+that state:
+
+  spool demo                 the whole product on one machine, with a read-back table
+  spool run --spool-root ROOT [--once]   the daemon: drain and adopt into store + catalog
+  spool produce --spool-root ROOT --packs N [--serve]   stage synthetic packs
+  spool config show          the effective configuration and where each key came from
+  spool status ROOT          every rank directory: owner, live/dead/blocked, packs
+  spool ls --spool-root ROOT packs in the catalog
+  spool cat ID --spool-root ROOT --out F   read one back, checksum checked
+  spool verify DIR           validate packs without the lock (exit 8 if corrupt)
+  spool recover DIR          take the lock, sweep temp files, quarantine corrupt packs
+  spool unblock DIR          clear a blocked mark after fixing its cause
+  spool lock owner DIR       who holds a directory
+
+Logs go to stderr, filtered by RUST_LOG (default `warn`). Each command's
+--help has examples.";
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

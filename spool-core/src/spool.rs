@@ -900,9 +900,33 @@ pub fn inspect(dir: &Path) -> Result<DirCounts, Error> {
     Ok(c)
 }
 
+/// Where a [`verify_dir_with_progress`] is: packs and bytes checked so far
+/// out of those listed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerifyProgress {
+    /// Packs checked (valid, corrupt, or gone since the listing).
+    pub done: u64,
+    /// Bytes of the packs checked.
+    pub done_bytes: u64,
+    /// Ready packs listed.
+    pub total: u64,
+    /// Bytes of the ready packs listed.
+    pub total_bytes: u64,
+}
+
 /// Validates every ready pack without taking the lock or changing
 /// anything (`spool verify`). A pack removed while this runs is skipped.
 pub fn verify_dir(dir: &Path, cancel: &AtomicBool) -> Result<VerifyReport, Error> {
+    verify_dir_with_progress(dir, cancel, |_| {})
+}
+
+/// [`verify_dir`], calling `progress` once after the listing and after
+/// each pack (for progress bars on large directories).
+pub fn verify_dir_with_progress(
+    dir: &Path,
+    cancel: &AtomicBool,
+    mut progress: impl FnMut(VerifyProgress),
+) -> Result<VerifyReport, Error> {
     let mut report = VerifyReport::default();
     let mut odd = Vec::new();
     walk(dir, |e| {
@@ -916,8 +940,19 @@ pub fn verify_dir(dir: &Path, cancel: &AtomicBool) -> Result<VerifyReport, Error
             .corrupt
             .push((p, "not a regular file (a symlink?)".to_string()));
     }
-    for pack in scan_dir(dir, cancel)? {
-        match validate_file(&pack.path, pack.id, cancel) {
+    let packs = scan_dir(dir, cancel)?;
+    let mut at = VerifyProgress {
+        total: packs.len() as u64,
+        total_bytes: packs.iter().map(|p| p.bytes).sum(),
+        ..VerifyProgress::default()
+    };
+    progress(at);
+    for pack in packs {
+        at.done += 1;
+        at.done_bytes += pack.bytes;
+        let checked = validate_file(&pack.path, pack.id, cancel);
+        progress(at);
+        match checked {
             Ok(_) => report.valid.push(pack),
             Err(e) if e.is_corrupt() => {
                 let reason = match e {

@@ -139,7 +139,10 @@
 //! lets go; it stays after the release, and other services skip the
 //! directory until an operator clears it (any take rewrites the record).
 //! [`try_adopt`] itself does not read the mark: adopters read it with
-//! [`read_owner`] first. Records are parsed defensively: garbage reads as
+//! [`read_owner`] first. [`clear_blocked`] (`spool unblock DIR`) is how an
+//! operator clears it: it takes the lock (refused, naming the holder, if
+//! anyone holds it), reads the record under the lock, rewrites it only if
+//! it says `blocked`, and lets go. Records are parsed defensively: garbage reads as
 //! no record or [`Purpose::Unknown`], never a crash.
 //!
 //! # Node-local only
@@ -170,6 +173,8 @@
 //! * `tests/in_process.rs` — double takes, `held_by_caller` (own lock,
 //!   nothing held, fdinfo seam, statfs seam), every filesystem magic,
 //!   release and removal, drop without release, stale staging copies,
+//!   `clear_blocked` (clears a mark once, refuses a held directory, leaves
+//!   any other record byte for byte),
 //!   probes hammering a directory while it is taken and released.
 //! * unit tests — record parsing, modes, fdinfo lines, the registry.
 //! * `spool-tests` `lock_cli.rs` — `spool lock hold` / `spool lock owner`
@@ -195,8 +200,8 @@ mod sys;
 pub use error::{Error, Holder};
 pub use fdinfo::held_by_this_process;
 pub use lock::{
-    acquire, held_claims, is_staging_name, remove_stale_staging, try_adopt, verify_held_by_caller,
-    Claim,
+    acquire, clear_blocked, held_claims, is_staging_name, remove_stale_staging, try_adopt,
+    verify_held_by_caller, Claim, Unblocked,
 };
 pub use mode::{LockMode, LockOptions};
 pub use node_local::{check_node_local, shared_filesystem_name, SHARED_FILESYSTEMS};

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::fdinfo::held_by_this_process;
 use crate::node_local::check_node_local;
-use crate::probe::{held_spool, holder_of, read_owner};
+use crate::probe::{held_spool, holder_of, read_owner, read_record};
 use crate::record::{OwnerRecord, Purpose};
 use crate::seams::{self, HookPoint};
 use crate::sys::RegFd;
@@ -181,6 +181,13 @@ fn refusal_dir_held(dir: &Path) -> Error {
 /// if missing), re-check it is still the file at the path, flock the
 /// directory, write the record. `Ok(None)` when the directory vanished.
 fn lock_in_place(dir: &Path, purpose: Purpose) -> Result<Option<Taken>, Error> {
+    lock_in_place_as(dir, Some(purpose))
+}
+
+/// [`lock_in_place`], writing the owner record only when `purpose` is
+/// given (`None` keeps the record there, for [`clear_blocked`], which must
+/// read the old record under the lock before it decides what to write).
+fn lock_in_place_as(dir: &Path, purpose: Option<Purpose>) -> Result<Option<Taken>, Error> {
     let lock_path = dir.join(LOCK_FILE_NAME);
     for _ in 0..REOPEN_LIMIT {
         let (file, created_file) = match RegFd::open(
@@ -234,8 +241,10 @@ fn lock_in_place(dir: &Path, purpose: Purpose) -> Result<Option<Taken>, Error> {
             drop(file);
             return Err(refusal_dir_held(dir));
         }
-        file.overwrite(this_record(purpose).render().as_bytes())
-            .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
+        if let Some(purpose) = purpose {
+            file.overwrite(this_record(purpose).render().as_bytes())
+                .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
+        }
         return Ok(Some(Taken {
             dir: dir.to_path_buf(),
             held: Held { file, dir: dfd },
@@ -561,6 +570,83 @@ pub fn verify_held_by_caller(dir: &Path, opts: &LockOptions) -> Result<(), Error
         dir,
         lock_path,
     })
+}
+
+/// What [`clear_blocked`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unblocked {
+    /// The owner record said `blocked: <why>`. It now names this process
+    /// with purpose `claim` (as any take leaves it), and the lock is let go:
+    /// the directory reads as dead, and the next adopter takes it.
+    Cleared {
+        /// The reason the mark gave.
+        why: String,
+        /// The record as it was (who marked it, and when it was last held).
+        previous: OwnerRecord,
+    },
+    /// Nothing to clear: the record does not say `blocked` (`None`: there
+    /// is no lock file, or nothing readable in it). Nothing was changed.
+    NotBlocked {
+        /// The record as it is.
+        record: Option<OwnerRecord>,
+    },
+}
+
+/// Clears a `blocked: <why>` mark (written by [`Claim::mark_blocked`]) once
+/// an operator fixed its cause, so adopters take the directory again.
+///
+/// Takes the lock in place (refused, naming the holder, when anyone holds
+/// it: a live owner's directory is never touched), reads the owner record
+/// under the lock, rewrites it only when it says `blocked`, fsyncs it and
+/// lets go. Idempotent: a directory that is not blocked (or has no lock
+/// file, which is then not created) is left exactly as it was and reported
+/// as [`Unblocked::NotBlocked`]. Runs the node-local check, and refuses
+/// under a held ancestor like [`try_adopt`].
+pub fn clear_blocked(dir: &Path, opts: &LockOptions) -> Result<Unblocked, Error> {
+    let dir = absolute(dir)?
+        .canonicalize()
+        .map_err(|e| Error::io("resolve", dir, e))?;
+    check_node_local(&dir, opts.allow_shared_filesystem)?;
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    if std::fs::symlink_metadata(&lock_path).is_err() {
+        return Ok(Unblocked::NotBlocked { record: None });
+    }
+    let Some(taken) = lock_in_place_as(&dir, None)? else {
+        return Err(Error::io(
+            "unblock",
+            &dir,
+            io::Error::from(io::ErrorKind::NotFound),
+        ));
+    };
+    let created_file = taken.created_file;
+    let claim = finish(taken, Nesting::AncestorsOnly)?;
+    let held = claim.live_held()?;
+    let outcome = match read_record(&held.file) {
+        Some(previous) => match &previous.purpose {
+            Purpose::Blocked(why) => {
+                let why = why.clone();
+                held.file
+                    .overwrite(this_record(Purpose::Claim).render().as_bytes())
+                    .and_then(|()| held.file.sync())
+                    .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
+                tracing::info!(dir = %dir.display(), why, "cleared the blocked mark of spool directory {} (it said: {why})", dir.display());
+                Unblocked::Cleared { why, previous }
+            }
+            _ => Unblocked::NotBlocked {
+                record: Some(previous),
+            },
+        },
+        None => {
+            if created_file {
+                // The lock file vanished between the look and the take: do
+                // not leave an empty one behind.
+                let _ = std::fs::remove_file(&lock_path);
+            }
+            Unblocked::NotBlocked { record: None }
+        }
+    };
+    claim.release()?;
+    Ok(outcome)
 }
 
 /// Removes the unheld staging copies (`.<name>.<8 hex>.creating`) in

@@ -68,7 +68,7 @@ fn probe(path: &Path, directory: bool) -> io::Result<Option<(bool, RegFd)>> {
     Ok(Some((!free, fd)))
 }
 
-fn read_record(fd: &RegFd) -> Option<OwnerRecord> {
+pub(crate) fn read_record(fd: &RegFd) -> Option<OwnerRecord> {
     let st = fd.fstat().ok()?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return None;

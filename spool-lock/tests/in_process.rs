@@ -2,10 +2,11 @@
 //! seams, release and drop.
 
 use spool_lock::{
-    acquire, check_node_local, held_by_this_process, held_claims, is_nested_spool, read_owner,
-    remove_stale_staging, testing, try_adopt, verify_held_by_caller, Error, LockOptions,
-    LOCK_FILE_NAME, SHARED_FILESYSTEMS,
+    acquire, check_node_local, clear_blocked, held_by_this_process, held_claims, is_nested_spool,
+    read_owner, remove_stale_staging, testing, try_adopt, verify_held_by_caller, Error,
+    LockOptions, LOCK_FILE_NAME, SHARED_FILESYSTEMS,
 };
+use spool_lock::{Purpose, Unblocked};
 use std::time::Duration;
 
 fn opts() -> LockOptions {
@@ -323,4 +324,55 @@ mod serial {
         assert!(!status.held && status.record.is_none());
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     }
+}
+
+#[test]
+fn clear_blocked_clears_a_mark_once_and_leaves_anything_else_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    // No directory: an error naming it.
+    let err = clear_blocked(&dir, &opts()).unwrap_err();
+    assert!(err.to_string().contains("spool"), "{err}");
+    // A directory without a lock file: nothing to clear, and no file made.
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(
+        clear_blocked(&dir, &opts()).unwrap(),
+        Unblocked::NotBlocked { record: None }
+    );
+    assert!(!dir.join(LOCK_FILE_NAME).exists());
+
+    // An adopter gives up and marks it.
+    let claim = try_adopt(&dir, &opts()).unwrap();
+    claim.mark_blocked("pack 0123 refused: 403").unwrap();
+    // Held (by this very process): refused, the mark stays.
+    let err = clear_blocked(&dir, &opts()).unwrap_err();
+    assert!(matches!(err, Error::HeldByThisProcess { .. }), "{err}");
+    claim.release().unwrap();
+    let before = read_owner(&dir).unwrap();
+    assert_eq!(
+        before.record.as_ref().unwrap().purpose,
+        Purpose::Blocked("pack 0123 refused: 403".into())
+    );
+
+    match clear_blocked(&dir, &opts()).unwrap() {
+        Unblocked::Cleared { why, previous } => {
+            assert_eq!(why, "pack 0123 refused: 403");
+            assert_eq!(previous, before.record.unwrap());
+        }
+        other => panic!("expected Cleared, got {other:?}"),
+    }
+    let after = read_owner(&dir).unwrap();
+    assert!(!after.held, "the lock is let go");
+    assert_eq!(after.record.as_ref().unwrap().purpose, Purpose::Claim);
+    assert!(held_claims().iter().all(|d| !d.ends_with("spool")));
+
+    // Idempotent: a record that is not a mark is left byte for byte (a
+    // foreign pid, so a rewrite by this process would show).
+    let text = b"host: elsewhere\npid: 1\npurpose: adopting\n".to_vec();
+    std::fs::write(dir.join(LOCK_FILE_NAME), &text).unwrap();
+    assert!(matches!(
+        clear_blocked(&dir, &opts()).unwrap(),
+        Unblocked::NotBlocked { record: Some(_) }
+    ));
+    assert_eq!(std::fs::read(dir.join(LOCK_FILE_NAME)).unwrap(), text);
 }

@@ -711,7 +711,14 @@ impl Core {
             lease_held: lease.as_ref().is_some_and(|s| s.held()),
             lease_holder: lease.as_ref().and_then(|s| s.foreign_holder.clone()),
             latched: lease.as_ref().is_some_and(|s| s.latched),
-            last_error: c.last_error.clone(),
+            // the lease keeper's failure talking to the catalog counts too (a
+            // daemon that cannot get the lease says why)
+            last_error: c.last_error.clone().or_else(|| {
+                lease
+                    .as_ref()
+                    .and_then(|s| s.last_error.as_ref())
+                    .map(|e| format!("lease: {e}"))
+            }),
         };
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
     }

@@ -77,6 +77,7 @@ pub fn server_env(var: &str) -> Option<String> {
 }
 
 pub mod http;
+pub mod inspect;
 pub mod packs;
 pub mod proxy;
 pub mod upload_suite;

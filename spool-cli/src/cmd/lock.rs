@@ -10,6 +10,23 @@ use spool_lock::{LockOptions, Purpose};
 
 use crate::exit::ExitCode;
 
+/// The long help of `spool lock` (with examples).
+pub const LONG_ABOUT: &str = "\
+Take and hold a spool directory's owner lock, or show who holds it.
+
+`spool lock owner DIR` probes without blocking and without taking the lock:
+who holds it (pid and host from the owner record), why (claim, adopting),
+and a blocked mark's reason. `spool lock hold DIR` takes the lock (creating
+DIR already locked if it is missing), prints `held DIR pid PID`, and holds
+it until SIGTERM or SIGINT (or, with --release-on-eof, until stdin closes);
+a second holder is refused with exit 3 naming this one. Useful to keep a
+directory live by hand (an adopter never touches it) and in tests.
+
+Examples:
+  spool lock owner /var/lib/spool/3f2a9c01b7de/r0-1a2b3c4d
+  spool lock owner DIR --json | jq .held
+  spool lock hold /tmp/try-me --release-on-eof < /dev/null";
+
 /// `spool lock ...`.
 #[derive(Debug, clap::Args)]
 pub struct LockArgs {

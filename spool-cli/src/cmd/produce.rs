@@ -36,6 +36,24 @@ use spool_service::{Engine, EngineConfig, ServiceConfig};
 
 use crate::exit::ExitCode;
 
+/// The long help of `spool produce` (with examples).
+pub const LONG_ABOUT: &str = "\
+Stage N synthetic packs into a spool directory with the real sink, which
+takes the directory's lock (exit 3, naming the holder, if someone holds it;
+the directory is created, already locked, if missing). Each pack's id is
+printed on its own line as soon as the pack is durable (its .ready file
+exists and the directory was fsynced). For trying a deployment out, tests
+and benchmarks.
+
+Each pack is --records records filling about --pack-bytes bytes. With
+--max-bytes a stage over the budget fails with exit 5. With --hold the lock
+is kept after staging until SIGTERM or SIGINT.
+
+Examples:
+  spool produce --dir /tmp/spool-tour --packs 5
+  spool produce --dir /var/lib/spool/3f2a9c01b7de/r7-00000000 --packs 100 --pack-bytes 1048576
+  spool produce --dir DIR --packs 1 --hold &   # a live owner, until killed";
+
 /// Arguments of `spool produce`.
 #[derive(Debug, clap::Args)]
 pub struct Args {

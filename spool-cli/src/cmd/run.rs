@@ -25,7 +25,6 @@ use spool_lock::Purpose;
 use spool_service::Snapshot;
 
 use crate::config::{mask_url, parse_duration, Config, ConfigError, ConfigFlags};
-use crate::engine::Engine;
 use crate::exit::ExitCode;
 use crate::metrics::{self, Health};
 
@@ -62,6 +61,7 @@ enum End {
 /// Runs `spool run`.
 pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let cfg = Config::load(config_file, &args.config)?;
+    cfg.spool_root()?;
     let timeout = match &args.timeout {
         Some(t) => Some(parse_duration(t).ok_or_else(|| {
             ConfigError(format!(
@@ -86,7 +86,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let (key, key_dir) = cfg.key_dir()?;
-    let engine = Engine::start(&cfg)?;
+    let engine = crate::engine::start(&cfg)?;
     let out = Output { json: args.json };
     out.event(
         json!({
@@ -117,7 +117,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut health = Health::new(cfg.unhealthy_after());
     let mut progress = args.once.then(|| Progress::new(&out, progress_every));
     let end = loop {
-        let snap = engine.snapshot();
+        let snap = engine.service().snapshot();
         let unhealthy = health.judge(&snap);
         {
             let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
@@ -159,7 +159,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             if let Err(e) = engine.flush(cfg.stop_flush_timeout()) {
                 tracing::warn!(dir = %dir.display(), "last flush before the stop: {e}");
             }
-            let snap = engine.close();
+            let snap = close(engine);
             let backlog = Backlog::scan(&key_dir, &dir);
             (
                 ExitCode::Ok,
@@ -171,7 +171,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             )
         }
         End::Drained => {
-            let snap = engine.close();
+            let snap = close(engine);
             if snap.blocked_siblings.is_empty() {
                 (
                     ExitCode::Ok,
@@ -188,9 +188,8 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             }
         }
         End::Timeout => {
-            let snap = engine.snapshot();
             let backlog = Backlog::scan(&key_dir, &dir);
-            let snap_after = engine.close();
+            let snap = close(engine);
             (
                 ExitCode::Deadline,
                 format!(
@@ -203,13 +202,13 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                     snap.pending_index,
                     if snap.adoption_owed { "owed" } else { "not owed" },
                     backlog.describe(),
-                    snap_after.indexed,
+                    snap.indexed,
                     snap.last_error.as_deref().unwrap_or("none")
                 ),
             )
         }
         End::Latched => {
-            let snap = engine.close();
+            let snap = close(engine);
             (
                 ExitCode::LeaseLost,
                 format!(
@@ -230,6 +229,10 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|p| p.into_inner())
         .snapshot
         .clone();
+    if server.is_some() && matches!(code, ExitCode::LeaseLost | ExitCode::Deadline) {
+        // let the last state (latched, owed) be scraped; a signal cuts it short
+        let _ = signals.recv_timeout(cfg.metrics_linger());
+    }
     drop(server);
     out.event(
         json!({
@@ -242,6 +245,16 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         || message.clone(),
     );
     Ok(code)
+}
+
+/// Stops the service and releases the claim; the last snapshot first.
+fn close(engine: spool_service::Engine) -> Snapshot {
+    let snap = engine.service().snapshot();
+    let report = engine.close();
+    for p in &report.problems {
+        tracing::warn!(dir = %report.dir.display(), "closing {}: {p}", report.dir.display());
+    }
+    snap
 }
 
 /// Drained for `--once`: nothing own left, nothing owed, no adoption owed.

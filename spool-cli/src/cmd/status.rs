@@ -22,6 +22,28 @@ pub struct Args {
     pub json: bool,
 }
 
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
+Show a spool directory's owner and packs, or every rank directory of a
+spool root. A probe only: it never takes a lock and changes nothing.
+
+For a spool directory: who holds it (pid and host from its owner record),
+whether it is live (held), dead (nobody holds it: an adopter will ship its
+packs) or blocked (an adopter gave up and said why; fix the cause, then
+`spool unblock DIR`), and the count and bytes of its ready, open (temp),
+quarantined and rejected packs.
+
+For a spool root (ROOT/<catalog key>/r<rank>-<incarnation>/) or a catalog
+key directory: one row per rank directory with its key, name, state,
+owner, ready packs, bytes on disk, and the reason when blocked. The
+embedded defaults inside the root (ROOT/.store, ROOT/.catalog.db) are
+skipped.
+
+Examples:
+  spool status /var/lib/spool
+  spool status /var/lib/spool/3f2a9c01b7de/r0-1a2b3c4d
+  spool status /var/lib/spool --json | jq '.rank_dirs[] | select(.state == \"blocked\")'";
+
 /// Owner of a directory as one JSON object (as `spool lock owner` says it).
 fn owner_json(dir: &Path) -> Result<Value> {
     let st =
@@ -135,30 +157,49 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::Ok);
     }
     // A root: rank directories under each catalog key, or directly below
-    // (a catalog key directory).
-    let mut dirs = rank_dirs(path);
-    for entry in std::fs::read_dir(path)
+    // (a catalog key directory). Hidden entries are never rank directories
+    // or keys: the embedded `.store` and `.catalog.db`, staging copies.
+    let mut dirs: Vec<(Option<String>, PathBuf)> = rank_dirs(path)
+        .into_iter()
+        .map(|d| (key_of(path), d))
+        .collect();
+    let mut keys: Vec<_> = std::fs::read_dir(path)
         .with_context(|| format!("cannot read {}", path.display()))?
         .flatten()
-    {
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false)
-            && entry
-                .file_name()
-                .to_str()
-                .is_some_and(spool_core::layout::is_catalog_key)
-        {
-            dirs.extend(rank_dirs(&entry.path()));
-        }
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_owned();
+            (!name.starts_with('.') && spool_core::layout::is_catalog_key(&name))
+                .then(|| (name, e.path()))
+        })
+        .collect();
+    keys.sort();
+    for (key, key_dir) in keys {
+        dirs.extend(
+            rank_dirs(&key_dir)
+                .into_iter()
+                .map(|d| (Some(key.clone()), d)),
+        );
     }
     let mut rows = Vec::new();
-    for d in &dirs {
+    for (key, d) in &dirs {
         let owner = owner_json(d)?;
         let c = inspect(d).unwrap_or_default();
         let bytes = c.ready.1 + c.open.1 + c.quarantined.1 + c.rejected.1;
+        let reason = owner["purpose"]
+            .as_str()
+            .and_then(|p| p.strip_prefix("blocked:"))
+            .filter(|_| owner["state"] == "blocked")
+            .map(|r| r.trim().to_owned());
         rows.push(json!({
+            "key": key,
+            "dir": d.file_name().map(|n| n.to_string_lossy().into_owned()),
             "path": d,
             "owner": owner,
             "state": owner["state"],
+            "reason": reason,
+            "host": owner["host"],
+            "pid": owner["pid"],
             "packs": c.ready.0,
             "bytes": bytes,
             "detail": counts_json(&c),
@@ -175,16 +216,85 @@ pub fn run(args: Args) -> Result<ExitCode> {
             path.display(),
             rows.len()
         );
-        for r in &rows {
-            println!(
-                "  {}  {:<7}  {} packs  {} bytes  {}",
-                r["path"].as_str().unwrap_or("?"),
-                r["state"].as_str().unwrap_or("?"),
-                r["packs"],
-                r["bytes"],
-                owner_text(&r["owner"])
-            );
-        }
+        print_root_table(&rows);
     }
     Ok(ExitCode::Ok)
+}
+
+/// The catalog key a directory's name is, if it is one.
+fn key_of(dir: &Path) -> Option<String> {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| spool_core::layout::is_catalog_key(n))
+        .map(str::to_owned)
+}
+
+/// Who a row's owner record names: `pid P on host H` (with `last` when the
+/// lock is not held).
+fn owner_cell(row: &Value) -> String {
+    let o = &row["owner"];
+    if o["lock_file_replaced"] == json!(true) {
+        return "unknown (lock file replaced)".into();
+    }
+    let who = match (o["host"].as_str(), o["pid"].as_u64()) {
+        (Some(h), Some(p)) => format!("pid {p} on {h}"),
+        (Some(h), None) => format!("pid ? on {h}"),
+        _ => return "-".into(),
+    };
+    match o["state"].as_str() {
+        Some("live") => format!("{who} ({})", o["purpose"].as_str().unwrap_or("-")),
+        _ => format!("last {who}"),
+    }
+}
+
+fn print_root_table(rows: &[Value]) {
+    let head = [
+        "KEY", "RANK DIR", "STATE", "OWNER", "READY", "BYTES", "REASON",
+    ];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r["key"].as_str().unwrap_or("-").to_owned(),
+                r["dir"].as_str().unwrap_or("?").to_owned(),
+                r["state"].as_str().unwrap_or("?").to_owned(),
+                owner_cell(r),
+                r["packs"].to_string(),
+                indicatif::BinaryBytes(r["bytes"].as_u64().unwrap_or(0)).to_string(),
+                r["reason"].as_str().unwrap_or("").to_owned(),
+            ]
+        })
+        .collect();
+    let mut width = head.map(str::len);
+    for row in &cells {
+        for (w, c) in width.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: [&str; 7]| {
+        let text = format!(
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {:>w5$}  {}",
+            cols[0],
+            cols[1],
+            cols[2],
+            cols[3],
+            cols[4],
+            cols[5],
+            cols[6],
+            w0 = width[0],
+            w1 = width[1],
+            w2 = width[2],
+            w3 = width[3],
+            w4 = width[4],
+            w5 = width[5],
+        );
+        println!("{}", text.trim_end());
+    };
+    if cells.is_empty() {
+        return;
+    }
+    line(head);
+    for c in &cells {
+        line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6]]);
+    }
 }

@@ -1,0 +1,296 @@
+//! `spool cat PACK_ID`: reads a pack back from the catalog and the store,
+//! checks it, and writes it (or its records) out.
+//!
+//! The object is streamed into a temporary file (beside `--out`, or in the
+//! temp directory for stdout), then validated with spool-core's
+//! [`spool_core::pack::validate`] (magic, version, id, every record length,
+//! footer, trailer, SHA-256) and compared with the catalog row's checksum
+//! and size. Only then is anything written: `--out` gets the file by a
+//! rename, stdout a copy. A mismatch exits 9 and writes nothing.
+
+use std::io::{IsTerminal, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use spool_core::pack::{PackId, PackReader};
+use spool_upload::{ClientConfig, Store};
+
+use crate::exit::{coded, ExitCode};
+use crate::source::{open_catalog, runtime, CatalogArgs};
+
+/// Arguments of `spool cat`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pack's id: 32 lowercase hex digits (as `spool ls` prints it).
+    pub pack_id: String,
+    #[command(flatten)]
+    pub target: CatalogArgs,
+    /// The store: `s3://BUCKET[/PREFIX]`, `gs://...`, `az://...`,
+    /// `file:///ABS/PATH`. Default with --spool-root: `file://ROOT/.store`.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Write the pack to FILE (atomically: a temporary file beside it,
+    /// renamed once the checksum matched) instead of stdout.
+    #[arg(long, value_name = "FILE", conflicts_with = "records")]
+    pub out: Option<PathBuf>,
+    /// Print the pack's records, one per line, instead of the raw pack:
+    /// verbatim when every record is UTF-8 text without line breaks, else
+    /// refused (use --hex or --json).
+    #[arg(long)]
+    pub records: bool,
+    /// With --records: each record as lowercase hex.
+    #[arg(long, requires = "records", conflicts_with = "json")]
+    pub hex: bool,
+    /// With --records: one JSON object per record, `{"index", "bytes",
+    /// "text"}` for UTF-8 records or `{"index", "bytes", "hex"}` otherwise.
+    #[arg(long, requires = "records")]
+    pub json: bool,
+}
+
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
+Read one pack back from the catalog and the object store, check it, and
+write it out.
+
+The catalog row gives the object key; the object is fetched from the store
+into a temporary file and checked with the pack format's own validation
+(header, every record, footer, trailer, SHA-256) and against the catalog's
+checksum and size. Only a pack that passes is written: to --out FILE (by
+renaming the temporary file into place), or to stdout. A pack that fails
+exits 9 and writes nothing. Raw packs are binary: without --out, stdout
+must not be a terminal.
+
+With --records the records are printed one per line instead: as text when
+every record is UTF-8 without line breaks (otherwise refused before
+anything is printed), as hex with --hex, or as JSON lines with --json.
+
+Catalog and store come from --catalog URL and --store URL, or from
+--spool-root ROOT (the embedded sqlite:///ROOT/.catalog.db and
+file:///ROOT/.store).
+
+Examples:
+  spool cat 0192f0c4a1b27e3d9c0a5b6d7e8f9a0b --spool-root /var/lib/spool --out pack.bin
+  spool cat 0192f0c4a1b27e3d9c0a5b6d7e8f9a0b --spool-root /var/lib/spool --records
+  spool cat 0192f0c4a1b27e3d9c0a5b6d7e8f9a0b --catalog 'clickhouse://ch1:8123/spool' \\
+      --store s3://bucket/packs --records --json";
+
+/// Runs `spool cat`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let id = PackId::from_hex(&args.pack_id).map_err(|_| {
+        coded(
+            ExitCode::Usage,
+            format!(
+                "{:?} is not a pack id: a pack id is 32 lowercase hex digits (see `spool ls`)",
+                args.pack_id
+            ),
+        )
+    })?;
+    if args.out.is_none() && !args.records && std::io::stdout().is_terminal() {
+        return Err(coded(
+            ExitCode::Usage,
+            "refusing to write a binary pack to a terminal: give --out FILE, redirect stdout, \
+             or print its records with --records",
+        ));
+    }
+    let catalog_url = args.target.catalog_url()?;
+    let store_url = args.target.store_url(args.store.as_deref())?;
+    let catalog = open_catalog(&catalog_url)?;
+    let store = Store::from_url(&store_url, &ClientConfig::default())
+        .map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
+
+    let rt = runtime()?;
+    let hex_id = id.to_hex();
+    let row = rt
+        .block_on(catalog.get(&hex_id))
+        .with_context(|| {
+            format!(
+                "cannot read pack {hex_id} from catalog {}",
+                catalog.server()
+            )
+        })?
+        .ok_or_else(|| {
+            coded(
+                ExitCode::Other,
+                format!(
+                    "pack {hex_id} is not in catalog {} (list what is there with `spool ls`)",
+                    catalog.server()
+                ),
+            )
+        })?;
+    let key = object_store::path::Path::from(row.object_key.as_str());
+
+    // Where the temporary copy goes: beside --out (so the rename is
+    // atomic), else the temp directory.
+    let temp_dir = match &args.out {
+        Some(out) => match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+        None => std::env::temp_dir(),
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(".spool-cat-")
+        .suffix(".partial")
+        .tempfile_in(&temp_dir)
+        .with_context(|| format!("cannot create a temporary file in {}", temp_dir.display()))?;
+
+    rt.block_on(fetch(&store, &key, temp.as_file_mut()))
+        .with_context(|| {
+            format!(
+                "cannot read pack {hex_id} from store {} at key {key}",
+                store.description()
+            )
+        })?;
+    temp.as_file_mut().sync_all().context("fsync")?;
+    temp.as_file_mut().seek(SeekFrom::Start(0))?;
+
+    let mismatch = |why: String| {
+        coded(
+            ExitCode::Checksum,
+            format!(
+                "pack {hex_id} read back from store {} at key {key} does not match its checksum: \
+                 {why}; nothing was written{}",
+                store.description(),
+                match &args.out {
+                    Some(o) => format!(" to {}", o.display()),
+                    None => String::new(),
+                }
+            ),
+        )
+    };
+    let summary = match spool_core::pack::validate(
+        std::io::BufReader::new(temp.as_file()),
+        Some(id),
+        &AtomicBool::new(false),
+    ) {
+        Ok(s) => s,
+        Err(e) if e.is_corrupt() => return Err(mismatch(e.to_string())),
+        Err(e) => return Err(anyhow::Error::new(e).context("cannot read the fetched pack back")),
+    };
+    let sha = hex::encode(summary.sha256);
+    if sha != row.sha256 || summary.bytes != row.bytes {
+        return Err(mismatch(format!(
+            "the catalog says sha256 {} and {} bytes, the object has sha256 {sha} and {} bytes",
+            row.sha256, row.bytes, summary.bytes
+        )));
+    }
+
+    if args.records {
+        temp.as_file_mut().seek(SeekFrom::Start(0))?;
+        print_records(temp.as_file(), &args)?;
+    } else if let Some(out) = &args.out {
+        temp.persist(out)
+            .map_err(|e| e.error)
+            .with_context(|| format!("cannot move the checked pack into {}", out.display()))?;
+        sync_parent(out);
+        eprintln!(
+            "wrote pack {hex_id} ({} bytes, {} records, sha256 {sha}) to {}",
+            summary.bytes,
+            summary.records,
+            out.display()
+        );
+    } else {
+        temp.as_file_mut().seek(SeekFrom::Start(0))?;
+        let mut stdout = std::io::stdout().lock();
+        std::io::copy(temp.as_file_mut(), &mut stdout).context("writing to stdout")?;
+        stdout.flush().context("writing to stdout")?;
+    }
+    Ok(ExitCode::Ok)
+}
+
+/// Streams the object at `key` into `file`.
+async fn fetch(
+    store: &Store,
+    key: &object_store::path::Path,
+    file: &mut std::fs::File,
+) -> Result<()> {
+    let got = match store.object_store().get(key).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(coded(
+                ExitCode::Other,
+                format!(
+                    "the catalog lists the pack, but store {} has no object at key {key} (is \
+                     --store the store this catalog indexes?)",
+                    store.description()
+                ),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut stream = got.into_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk: bytes::Bytes = chunk?;
+        file.write_all(&chunk)?;
+    }
+    Ok(())
+}
+
+fn sync_parent(path: &Path) {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if let Ok(d) = std::fs::File::open(parent) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Whether a record prints verbatim as one line of text.
+fn is_text(record: &[u8]) -> bool {
+    std::str::from_utf8(record).is_ok_and(|s| !s.contains(['\n', '\r']))
+}
+
+/// Prints the records of a checked pack: text (refused, before anything is
+/// printed, if any record is not a line of text), hex, or JSON lines.
+fn print_records(file: &std::fs::File, args: &Args) -> Result<()> {
+    let reader = |f: &std::fs::File| -> Result<PackReader<std::io::BufReader<std::fs::File>>> {
+        let mut f = f.try_clone()?;
+        f.seek(SeekFrom::Start(0))?;
+        Ok(PackReader::new(std::io::BufReader::new(f))?)
+    };
+    if !args.hex && !args.json {
+        let mut buf = Vec::new();
+        let mut r = reader(file)?;
+        let mut index = 0u64;
+        while r.next_record_into(&mut buf)? {
+            if !is_text(&buf) {
+                return Err(coded(
+                    ExitCode::Usage,
+                    format!(
+                        "record {index} ({} bytes) is binary (not UTF-8, or holds a line break): \
+                         print the records with --records --hex or --records --json",
+                        buf.len()
+                    ),
+                ));
+            }
+            index += 1;
+        }
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut r = reader(file)?;
+    let mut buf = Vec::new();
+    let mut index = 0u64;
+    while r.next_record_into(&mut buf)? {
+        if args.json {
+            let v = match std::str::from_utf8(&buf) {
+                Ok(text) => serde_json::json!({"index": index, "bytes": buf.len(), "text": text}),
+                Err(_) => {
+                    serde_json::json!({"index": index, "bytes": buf.len(), "hex": hex::encode(&buf)})
+                }
+            };
+            writeln!(out, "{v}")?;
+        } else if args.hex {
+            writeln!(out, "{}", hex::encode(&buf))?;
+        } else {
+            out.write_all(&buf)?;
+            out.write_all(b"\n")?;
+        }
+        index += 1;
+    }
+    out.flush().context("writing to stdout")?;
+    Ok(())
+}

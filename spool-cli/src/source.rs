@@ -1,0 +1,191 @@
+//! Where `ls` and `cat` read from: the catalog and store URLs, given as
+//! flags or derived from a spool root's embedded defaults, and the time
+//! arguments of `ls`.
+//!
+//! The embedded single-node defaults live inside the spool root:
+//! `sqlite:///ROOT/.catalog.db` (catalog) and `file:///ROOT/.store` (store).
+//! `spool status ROOT` skips both.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, NaiveDate, Utc};
+
+use std::sync::Arc;
+
+use crate::exit::{coded, ExitCode};
+
+use spool_core::layout::{
+    EMBEDDED_CATALOG_FILE as EMBEDDED_CATALOG, EMBEDDED_STORE_DIR as EMBEDDED_STORE,
+};
+
+/// `--catalog URL` / `--spool-root ROOT`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CatalogArgs {
+    /// The catalog: `clickhouse://HOST:PORT/DB[?table_prefix=P&user=U&password=W]`
+    /// or `sqlite:///ABS/PATH.db`.
+    #[arg(long, value_name = "URL")]
+    pub catalog: Option<String>,
+    /// A spool root whose embedded defaults to use:
+    /// `sqlite:///ROOT/.catalog.db` for the catalog (and, for `cat`,
+    /// `file:///ROOT/.store` for the store) unless given explicitly.
+    #[arg(long, value_name = "ROOT")]
+    pub spool_root: Option<PathBuf>,
+}
+
+fn absolute_root(root: &Path) -> Result<PathBuf> {
+    if !root.is_dir() {
+        return Err(coded(
+            ExitCode::Other,
+            format!(
+                "spool root {} does not exist (or is not a directory)",
+                root.display()
+            ),
+        ));
+    }
+    root.canonicalize()
+        .with_context(|| format!("cannot resolve spool root {}", root.display()))
+}
+
+impl CatalogArgs {
+    /// The catalog URL: `--catalog`, else the spool root's embedded one; a
+    /// usage error when neither is given.
+    pub fn catalog_url(&self) -> Result<String> {
+        if let Some(url) = &self.catalog {
+            return Ok(url.clone());
+        }
+        match &self.spool_root {
+            Some(root) => Ok(format!(
+                "sqlite://{}",
+                absolute_root(root)?.join(EMBEDDED_CATALOG).display()
+            )),
+            None => Err(coded(
+                ExitCode::Usage,
+                "no catalog given: pass --catalog URL (clickhouse://... or sqlite:///...) or \
+                 --spool-root ROOT for the embedded one at ROOT/.catalog.db",
+            )),
+        }
+    }
+
+    /// The store URL: `store` if given, else the spool root's embedded one;
+    /// a usage error when neither is given.
+    pub fn store_url(&self, store: Option<&str>) -> Result<String> {
+        if let Some(url) = store {
+            return Ok(url.to_string());
+        }
+        match &self.spool_root {
+            Some(root) => Ok(format!(
+                "file://{}",
+                absolute_root(root)?.join(EMBEDDED_STORE).display()
+            )),
+            None => Err(coded(
+                ExitCode::Usage,
+                "no store given: pass --store URL (s3://, gs://, az://, file:///...) or \
+                 --spool-root ROOT for the embedded one at ROOT/.store",
+            )),
+        }
+    }
+}
+
+/// Opens a catalog for reading. An SQLite catalog must already exist (an
+/// inspection never creates one); a bad URL is a usage error.
+pub fn open_catalog(url: &str) -> Result<Arc<dyn spool_catalog::Catalog>> {
+    let parsed =
+        spool_catalog::CatalogUrl::parse(url).map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
+    if let spool_catalog::CatalogUrl::Sqlite { path, .. } = &parsed {
+        if !path.is_file() {
+            return Err(coded(
+                ExitCode::Other,
+                format!(
+                    "no catalog at {}: that SQLite catalog does not exist (is the spool root \
+                     right, and has a service indexed anything there yet?)",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    spool_catalog::open(url).map_err(|e| coded(ExitCode::Usage, e.to_string()))
+}
+
+/// A single-threaded tokio runtime for one command's catalog and store
+/// calls (SQLite work runs on its blocking pool).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Parses a point in time for `--since` / `--until`: RFC 3339
+/// (`2026-11-29T12:00:00Z`, `2026-11-29T13:00:00+01:00`), a date
+/// (`2026-11-29`, midnight UTC), `now`, or a duration before now (`90s`,
+/// `15m`, `1h`, `2d`, `1w`, `1h30m`). Returns milliseconds since the epoch.
+pub fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
+    let t = text.trim();
+    if t == "now" {
+        return Ok(now_ms);
+    }
+    if let Ok(dt) = DateTime::parse_from_rfc3339(t) {
+        return u64::try_from(dt.timestamp_millis())
+            .map_err(|_| format!("{text:?} is before 1970"));
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        let ms = d
+            .and_hms_opt(0, 0, 0)
+            .map(|dt| dt.and_utc().timestamp_millis())
+            .unwrap_or(0);
+        return u64::try_from(ms).map_err(|_| format!("{text:?} is before 1970"));
+    }
+    match humantime::parse_duration(t) {
+        Ok(d) => Ok(now_ms.saturating_sub(d.as_millis().min(u64::MAX as u128) as u64)),
+        Err(_) => Err(format!(
+            "{text:?} is not a time: give RFC 3339 (2026-11-29T12:00:00Z), a date (2026-11-29), \
+             `now`, or how long ago (90s, 15m, 1h, 2d, 1w)"
+        )),
+    }
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC, to the second.
+pub fn format_ms(ms: u64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms as i64)
+        .map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_else(|| format!("{ms} ms"))
+}
+
+/// Bytes in a short human form (`512 B`, `4.0 KiB`, `1.5 GiB`).
+pub fn human_bytes(n: u64) -> String {
+    indicatif::BinaryBytes(n).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn times_in_every_accepted_form() {
+        assert_eq!(parse_time("now", NOW), Ok(NOW));
+        assert_eq!(parse_time("1h", NOW), Ok(NOW - 3_600_000));
+        assert_eq!(parse_time("2d", NOW), Ok(NOW - 2 * 86_400_000));
+        assert_eq!(parse_time("1h30m", NOW), Ok(NOW - 5_400_000));
+        assert_eq!(
+            parse_time("2026-11-29T12:00:00Z", NOW),
+            Ok(1_795_953_600_000)
+        );
+        assert_eq!(
+            parse_time("2026-11-29T13:00:00+01:00", NOW),
+            Ok(1_795_953_600_000)
+        );
+        assert_eq!(parse_time("2026-11-29", NOW), Ok(1_795_910_400_000));
+        let err = parse_time("yesterday-ish", NOW).unwrap_err();
+        assert!(err.contains("RFC 3339") && err.contains("2d"), "{err}");
+        assert!(parse_time("1969-12-31", NOW).is_err());
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_ms(1_795_953_600_123), "2026-11-29T12:00:00Z");
+        assert_eq!(human_bytes(512), "512 B");
+    }
+}

@@ -1,0 +1,955 @@
+//! Black-box tests of `spool run` and `spool config show`: the real binary,
+//! real producer processes (`spool produce`, which exit and leave dead
+//! sibling directories behind), the real lock, the embedded store and
+//! SQLite catalog, real signals, wiremock for wrong credentials.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use spool_tests::{describe, output, spool};
+
+/// `ROOT/<catalog key>` for `root` and these extra flags, as `spool config
+/// show` derives it.
+fn key_dir(root: &Path, extra: &[&str]) -> PathBuf {
+    let out = output(
+        spool()
+            .args(["config", "show", "--json", "--spool-root"])
+            .arg(root)
+            .args(extra),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    PathBuf::from(v["derived"]["key_dir"].as_str().expect("key_dir"))
+}
+
+/// Stages `n` packs into `dir` with a real producer process that then
+/// exits (so `dir` is a dead sibling); returns their ids.
+fn stage(dir: &Path, n: usize) -> Vec<String> {
+    fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    let out = output(
+        spool()
+            .args(["produce", "--pack-bytes", "2048", "--packs"])
+            .arg(n.to_string())
+            .arg("--dir")
+            .arg(dir),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), n);
+    ids
+}
+
+fn ready(dir: &Path) -> BTreeSet<String> {
+    fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter_map(|n| n.strip_suffix(".ready").map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn stored_object(root: &Path, id: &str) -> Option<PathBuf> {
+    let v1 = root.join(".store/v1");
+    for day in fs::read_dir(&v1).ok()?.flatten() {
+        let p = day.path().join(format!("{id}.pack"));
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    None
+}
+
+fn catalog_rows(root: &Path) -> BTreeSet<String> {
+    let db = rusqlite::Connection::open(root.join(".catalog.db")).unwrap();
+    // before the service made its schema there is no table: no rows
+    let Ok(mut st) = db.prepare("SELECT pack_id FROM spool_packs") else {
+        return BTreeSet::new();
+    };
+    let rows = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
+}
+
+fn run_once(root: &Path, extra: &[&str]) -> Output {
+    output(
+        spool()
+            .args(["run", "--once", "--spool-root"])
+            .arg(root)
+            .args(extra),
+    )
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn assert_unheld(dir: &Path) {
+    let st = spool_lock::read_owner(dir).unwrap();
+    assert!(!st.held, "{} is still locked", dir.display());
+}
+
+/// Lines of a child's stdout as they come.
+fn lines(child: &mut Child) -> Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn spawn_daemon(
+    root: &Path,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> (Child, Receiver<String>, Value) {
+    let mut child = spool()
+        .args(["run", "--json", "--spool-root"])
+        .arg(root)
+        .args(extra)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut child);
+    let first = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the daemon prints its start event");
+    let v: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(v["event"], "started", "{first}");
+    (child, rx, v)
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the daemon did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn child_stderr(child: &mut Child) -> String {
+    let mut s = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}
+
+#[test]
+fn run_once_on_embedded_defaults_drains_dead_siblings_into_store_and_catalog() {
+    let root = tempfile::tempdir().unwrap();
+    let kd = key_dir(root.path(), &[]);
+    let a = kd.join("r1-0000abcd");
+    let b = kd.join("r2-0000abce");
+    let mut ids = stage(&a, 5);
+    ids.extend(stage(&b, 3));
+    // the staged bytes, to compare with what lands in the store
+    let staged: Vec<(String, Vec<u8>)> = ids
+        .iter()
+        .map(|id| {
+            let p = [&a, &b]
+                .iter()
+                .map(|d| d.join(format!("{id}.ready")))
+                .find(|p| p.exists())
+                .unwrap();
+            (id.clone(), fs::read(p).unwrap())
+        })
+        .collect();
+    let out = run_once(root.path(), &["--timeout", "60"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("drained: 8 pack(s)") && stdout.contains("2 sibling directories adopted"),
+        "{}",
+        describe(&out)
+    );
+    // progress lines (stderr is not a terminal)
+    assert!(
+        stderr(&out).contains("pack(s) drained"),
+        "{}",
+        describe(&out)
+    );
+    for (id, bytes) in &staged {
+        let obj = stored_object(root.path(), id).unwrap_or_else(|| panic!("{id} not in the store"));
+        assert_eq!(&fs::read(obj).unwrap(), bytes, "{id} differs in the store");
+    }
+    let rows = catalog_rows(root.path());
+    assert_eq!(rows, ids.iter().cloned().collect(), "catalog rows");
+    // the siblings and the daemon's own directory are gone
+    let left: Vec<_> = fs::read_dir(&kd)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left under the key: {left:?}");
+
+    // The embedded store and catalog are outside every walk: a pack-named
+    // file in the store is no flat pack, a second run claims and drains
+    // nothing, and `spool status ROOT` does not list them.
+    let day = fs::read_dir(root.path().join(".store/v1"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    fs::write(day.join(format!("{}.ready", "0".repeat(32))), b"not a pack").unwrap();
+    let out = run_once(root.path(), &["--timeout", "60", "--json"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    assert!(
+        !stderr(&out).contains("outside the spool layout"),
+        "{}",
+        describe(&out)
+    );
+    let done: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(done["event"], "done");
+    assert_eq!(done["snapshot"]["indexed"], 0, "{done}");
+    let out = output(spool().arg("status").arg(root.path()));
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains(".store") && !text.contains(".catalog.db"),
+        "{text}"
+    );
+}
+
+#[test]
+fn run_once_leaves_a_live_sibling_alone_and_json_progress() {
+    let root = tempfile::tempdir().unwrap();
+    let kd = key_dir(root.path(), &[]);
+    let live = kd.join("r3-0000beef");
+    fs::create_dir_all(&kd).unwrap();
+    // a producer that keeps its lock (a live sibling with ready packs)
+    let mut holder = spool()
+        .args(["produce", "--packs", "2", "--hold", "--dir"])
+        .arg(&live)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut holder);
+    for _ in 0..2 {
+        rx.recv_timeout(Duration::from_secs(30)).expect("staged");
+    }
+    let dead = kd.join("r4-0000cafe");
+    let ids = stage(&dead, 2);
+    let before = ready(&live);
+    let out = run_once(root.path(), &["--timeout", "60", "--json"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["event"], "started");
+    assert!(
+        events.iter().any(|e| e["event"] == "progress"),
+        "{events:?}"
+    );
+    let done = events.last().unwrap();
+    assert_eq!(done["snapshot"]["live_siblings"], 1, "{done}");
+    assert_eq!(done["snapshot"]["indexed"], 2, "{done}");
+    assert_eq!(
+        ready(&live),
+        before,
+        "the live sibling's packs were touched"
+    );
+    assert_eq!(catalog_rows(root.path()), ids.into_iter().collect());
+    for id in &before {
+        assert!(
+            stored_object(root.path(), id).is_none(),
+            "a live pack was uploaded"
+        );
+    }
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
+fn run_once_timeout_exits_6_saying_what_is_owed() {
+    let root = tempfile::tempdir().unwrap();
+    let store = "s3://bucket/spool";
+    let kd = key_dir(root.path(), &["--store", store]);
+    let sib = kd.join("r1-0000abcd");
+    let ids = stage(&sib, 3);
+    let port = closed_port();
+    let out = output(
+        spool()
+            .args([
+                "run",
+                "--once",
+                "--timeout",
+                "3",
+                "--store",
+                store,
+                "--spool-root",
+            ])
+            .arg(root.path())
+            .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
+            .env("AWS_ACCESS_KEY_ID", "k")
+            .env("AWS_SECRET_ACCESS_KEY", "s")
+            .env("AWS_REGION", "us-east-1")
+            .env("SPOOL_CLIENT_ALLOW_HTTP", "true")
+            .env("SPOOL_CLIENT_MAX_RETRIES", "0"),
+    );
+    assert_eq!(code(&out), 6, "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not drained within 3s")
+            && err.contains("r1-0000abcd (3)")
+            && err.contains("adoption owed"),
+        "{err}"
+    );
+    assert_eq!(ready(&sib), ids.into_iter().collect(), "packs kept");
+    assert_unheld(&sib);
+}
+
+#[test]
+fn run_latched_exits_7_naming_the_other_holder() {
+    let root = tempfile::tempdir().unwrap();
+    let kd = key_dir(root.path(), &[]);
+    let key = kd.file_name().unwrap().to_str().unwrap().to_string();
+    let sib = kd.join("r1-0000abcd");
+    let ids = stage(&sib, 2);
+    // another single publisher holds the catalog-scope lease for a minute
+    let url = format!(
+        "sqlite://{}/.catalog.db",
+        root.path().canonicalize().unwrap().display()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cat = spool_catalog::open(&url).unwrap();
+        let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(60)).unwrap();
+        let name = spool_catalog::LeaseScope::Catalog.lease_name(&key, "any");
+        let claim = cat.acquire(&name, "someone-else:4242", &cfg).await.unwrap();
+        assert!(matches!(claim, spool_catalog::Claim::Held(_)), "{claim:?}");
+    });
+    let t0 = Instant::now();
+    let out = run_once(
+        root.path(),
+        &[
+            "--lease-scope",
+            "catalog",
+            "--lease-ttl",
+            "5",
+            "--timeout",
+            "60",
+        ],
+    );
+    assert_eq!(code(&out), 7, "{}", describe(&out));
+    assert!(t0.elapsed() < Duration::from_secs(50), "{:?}", t0.elapsed());
+    let err = stderr(&out);
+    assert!(
+        err.contains("latched") && err.contains("someone-else:4242"),
+        "{err}"
+    );
+    assert_eq!(ready(&sib), ids.into_iter().collect(), "nothing taken");
+    assert!(catalog_rows(root.path()).is_empty());
+}
+
+fn scrape(addr: &str) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(spool_tests::http::request(addr, "GET", "/metrics"))
+        .unwrap()
+}
+
+fn healthz(addr: &str) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(spool_tests::http::request(addr, "GET", "/healthz"))
+        .unwrap()
+}
+
+/// The value of one sample, parsed as Prometheus text exposition.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name)
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+}
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn metrics_move_as_packs_flow_and_healthz_turns_503_on_latch() {
+    let root = tempfile::tempdir().unwrap();
+    let kd = key_dir(root.path(), &[]);
+    let key = kd.file_name().unwrap().to_str().unwrap().to_string();
+    let (mut child, _rx, started) = spawn_daemon(
+        root.path(),
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--recheck-interval",
+            "1",
+            "--lease-ttl",
+            "5",
+            "--set",
+            "metrics.linger=30s",
+        ],
+        &[],
+    );
+    let addr = started["metrics_addr"].as_str().unwrap().to_string();
+    let (status, text) = scrape(&addr);
+    assert_eq!(status, 200);
+    for name in [
+        "spool_uploaded_packs_total",
+        "spool_indexed_packs_total",
+        "spool_pending_index_packs",
+        "spool_adopted_spools_total",
+        "spool_sibling_bytes",
+        "spool_latched",
+        "spool_lease_held",
+        "spool_cycles_total",
+    ] {
+        assert!(sample(&text, name).is_some(), "{name} missing:\n{text}");
+    }
+    assert_eq!(sample(&text, "spool_indexed_packs_total"), Some(0.0));
+    assert_eq!(healthz(&addr).0, 200);
+    // packs flow: a producer dies, the daemon adopts its directory
+    stage(&kd.join("r1-0000abcd"), 4);
+    wait_until(
+        "4 packs indexed in /metrics",
+        Duration::from_secs(30),
+        || sample(&scrape(&addr).1, "spool_indexed_packs_total") == Some(4.0),
+    );
+    let text = scrape(&addr).1;
+    assert_eq!(sample(&text, "spool_uploaded_packs_total"), Some(4.0));
+    assert_eq!(sample(&text, "spool_adopted_spools_total"), Some(1.0));
+    assert_eq!(sample(&text, "spool_lease_held"), Some(1.0));
+    assert_eq!(healthz(&addr).0, 200);
+    // another adopter takes over the node lease and keeps it: the daemon
+    // loses it, latches after 2 x TTL, /healthz says 503, it exits 7
+    let url = format!(
+        "sqlite://{}/.catalog.db",
+        root.path().canonicalize().unwrap().display()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cat = spool_catalog::open(&url).unwrap();
+        let name = spool_catalog::LeaseScope::Node.lease_name(&key, &spool_lock::host_name());
+        let head = cat.read_lease_head(&name).await.unwrap();
+        cat.append_claim(&spool_catalog::NewClaim {
+            name: name.clone(),
+            term: head.term() + 1,
+            lease_id: uuid::Uuid::new_v4(),
+            holder: "usurper:77".into(),
+            ttl_ms: 600_000,
+        })
+        .await
+        .unwrap();
+    });
+    let mut body = String::new();
+    wait_until("/healthz 503", Duration::from_secs(60), || {
+        let (s, b) = healthz(&addr);
+        body = b;
+        s == 503
+    });
+    assert!(
+        body.contains("latched") && body.contains("usurper:77"),
+        "{body}"
+    );
+    assert_eq!(sample(&scrape(&addr).1, "spool_latched"), Some(1.0));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap(); // ends the linger
+    let st = wait_exit(&mut child, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(7), "{}", child_stderr(&mut child));
+}
+
+#[test]
+fn bad_inputs_are_refused_with_their_exit_codes() {
+    let root = tempfile::tempdir().unwrap();
+    // missing spool root
+    let missing = root.path().join("nope");
+    let out = run_once(&missing, &[]);
+    assert_eq!(code(&out), 1, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains(&format!("{} does not exist", missing.display())),
+        "{}",
+        describe(&out)
+    );
+    // no spool root at all
+    let out = output(spool().args(["run", "--once"]).env_remove("SPOOL_ROOT"));
+    assert_eq!(code(&out), 2, "{}", describe(&out));
+    assert!(stderr(&out).contains("no spool root"), "{}", describe(&out));
+    // unreadable config
+    let out = output(
+        spool()
+            .args(["run", "--once", "--config"])
+            .arg(root.path().join("absent.toml"))
+            .arg("--spool-root")
+            .arg(root.path()),
+    );
+    assert_eq!(code(&out), 2, "{}", describe(&out));
+    assert!(stderr(&out).contains("absent.toml"), "{}", describe(&out));
+    // unknown key, bad value
+    let cfg = root.path().join("spool.toml");
+    fs::write(&cfg, "[lease]\nttl = 10\nttl_seconds = 3\n").unwrap();
+    let out = output(
+        spool()
+            .args(["run", "--once", "--config"])
+            .arg(&cfg)
+            .arg("--spool-root")
+            .arg(root.path()),
+    );
+    assert_eq!(code(&out), 2, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("ttl_seconds") && stderr(&out).contains("spool.toml"),
+        "{}",
+        describe(&out)
+    );
+    fs::write(&cfg, "[upload]\nmax_workers = \"many\"\n").unwrap();
+    let out = output(spool().args(["config", "show", "--config"]).arg(&cfg));
+    assert_eq!(code(&out), 2, "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("upload.max_workers")
+            && err.contains("\"many\"")
+            && err.contains("whole number"),
+        "{err}"
+    );
+    fs::write(&cfg, "[lease]\nscope = \"rack\"\n").unwrap();
+    let out = output(spool().args(["config", "show", "--config"]).arg(&cfg));
+    assert_eq!(code(&out), 2, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("node or catalog"),
+        "{}",
+        describe(&out)
+    );
+    // bad URL scheme
+    let out = run_once(root.path(), &["--store", "ftp://host/dir"]);
+    assert_eq!(code(&out), 2, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("destination.store") && stderr(&out).contains("s3://"),
+        "{}",
+        describe(&out)
+    );
+    let out = run_once(root.path(), &["--catalog", "postgres://h/db"]);
+    assert_eq!(code(&out), 2, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("destination.catalog"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn a_spool_root_held_by_another_process_exits_3_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    let mut holder = spool()
+        .args(["lock", "hold"])
+        .arg(root.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut holder);
+    let held = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(held.starts_with("held"), "{held}");
+    let out = run_once(root.path(), &["--timeout", "10"]);
+    assert_eq!(code(&out), 3, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains(&format!("pid {}", holder.id())),
+        "{}",
+        describe(&out)
+    );
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
+fn config_show_says_where_each_value_came_from_and_masks_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("spool.toml");
+    fs::write(
+        &cfg,
+        "[lease]\nttl = 12\n[service]\npoll_interval = \"250ms\"\n[destination]\ncatalog = \"clickhouse://admin:filepw@ch:8123/db?table_prefix=t_\"\n",
+    )
+    .unwrap();
+    let out = output(
+        spool()
+            .args([
+                "config",
+                "show",
+                "--lease-ttl",
+                "20",
+                "--set",
+                "upload.max_workers=8",
+                "--spool-root",
+            ])
+            .arg(dir.path())
+            .current_dir(dir.path()) // ./spool.toml found without --config
+            .env("SPOOL_POLL_INTERVAL", "2s")
+            .env("AWS_SECRET_ACCESS_KEY", "awssecretvalue")
+            .env("SPOOL_STORE", "s3://bucket/pre"),
+    );
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    for (key, value, source) in [
+        ("lease.ttl", "20s", "flag --lease-ttl"),
+        ("service.poll_interval", "2s", "env SPOOL_POLL_INTERVAL"),
+        (
+            "destination.catalog",
+            "clickhouse://admin:****@ch:8123/db?table_prefix=t_",
+            "file",
+        ),
+        ("destination.store", "s3://bucket/pre", "env SPOOL_STORE"),
+        ("upload.max_workers", "8", "flag --set upload.max_workers"),
+        ("service.max_backoff", "30s", "default"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("{key} missing:\n{text}"));
+        assert!(line.contains(value) && line.contains(source), "{line}");
+    }
+    assert!(
+        text.contains("table_prefix  t_") && text.contains("catalog_key"),
+        "{text}"
+    );
+    assert!(text.contains("AWS_SECRET_ACCESS_KEY=**** (set)"), "{text}");
+    assert!(
+        !text.contains("filepw") && !text.contains("awssecretvalue"),
+        "{text}"
+    );
+}
+
+/// Wrong ClickHouse credentials (wiremock answering every request with
+/// ClickHouse's authentication error): the run cannot get the lease nor
+/// index, times out with exit 6 naming the failure, and the password given
+/// in the catalog URL appears nowhere — not in errors, not in debug logs
+/// (text or JSON), not in `config show`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_clickhouse_credentials_time_out_and_never_leak_the_password() {
+    use wiremock::{matchers::any, Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(
+            ResponseTemplate::new(516).insert_header("X-ClickHouse-Exception-Code", "516").set_body_string(
+                "Code: 516. DB::Exception: spooler: Authentication failed: password is incorrect, or there is no user with such name. (AUTHENTICATION_FAILED)",
+            ),
+        )
+        .mount(&server)
+        .await;
+    let port = server.address().port();
+    let root = tempfile::tempdir().unwrap();
+    let catalog = format!("clickhouse://spooler:Sup3rS3cretPw@127.0.0.1:{port}/spooldb");
+    let catalog2 = catalog.clone();
+    let r = root.path().to_path_buf();
+    let (outs, ids, sib) = tokio::task::spawn_blocking(move || {
+        let kd = key_dir(&r, &["--catalog", &catalog2]);
+        let sib = kd.join("r1-0000abcd");
+        let ids = stage(&sib, 2);
+        let mut outs = Vec::new();
+        for fmt in ["text", "json"] {
+            outs.push(output(
+                spool()
+                    .args([
+                        "--log-format",
+                        fmt,
+                        "run",
+                        "--once",
+                        "--timeout",
+                        "3",
+                        "--lease-ttl",
+                        "5",
+                        "--catalog",
+                    ])
+                    .arg(&catalog2)
+                    .arg("--spool-root")
+                    .arg(&r)
+                    .env("RUST_LOG", "debug"),
+            ));
+        }
+        outs.push(output(
+            spool()
+                .args(["config", "show", "--spool-root"])
+                .arg(&r)
+                .env("SPOOL_CATALOG", &catalog2),
+        ));
+        outs.push(output(
+            spool()
+                .args(["config", "show", "--json", "--spool-root"])
+                .arg(&r)
+                .env(
+                    "SPOOL_CATALOG",
+                    format!(
+                        "clickhouse://127.0.0.1:{port}/spooldb?user=spooler&password=Sup3rS3cretPw"
+                    ),
+                ),
+        ));
+        (outs, ids, sib)
+    })
+    .await
+    .unwrap();
+    let _ = catalog;
+    for out in &outs[..2] {
+        assert_eq!(code(out), 6, "{}", describe(out));
+        assert!(
+            stderr(out).contains("Authentication failed"),
+            "{}",
+            describe(out)
+        );
+    }
+    for out in &outs {
+        let all = describe(out);
+        assert!(
+            !all.contains("Sup3rS3cretPw"),
+            "the password leaked:\n{all}"
+        );
+    }
+    assert_eq!(ready(&sib), ids.into_iter().collect());
+    assert_unheld(&sib);
+}
+
+/// Wrong S3 credentials (wiremock: HEAD 404, PUT 403 AccessDenied): the
+/// adopted sibling is blocked with its packs in place, and `run --once`
+/// exits 1 naming it and the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_access_denied_blocks_the_sibling_and_exits_1_naming_it() {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    Mock::given(method("HEAD"))
+        .respond_with(ResponseTemplate::new(404))
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .respond_with(ResponseTemplate::new(403).set_body_string(
+            "<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>",
+        ))
+        .mount(&server)
+        .await;
+    let uri = server.uri();
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_path_buf();
+    let (out, ids, sib) = tokio::task::spawn_blocking(move || {
+        let store = "s3://bucket/p";
+        let kd = key_dir(&r, &["--store", store]);
+        let sib = kd.join("r1-0000abcd");
+        let ids = stage(&sib, 2);
+        let out = output(
+            spool()
+                .args([
+                    "run",
+                    "--once",
+                    "--timeout",
+                    "60",
+                    "--store",
+                    store,
+                    "--spool-root",
+                ])
+                .arg(&r)
+                .env("AWS_ENDPOINT", &uri)
+                .env("AWS_ACCESS_KEY_ID", "wrong")
+                .env("AWS_SECRET_ACCESS_KEY", "wrong")
+                .env("AWS_REGION", "us-east-1")
+                .env("SPOOL_CLIENT_ALLOW_HTTP", "true"),
+        );
+        (out, ids, sib)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code(&out), 1, "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("blocked")
+            && err.contains(&sib.display().to_string())
+            && err.contains("spool unblock"),
+        "{err}"
+    );
+    assert_eq!(ready(&sib), ids.into_iter().collect());
+    let owner = spool_lock::read_owner(&sib).unwrap();
+    assert!(!owner.held);
+    assert!(
+        matches!(
+            owner.record.map(|r| r.purpose),
+            Some(spool_lock::Purpose::Blocked(_))
+        ),
+        "marked blocked"
+    );
+}
+
+/// Liveness bounds: one at a time (nextest group `serial`).
+mod serial {
+    use super::*;
+
+    /// SIGTERM while the daemon is stuck adopting a sibling (its store is a
+    /// closed port): exit 0 promptly, the sibling whole and unlocked.
+    #[test]
+    fn sigterm_stops_promptly_with_the_sibling_kept_whole() {
+        let root = tempfile::tempdir().unwrap();
+        let store = "s3://bucket/spool";
+        let kd = key_dir(root.path(), &["--store", store]);
+        let sib = kd.join("r1-0000abcd");
+        let ids = stage(&sib, 3);
+        let endpoint = format!("http://127.0.0.1:{}", closed_port());
+        let (mut child, _rx, started) = spawn_daemon(
+            root.path(),
+            &[
+                "--store",
+                store,
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--set",
+                "service.unhealthy_after=1s",
+            ],
+            &[
+                ("AWS_ENDPOINT", endpoint.as_str()),
+                ("AWS_ACCESS_KEY_ID", "k"),
+                ("AWS_SECRET_ACCESS_KEY", "s"),
+                ("AWS_REGION", "us-east-1"),
+                ("SPOOL_CLIENT_ALLOW_HTTP", "true"),
+            ],
+        );
+        let own = PathBuf::from(started["dir"].as_str().unwrap());
+        let addr = started["metrics_addr"].as_str().unwrap().to_string();
+        // the store keeps failing: /healthz turns 503 and says why
+        let mut body = String::new();
+        wait_until("/healthz 503", Duration::from_secs(30), || {
+            let (s, b) = healthz(&addr);
+            body = b;
+            s == 503
+        });
+        assert!(
+            body.contains("stores failing") && body.contains("last error"),
+            "{body}"
+        );
+        // wait until it took the sibling (adopting record) or 3 s passed
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(3) {
+            let o = spool_lock::read_owner(&sib).unwrap();
+            if o.held {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let t0 = Instant::now();
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        let st = wait_exit(&mut child, Duration::from_secs(20));
+        let took = t0.elapsed();
+        assert_eq!(st.code(), Some(0), "{}", child_stderr(&mut child));
+        assert!(took < Duration::from_secs(5), "stop took {took:?}");
+        assert_eq!(ready(&sib), ids.into_iter().collect(), "packs kept whole");
+        assert_unheld(&sib);
+        assert!(!own.exists(), "the daemon's empty own directory is removed");
+    }
+
+    /// SIGTERM after the daemon drained: exit 0 at once, nothing left.
+    #[test]
+    fn sigterm_after_draining_exits_0_quickly() {
+        let root = tempfile::tempdir().unwrap();
+        let kd = key_dir(root.path(), &[]);
+        let ids = stage(&kd.join("r1-0000abcd"), 3);
+        let (mut child, _rx, started) = spawn_daemon(root.path(), &[], &[]);
+        let own = PathBuf::from(started["dir"].as_str().unwrap());
+        wait_until(
+            "3 rows in the catalog, the sibling removed",
+            Duration::from_secs(30),
+            || {
+                root.path().join(".catalog.db").exists()
+                    && catalog_rows(root.path()).len() == ids.len()
+                    && !kd.join("r1-0000abcd").exists()
+            },
+        );
+        let t0 = Instant::now();
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+        let st = wait_exit(&mut child, Duration::from_secs(20));
+        assert_eq!(st.code(), Some(0), "{}", child_stderr(&mut child));
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        assert!(!own.exists(), "the daemon's own directory is removed");
+    }
+}
+
+/// README's main job: a sink-only `spool produce --spool-root ROOT` stages
+/// packs and exits; `spool run --once --spool-root ROOT` on the embedded
+/// defaults finds them under the same catalog key and drains them.
+#[test]
+fn produce_spool_root_then_run_once_drains_on_embedded_defaults() {
+    let root = tempfile::tempdir().unwrap();
+    let mut ids = BTreeSet::new();
+    for rank in ["0", "1"] {
+        let out = output(
+            spool()
+                .args(["produce", "--packs", "3", "--rank", rank, "--spool-root"])
+                .arg(root.path()),
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        ids.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string),
+        );
+    }
+    assert_eq!(ids.len(), 6);
+    let out = run_once(root.path(), &["--timeout", "60"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    assert_eq!(catalog_rows(root.path()), ids);
+    for id in &ids {
+        assert!(
+            stored_object(root.path(), id).is_some(),
+            "{id} not in the store"
+        );
+    }
+    let kd = key_dir(root.path(), &[]);
+    assert_eq!(
+        fs::read_dir(&kd).unwrap().count(),
+        0,
+        "rank directories left"
+    );
+}
