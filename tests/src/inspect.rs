@@ -76,7 +76,10 @@ pub fn store_and_index(root: &Path, created_ms: u64, records: &[Vec<u8>]) -> Sto
             .await
             .expect("put the pack");
         let catalog = spool_catalog::open(&catalog_url(root)).expect("catalog");
-        catalog.index(std::slice::from_ref(&row), None).await.expect("index");
+        catalog
+            .index(std::slice::from_ref(&row), None)
+            .await
+            .expect("index");
     });
     StoredPack {
         id,
