@@ -125,6 +125,28 @@ async fn a_batch_larger_than_one_statement_is_indexed_whole() {
     .await
 }
 
+/// Full 256-row batches back to back for 3 s, so second boundaries fall
+/// inside index statements: the server clock must be read once per
+/// statement (18.16 refused a `UNION ALL` whose branches read `now()` in
+/// different seconds, code 171; `cargo xtask bench` found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_batches_across_clock_seconds_are_indexed() {
+    with_db(|fx, _| async move {
+        let t = std::time::Instant::now();
+        let mut n = 0u64;
+        while t.elapsed() < std::time::Duration::from_secs(3) {
+            let rows: Vec<_> = (n..n + 256).map(|k| suite::row(k, 1_000 + k)).collect();
+            fx.catalog
+                .index(&rows, None)
+                .await
+                .unwrap_or_else(|e| panic!("batch from row {n} after {:?}: {e}", t.elapsed()));
+            n += 256;
+        }
+        assert_eq!(fx.catalog.count().await.unwrap(), n);
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dyn_catalog_from_url_is_send_and_sync() {
     with_db(|fx, _| async move {
