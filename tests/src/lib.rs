@@ -11,7 +11,7 @@
 
 pub mod catalog_suite;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Path of the `spool` binary built alongside this test executable.
@@ -74,6 +74,19 @@ pub fn server_env(var: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// Every `<id>.ready` file directly in `dir`: id → bytes.
+pub fn ready_files(dir: &Path) -> std::collections::HashMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".ready")?.to_string();
+            Some((id, std::fs::read(e.path()).unwrap()))
+        })
+        .collect()
 }
 
 pub mod http;

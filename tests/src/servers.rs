@@ -110,3 +110,14 @@ pub fn fresh_clickhouse(base: &str) -> (String, ClickHouseCatalog) {
     );
     (url, ClickHouseCatalog::new(t))
 }
+
+/// The ClickHouse URL, the S3 endpoint and the bucket of the real-server
+/// tier, or `None` (after [`server_env`](crate::server_env)'s message)
+/// when a test runs without them.
+pub fn clickhouse_and_s3() -> Option<(String, String, String)> {
+    Some((
+        crate::server_env("SPOOL_TEST_CLICKHOUSE_URL")?,
+        crate::server_env("SPOOL_TEST_S3_ENDPOINT")?,
+        crate::server_env("SPOOL_TEST_S3_BUCKET")?,
+    ))
+}

@@ -2,9 +2,8 @@
 //! servers `cargo xtask test` starts (moto's S3 server, ClickHouse), with the
 //! fault proxy in front of moto (SPEC §1, §7.3, §7.5).
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -15,7 +14,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use spool_core::PackId;
 use spool_tests::proxy::Proxy;
 use spool_tests::servers::fresh_clickhouse;
-use spool_tests::{describe, output, server_env, spool};
+use spool_tests::{describe, output, spool};
 
 fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
@@ -56,25 +55,9 @@ fn watch(mut child: Child) -> Watched {
     Watched { child, ids, dir }
 }
 
-fn ready_files(dir: &Path) -> HashMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let id = name.strip_suffix(".ready")?.to_string();
-            Some((id, std::fs::read(e.path()).unwrap()))
-        })
-        .collect()
-}
-
 #[test]
 fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_reads_back() {
-    let (Some(ch), Some(endpoint), Some(bucket)) = (
-        server_env("SPOOL_TEST_CLICKHOUSE_URL"),
-        server_env("SPOOL_TEST_S3_ENDPOINT"),
-        server_env("SPOOL_TEST_S3_BUCKET"),
-    ) else {
+    let Some((ch, endpoint, bucket)) = spool_tests::servers::clickhouse_and_s3() else {
         return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -145,7 +128,7 @@ fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_read
     producer.child.wait().unwrap();
     let staged: Vec<String> = producer.ids.lock().unwrap().clone();
     let indexed_before = rt.block_on(catalog.count()).unwrap();
-    let left = ready_files(&dir);
+    let left = spool_tests::ready_files(&dir);
     assert!(
         !left.is_empty() && indexed_before > 0,
         "part indexed ({indexed_before}), part staged ({})",

@@ -6,18 +6,13 @@ use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
-use spool_catalog::{CatalogUrl, ClickHouseCatalog};
 use spool_tests::inspect::{pack_and_row, put_and_index};
-use spool_tests::{describe, output, server_env, spool};
+use spool_tests::{describe, output, spool};
 use spool_upload::Store;
 
 #[test]
 fn ls_and_cat_read_back_from_clickhouse_and_s3_and_cat_catches_a_corrupt_object() {
-    let (Some(ch), Some(endpoint), Some(bucket)) = (
-        server_env("SPOOL_TEST_CLICKHOUSE_URL"),
-        server_env("SPOOL_TEST_S3_ENDPOINT"),
-        server_env("SPOOL_TEST_S3_BUCKET"),
-    ) else {
+    let Some((ch, endpoint, bucket)) = spool_tests::servers::clickhouse_and_s3() else {
         return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -25,19 +20,7 @@ fn ls_and_cat_read_back_from_clickhouse_and_s3_and_cat_catches_a_corrupt_object(
         .enable_all()
         .build()
         .unwrap();
-    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(&ch).unwrap() else {
-        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {ch}")
-    };
-    t.database = format!(
-        "spool_inspect_{}_{}",
-        std::process::id(),
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let catalog_url = format!(
-        "clickhouse://{}:{}/{}?table_prefix={}",
-        t.host, t.port, t.database, t.table_prefix
-    );
-    let admin = ClickHouseCatalog::new(t);
+    let (catalog_url, admin) = spool_tests::servers::fresh_clickhouse(&ch);
     let prefix = format!("inspect-{}", uuid::Uuid::new_v4().simple());
     let s3: Arc<dyn ObjectStore> = Arc::new(
         object_store::aws::AmazonS3Builder::from_env()

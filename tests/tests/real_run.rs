@@ -6,50 +6,20 @@
 //! reads back from catalog + store byte-equal; the directories are gone.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::Value;
-use spool_catalog::{CatalogUrl, ClickHouseCatalog};
 use spool_core::PackId;
-use spool_tests::{describe, output, server_env, spool};
-
-fn ready_files(dir: &Path) -> HashMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let id = name.strip_suffix(".ready")?.to_string();
-            Some((id, std::fs::read(e.path()).unwrap()))
-        })
-        .collect()
-}
+use spool_tests::{describe, output, spool};
 
 #[test]
 fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
-    let (Some(ch), Some(endpoint), Some(bucket)) = (
-        server_env("SPOOL_TEST_CLICKHOUSE_URL"),
-        server_env("SPOOL_TEST_S3_ENDPOINT"),
-        server_env("SPOOL_TEST_S3_BUCKET"),
-    ) else {
+    let Some((ch, endpoint, bucket)) = spool_tests::servers::clickhouse_and_s3() else {
         return;
     };
-    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(&ch).unwrap() else {
-        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {ch}")
-    };
-    t.database = format!(
-        "spool_run_{}_{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
-    );
-    let catalog_url = format!(
-        "clickhouse://{}:{}/{}?table_prefix={}",
-        t.host, t.port, t.database, t.table_prefix
-    );
-    let admin = ClickHouseCatalog::new(t);
+    let (catalog_url, admin) = spool_tests::servers::fresh_clickhouse(&ch);
     let prefix = format!("run-{}", uuid::Uuid::new_v4().simple());
     let store_url = format!("s3://{bucket}/{prefix}");
     let tmp = tempfile::tempdir().unwrap();
@@ -94,7 +64,7 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
                 .arg(&dir),
         );
         assert!(out.status.success(), "{}", describe(&out));
-        staged.extend(ready_files(&dir));
+        staged.extend(spool_tests::ready_files(&dir));
     }
     assert_eq!(staged.len(), 10);
 
