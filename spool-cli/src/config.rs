@@ -1428,6 +1428,8 @@ mod tests {
 
     #[test]
     fn a_ttl_without_room_for_the_fence_margin_is_refused() {
+        // 5 s is the shortest TTL with room for the (lowered) fence margin
+        // since LeaseConfig::new adapts the margin to short TTLs.
         let flags = ConfigFlags {
             lease_ttl: Some("4".into()),
             ..Default::default()

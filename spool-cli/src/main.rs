@@ -59,8 +59,7 @@ and a catalog, through a crash-safe node-local spool directory.
 Producers write packs into their own rank directory under a spool root
 (ROOT/<catalog key>/r<rank>-<incarnation>/). A storage service, embedded
 in the producer or run as a daemon, uploads and indexes them, and adopts
-the directories of producers that died. These commands inspect and repair
-that state:
+the directories of producers that died. The main commands:
 
   spool demo                 the whole product on one machine, with a read-back table
   spool run --spool-root ROOT [--once]   the daemon: drain and adopt into store + catalog
@@ -74,8 +73,8 @@ that state:
   spool unblock DIR          clear a blocked mark after fixing its cause
   spool lock owner DIR       who holds a directory
 
-Logs go to stderr, filtered by RUST_LOG (default `warn`). Each command's
---help has examples.";
+Logs go to stderr, filtered by RUST_LOG (default `warn`, `info` for run),
+as text or with --log-format json. Each command's --help has examples.";
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

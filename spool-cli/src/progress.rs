@@ -64,7 +64,13 @@ impl Progress {
         let known = total.is_some();
         let total = total.unwrap_or(0);
         let bar = (mode == Mode::Bar).then(|| {
-            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+            // Hidden until the total is known (an empty bar reads as done).
+            let target = if known {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            };
+            let bar = ProgressBar::with_draw_target(Some(total), target);
             bar.set_style(
                 ProgressStyle::with_template(
                     "{prefix} [{bar:30}] {pos}/{len} packs, {msg} ({elapsed}, eta {eta})",
@@ -97,6 +103,7 @@ impl Progress {
     pub fn set_total(&self, total: u64) {
         if let Some(bar) = &self.bar {
             bar.set_length(total);
+            bar.set_draw_target(ProgressDrawTarget::stderr());
         }
         self.state().total = total;
         if self.mode == Mode::Plain {

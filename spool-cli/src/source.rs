@@ -1,10 +1,8 @@
 //! Where `ls` and `cat` read from: the catalog and store URLs, given as
-//! flags or derived from a spool root's embedded defaults, and the time
-//! arguments of `ls`.
-//!
-//! The embedded single-node defaults live inside the spool root:
-//! `sqlite:///ROOT/.catalog.db` (catalog) and `file:///ROOT/.store` (store).
-//! `spool status ROOT` skips both.
+//! flags, or taken from the configuration (file and `SPOOL_*` environment,
+//! [`crate::config`]), or derived from a spool root's embedded defaults
+//! ([`crate::dest`]: `sqlite:///ROOT/.catalog.db`, `file://ROOT/.store`,
+//! which `spool status ROOT` skips), and the time arguments of `ls`.
 
 use std::path::{Path, PathBuf};
 
@@ -13,11 +11,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use std::sync::Arc;
 
+use crate::config::{Config, ConfigFlags};
+use crate::dest::{embedded_catalog_url, embedded_store_url};
 use crate::exit::{coded, ExitCode};
-
-use spool_core::layout::{
-    EMBEDDED_CATALOG_FILE as EMBEDDED_CATALOG, EMBEDDED_STORE_DIR as EMBEDDED_STORE,
-};
 
 /// `--catalog URL` / `--spool-root ROOT`.
 #[derive(Debug, Clone, clap::Args)]
@@ -48,42 +44,55 @@ fn absolute_root(root: &Path) -> Result<PathBuf> {
 }
 
 impl CatalogArgs {
-    /// The catalog URL: `--catalog`, else the spool root's embedded one; a
-    /// usage error when neither is given.
-    pub fn catalog_url(&self) -> Result<String> {
+    /// The configuration (`--config FILE`, `$SPOOL_CONFIG` or
+    /// `./spool.toml`, and the `SPOOL_*` environment), for what the flags
+    /// leave open.
+    fn config(config_file: Option<&Path>) -> Result<Config> {
+        Ok(Config::load(config_file, &ConfigFlags::default())?)
+    }
+
+    /// The catalog URL: `--catalog`, else the `--spool-root`'s embedded
+    /// one, else the configuration's (`destination.catalog`, or the
+    /// embedded one under `spool.root`); a usage error when none says.
+    pub fn catalog_url(&self, config_file: Option<&Path>) -> Result<String> {
         if let Some(url) = &self.catalog {
             return Ok(url.clone());
         }
-        match &self.spool_root {
-            Some(root) => Ok(format!(
-                "sqlite://{}",
-                absolute_root(root)?.join(EMBEDDED_CATALOG).display()
-            )),
-            None => Err(coded(
+        if let Some(root) = &self.spool_root {
+            return Ok(embedded_catalog_url(&absolute_root(root)?));
+        }
+        let cfg = Self::config(config_file)?;
+        cfg.catalog_url().map(str::to_owned).map_err(|_| {
+            coded(
                 ExitCode::Usage,
                 "no catalog given: pass --catalog URL (clickhouse://... or sqlite:///...) or \
-                 --spool-root ROOT for the embedded one at ROOT/.catalog.db",
-            )),
-        }
+                 --spool-root ROOT for the embedded one at ROOT/.catalog.db (or set \
+                 destination.catalog or spool.root in the config file, or SPOOL_CATALOG or \
+                 SPOOL_ROOT)",
+            )
+        })
     }
 
-    /// The store URL: `store` if given, else the spool root's embedded one;
-    /// a usage error when neither is given.
-    pub fn store_url(&self, store: Option<&str>) -> Result<String> {
+    /// The store URL: `store` if given, else the `--spool-root`'s embedded
+    /// one, else the configuration's (`destination.store`, or the embedded
+    /// one under `spool.root`); a usage error when none says.
+    pub fn store_url(&self, store: Option<&str>, config_file: Option<&Path>) -> Result<String> {
         if let Some(url) = store {
             return Ok(url.to_string());
         }
-        match &self.spool_root {
-            Some(root) => Ok(format!(
-                "file://{}",
-                absolute_root(root)?.join(EMBEDDED_STORE).display()
-            )),
-            None => Err(coded(
+        if let Some(root) = &self.spool_root {
+            return Ok(embedded_store_url(&absolute_root(root)?));
+        }
+        let cfg = Self::config(config_file)?;
+        cfg.store_url().map(str::to_owned).map_err(|_| {
+            coded(
                 ExitCode::Usage,
                 "no store given: pass --store URL (s3://, gs://, az://, file:///...) or \
-                 --spool-root ROOT for the embedded one at ROOT/.store",
-            )),
-        }
+                 --spool-root ROOT for the embedded one at ROOT/.store (or set \
+                 destination.store or spool.root in the config file, or SPOOL_STORE or \
+                 SPOOL_ROOT)",
+            )
+        })
     }
 }
 

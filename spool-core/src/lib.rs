@@ -117,6 +117,12 @@
 //! subdirectories, skip `_refs/`, non-pack files and any subdirectory with
 //! its own `.owner.lock` (a nested spool, live or dead).
 //!
+//! Lock-free readers for operators: [`spool::inspect`] (counts and bytes
+//! per kind, `spool status`) and [`spool::verify_dir`] /
+//! [`spool::verify_dir_with_progress`] (validate every ready pack, with a
+//! callback after the listing and after each pack, `spool verify`) never
+//! take the lock and change nothing.
+//!
 //! # Layout ([`layout`])
 //!
 //! `<root>/<catalog_key>/r<rank>-<8 hex>/`; the key is the first 12 hex

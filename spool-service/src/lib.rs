@@ -46,19 +46,61 @@
 //!   kept whole), releases the lease, and with lock mode `Take` releases the
 //!   own lock, removing the directory only if empty.
 //! - **Snapshot**: [`Snapshot`], a plain struct published after each cycle.
+//!   `staged` is the sum of the sealed-pack counters the directory's sinks
+//!   publish in the registry (every worker ordinal, SPEC §4.5). A latch
+//!   wakes the loop at once (it watches the lease keeper's state), so the
+//!   snapshot shows it and the siblings are let go whatever the backoff.
 //!
-//! Tests (`tests.rs`, memory catalog, fault-scripting store, real temp
-//! directories and locks): the construction check; own packs drained by a
-//! flush and the dir removable; a 403 pack `.rejected` while the other goes
-//! up; the catalog down leaves packs owed and the flush error says so; a dead
-//! sibling adopted and removed with every pack in store and catalog while a
-//! live sibling and another destination's directory are untouched; in
-//! `serial`: start bounded and flush by its deadline with the store stalled,
-//! stop prompt during a stalled upload, a registry notify waking the loop
-//! long before a 30 s poll interval.
+//! # Tests
 //!
-//! Not done: `staged` in the snapshot, a cross-process (SIGKILLed child)
-//! adoption test.
+//! In this crate (`tests.rs`, memory catalog, fault-scripting store, real
+//! temp directories and locks): the construction check; own packs drained
+//! by a flush and the dir removable; a 403 pack `.rejected` while the other
+//! goes up; the catalog down leaves packs owed and the flush error says so;
+//! a dead sibling adopted and removed with every pack in store and catalog
+//! while a live sibling and another destination's directory are untouched;
+//! in `serial`: start bounded and flush by its deadline with the store
+//! stalled, stop prompt during a stalled upload, a registry notify waking
+//! the loop long before a 30 s poll interval. The adoption machine's own
+//! tests are described in [`adoption`].
+//!
+//! In `spool-tests` (`tests/tests/service_adoption.rs`, the real service
+//! with real child processes, over the fakes; set-up in
+//! `tests/src/service.rs`): the blocked policy three ways — a pack over the
+//! in-flight bound, a different object already at a key, and root's
+//! sibling seen by a service running as `nobody` in a child process
+//! (`service-helper`) — each listed in `blocked_siblings` with its packs in
+//! place, the rest of its packs indexed, not owed, the loop at its poll
+//! rate, a flush back at once; an own pack refused for good set aside as
+//! `.rejected` while adoption proceeds; two destinations on one root never
+//! adopting each other's directories, and the construction check refusing
+//! a directory outside the layout or under another key; `staged` counting
+//! two sinks' packs and not a third directory's. In `serial`: live siblings
+//! (a `spool-core-helper` child with ready packs and a stage paused before
+//! its publish, and a kept claim of this process) left exactly as they
+//! were and counted in `live_siblings`, the child adopted within the
+//! recheck interval once SIGKILLed; a store cut mid-adoption keeping the
+//! directory while a flush returns on time, the loop finishing once the
+//! store returns; stop during a stalled adoption round prompt, the
+//! directory whole and unlocked, a successor finishing; a flush never
+//! adopting yet running a cycle while the loop idles in its backoff;
+//! back-to-back flushes from two threads not stopping the adoption of a
+//! sibling whose holder is SIGKILLed; a flush beside 64 sparse 64 MiB packs
+//! being validated returning drained within ~1 s, and stop during the
+//! validation of 16 sparse 256 MiB packs prompt with the directory whole
+//! and unlocked; a latch (a foreign lease outliving 2 × TTL while adopting
+//! with a 60 s backoff) letting go of the sibling within seconds, every
+//! pack still in it. In `tests/tests/real_service.rs` (ClickHouse + moto,
+//! each behind the fault proxy): the catalog cut at the first upload leaves
+//! the first sibling's round owed and held, the second whole and untaken,
+//! adoption owed, a flush timing out naming 3 owed packs; with the catalog
+//! back both are adopted and every pack reads back byte-equal.
+//!
+//! Not done: a flush waits for the adoption step in flight, i.e. one whole
+//! pack's validation rather than one 8 MiB chunk of it (cutting it would
+//! restart that pack's hashing, so back-to-back flushes could starve a
+//! backlog of very large packs: a resumable validation in spool-core would
+//! fix both).
 //!
 //! # The engine
 //!

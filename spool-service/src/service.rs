@@ -54,6 +54,8 @@ struct Core {
     adoption_slice: Duration,
     lease_task: Option<LeaseTask>,
     own_left: usize,
+    /// Where this directory's sinks publish (the snapshot's `staged`).
+    registry: Arc<spool_core::registry::Registry>,
 }
 
 /// The storage service (SPEC §7). Owns its tokio runtime; its API is
@@ -232,6 +234,7 @@ impl StorageService {
             adoption_slice: cfg.adoption_slice,
             lease_task,
             own_left: 0,
+            registry: cfg.registry.clone(),
         }));
         let aw = Arc::new(AtomicWaker::new());
         let reader = cfg.registry.register_waker(Waker::Async(aw.clone()));
@@ -395,6 +398,16 @@ async fn registry_wake(reader: &Reader, aw: &AtomicWaker) {
     .await
 }
 
+/// Resolves once the lease keeper latches; never without a lease keeper.
+async fn latched(lease: &mut Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>) {
+    if let Some(rx) = lease {
+        if rx.wait_for(|s| s.latched).await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending::<()>().await
+}
+
 async fn run_loop(
     core: Arc<tokio::sync::Mutex<Core>>,
     shared: Arc<Shared>,
@@ -404,6 +417,8 @@ async fn run_loop(
     max_backoff: Duration,
 ) {
     let mut backoff = Duration::ZERO;
+    let mut lease = core.lock().await.io.lease.clone();
+    let mut latch_seen = false;
     loop {
         if shared.stop.is_cancelled() {
             break;
@@ -436,6 +451,9 @@ async fn run_loop(
             _ = shared.stop.cancelled() => break,
             _ = shared.wake.notified() => {}
             _ = registry_wake(&reader, &aw), if backoff.is_zero() => {}
+            // SPEC §6.2: the latch wakes the loop, which lets go of every
+            // sibling at once, however long its backoff or poll interval.
+            _ = latched(&mut lease), if !latch_seen => latch_seen = true,
             _ = tokio::time::sleep(wait) => {}
         }
     }
@@ -691,8 +709,17 @@ impl Core {
             .map(|a| a.snapshot())
             .unwrap_or_default();
         let usage = self.io.own.usage();
+        // Every sink of this directory publishes its sealed-pack count into
+        // its own slot (SPEC §4.5): staged is their sum.
+        let staged: u64 = self
+            .registry
+            .points_of(&shared.dir)
+            .iter()
+            .filter_map(|p| p.read())
+            .map(|p| p.sealed_packs)
+            .sum();
         let snap = Snapshot {
-            staged: 0,
+            staged,
             uploaded: c.uploaded,
             indexed: c.indexed,
             pending_index: self.io.pending.len() as u64,

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 /// A plain copy of the service's counters, cheap to take.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// Packs staged by sinks (not counted by the service in this version: 0).
+    /// Packs staged by the sinks of this directory in this process: the sum
+    /// of the sealed-pack counters they publish in the registry (SPEC §4.5),
+    /// every worker ordinal; as of the last cycle.
     pub staged: u64,
     /// Packs put in the store (own and adopted).
     pub uploaded: u64,

@@ -38,10 +38,13 @@ pub fn store_url(root: &Path) -> String {
     format!("file://{}/.store", root.display())
 }
 
-/// Writes a pack with `records` and creation time `created_ms`, puts it in
-/// `root`'s embedded store under its object key, and indexes it in the
-/// embedded catalog (created on first use), as a service does.
-pub fn store_and_index(root: &Path, created_ms: u64, records: &[Vec<u8>]) -> StoredPack {
+/// A valid pack of `records` created at `created_ms`, and the catalog row a
+/// service would write for it when stored in `store` (under its object key).
+pub fn pack_and_row(
+    store: &Store,
+    created_ms: u64,
+    records: &[Vec<u8>],
+) -> (PackId, Vec<u8>, PackRow) {
     let id = PackId::with_timestamp(created_ms);
     let mut w = PackWriter::new(id, created_ms);
     for r in records {
@@ -49,11 +52,9 @@ pub fn store_and_index(root: &Path, created_ms: u64, records: &[Vec<u8>]) -> Sto
     }
     let bytes = w.finish();
     let summary = spool_core::pack::validate_bytes(&bytes, Some(id)).expect("a valid pack");
-    let store = Store::from_url(&store_url(root), &ClientConfig::default()).expect("store");
-    let key = object_key(store.prefix(), &id);
     let row = PackRow {
         pack_id: id.to_hex(),
-        object_key: key.to_string(),
+        object_key: object_key(store.prefix(), &id).to_string(),
         store_id: "default".into(),
         sha256: summary.sha256.iter().map(|b| format!("{b:02x}")).collect(),
         bytes: summary.bytes,
@@ -65,25 +66,44 @@ pub fn store_and_index(root: &Path, created_ms: u64, records: &[Vec<u8>]) -> Sto
         created_at_ms: created_ms,
         indexed_at_ms: 0,
     };
+    (id, bytes, row)
+}
+
+/// Puts `bytes` into `store` at `row`'s object key and indexes `row` in
+/// `catalog`, as a service does.
+pub async fn put_and_index(
+    store: &Store,
+    catalog: &dyn spool_catalog::Catalog,
+    bytes: &[u8],
+    row: &PackRow,
+) {
+    let key = object_store::path::Path::from(row.object_key.as_str());
+    store
+        .object_store()
+        .put(&key, bytes.to_vec().into())
+        .await
+        .expect("put the pack");
+    catalog
+        .index(std::slice::from_ref(row), None)
+        .await
+        .expect("index the pack");
+}
+
+/// Writes a pack with `records` and creation time `created_ms`, puts it in
+/// `root`'s embedded store under its object key, and indexes it in the
+/// embedded catalog (created on first use), as a service does.
+pub fn store_and_index(root: &Path, created_ms: u64, records: &[Vec<u8>]) -> StoredPack {
+    let store = Store::from_url(&store_url(root), &ClientConfig::default()).expect("store");
+    let (id, bytes, row) = pack_and_row(&store, created_ms, records);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(async {
-        store
-            .object_store()
-            .put(&key, bytes.clone().into())
-            .await
-            .expect("put the pack");
-        let catalog = spool_catalog::open(&catalog_url(root)).expect("catalog");
-        catalog
-            .index(std::slice::from_ref(&row), None)
-            .await
-            .expect("index");
-    });
+    let catalog = spool_catalog::open(&catalog_url(root)).expect("catalog");
+    rt.block_on(put_and_index(&store, catalog.as_ref(), &bytes, &row));
     StoredPack {
         id,
-        object_path: root.join(".store").join(key.as_ref()),
+        object_path: root.join(".store").join(&row.object_key),
         bytes,
         records: records.to_vec(),
         row,

@@ -80,4 +80,6 @@ pub mod http;
 pub mod inspect;
 pub mod packs;
 pub mod proxy;
+pub mod servers;
+pub mod service;
 pub mod upload_suite;

@@ -127,6 +127,19 @@ fn ls_lists_every_pack_as_a_table_and_filters_by_time_as_json() {
         .map(|r| r["pack_id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(ids, [packs[1].id.to_hex(), packs[2].id.to_hex()]);
+
+    // Without flags: the configuration's spool.root, from a file or from
+    // SPOOL_ROOT.
+    let config = root.join("spool.toml");
+    std::fs::write(
+        &config,
+        format!("[spool]\nroot = {:?}\n", root.display().to_string()),
+    )
+    .unwrap();
+    let out = output(spool().args(["ls", "--json", "--config"]).arg(&config));
+    assert_eq!(json_lines(&out).len(), 3, "{}", describe(&out));
+    let out = output(spool().args(["ls", "--json"]).env("SPOOL_ROOT", &root));
+    assert_eq!(json_lines(&out).len(), 3, "{}", describe(&out));
 }
 
 #[test]
@@ -134,6 +147,11 @@ fn ls_refuses_bad_input_with_the_right_exit_codes() {
     let (_tmp, root, _packs) = root_with_packs();
     let cases: Vec<(Vec<String>, i32, &str)> = vec![
         (vec![], 2, "--catalog URL"),
+        (
+            vec!["--config".into(), "/nonexistent/spool.toml".into()],
+            2,
+            "spool.toml",
+        ),
         (vec!["--catalog".into(), "ftp://x/y".into()], 2, "ftp"),
         (
             vec![
@@ -215,6 +233,25 @@ fn cat_writes_the_checked_pack_to_a_file_or_stdout_and_prints_records() {
         "--store",
         &store_url(&root),
     ]));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(out.stdout, p.bytes);
+
+    // Catalog and store from the configuration file.
+    let config = tmp.path().join("spool.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[destination]\ncatalog = {:?}\nstore = {:?}\n",
+            catalog_url(&root),
+            store_url(&root)
+        ),
+    )
+    .unwrap();
+    let out = output(
+        spool()
+            .args(["cat", &p.id.to_hex(), "--config"])
+            .arg(&config),
+    );
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(out.stdout, p.bytes);
 
@@ -697,4 +734,77 @@ fn every_command_has_a_long_help_with_examples_and_the_exit_codes_are_listed() {
             "{cmd} --help:\n{text}"
         );
     }
+}
+
+#[test]
+fn on_a_terminal_verify_and_recover_draw_a_bar_instead_of_plain_lines() {
+    // `script` (util-linux) gives the child a pseudo-terminal.
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` to allocate a terminal");
+        return;
+    }
+    let (_tmp, dir) = spool_dir_with_packs(3);
+    for cmd in ["verify", "recover"] {
+        let line = format!(
+            "{} {cmd} {}",
+            spool_tests::spool_bin().display(),
+            dir.display()
+        );
+        let out = output(
+            std::process::Command::new("script")
+                .args(["-qec", &line, "/dev/null"])
+                .env("RUST_LOG", "warn"),
+        );
+        assert!(out.status.success(), "{cmd}: {}", describe(&out));
+        let text = stdout(&out);
+        assert!(text.contains("3 valid"), "{cmd}: {text}");
+        assert!(
+            text.contains("] 3/3 packs") || text.contains("] 0/3 packs"),
+            "{cmd}: a bar: {text:?}"
+        );
+        assert!(
+            !text.contains(&format!("{}: 0/3 packs", dir.display())),
+            "{cmd}: no plain progress lines on a terminal: {text:?}"
+        );
+    }
+}
+
+#[test]
+fn cat_refuses_to_write_a_raw_pack_to_a_terminal() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` to allocate a terminal");
+        return;
+    }
+    let (_tmp, root, packs) = root_with_packs();
+    let line = format!(
+        "{} cat {} --spool-root {}",
+        spool_tests::spool_bin().display(),
+        packs[0].id.to_hex(),
+        root.display()
+    );
+    let out = output(
+        std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("RUST_LOG", "warn"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("refusing to write a binary pack to a terminal"),
+        "{text:?}"
+    );
+    assert!(!text.contains("SPOOLPK"), "no pack bytes on the terminal");
+    // --records is fine on a terminal.
+    let line = format!("{line} --records");
+    let out = output(std::process::Command::new("script").args(["-qec", &line, "/dev/null"]));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(stdout(&out).contains("old record 2"), "{}", describe(&out));
 }

@@ -6,29 +6,9 @@
 use spool_catalog::{Catalog, CatalogUrl, ClickHouseCatalog, Error};
 use spool_tests::catalog_suite::{self as suite, Fixture};
 use spool_tests::server_env;
+use spool_tests::servers::fresh_clickhouse;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// A fresh database name and its catalog URL.
-fn fresh_url(base: &str) -> (String, ClickHouseCatalog) {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(base).expect("SPOOL_TEST_CLICKHOUSE_URL")
-    else {
-        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}")
-    };
-    t.database = format!(
-        "spool_test_{}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst),
-        uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
-    );
-    let url = format!(
-        "clickhouse://{}:{}/{}?table_prefix={}",
-        t.host, t.port, t.database, t.table_prefix
-    );
-    (url, ClickHouseCatalog::new(t))
-}
 
 /// Runs `case` on a fixture in its own database, then drops the database,
 /// also when the case panicked.
@@ -40,7 +20,7 @@ where
     let Some(base) = server_env("SPOOL_TEST_CLICKHOUSE_URL") else {
         return;
     };
-    let (url, admin) = fresh_url(&base);
+    let (url, admin) = fresh_clickhouse(&base);
     let u = url.clone();
     let fx = Fixture {
         catalog: spool_catalog::open(&url).unwrap(),
@@ -141,6 +121,28 @@ async fn a_batch_larger_than_one_statement_is_indexed_whole() {
         let more: Vec<_> = (600..900).map(|n| suite::row(n, 1_000 + n)).collect();
         fx.catalog.index(&more, Some(&g)).await.unwrap();
         assert_eq!(fx.catalog.count().await.unwrap(), 900);
+    })
+    .await
+}
+
+/// Full 256-row batches back to back for 3 s, so second boundaries fall
+/// inside index statements: the server clock must be read once per
+/// statement (18.16 refused a `UNION ALL` whose branches read `now()` in
+/// different seconds, code 171; `cargo xtask bench` found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_batches_across_clock_seconds_are_indexed() {
+    with_db(|fx, _| async move {
+        let t = std::time::Instant::now();
+        let mut n = 0u64;
+        while t.elapsed() < std::time::Duration::from_secs(3) {
+            let rows: Vec<_> = (n..n + 256).map(|k| suite::row(k, 1_000 + k)).collect();
+            fx.catalog
+                .index(&rows, None)
+                .await
+                .unwrap_or_else(|e| panic!("batch from row {n} after {:?}: {e}", t.elapsed()));
+            n += 256;
+        }
+        assert_eq!(fx.catalog.count().await.unwrap(), n);
     })
     .await
 }

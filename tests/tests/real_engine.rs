@@ -12,36 +12,10 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
-use spool_catalog::{CatalogUrl, ClickHouseCatalog};
 use spool_core::PackId;
 use spool_tests::proxy::Proxy;
+use spool_tests::servers::fresh_clickhouse;
 use spool_tests::{describe, output, server_env, spool};
-
-/// A fresh ClickHouse database for one test, dropped at the end.
-struct Db {
-    url: String,
-    admin: ClickHouseCatalog,
-}
-
-fn fresh_db(base: &str) -> Db {
-    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(base).expect("SPOOL_TEST_CLICKHOUSE_URL")
-    else {
-        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}")
-    };
-    t.database = format!(
-        "spool_engine_{}_{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
-    );
-    let url = format!(
-        "clickhouse://{}:{}/{}?table_prefix={}",
-        t.host, t.port, t.database, t.table_prefix
-    );
-    Db {
-        url,
-        admin: ClickHouseCatalog::new(t),
-    }
-}
 
 fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
@@ -110,7 +84,7 @@ fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_read
         .unwrap();
     let upstream = endpoint.trim_start_matches("http://").parse().unwrap();
     let proxy = rt.block_on(Proxy::start(upstream)).unwrap();
-    let db = fresh_db(&ch);
+    let (db_url, db_admin) = fresh_clickhouse(&ch);
     let prefix = format!("engine-{}", uuid::Uuid::new_v4().simple());
     let store_url = format!("s3://{bucket}/{prefix}");
     let tmp = tempfile::tempdir().unwrap();
@@ -123,7 +97,7 @@ fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_read
         spool()
             .args(["produce", "--spool-root"])
             .arg(root)
-            .args(["--store", &store_url, "--catalog", &db.url, "--serve"])
+            .args(["--store", &store_url, "--catalog", &db_url, "--serve"])
             .args([
                 "--packs",
                 "400",
@@ -139,7 +113,7 @@ fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_read
             .spawn()
             .unwrap(),
     );
-    let catalog = spool_catalog::open(&db.url).unwrap();
+    let catalog = spool_catalog::open(&db_url).unwrap();
     wait_for("part of the packs indexed", Duration::from_secs(60), || {
         rt.block_on(catalog.count()).unwrap_or(0) >= 3
     });
@@ -186,7 +160,7 @@ fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_read
         spool()
             .args(["run", "--once", "--json", "--spool-root"])
             .arg(root)
-            .args(["--store", &store_url, "--catalog", &db.url])
+            .args(["--store", &store_url, "--catalog", &db_url])
             .args([
                 "--lease-ttl",
                 "5",
@@ -256,5 +230,5 @@ fn a_sigkilled_serving_producer_is_adopted_by_spool_run_once_and_every_pack_read
         staged.len(),
         "one object per pack, nothing else"
     );
-    rt.block_on(db.admin.testing_drop_database()).unwrap();
+    rt.block_on(db_admin.testing_drop_database()).unwrap();
 }

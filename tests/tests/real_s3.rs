@@ -4,70 +4,14 @@
 //! connections, stalls, a body cut mid-way, a request held back past a
 //! successor's upload — and a cut multipart upload leaving no parts.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use object_store::aws::AmazonS3Builder;
-use object_store::{BackoffConfig, ClientOptions, ObjectStoreExt, RetryConfig};
+use object_store::ObjectStoreExt;
 use spool_tests::packs::write_pack;
 use spool_tests::proxy::{EventKind, Proxy, ProxyAction, ProxyRule};
-use spool_tests::server_env;
+use spool_tests::servers::{client, moto, s3_store, Moto};
 use spool_tests::upload_suite::{keys, prefix, test_config};
-use spool_upload::{CancellationToken, ClientConfig, Store, UploadConfig, UploadOutcome, Uploader};
-
-struct Moto {
-    endpoint: String,
-    bucket: String,
-}
-
-fn moto() -> Option<Moto> {
-    let endpoint = server_env("SPOOL_TEST_S3_ENDPOINT")?;
-    let bucket = server_env("SPOOL_TEST_S3_BUCKET")?;
-    Some(Moto { endpoint, bucket })
-}
-
-fn client() -> ClientConfig {
-    ClientConfig {
-        allow_http: true,
-        client_max_retries: 0,
-        request_timeout: Duration::from_secs(30),
-        ..ClientConfig::default()
-    }
-}
-
-/// A store on moto at `endpoint` (moto itself, or a proxy in front of it),
-/// with object_store's own retries off so the uploader's attempts are the
-/// only ones counted.
-fn s3_store(endpoint: &str, bucket: &str, prefix: &str) -> Store {
-    let s3 = AmazonS3Builder::new()
-        .with_endpoint(endpoint)
-        .with_bucket_name(bucket)
-        .with_region("us-east-1")
-        .with_access_key_id("spool-test")
-        .with_secret_access_key("spool-test")
-        .with_allow_http(true)
-        .with_retry(RetryConfig {
-            backoff: BackoffConfig::default(),
-            max_retries: 0,
-            retry_timeout: Duration::from_secs(5),
-        })
-        .with_client_options(
-            ClientOptions::new()
-                .with_allow_http(true)
-                .with_timeout(Duration::from_secs(30))
-                .with_connect_timeout(Duration::from_secs(2)),
-        )
-        .build()
-        .expect("S3 client for moto");
-    Store::new(Arc::new(s3), prefix, format!("{endpoint}/{bucket}"), true).unwrap()
-}
-
-fn upstream(m: &Moto) -> std::net::SocketAddr {
-    m.endpoint
-        .trim_start_matches("http://")
-        .parse()
-        .expect("moto endpoint is http://IP:PORT")
-}
+use spool_upload::{CancellationToken, Store, UploadConfig, UploadOutcome, Uploader};
 
 mod suite {
     use super::*;
@@ -106,7 +50,7 @@ fn quick(attempts: u32) -> UploadConfig {
 #[tokio::test]
 async fn refused_connections_are_retryable_after_the_attempts() {
     let Some(m) = moto() else { return };
-    let proxy = Proxy::start(upstream(&m)).await.unwrap();
+    let proxy = Proxy::start(m.addr()).await.unwrap();
     proxy.set_refusing(true);
     let store = s3_store(&proxy.url(), &m.bucket, &prefix("refused"));
     let dir = tempfile::tempdir().unwrap();
@@ -146,7 +90,7 @@ async fn refused_connections_are_retryable_after_the_attempts() {
 #[tokio::test]
 async fn a_body_cut_midway_is_never_stored_short() {
     let Some(m) = moto() else { return };
-    let proxy = Proxy::start(upstream(&m)).await.unwrap();
+    let proxy = Proxy::start(m.addr()).await.unwrap();
     proxy.add_rule(
         ProxyRule::new(ProxyAction::CutRequestAfter(10_000))
             .method("PUT")
@@ -189,7 +133,7 @@ async fn a_held_back_put_released_after_a_successors_upload_replaces_nothing() {
     let dir = tempfile::tempdir().unwrap();
     for client_goes_away in [true, false] {
         let (item, bytes) = write_pack(dir.path(), 100_000);
-        let proxy = Proxy::start(upstream(&m)).await.unwrap();
+        let proxy = Proxy::start(m.addr()).await.unwrap();
         proxy.add_rule(ProxyRule::new(ProxyAction::Hold).method("PUT"));
         let via_proxy = s3_store(&proxy.url(), &m.bucket, &p);
         let up = Uploader::new(via_proxy, quick(1)).unwrap();
@@ -271,7 +215,7 @@ mod serial {
     #[tokio::test]
     async fn cancel_cuts_a_put_the_store_stalls() {
         let Some(m) = moto() else { return };
-        let proxy = Proxy::start(upstream(&m)).await.unwrap();
+        let proxy = Proxy::start(m.addr()).await.unwrap();
         proxy.add_rule(ProxyRule::new(ProxyAction::Stall).method("PUT"));
         let store = s3_store(&proxy.url(), &m.bucket, &prefix("stall"));
         let dir = tempfile::tempdir().unwrap();
@@ -294,7 +238,7 @@ mod serial {
     #[tokio::test]
     async fn cancel_cuts_a_stalled_multipart_upload_and_leaves_no_parts() {
         let Some(m) = moto() else { return };
-        let proxy = Proxy::start(upstream(&m)).await.unwrap();
+        let proxy = Proxy::start(m.addr()).await.unwrap();
         proxy.add_rule(ProxyRule::new(ProxyAction::Stall).path_contains("partNumber=2"));
         let p = prefix("mpu-cancel");
         let store = s3_store(&proxy.url(), &m.bucket, &p);

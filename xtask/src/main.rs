@@ -28,7 +28,7 @@ fn main() -> Result<()> {
                  commands:\n  \
                  test [--fast-only] [--real-only] [--no-lint]   fmt, clippy, fast tier, real-server tier\n  \
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
-                 bench [NAME...]                               run the benchmarks (figures for BENCHMARKS.md)"
+                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service) into BENCHMARKS.md"
             );
             std::process::exit(2);
         }
@@ -135,6 +135,131 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
     }
 }
 
-fn bench(_root: &Path, _args: &[String]) -> Result<()> {
-    bail!("no benchmarks yet")
+/// Which servers a benchmark case needs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Nothing,
+    Moto,
+    ClickHouse,
+    Both,
+}
+
+/// The benchmark cases of `tests/src/bin/spool-bench`, by group, each run
+/// in its own process with freshly started servers (moto keeps every object
+/// in memory, so it is restarted between heavy runs).
+const BENCH_CASES: &[(&str, &str, Needs)] = &[
+    ("core", "core", Needs::Nothing),
+    ("upload", "upload-s3-large", Needs::Moto),
+    ("upload", "upload-s3-small", Needs::Moto),
+    ("upload", "upload-file", Needs::Nothing),
+    ("catalog", "catalog", Needs::ClickHouse),
+    ("service", "service-drain-small", Needs::Both),
+    ("service", "service-drain-large", Needs::Both),
+    ("service", "service-latency", Needs::Both),
+];
+
+/// `cargo xtask bench [--quick] [GROUP...]`: builds `spool-bench` with
+/// `--release`, installs the peers that are missing (rclone, openssl),
+/// runs each case of the chosen groups (`core`, `upload`, `catalog`,
+/// `service`; all by default) with the servers it needs, prints a table
+/// per group, and writes the figures into BENCHMARKS.md (not with
+/// `--quick`, whose sizes only smoke-test the benchmarks). Scratch data
+/// lives in `target/bench-data/` (same disk as the workspace) and is
+/// removed afterwards.
+fn bench(root: &Path, args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let groups: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
+        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service]...");
+    }
+    for g in &groups {
+        if !BENCH_CASES.iter().any(|(group, _, _)| group == g) {
+            bail!("unknown benchmark group {g:?}; groups: core, upload, catalog, service");
+        }
+    }
+    let cases: Vec<_> = BENCH_CASES
+        .iter()
+        .filter(|(g, _, _)| groups.is_empty() || groups.contains(g))
+        .collect();
+    let mut missing = Vec::new();
+    if cases
+        .iter()
+        .any(|(_, _, n)| matches!(n, Needs::Moto | Needs::Both))
+        && !on_path("rclone")
+    {
+        missing.push("rclone");
+    }
+    if cases.iter().any(|(g, _, _)| *g == "core") && !on_path("openssl") {
+        missing.push("openssl");
+    }
+    if !missing.is_empty() {
+        eprintln!("xtask: installing the benchmark peers {missing:?} with apt-get");
+        run(Command::new("apt-get").arg("update"))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    run(cargo().args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "spool-tests",
+        "--bin",
+        "spool-bench",
+    ]))?;
+    let bin = root.join("target/release/spool-bench");
+    let scratch = root.join("target/bench-data");
+    let results = root.join("target/bench-results.jsonl");
+    if scratch.exists() {
+        std::fs::remove_dir_all(&scratch)
+            .with_context(|| format!("could not clear {}", scratch.display()))?;
+    }
+    let _ = std::fs::remove_file(&results);
+    let outcome = (|| -> Result<()> {
+        for (_, case, needs) in &cases {
+            let mut servers = Vec::new();
+            if matches!(needs, Needs::ClickHouse | Needs::Both) {
+                servers.push(servers::clickhouse::start(root)?);
+            }
+            if matches!(needs, Needs::Moto | Needs::Both) {
+                servers.push(servers::moto::start(root)?);
+            }
+            let mut cmd = Command::new(&bin);
+            cmd.arg("run");
+            if quick {
+                cmd.arg("--quick");
+            }
+            cmd.arg("--scratch")
+                .arg(&scratch)
+                .arg("--results")
+                .arg(&results)
+                .arg(case);
+            for (k, v) in servers.iter().flat_map(|s| s.env.iter()) {
+                cmd.env(k, v);
+            }
+            let r = run(&mut cmd);
+            drop(servers); // stopped before the next case starts fresh ones
+            r?;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    outcome?;
+    let mut report = Command::new(&bin);
+    report.arg("report").arg("--results").arg(&results);
+    if !quick {
+        report.arg("--write").arg(root.join("BENCHMARKS.md"));
+    }
+    run(&mut report)
+}
+
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
 }

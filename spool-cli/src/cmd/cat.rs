@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use spool_core::pack::{PackId, PackReader};
-use spool_upload::{ClientConfig, Store};
+use spool_upload::Store;
 
 use crate::exit::{coded, ExitCode};
 use crate::source::{open_catalog, runtime, CatalogArgs};
@@ -69,7 +69,10 @@ anything is printed), as hex with --hex, or as JSON lines with --json.
 
 Catalog and store come from --catalog URL and --store URL, or from
 --spool-root ROOT (the embedded sqlite:///ROOT/.catalog.db and
-file:///ROOT/.store).
+file:///ROOT/.store), or else from the configuration (--config FILE,
+$SPOOL_CONFIG or ./spool.toml; SPOOL_CATALOG, SPOOL_STORE, SPOOL_ROOT):
+destination.catalog and destination.store, or the embedded ones under
+spool.root. The store client's settings (client.*) come from there too.
 
 Examples:
   spool cat 0192f0c4a1b27e3d9c0a5b6d7e8f9a0b --spool-root /var/lib/spool --out pack.bin
@@ -78,7 +81,7 @@ Examples:
       --store s3://bucket/packs --records --json";
 
 /// Runs `spool cat`.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode> {
     let id = PackId::from_hex(&args.pack_id).map_err(|_| {
         coded(
             ExitCode::Usage,
@@ -95,11 +98,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
              or print its records with --records",
         ));
     }
-    let catalog_url = args.target.catalog_url()?;
-    let store_url = args.target.store_url(args.store.as_deref())?;
+    let catalog_url = args.target.catalog_url(config_file)?;
+    let store_url = args.target.store_url(args.store.as_deref(), config_file)?;
     let catalog = open_catalog(&catalog_url)?;
-    let store = Store::from_url(&store_url, &ClientConfig::default())
-        .map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
+    // The store client's timeouts, retries and plain-HTTP permission come
+    // from the configuration (client.*; AWS_ALLOW_HTTP and friends).
+    let client = crate::config::Config::load(config_file, &Default::default())?.client();
+    let store =
+        Store::from_url(&store_url, &client).map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
 
     let rt = runtime()?;
     let hex_id = id.to_hex();

@@ -37,8 +37,10 @@ List the packs in the catalog, oldest first, by creation time.
 
 Reads the catalog only (never the store, never a spool directory). The
 catalog is --catalog URL, or with --spool-root ROOT the embedded one at
-ROOT/.catalog.db. An SQLite catalog that does not exist is an error (ls
-never creates one).
+ROOT/.catalog.db, or else the configuration's (--config FILE,
+$SPOOL_CONFIG or ./spool.toml; SPOOL_CATALOG, SPOOL_ROOT):
+destination.catalog, or the embedded one under spool.root. An SQLite
+catalog that does not exist is an error (ls never creates one).
 
 The table shows each pack's id, creation time (UTC), size, record count,
 where it came from (host, pid, rank directory) and its object key. A line
@@ -48,11 +50,12 @@ holds in all.
 Examples:
   spool ls --spool-root /var/lib/spool
   spool ls --spool-root /var/lib/spool --since 1h
+  spool ls --config /etc/spool/spool.toml --since 2026-11-29
   spool ls --catalog 'clickhouse://ch1:8123/spool' --since 2026-11-29 --until 2026-11-30
   spool ls --spool-root /var/lib/spool --since 2d --limit 20 --json | jq .object_key";
 
 /// Runs `spool ls`.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode> {
     let now = spool_core::pack::now_ms();
     let time = |t: &Option<String>, flag: &str, default: u64| -> Result<u64> {
         match t {
@@ -74,7 +77,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ),
         ));
     }
-    let url = args.target.catalog_url()?;
+    let url = args.target.catalog_url(config_file)?;
     let catalog = open_catalog(&url)?;
     let rt = runtime()?;
     let (mut rows, total) = rt

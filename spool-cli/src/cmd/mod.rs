@@ -41,12 +41,15 @@ pub enum Command {
     /// producers as real processes, one SIGKILLed mid-stream, the daemon
     /// adopting its directory, and a read-back table (exit 0 only if
     /// nothing was lost).
+    #[command(long_about = DEMO_LONG_ABOUT)]
     Demo(demo::Args),
     /// Run the storage service daemon: claim a rank directory, adopt dead
     /// siblings' packs into the store and catalog (until SIGTERM/SIGINT, or
     /// with --once until drained).
+    #[command(long_about = RUN_LONG_ABOUT)]
     Run(run::Args),
     /// Show the effective configuration (file, SPOOL_* environment, flags).
+    #[command(long_about = CONFIG_LONG_ABOUT)]
     Config(config::Args),
     /// List the packs in the catalog (by creation time; --since, --json).
     #[command(long_about = ls::LONG_ABOUT)]
@@ -71,8 +74,61 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
         Command::Demo(args) => demo::run(args),
         Command::Run(args) => run::run(args, config_file),
         Command::Config(args) => config::run(args, config_file),
-        Command::Ls(a) => ls::run(a),
-        Command::Cat(a) => cat::run(a),
+        Command::Ls(a) => ls::run(a, config_file),
+        Command::Cat(a) => cat::run(a, config_file),
         Command::Unblock(a) => unblock::run(a),
     }
 }
+
+/// The long help of `spool run` (with examples).
+const RUN_LONG_ABOUT: &str = "\
+Run the storage service daemon (SPEC §1): an engine with no sink. It claims
+its own (empty) rank directory under the destination's catalog key,
+competes for the node's adopter lease, and uploads and indexes the packs
+of dead siblings (producers that crashed or finished without a service of
+their own). It never touches a directory someone holds.
+
+Without --once it runs until SIGTERM/SIGINT, then flushes for at most
+service.stop_flush_timeout and stops (exit 0); what it did not drain stays
+for the next service. With --once it runs until everything adoptable is
+drained (exit 0), --timeout passes (exit 6, saying what is owed), or
+blocked siblings remain (exit 1, naming them and why). A lease lost to
+another writer latches it: exit 7. Configuration: --config FILE,
+SPOOL_* variables and the flags below (`spool config show` prints the
+result). --metrics-addr serves Prometheus /metrics and /healthz.
+
+Examples:
+  spool run --spool-root /var/lib/spool
+  spool run --config /etc/spool/spool.toml --metrics-addr 127.0.0.1:9464
+  spool run --once --timeout 300 --spool-root /var/lib/spool
+  SPOOL_CATALOG='clickhouse://ch1:8123/spool' SPOOL_STORE=s3://bucket/packs spool run";
+
+/// The long help of `spool demo` (with examples).
+const DEMO_LONG_ABOUT: &str = "\
+Run the whole product on embedded defaults (a local-directory store and a
+SQLite catalog) in a scratch directory: several producer ranks as real
+processes, one of them SIGKILLed mid-stream, then the daemon adopting its
+directory. Ends with a table of packs produced / uploaded / indexed /
+adopted / lost, bytes, time, and where the data is. Exit 0 only if nothing
+was lost. --keep keeps the scratch directory to look at with `spool
+status`, `spool ls` and `spool cat`.
+
+Examples:
+  spool demo
+  spool demo --ranks 5 --packs 40 --keep
+  spool demo --json";
+
+/// The long help of `spool config` (with examples).
+const CONFIG_LONG_ABOUT: &str = "\
+Show the effective configuration: every key with its value and where it
+came from (default, the config file, a SPOOL_* variable, or a flag),
+secrets masked, plus what is derived from it (the catalog key and the
+rank directories' parent). The file is --config FILE, else $SPOOL_CONFIG,
+else ./spool.toml if present; examples/spool.toml lists every key. An
+unknown key or a bad value is refused (exit 2), naming the key, the value
+and what is allowed.
+
+Examples:
+  spool config show
+  spool config show --config /etc/spool/spool.toml
+  SPOOL_LEASE_TTL=60s spool config show --json | jq '.keys[] | select(.key == \"lease.ttl\")'";

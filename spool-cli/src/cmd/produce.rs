@@ -38,12 +38,19 @@ use crate::exit::ExitCode;
 
 /// The long help of `spool produce` (with examples).
 pub const LONG_ABOUT: &str = "\
-Stage N synthetic packs into a spool directory with the real sink, which
-takes the directory's lock (exit 3, naming the holder, if someone holds it;
-the directory is created, already locked, if missing). Each pack's id is
-printed on its own line as soon as the pack is durable (its .ready file
-exists and the directory was fsynced). For trying a deployment out, tests
-and benchmarks.
+Stage N synthetic packs with the real sink, printing each pack's id on its
+own line as soon as the pack is durable (its .ready file exists and the
+directory was fsynced). For trying a deployment out, tests and benchmarks.
+
+Where it stages: --dir DIR (created, already locked, if missing; exit 3,
+naming the holder, if someone holds it), or --spool-root ROOT: a fresh rank
+directory claimed in the layout for the destination (--store, --catalog,
+--store-id; the embedded defaults under ROOT when omitted), named on
+stderr. Without --serve that is a sink-only producer: its packs are handed
+over by exiting, for a `spool run` daemon to adopt. With --serve the
+process runs the whole engine: its own service uploads and indexes as it
+goes, and the close ships the tail and removes the directory (exit 6 if it
+could not drain: the directory stays, unlocked, with its packs).
 
 Each pack is --records records filling about --pack-bytes bytes. With
 --max-bytes a stage over the budget fails with exit 5. With --hold the lock
@@ -51,8 +58,9 @@ is kept after staging until SIGTERM or SIGINT.
 
 Examples:
   spool produce --dir /tmp/spool-tour --packs 5
-  spool produce --dir /var/lib/spool/3f2a9c01b7de/r7-00000000 --packs 100 --pack-bytes 1048576
-  spool produce --dir DIR --packs 1 --hold &   # a live owner, until killed";
+  spool produce --spool-root /var/lib/spool --packs 100 --pack-bytes 1048576 --serve
+  spool produce --spool-root /var/lib/spool --packs 10   # sink-only; adopt with spool run
+  spool produce --dir DIR --packs 1 --hold &              # a live owner, until killed";
 
 /// Arguments of `spool produce`.
 #[derive(Debug, clap::Args)]

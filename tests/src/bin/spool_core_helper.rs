@@ -5,7 +5,8 @@
 //! - `stage DIR SEED PACKS MAX_PAYLOAD [ORDINAL]`: open DIR (take), stage
 //!   PACKS packs of seeded sizes, printing `staged <id>` after each stage
 //!   returns.
-//! - `stage-paused DIR RELEASE_FILE`: open DIR (take), stage one pack
+//! - `stage-paused DIR RELEASE_FILE [READY]`: open DIR (take), stage READY
+//!   packs (default 0) printing `staged <id>` after each, then one pack
 //!   paused before its publish until RELEASE_FILE exists; prints
 //!   `staging <id>` before and `staged <id>` after.
 //! - `recover DIR take|held_by_caller`: open and recover; prints the counts,
@@ -68,8 +69,14 @@ fn main() {
         }
         "stage-paused" => {
             let dir = Path::new(a(1));
-            set_pause_before_publish(Some(Path::new(a(2)))).unwrap();
+            let ready: usize = args.get(3).map_or(0, |s| s.parse().unwrap());
             let spool = Spool::open(dir, &SpoolConfig::default()).unwrap();
+            for _ in 0..ready {
+                let (id, bytes) = make_pack(&mut rand::rng(), 1000);
+                spool.stage(None, id, &bytes).unwrap();
+                say(&format!("staged {id}"));
+            }
+            set_pause_before_publish(Some(Path::new(a(2)))).unwrap();
             let (id, bytes) = make_pack(&mut rand::rng(), 1000);
             say(&format!("staging {id}"));
             match spool.stage(None, id, &bytes) {

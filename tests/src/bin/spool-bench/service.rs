@@ -1,0 +1,304 @@
+//! spool-service (issue 6): end-to-end drain (own directory + an adopted
+//! dead sibling: validate, upload, index) into moto and the real ClickHouse
+//! against `rclone move` of the same files, and seal-to-indexed latency with
+//! the registry wake-up against the poll interval alone.
+
+use anyhow::{bail, Context, Result};
+use object_store::ObjectStore;
+use spool_catalog::{Catalog, CatalogUrl, ClickHouseCatalog};
+use spool_core::registry::Registry;
+use spool_core::sink::{Sink, SinkConfig};
+use spool_core::spool::SpoolConfig;
+use spool_core::{claim_rank_dir, Destination, Spool};
+use spool_lock::{LockMode, LockOptions};
+use spool_service::{ServiceConfig, StorageService};
+use spool_upload::{ClientConfig, Store};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::make_pack;
+use crate::upload::runtime;
+use crate::{env, percentile, rclone, run_cmd, size_label, timed, Ctx, Figure};
+
+const MIB: f64 = (1 << 20) as f64;
+
+/// Which pack shape.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape {
+    /// 1,000 × 1 MiB in a full run.
+    Small,
+    /// 64 × 16 MiB in a full run.
+    Large,
+}
+
+/// A fresh ClickHouse database for one case, dropped by [`Db::drop_now`].
+struct Db {
+    url: String,
+    database: String,
+    admin: ClickHouseCatalog,
+}
+
+impl Db {
+    fn fresh(tag: &str) -> Result<Db> {
+        let base = env("SPOOL_TEST_CLICKHOUSE_URL")?;
+        let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(&base)? else {
+            bail!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}");
+        };
+        t.database = format!("spool_bench_{tag}_{}", std::process::id());
+        Ok(Db {
+            url: format!("clickhouse://{}:{}/{}", t.host, t.port, t.database),
+            database: t.database.clone(),
+            admin: ClickHouseCatalog::new(t),
+        })
+    }
+
+    fn drop_now(&self) -> Result<()> {
+        runtime()?
+            .block_on(self.admin.testing_drop_database())
+            .context("dropping the benchmark database")
+    }
+}
+
+/// A service configuration for `dir` on moto (prefix `prefix`) and `db`.
+fn service_config(
+    dir: &Path,
+    dest: &Destination,
+    prefix: &str,
+    db: &Db,
+    registry: Arc<Registry>,
+) -> Result<ServiceConfig> {
+    let client = ClientConfig {
+        allow_http: true,
+        ..ClientConfig::default()
+    };
+    let bucket = env("SPOOL_TEST_S3_BUCKET")?;
+    let store = Store::from_url(&format!("s3://{bucket}"), &client)?;
+    let catalog = spool_catalog::open(&db.url)?;
+    let mut c = ServiceConfig::new(
+        dir,
+        dest.clone(),
+        store.object_store().clone() as Arc<dyn ObjectStore>,
+        catalog as Arc<dyn Catalog>,
+    );
+    c.store_prefix = prefix.into();
+    c.lock_mode = LockMode::HeldByCaller;
+    c.registry = registry;
+    Ok(c)
+}
+
+fn destination(db: &Db, prefix: &str) -> Result<Destination> {
+    Ok(Destination {
+        catalog_url: db.url.clone(),
+        database: db.database.clone(),
+        table_prefix: "spool_".into(),
+        store_url: format!("s3://{}/{prefix}", env("SPOOL_TEST_S3_BUCKET")?),
+        store_id: "default".into(),
+    })
+}
+
+fn held_spool(dir: &Path) -> Result<Spool> {
+    Ok(Spool::open(
+        dir,
+        &SpoolConfig {
+            lock_mode: LockMode::HeldByCaller,
+            ..SpoolConfig::default()
+        },
+    )?)
+}
+
+/// Stages half the packs into the own rank directory and half into a dead
+/// sibling (claimed, staged, released), writes the same bytes into a plain
+/// directory for rclone, starts the service and waits until every pack is
+/// indexed and the sibling is gone; then `rclone move` of the copy.
+pub fn drain(ctx: &Ctx, shape: Shape) -> Result<()> {
+    let (n, bytes) = match shape {
+        Shape::Small => ctx
+            .size
+            .pick((1000, 1 << 20), (40, 256 << 10), (4, 16 << 10)),
+        Shape::Large => ctx.size.pick((64, 16 << 20), (8, 4 << 20), (2, 1 << 20)),
+    };
+    let db = Db::fresh(&format!("drain_{shape:?}").to_lowercase())?;
+    let result = drain_in(ctx, &db, n, bytes);
+    let dropped = db.drop_now();
+    result?;
+    dropped
+}
+
+fn drain_in(ctx: &Ctx, db: &Db, n: usize, bytes: usize) -> Result<()> {
+    let root = ctx.dir("drain-root")?;
+    let plain = ctx.dir("drain-rclone")?;
+    let prefix = "ours-drain";
+    let dest = destination(db, prefix)?;
+    let key = dest.catalog_key()?;
+    let opts = LockOptions::default();
+    let own = claim_rank_dir(&root, &key, 0, &opts)?;
+    let sibling = claim_rank_dir(&root, &key, 1, &opts)?;
+    let sibling_dir = sibling.dir().to_path_buf();
+    let mut total = 0u64;
+    {
+        let own_spool = held_spool(own.dir())?;
+        let sib_spool = held_spool(&sibling_dir)?;
+        for i in 0..n {
+            let (id, body) = make_pack(bytes, i as u64);
+            let spool = if i % 2 == 0 { &own_spool } else { &sib_spool };
+            spool.stage(None, id, &body)?;
+            std::fs::write(plain.join(format!("{id}.ready")), &body)?;
+            total += body.len() as u64;
+        }
+    }
+    sibling.release()?; // dead: nobody holds it
+    let mib = total as f64 / MIB;
+    let cfg = service_config(own.dir(), &dest, prefix, db, Arc::new(Registry::new()))?;
+    let mut svc = StorageService::new(cfg)?;
+    let limit = Duration::from_secs(900);
+    let t = Instant::now();
+    svc.start()?;
+    loop {
+        let s = svc.snapshot();
+        if s.indexed >= n as u64 && !sibling_dir.exists() {
+            break;
+        }
+        if t.elapsed() > limit {
+            bail!("not drained within {limit:?}: {s:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ours = t.elapsed().as_secs_f64();
+    let snap = svc.snapshot();
+    svc.stop()?;
+    own.release_and_remove_if_empty()?;
+    let count = runtime()?.block_on(spool_catalog::open(&db.url)?.count())?;
+    if count != n as u64 || snap.adopted_spools != 1 {
+        bail!(
+            "drained {count} rows of {n}, adopted {} spools: {snap:?}",
+            snap.adopted_spools
+        );
+    }
+    let bucket = env("SPOOL_TEST_S3_BUCKET")?;
+    let mut rc = rclone(&ctx.scratch)?;
+    rc.arg("move")
+        .arg(&plain)
+        .arg(format!("moto:{bucket}/rclone-move"));
+    let (_, base) = timed(|| run_cmd(&mut rc))?;
+    let left = std::fs::read_dir(&plain)?.count();
+    if left != 0 {
+        bail!("rclone move left {left} files in {}", plain.display());
+    }
+    ctx.record(
+        Figure::new(
+            ctx,
+            "service",
+            format!(
+                "drain {n} × {} (own + adopted) to moto + ClickHouse",
+                size_label(bytes)
+            ),
+            "MiB/s",
+            format!(
+                "half the packs in the own rank dir, half in a dead sibling; ours: `StorageService` start → every pack validated, uploaded, indexed, sibling adopted and removed ({ours:.1} s, {} cycles); rclone only uploads and deletes ({base:.1} s)",
+                snap.cycles
+            ),
+        )
+        .ours(mib / ours)
+        .vs("rclone move --transfers 4", mib / base)
+        .goal(1.0),
+    )?;
+    std::fs::remove_dir_all(&root).ok();
+    std::fs::remove_dir_all(&plain).ok();
+    Ok(())
+}
+
+/// Seal-to-indexed latency of single-record packs sealed by an in-process
+/// sink: with the sink and the service sharing one registry (the wake-up),
+/// and with the service reading a registry nobody publishes to (the 1 s
+/// poll interval alone).
+pub fn latency(ctx: &Ctx) -> Result<()> {
+    let db = Db::fresh("latency")?;
+    let result = (|| -> Result<()> {
+        let k = ctx.size.pick(40, 5, 3);
+        let woken = latency_run(ctx, &db, "wake", k, true)?;
+        let polled = latency_run(ctx, &db, "poll", k, false)?;
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        for p in [50.0, 99.0] {
+            ctx.record(
+                Figure::new(
+                    ctx,
+                    "service",
+                    format!("seal-to-indexed latency, p{p:.0}"),
+                    "ms",
+                    format!(
+                        "{k} one-record packs each way, sealed at random moments by `Sink::flush` in the service's process; ours: the sink and the service share one `Arc<Registry>`; baseline: the service's registry gets no publication"
+                    ),
+                )
+                .ours(ms(percentile(&woken, p)))
+                .vs("poll interval (1 s) alone", ms(percentile(&polled, p)))
+                .lower_is_better(),
+            )?;
+        }
+        Ok(())
+    })();
+    let dropped = db.drop_now();
+    result?;
+    dropped
+}
+
+fn latency_run(ctx: &Ctx, db: &Db, tag: &str, k: usize, shared: bool) -> Result<Vec<Duration>> {
+    let root = ctx.dir(&format!("latency-{tag}"))?;
+    let prefix = format!("latency-{tag}");
+    let dest = destination(db, &prefix)?;
+    let own = claim_rank_dir(&root, &dest.catalog_key()?, 0, &LockOptions::default())?;
+    let sink_registry = Arc::new(Registry::new());
+    let service_registry = if shared {
+        sink_registry.clone()
+    } else {
+        Arc::new(Registry::new())
+    };
+    let mut cfg = service_config(own.dir(), &dest, &prefix, db, service_registry)?;
+    cfg.adopt = false;
+    cfg.poll_interval = Duration::from_secs(1);
+    let mut svc = StorageService::new(cfg)?;
+    svc.start()?;
+    let sink = Sink::open(
+        own.dir(),
+        SinkConfig {
+            spool: SpoolConfig {
+                lock_mode: LockMode::HeldByCaller,
+                ..SpoolConfig::default()
+            },
+            seal_age: Duration::from_secs(3600),
+            registry: sink_registry,
+            ..SinkConfig::default()
+        },
+    )?;
+    let wait = |cond: &dyn Fn() -> bool, what: &str| -> Result<()> {
+        let t = Instant::now();
+        while !cond() {
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!("{what} did not happen within 30 s: {:?}", svc.snapshot());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    };
+    // the first cycle (schema, an empty scan) is not a measurement
+    wait(&|| svc.snapshot().cycles >= 1, "the first cycle")?;
+    let mut out = Vec::new();
+    for i in 0..k {
+        std::thread::sleep(Duration::from_millis(rand::random_range(0..1000)));
+        let before = svc.snapshot().indexed;
+        sink.write(format!("record {i}").as_bytes())?;
+        let t = Instant::now();
+        sink.flush(Duration::from_secs(10))?;
+        wait(
+            &|| svc.snapshot().indexed > before,
+            "indexing a sealed pack",
+        )?;
+        out.push(t.elapsed());
+    }
+    sink.release()?;
+    drop(sink);
+    svc.stop()?;
+    own.release_and_remove_if_empty()?;
+    std::fs::remove_dir_all(&root).ok();
+    Ok(out)
+}

@@ -1,0 +1,171 @@
+//! spool-upload (issue 4): the uploader against `rclone copy` to the same
+//! moto server, and against `cp -r` for `file://`.
+
+use anyhow::{bail, Context, Result};
+use spool_core::PackId;
+use spool_upload::{CancellationToken, ClientConfig, Store, UploadConfig, UploadItem, Uploader};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::core::write_backlog;
+use crate::{env, rclone, run_cmd, size_label, timed, Ctx, Figure};
+
+const MIB: f64 = (1 << 20) as f64;
+
+/// Which pack shape.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape {
+    /// 64 × 16 MiB in a full run.
+    Large,
+    /// 1,000 × 256 KiB in a full run.
+    Small,
+}
+
+impl Shape {
+    fn counts(self, ctx: &Ctx) -> (usize, usize) {
+        match self {
+            Shape::Large => ctx.size.pick((64, 16 << 20), (8, 4 << 20), (2, 1 << 20)),
+            Shape::Small => ctx
+                .size
+                .pick((1000, 256 << 10), (100, 64 << 10), (4, 16 << 10)),
+        }
+    }
+}
+
+fn items(files: &[PathBuf]) -> Result<Vec<UploadItem>> {
+    files
+        .iter()
+        .map(|p| {
+            let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            Ok(UploadItem {
+                path: p.clone(),
+                pack_id: PackId::from_hex(stem)?,
+                size: std::fs::metadata(p)?.len(),
+            })
+        })
+        .collect()
+}
+
+/// A tokio runtime like the service's (two workers).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Uploads every file with the default `UploadConfig` (4 workers, 256 MiB
+/// in flight, multipart above 32 MiB), as one `upload_round` call.
+fn upload_all(store: Store, files: &[PathBuf]) -> Result<f64> {
+    let up = Uploader::new(store, UploadConfig::default())?;
+    let items = items(files)?;
+    let rt = runtime()?;
+    let (results, secs) =
+        timed(|| Ok(rt.block_on(up.upload_round(items, &CancellationToken::new()))))?;
+    let failed: Vec<_> = results
+        .iter()
+        .filter_map(|r| r.outcome.failure().map(|f| f.error.to_string()))
+        .collect();
+    if !failed.is_empty() {
+        bail!("{} uploads failed, first: {}", failed.len(), failed[0]);
+    }
+    Ok(secs)
+}
+
+fn total_mib(files: &[PathBuf]) -> f64 {
+    files
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum::<u64>() as f64
+        / MIB
+}
+
+fn detail(n: usize, bytes: usize) -> String {
+    format!(
+        "{n} packs of {}; ours: `Uploader::upload_round`, 4 workers (default config)",
+        size_label(bytes)
+    )
+}
+
+/// Ours, then `rclone copy --transfers 4`, to the same (fresh) moto server.
+pub fn s3(ctx: &Ctx, shape: Shape) -> Result<()> {
+    let (n, bytes) = shape.counts(ctx);
+    let bucket = env("SPOOL_TEST_S3_BUCKET")?;
+    let src = ctx.dir(&format!("upload-src-{shape:?}"))?;
+    let files = write_backlog(&src, n, bytes)?;
+    let mib = total_mib(&files);
+    let client = ClientConfig {
+        allow_http: true,
+        ..ClientConfig::default()
+    };
+    let store = Store::from_url(&format!("s3://{bucket}/ours"), &client)?;
+    let ours = upload_all(store, &files)?;
+    let mut rc = rclone(&ctx.scratch)?;
+    rc.arg("copy")
+        .arg(&src)
+        .arg(format!("moto:{bucket}/rclone"));
+    let (_, base) = timed(|| run_cmd(&mut rc))?;
+    ctx.record(
+        Figure::new(
+            ctx,
+            "upload",
+            format!("upload {n} × {} to moto (S3)", size_label(bytes)),
+            "MiB/s",
+            format!("{}; fresh moto, ours first", detail(n, bytes)),
+        )
+        .ours(mib / ours)
+        .vs("rclone copy --transfers 4", mib / base)
+        .goal(1.0),
+    )?;
+    std::fs::remove_dir_all(&src).ok();
+    Ok(())
+}
+
+/// Ours to `file://` against `cp -r` of the same directory, both shapes.
+pub fn file(ctx: &Ctx) -> Result<()> {
+    for shape in [Shape::Large, Shape::Small] {
+        let (n, bytes) = shape.counts(ctx);
+        let src = ctx.dir(&format!("file-src-{shape:?}"))?;
+        let files = write_backlog(&src, n, bytes)?;
+        let mib = total_mib(&files);
+        let dst = ctx.dir(&format!("file-dst-{shape:?}"))?;
+        let store = Store::from_url(
+            &format!("file://{}", dst.join("ours").display()),
+            &ClientConfig::default(),
+        )?;
+        let cp_dst = dst.join("cp");
+        let (ours, base) = (
+            upload_all(store, &files)?,
+            timed(|| run_cmd(Command::new("cp").arg("-r").arg(&src).arg(&cp_dst)))?.1,
+        );
+        check_copied(&cp_dst, n)?;
+        ctx.record(
+            Figure::new(
+                ctx,
+                "upload",
+                format!("upload {n} × {} to file://", size_label(bytes)),
+                "MiB/s",
+                format!(
+                    "{}; same disk, page cache warm, neither fsyncs",
+                    detail(n, bytes)
+                ),
+            )
+            .ours(mib / ours)
+            .vs("cp -r", mib / base)
+            .goal(1.0),
+        )?;
+        std::fs::remove_dir_all(&src).ok();
+        std::fs::remove_dir_all(&dst).ok();
+    }
+    Ok(())
+}
+
+fn check_copied(dir: &Path, n: usize) -> Result<()> {
+    let got = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .count();
+    if got != n {
+        bail!("cp -r copied {got} of {n} files into {}", dir.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! The real servers `cargo xtask test` starts, as the tests reach them:
+//! moto's S3 server ([`moto`], [`s3_object_store`], [`s3_store`]) and
+//! ClickHouse ([`fresh_clickhouse`]: a database of the test's own, dropped
+//! afterwards).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::{BackoffConfig, ClientOptions, RetryConfig};
+use spool_catalog::{CatalogUrl, ClickHouseCatalog};
+use spool_upload::{ClientConfig, Store};
+
+use crate::server_env;
+
+/// moto's S3 server: its endpoint and the bucket xtask made.
+pub struct Moto {
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    /// The test bucket.
+    pub bucket: String,
+}
+
+impl Moto {
+    /// The endpoint as a socket address (for a proxy in front of it).
+    pub fn addr(&self) -> SocketAddr {
+        self.endpoint
+            .trim_start_matches("http://")
+            .parse()
+            .expect("moto endpoint is http://IP:PORT")
+    }
+}
+
+/// moto, or `None` (skipped) when its variables are not set.
+pub fn moto() -> Option<Moto> {
+    let endpoint = server_env("SPOOL_TEST_S3_ENDPOINT")?;
+    let bucket = server_env("SPOOL_TEST_S3_BUCKET")?;
+    Some(Moto { endpoint, bucket })
+}
+
+/// The client configuration for moto: plain HTTP, object_store's own
+/// retries off.
+pub fn client() -> ClientConfig {
+    ClientConfig {
+        allow_http: true,
+        client_max_retries: 0,
+        request_timeout: Duration::from_secs(30),
+        ..ClientConfig::default()
+    }
+}
+
+/// An S3 client for moto at `endpoint` (moto itself, or a proxy in front of
+/// it), with object_store's own retries off so the uploader's attempts are
+/// the only ones counted.
+pub fn s3_object_store(endpoint: &str, bucket: &str) -> Arc<AmazonS3> {
+    let s3 = AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("spool-test")
+        .with_secret_access_key("spool-test")
+        .with_allow_http(true)
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: 0,
+            retry_timeout: Duration::from_secs(5),
+        })
+        .with_client_options(
+            ClientOptions::new()
+                .with_allow_http(true)
+                .with_timeout(Duration::from_secs(30))
+                .with_connect_timeout(Duration::from_secs(2)),
+        )
+        .build()
+        .expect("S3 client for moto");
+    Arc::new(s3)
+}
+
+/// [`s3_object_store`] as a spool-upload [`Store`] under `prefix`.
+pub fn s3_store(endpoint: &str, bucket: &str, prefix: &str) -> Store {
+    Store::new(
+        s3_object_store(endpoint, bucket),
+        prefix,
+        format!("{endpoint}/{bucket}"),
+        true,
+    )
+    .unwrap()
+}
+
+/// A fresh database on the ClickHouse at `base` (a `clickhouse://` URL):
+/// its catalog URL and an admin handle (drop it with
+/// `testing_drop_database` when done, pass or fail).
+pub fn fresh_clickhouse(base: &str) -> (String, ClickHouseCatalog) {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(base).expect("SPOOL_TEST_CLICKHOUSE_URL")
+    else {
+        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}")
+    };
+    t.database = format!(
+        "spool_test_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
+    );
+    let url = format!(
+        "clickhouse://{}:{}/{}?table_prefix={}",
+        t.host, t.port, t.database, t.table_prefix
+    );
+    (url, ClickHouseCatalog::new(t))
+}

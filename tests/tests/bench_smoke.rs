@@ -1,0 +1,77 @@
+//! Exercises `spool-bench`, the binary behind `cargo xtask bench`, at its
+//! smoke size (a few MiB, no servers): the `core` and `upload-file` cases
+//! run, append their figures, and `report --write` splices the tables into
+//! a BENCHMARKS.md-shaped file between its markers. Nothing about the
+//! figures themselves is asserted: throughput is only benchmarked.
+
+use std::path::Path;
+use std::process::Command;
+
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        spool_tests::describe(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_spool-bench"));
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results.jsonl");
+    let with_core = on_path("openssl") && on_path("sha256sum");
+    if !with_core {
+        eprintln!("skipped the core case: openssl or sha256sum is not installed");
+    }
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "--smoke", "--scratch"])
+        .arg(tmp.path().join("scratch"))
+        .arg("--results")
+        .arg(&results);
+    if with_core {
+        cmd.arg("core");
+    }
+    cmd.arg("upload-file");
+    let printed = run(&mut cmd);
+    assert!(printed.contains("upload 2 × 1 MiB to file://"), "{printed}");
+
+    let lines = std::fs::read_to_string(&results).unwrap();
+    for line in lines.lines() {
+        let f: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(f["ours"].as_f64().unwrap() > 0.0, "{line}");
+        assert_eq!(f["size"], "Smoke", "{line}");
+    }
+
+    let doc = tmp.path().join("BENCHMARKS.md");
+    std::fs::write(
+        &doc,
+        "# Benchmarks\n<!-- bench:machine:begin -->\nold\n<!-- bench:machine:end -->\n\
+         <!-- bench:core:begin -->\nold\n<!-- bench:core:end -->\n\
+         <!-- bench:upload:begin -->\nold\n<!-- bench:upload:end -->\nkept\n",
+    )
+    .unwrap();
+    run(Command::new(bin)
+        .args(["report", "--results"])
+        .arg(&results)
+        .arg("--write")
+        .arg(&doc));
+    let doc = std::fs::read_to_string(&doc).unwrap();
+    assert!(doc.contains("| upload 4 × 16 KiB to file://"), "{doc}");
+    assert!(doc.contains("`nproc` = "), "{doc}");
+    assert!(doc.ends_with("<!-- bench:upload:end -->\nkept\n"), "{doc}");
+    if with_core {
+        assert!(doc.contains("| stage 4 KiB packs"), "{doc}");
+        assert!(doc.contains("| validate a backlog"), "{doc}");
+        assert!(!doc.contains("\nold\n"), "{doc}");
+    }
+}

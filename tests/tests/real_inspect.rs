@@ -1,0 +1,113 @@
+//! `spool ls` and `spool cat` against the real servers `cargo xtask test`
+//! starts: a ClickHouse catalog (a fresh database, dropped at the end) and
+//! moto's S3 (a fresh prefix in the test bucket, emptied at the end).
+
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::{ObjectStore, ObjectStoreExt};
+use spool_catalog::{CatalogUrl, ClickHouseCatalog};
+use spool_tests::inspect::{pack_and_row, put_and_index};
+use spool_tests::{describe, output, server_env, spool};
+use spool_upload::Store;
+
+#[test]
+fn ls_and_cat_read_back_from_clickhouse_and_s3_and_cat_catches_a_corrupt_object() {
+    let (Some(ch), Some(endpoint), Some(bucket)) = (
+        server_env("SPOOL_TEST_CLICKHOUSE_URL"),
+        server_env("SPOOL_TEST_S3_ENDPOINT"),
+        server_env("SPOOL_TEST_S3_BUCKET"),
+    ) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(&ch).unwrap() else {
+        panic!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {ch}")
+    };
+    t.database = format!(
+        "spool_inspect_{}_{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let catalog_url = format!(
+        "clickhouse://{}:{}/{}?table_prefix={}",
+        t.host, t.port, t.database, t.table_prefix
+    );
+    let admin = ClickHouseCatalog::new(t);
+    let prefix = format!("inspect-{}", uuid::Uuid::new_v4().simple());
+    let s3: Arc<dyn ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::from_env()
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_bucket_name(&bucket)
+            .build()
+            .unwrap(),
+    );
+    let store = Store::new(s3.clone(), &prefix, "moto", true).unwrap();
+    let catalog = spool_catalog::open(&catalog_url).unwrap();
+
+    // Two packs, stored and indexed as a service would.
+    let now = spool_core::pack::now_ms();
+    let mut packs = Vec::new();
+    for (i, ms) in [now - 7_200_000, now - 60_000].into_iter().enumerate() {
+        let records = [0, 1].map(|r| format!("pack {i} record {r}").into_bytes());
+        let (id, bytes, row) = pack_and_row(&store, ms, &records);
+        rt.block_on(put_and_index(&store, catalog.as_ref(), &bytes, &row));
+        packs.push((id, object_store::path::Path::from(row.object_key), bytes));
+    }
+    let store_url = format!("s3://{bucket}/{prefix}");
+    let with_s3 = |cmd: &mut std::process::Command| {
+        cmd.env("AWS_ENDPOINT", &endpoint)
+            .env("AWS_ALLOW_HTTP", "true");
+    };
+
+    let out = output(spool().args(["ls", "--json", "--catalog", &catalog_url]));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+    let out = output(spool().args(["ls", "--since", "1h", "--json", "--catalog", &catalog_url]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(text.lines().count(), 1, "{}", describe(&out));
+    assert!(text.contains(&packs[1].0.to_hex()), "{text}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let out_file = tmp.path().join("pack");
+    let mut cmd = spool();
+    cmd.args(["cat", &packs[1].0.to_hex(), "--catalog", &catalog_url])
+        .args(["--store", &store_url, "--out"])
+        .arg(&out_file);
+    with_s3(&mut cmd);
+    let out = output(&mut cmd);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(std::fs::read(&out_file).unwrap(), packs[1].2);
+
+    // The object replaced behind the catalog's back: exit 9, nothing written.
+    let mut bad = packs[0].2.clone();
+    bad[44] ^= 0x40;
+    rt.block_on(s3.put(&packs[0].1, bad.into())).unwrap();
+    let bad_out = tmp.path().join("bad");
+    let mut cmd = spool();
+    cmd.args(["cat", &packs[0].0.to_hex(), "--catalog", &catalog_url])
+        .args(["--store", &store_url, "--out"])
+        .arg(&bad_out);
+    with_s3(&mut cmd);
+    let out = output(&mut cmd);
+    assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    assert!(!bad_out.exists());
+
+    rt.block_on(async {
+        let keys: Vec<_> = s3
+            .list(Some(&prefix.as_str().into()))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .unwrap();
+        for k in keys {
+            s3.delete(&k).await.unwrap();
+        }
+        admin.testing_drop_database().await.unwrap();
+    });
+}
