@@ -953,3 +953,16 @@ fn produce_spool_root_then_run_once_drains_on_embedded_defaults() {
         "rank directories left"
     );
 }
+
+/// The shipped example configuration is valid: every key known, every value
+/// allowed.
+#[test]
+fn the_example_config_file_is_accepted() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/spool.toml");
+    let out = output(
+        spool()
+            .args(["config", "show", "--json", "--config"])
+            .arg(&example),
+    );
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+}
