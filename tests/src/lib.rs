@@ -89,6 +89,34 @@ pub fn ready_files(dir: &Path) -> std::collections::HashMap<String, Vec<u8>> {
         .collect()
 }
 
+/// A child process that is SIGKILLed (and reaped) when dropped unless it
+/// already exited: a failing test never leaves a daemon or a lock holder
+/// behind. Derefs to the [`std::process::Child`].
+#[derive(Debug)]
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 pub mod http;
 pub mod inspect;
 pub mod packs;

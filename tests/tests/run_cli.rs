@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-use spool_tests::{describe, output, spool};
+use spool_tests::{describe, output, spool, KillOnDrop};
 
 /// `ROOT/<catalog key>` for `root` and these extra flags, as `spool config
 /// show` derives it.
@@ -131,16 +131,18 @@ fn spawn_daemon(
     root: &Path,
     extra: &[&str],
     envs: &[(&str, &str)],
-) -> (Child, Receiver<String>, Value) {
-    let mut child = spool()
-        .args(["run", "--json", "--spool-root"])
-        .arg(root)
-        .args(extra)
-        .envs(envs.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+) -> (KillOnDrop, Receiver<String>, Value) {
+    let mut child = KillOnDrop(
+        spool()
+            .args(["run", "--json", "--spool-root"])
+            .arg(root)
+            .args(extra)
+            .envs(envs.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let rx = lines(&mut child);
     let first = rx
         .recv_timeout(Duration::from_secs(30))
@@ -258,13 +260,15 @@ fn run_once_leaves_a_live_sibling_alone_and_json_progress() {
     let live = kd.join("r3-0000beef");
     fs::create_dir_all(&kd).unwrap();
     // a producer that keeps its lock (a live sibling with ready packs)
-    let mut holder = spool()
-        .args(["produce", "--packs", "2", "--hold", "--dir"])
-        .arg(&live)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut holder = KillOnDrop(
+        spool()
+            .args(["produce", "--packs", "2", "--hold", "--dir"])
+            .arg(&live)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let rx = lines(&mut holder);
     for _ in 0..2 {
         rx.recv_timeout(Duration::from_secs(30)).expect("staged");
@@ -591,13 +595,15 @@ fn bad_inputs_are_refused_with_their_exit_codes() {
 #[test]
 fn a_spool_root_held_by_another_process_exits_3_naming_it() {
     let root = tempfile::tempdir().unwrap();
-    let mut holder = spool()
-        .args(["lock", "hold"])
-        .arg(root.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut holder = KillOnDrop(
+        spool()
+            .args(["lock", "hold"])
+            .arg(root.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let rx = lines(&mut holder);
     let held = rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert!(held.starts_with("held"), "{held}");
