@@ -1253,18 +1253,11 @@ impl Config {
     /// The destination its packs go to (credentials removed from the
     /// catalog URL: the key hashes it without them anyway).
     pub fn destination(&self) -> anyhow::Result<Destination> {
-        let catalog = self.catalog_url()?;
-        let parsed = CatalogUrl::parse(catalog).map_err(|e| ConfigError(e.to_string()))?;
-        Ok(Destination {
-            catalog_url: spool_core::layout::strip_credentials(catalog),
-            database: parsed.database().to_string(),
-            table_prefix: parsed.table_prefix().to_string(),
-            store_url: self.store_url()?.to_string(),
-            store_id: self
-                .text("destination.store_id")
-                .unwrap_or(spool_core::layout::DEFAULT_STORE_ID)
-                .to_string(),
-        })
+        let store_id = self
+            .text("destination.store_id")
+            .unwrap_or(spool_core::layout::DEFAULT_STORE_ID);
+        crate::dest::destination(self.catalog_url()?, self.store_url()?, store_id)
+            .map_err(|e| ConfigError(e.to_string()).into())
     }
 
     /// `ROOT/<catalog key>`: where this destination's rank directories live.

@@ -52,24 +52,36 @@ pub fn open(
         .with_context(|| format!("spool root {} (create it first)", root.display()))?;
     let store_url = store_url.map_or_else(|| embedded_store_url(&root), str::to_string);
     let catalog_url = catalog_url.map_or_else(|| embedded_catalog_url(&root), str::to_string);
-    let parsed = CatalogUrl::parse(&catalog_url)?;
+    let destination = destination(&catalog_url, &store_url, store_id)?;
     let client = ClientConfig {
         allow_http: allow_http(),
         ..ClientConfig::default()
     };
     let store = Store::from_url(&store_url, &client)?;
     let catalog = spool_catalog::open(&catalog_url)?;
-    let destination = Destination {
-        catalog_url: catalog_url.clone(),
-        database: parsed.database().to_string(),
-        table_prefix: parsed.table_prefix().to_string(),
-        store_url,
-        store_id: store_id.to_string(),
-    };
     Ok(Opened {
         destination,
         store,
         catalog,
+    })
+}
+
+/// The destination spelled out from its URLs (SPEC §4.4): the one place
+/// `spool run`'s configuration and `spool produce --spool-root` both build
+/// it, so the two always agree on the catalog key. Credentials are removed
+/// from the catalog URL (the key never includes them either way).
+pub fn destination(
+    catalog_url: &str,
+    store_url: &str,
+    store_id: &str,
+) -> Result<Destination, spool_catalog::Error> {
+    let parsed = CatalogUrl::parse(catalog_url)?;
+    Ok(Destination {
+        catalog_url: spool_core::layout::strip_credentials(catalog_url),
+        database: parsed.database().to_string(),
+        table_prefix: parsed.table_prefix().to_string(),
+        store_url: store_url.to_string(),
+        store_id: store_id.to_string(),
     })
 }
 

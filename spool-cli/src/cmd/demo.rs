@@ -318,24 +318,15 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .next_back();
+    let adopted_dirs = daemon_result
+        .as_ref()
+        .and_then(|r| r.pointer("/snapshot/adopted_spools"))
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
     spinner.finish_with_message(format!(
-        "daemon: exited with {} after adopting {} director{}",
+        "daemon: exited with {} after adopting {adopted_dirs} director{}",
         daemon.status,
-        daemon_result
-            .as_ref()
-            .and_then(|r| r.pointer("/snapshot/adopted_spools"))
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0),
-        if daemon_result
-            .as_ref()
-            .and_then(|r| r.pointer("/snapshot/adopted_spools"))
-            .and_then(|v| v.as_u64())
-            == Some(1)
-        {
-            "y"
-        } else {
-            "ies"
-        }
+        if adopted_dirs == 1 { "y" } else { "ies" }
     ));
 
     let mut ranks = ranks.lock().unwrap_or_else(|e| e.into_inner()).clone();
