@@ -36,6 +36,17 @@
 //!   Otherwise `Error::StagedMismatch`, not retryable (the service
 //!   quarantines). Full SHA-256 validation is the spool's job (recovery,
 //!   adoption), not repeated here.
+//! - **Durable before it counts.** An `Uploaded` or `Skipped` outcome means
+//!   the object is on stable storage, because the service deletes the pack
+//!   from the spool right after it is indexed. S3, GCS and Azure acknowledge
+//!   a PUT (and a multipart completion) only once the object is durably
+//!   stored. A `file://` store is built with object_store's
+//!   `LocalFileSystem::with_fsync(true)`: the object is fsynced, renamed into
+//!   place and its directory fsynced (new parent directories too, up to the
+//!   first one that existed) before the PUT returns; the store root's own
+//!   new directories are fsynced when the store is built. `memory://` is not
+//!   durable at all (tests only). A store handed in with [`Store::new`] is
+//!   the caller's word.
 //! - **Classification** ([`classify`], [`Error::is_retryable`]). Retryable:
 //!   timeouts, connection and TLS failures, 408/429/5xx, a failed HEAD, a
 //!   local read error. Not retryable: 400/401/403/404 and other 4xx, a

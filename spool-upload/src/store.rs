@@ -66,7 +66,10 @@ impl Store {
     ///   instance credentials; `GOOGLE_BASE_URL` for an emulator, as the
     ///   real-server tests do). Feature `gcp`.
     /// - `az://CONTAINER[/PREFIX]`: `AZURE_*` variables. Feature `azure`.
-    /// - `file:///ABS/PATH`: a local directory (created if missing).
+    /// - `file:///ABS/PATH`: a local directory (created if missing, the new
+    ///   directories fsynced), written with object_store's `with_fsync(true)`:
+    ///   a PUT returns only after the object and its directory entries are on
+    ///   disk, so the service may delete the pack from the spool at once.
     /// - `memory://`: a fresh in-memory store (each call a new, empty one).
     ///
     /// The HTTP client of the cloud backends gets `client`'s retry and
@@ -108,16 +111,18 @@ impl Store {
                 if !dir.is_absolute() || parsed.path() == "/" {
                     return Err(bad("a file URL names an absolute directory other than /"));
                 }
-                std::fs::create_dir_all(&dir).map_err(|source| Error::LocalDir {
-                    path: dir.clone(),
-                    source,
-                })?;
-                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(
-                    |source| Error::StoreConfig {
+                create_dir_all_durable(&dir)
+                    .map_err(|(path, source)| Error::LocalDir { path, source })?;
+                // fsync on: a PUT returns only once the object and the
+                // directory entries leading to it are on disk, because the
+                // service deletes the pack from the spool right after
+                // (SPEC §5 "End to end", invariant 1).
+                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|source| Error::StoreConfig {
                         url: url.to_string(),
                         source: Box::new(source),
-                    },
-                )?;
+                    })?
+                    .with_fsync(true);
                 Store::new(Arc::new(store), "", url, true)
             }
             "s3" | "gs" | "az" => {
@@ -149,6 +154,38 @@ impl Store {
     /// Whether single PUTs use `PutMode::Create`.
     pub fn conditional_create(&self) -> bool {
         self.conditional_create
+    }
+}
+
+/// `create_dir_all`, then fsyncs every directory it created and the first
+/// one that already existed (whose entry list changed), deepest first, so a
+/// new store root survives a power loss. The error names the directory.
+fn create_dir_all_durable(
+    dir: &std::path::Path,
+) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+    let mut first_existing = dir;
+    while !first_existing.exists() {
+        match first_existing.parent() {
+            Some(p) => first_existing = p,
+            None => break,
+        }
+    }
+    if first_existing == dir {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| (dir.to_path_buf(), e))?;
+    let mut d = dir;
+    loop {
+        std::fs::File::open(d)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| (d.to_path_buf(), e))?;
+        if d == first_existing {
+            return Ok(());
+        }
+        match d.parent() {
+            Some(p) => d = p,
+            None => return Ok(()),
+        }
     }
 }
 

@@ -78,7 +78,10 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         ]))?;
     }
     if fast {
-        run(cargo().args([
+        // The durability tests read the order of fsync and unlink calls
+        // with Debian's strace (tests/tests/durability.rs).
+        install_missing(&["strace"])?;
+        run(cargo().env("SPOOL_REQUIRE_STRACE", "1").args([
             "nextest",
             "run",
             "--workspace",
@@ -196,14 +199,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     if cases.iter().any(|(g, _, _)| *g == "core") && !on_path("openssl") {
         missing.push("openssl");
     }
-    if !missing.is_empty() {
-        eprintln!("xtask: installing the benchmark peers {missing:?} with apt-get");
-        run(Command::new("apt-get").arg("update"))?;
-        run(Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
+    install_missing(&missing)?;
     run(cargo().args([
         "build",
         "--release",
@@ -257,6 +253,21 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         report.arg("--write").arg(root.join("BENCHMARKS.md"));
     }
     run(&mut report)
+}
+
+/// Installs the Debian packages among `programs` (each package named as its
+/// program) that are not on `PATH`, with apt-get.
+fn install_missing(programs: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = programs.iter().copied().filter(|p| !on_path(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {missing:?} with apt-get");
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn on_path(prog: &str) -> bool {
