@@ -152,6 +152,10 @@ pub struct VerifyReport {
     pub valid: Vec<ReadyPack>,
     /// Packs that did not: path and reason.
     pub corrupt: Vec<(PathBuf, String)>,
+    /// Packs already set aside as `<id>.quarantined` (by recovery, or by an
+    /// upload whose bytes did not match the checksum): path and what
+    /// validating them finds now (the reason they were set aside).
+    pub quarantined: Vec<(PathBuf, String)>,
 }
 
 /// The kind of a file in a spool directory, by name.
@@ -929,12 +933,29 @@ pub fn verify_dir_with_progress(
 ) -> Result<VerifyReport, Error> {
     let mut report = VerifyReport::default();
     let mut odd = Vec::new();
+    let mut quarantined = Vec::new();
     walk(dir, |e| {
         if e.kind == FileKind::Ready && !e.regular {
             odd.push(e.path);
+        } else if e.kind == FileKind::Quarantined && e.regular {
+            quarantined.push(e.path);
         }
         Ok(true)
     })?;
+    for path in quarantined {
+        let id = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| PackId::from_hex(s).ok());
+        let why = match id.map(|id| validate_file(&path, id, cancel)) {
+            None => "not named after a pack id".to_string(),
+            Some(Ok(_)) => "it validates now (set aside by an earlier check; rename it back to <id>.ready if it should go up)".to_string(),
+            Some(Err(Error::CorruptPack { problem, .. })) => problem.to_string(),
+            Some(Err(Error::Cancelled)) => return Err(Error::Cancelled),
+            Some(Err(e)) => e.to_string(),
+        };
+        report.quarantined.push((path, why));
+    }
     for p in odd {
         report
             .corrupt

@@ -280,6 +280,11 @@ impl AdoptionEnv for Env<'_> {
                 continue;
             };
             if let Some(f) = r.outcome.failure() {
+                if f.corrupt {
+                    if let Some(spool) = self.io.held.get(dir).map(|h| h.spool.clone()) {
+                        self.io.quarantine(spool, &ready, f.error.to_string()).await;
+                    }
+                }
                 let outcome = if f.cancelled {
                     PackOutcome::Cancelled
                 } else {

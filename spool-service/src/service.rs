@@ -565,10 +565,7 @@ impl Core {
                     }
                     Err(e) if e.is_corrupt() => {
                         let spool = self.io.own.clone();
-                        let (p, why) = (pack.clone(), e.to_string());
-                        let _ =
-                            tokio::task::spawn_blocking(move || spool.quarantine(&p, &why)).await;
-                        self.io.counters.quarantined += 1;
+                        self.io.quarantine(spool, pack, e.to_string()).await;
                         left -= 1;
                     }
                     Err(e) => {
@@ -589,6 +586,13 @@ impl Core {
                         let row = self.io.row(&r, &s, self.io.own.dir(), pack.ordinal);
                         let dir = self.io.own.dir().to_path_buf();
                         batch.push(Owed { row, pack, dir });
+                        left -= 1;
+                    }
+                    Some(f) if f.corrupt => {
+                        // Its bytes changed since they were validated: the
+                        // upload hashed them and aborted, nothing is stored.
+                        let spool = self.io.own.clone();
+                        self.io.quarantine(spool, &pack, f.error.to_string()).await;
                         left -= 1;
                     }
                     Some(f) if f.retryable => out.failed = true,

@@ -93,6 +93,22 @@ pub enum Error {
         problem: String,
     },
 
+    /// The bytes read for the upload do not hash to the checksum in the
+    /// pack's trailer: the file changed (bit rot, a stray writer, a bad
+    /// disk) after it was validated. Nothing was completed at the key; the
+    /// pack is corrupt and the service quarantines it.
+    #[error("staged pack {path} is corrupt: the {bytes} bytes read for its upload hash to sha256 {computed}, its trailer says {expected}; the upload was aborted (no object at the key) and the pack must be quarantined (`spool verify` shows it)")]
+    ChecksumMismatch {
+        /// The staged pack.
+        path: PathBuf,
+        /// Bytes hashed (the pack's length).
+        bytes: u64,
+        /// The trailer's SHA-256, hex.
+        expected: String,
+        /// The SHA-256 of the bytes read, hex.
+        computed: String,
+    },
+
     /// Reading the staged pack failed.
     #[error("cannot read staged pack {path}: {source}")]
     ReadStaged {
@@ -138,8 +154,15 @@ impl Error {
             | Error::Conflict { .. }
             | Error::TooLarge { .. }
             | Error::StagedMismatch { .. }
+            | Error::ChecksumMismatch { .. }
             | Error::LocalDir { .. } => false,
         }
+    }
+
+    /// Whether the staged pack itself is corrupt (its bytes do not match
+    /// its checksum): the pack is quarantined, not rejected.
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, Error::ChecksumMismatch { .. })
     }
 }
 

@@ -32,10 +32,25 @@
 //!   upload is aborted (within `abort_timeout`), so no parts are left behind.
 //! - **Staged bytes are re-checked** before each attempt: the file must
 //!   still be `size` bytes with a trailer naming this pack and this length,
-//!   and the bytes read for the PUT must end in that same trailer.
-//!   Otherwise `Error::StagedMismatch`, not retryable (the service
-//!   quarantines). Full SHA-256 validation is the spool's job (recovery,
-//!   adoption), not repeated here.
+//!   and the bytes read for the PUT must end in that same trailer
+//!   (otherwise `Error::StagedMismatch`, not retryable; the service renames
+//!   the pack `.rejected`).
+//! - **End-to-end checksum.** The bytes that go to the store are hashed as
+//!   they are read — the whole body of a single PUT (already in memory),
+//!   each part of a multipart upload as it streams — and the SHA-256 of
+//!   everything before the trailer's hash field must equal the trailer's
+//!   checksum before the PUT is sent or the multipart upload is completed.
+//!   A mismatch (bit rot, a stray writer, a bad disk since the pack was
+//!   validated) is `Error::ChecksumMismatch`: nothing is sent or completed
+//!   (a multipart upload is aborted), `UploadFailure::corrupt` is set, and
+//!   the service quarantines the pack (`spool verify` lists it with why).
+//!   Server-side checks on top: `s3://` stores send `x-amz-checksum-sha256`
+//!   of every PUT and part (object_store's `Checksum::SHA256`; AWS S3
+//!   verifies it and refuses a damaged body; moto 5.2.5 stores without
+//!   checking, so the header is pinned against wiremock). object_store 0.14
+//!   sends no content checksum to GCS or Azure: there the body is protected
+//!   by TLS and our own hash before the upload completes. `file://` writes
+//!   locally (nothing in between).
 //! - **Durable before it counts.** An `Uploaded` or `Skipped` outcome means
 //!   the object is on stable storage, because the service deletes the pack
 //!   from the spool right after it is indexed. S3, GCS and Azure acknowledge

@@ -59,7 +59,9 @@ impl Store {
     /// - `s3://BUCKET[/PREFIX]`: endpoint, region and credentials from the
     ///   `AWS_*` variables `AmazonS3Builder::from_env` reads (`AWS_ENDPOINT`,
     ///   `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-    ///   `AWS_ALLOW_HTTP`, ...). Feature `aws`.
+    ///   `AWS_ALLOW_HTTP`, ...). Feature `aws`. Requests carry
+    ///   `x-amz-checksum-sha256` (object_store's `Checksum::SHA256`), which
+    ///   S3 checks server-side, unless `AWS_CHECKSUM_ALGORITHM` says otherwise.
     /// - `gs://BUCKET[/PREFIX]`: the `GOOGLE_*` variables
     ///   `GoogleCloudStorageBuilder::from_env` reads (`GOOGLE_SERVICE_ACCOUNT`
     ///   or `GOOGLE_SERVICE_ACCOUNT_KEY`, else application-default or
@@ -227,6 +229,12 @@ fn cloud(scheme: &str, url: &str, client: &ClientConfig) -> Result<Arc<dyn Objec
                 .with_client_options(options);
             if client.allow_http {
                 b = b.with_allow_http(true);
+            }
+            // Every PUT and part carries `x-amz-checksum-sha256` of its
+            // body, which S3 verifies before it stores anything (an
+            // `AWS_CHECKSUM_ALGORITHM` the operator set wins).
+            if std::env::var_os("AWS_CHECKSUM_ALGORITHM").is_none() {
+                b = b.with_checksum_algorithm(object_store::aws::Checksum::SHA256);
             }
             Ok(Arc::new(b.build().map_err(config_err)?))
         }
