@@ -183,7 +183,7 @@ pub const KEYS: &[Key] = &[
         None,
         Kind::Bytes(1),
         None,
-        "byte budget of a rank directory (producers' sinks; unset: no budget)",
+        "byte budget of a rank directory, shared by its sinks, dead siblings charged (spool produce, the engine; unset: no budget)",
     ),
     key(
         "spool.allow_shared_filesystem",
@@ -1225,9 +1225,9 @@ impl Config {
         self.count("spool.rank")
     }
 
-    /// The spool byte budget, if any (for the producers: `spool produce
-    /// --spool-root` and the engine's sinks).
-    #[allow(dead_code)]
+    /// The byte budget of a rank directory, if any: `spool produce` (both
+    /// modes, unless `--max-bytes` says otherwise) and every engine the
+    /// command builds.
     pub fn max_bytes(&self) -> Option<u64> {
         match self.get("spool.max_bytes") {
             Some(Value::Bytes(n)) => Some(*n),

@@ -48,6 +48,7 @@ pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
     sc.upload = cfg.upload()?;
     sc.index_batch = cfg.index_batch();
     sc.adopt = true;
+    sc.max_bytes = cfg.max_bytes();
     sc.lock = LockOptions {
         allow_shared_filesystem: cfg.allow_shared_filesystem(),
         staging_max_age: cfg.staging_max_age(),

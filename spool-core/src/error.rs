@@ -203,7 +203,9 @@ pub enum Error {
     },
     /// The spool is over its byte budget.
     #[error(
-        "spool directory {} is full: {needed} bytes needed, {used} of {budget} bytes in use          ({dead_sibling_bytes} of them in dead sibling directories, which this node's storage          service adopts and drains); wait for uploads to drain it, or raise max_bytes",
+        "spool directory {} is full: {needed} bytes needed, {used} of {budget} bytes in use \
+         ({dead_sibling_bytes} of them in dead sibling directories, which this node's storage \
+         service adopts and drains); wait for uploads to drain it, or raise max_bytes",
         dir.display()
     )]
     Full {

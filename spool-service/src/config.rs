@@ -54,6 +54,13 @@ pub struct ServiceConfig {
     pub lock_mode: LockMode,
     /// Lock options (shared-filesystem override, staging age).
     pub lock: LockOptions,
+    /// Byte budget of the own rank directory (`None`: unbounded). The
+    /// service opens the directory's one [`Spool`](spool_core::Spool) with
+    /// it, and an [`Engine`](crate::Engine) hands that same spool to every
+    /// sink, so all of them (and the service's reconcile) share one account.
+    /// With adoption on (the layout), what dead siblings hold is charged
+    /// too (`charge_dead_siblings`, SPEC §4.2).
+    pub max_bytes: Option<u64>,
 }
 
 impl ServiceConfig {
@@ -87,6 +94,7 @@ impl ServiceConfig {
             registry: Registry::global(),
             lock_mode: LockMode::Take,
             lock: LockOptions::default(),
+            max_bytes: None,
         }
     }
 }
@@ -104,6 +112,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("poll_interval", &self.poll_interval)
             .field("adopt", &self.adopt)
             .field("lock_mode", &self.lock_mode)
+            .field("max_bytes", &self.max_bytes)
             .finish_non_exhaustive()
     }
 }

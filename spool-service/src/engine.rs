@@ -14,9 +14,14 @@
 //!   registry) before any pack can be sealed. A service that fails to be
 //!   built or started releases the claim at once (the empty directory is
 //!   removed) and no sink is opened: [`Error`] says why.
-//! - **Then the sinks**, each with lock mode `HeldByCaller` and the service's
-//!   registry, so a seal wakes the service's loop at once. A sink that fails
-//!   to open undoes everything already done, in reverse.
+//! - **Then the sinks**, each staging through the service's own
+//!   [`Spool`](spool_core::Spool) (one per directory: one byte budget and
+//!   one account for every sink and the service's reconcile, with dead
+//!   siblings charged) and publishing into the service's registry, so a
+//!   seal wakes the service's loop at once. The budget is
+//!   [`ServiceConfig::max_bytes`], else the smallest `spool.max_bytes` of
+//!   the sinks' configs. A sink that fails to start undoes everything
+//!   already done, in reverse.
 //!
 //! # Closing ([`Engine::close`])
 //!
@@ -126,6 +131,13 @@ impl Engine {
         tracing::info!(dir = %dir.display(), "engine claimed {}", dir.display());
         service.dir = dir.clone();
         service.lock_mode = LockMode::HeldByCaller;
+        // One budget for the directory: the service's, else the smallest a
+        // sink asks for; every sink stages through the service's spool.
+        service.max_bytes = service
+            .max_bytes
+            .into_iter()
+            .chain(sinks.iter().filter_map(|s| s.spool.max_bytes))
+            .min();
         let lock = service.lock.clone();
         let registry = service.registry.clone();
 
@@ -139,11 +151,15 @@ impl Engine {
         };
 
         let mut opened = Vec::with_capacity(sinks.len());
+        let spool = svc
+            .spool()
+            .cloned()
+            .expect("a started service has its spool");
         for (index, mut cfg) in sinks.into_iter().enumerate() {
             cfg.spool.lock_mode = LockMode::HeldByCaller;
             cfg.spool.lock = lock.clone();
             cfg.registry = registry.clone();
-            match Sink::open(&dir, cfg) {
+            match Sink::start(spool.clone(), cfg) {
                 Ok(sink) => opened.push(sink),
                 Err(err) => {
                     tracing::warn!(dir = %dir.display(), "sink {index} on {} did not open: {err}; undoing the engine's start", dir.display());

@@ -215,3 +215,57 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
     }
     assert!(engine.close().removed);
 }
+
+/// Issue 12 point 1: every sink of an engine stages through the
+/// directory's one spool, so two sinks with a budget of 10 packs never hold
+/// more than 10 packs (a pack in flight is reserved first). With a spool
+/// per sink they held up to 20.
+#[test]
+fn two_sinks_of_an_engine_share_one_budget_for_their_directory() {
+    let fx = Fixture::new();
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))));
+    let record = vec![0x5a; 1000];
+    let pack_len = spool_core::pack::MIN_PACK_LEN + 4 + record.len() as u64;
+    let budget = 10 * pack_len;
+    let mut s = sink();
+    s.spool.max_bytes = Some(budget);
+    s.release_flush_timeout = Duration::from_millis(200);
+    s.admission = AdmissionPolicy::Refuse;
+    let mut cfg = engine_config(&fx, vec![s.clone(), s]);
+    cfg.close_flush_timeout = Duration::from_millis(300);
+    let engine = Engine::start(cfg).unwrap();
+    let dir = engine.dir().to_path_buf();
+    let full = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for sink in engine.sinks() {
+            let (record, full) = (&record, &full);
+            scope.spawn(move || {
+                for _ in 0..8 {
+                    if sink.write(record).is_err()
+                        || sink.flush(Duration::from_millis(300)).is_err()
+                    {
+                        full.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        for _ in 0..200 {
+            assert!(ready(&dir) <= 10, "more than the budget on disk");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    assert_eq!(ready(&dir), 10, "the budget is filled, never passed");
+    assert!(full.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    let spool = engine.service().spool().unwrap().clone();
+    assert!(spool.usage().used() <= budget, "{:?}", spool.usage());
+    let told = engine
+        .sinks()
+        .iter()
+        .find_map(|s| s.stats().spool_full)
+        .expect("a sink was told the spool is full");
+    assert_eq!(told.budget, budget);
+    assert!(told.used <= budget, "{told:?}");
+    drop(spool);
+    engine.close();
+}

@@ -66,6 +66,9 @@ pub struct StorageService {
     runtime: Option<tokio::runtime::Runtime>,
     core: Option<Arc<tokio::sync::Mutex<Core>>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The own directory's spool, once started (the engine's sinks stage
+    /// through it: one account per directory).
+    own: Option<Arc<Spool>>,
 }
 
 impl std::fmt::Debug for StorageService {
@@ -140,12 +143,20 @@ impl StorageService {
             runtime: Some(runtime),
             core: None,
             task: None,
+            own: None,
         })
     }
 
     /// The own directory.
     pub fn dir(&self) -> &std::path::Path {
         &self.shared.dir
+    }
+
+    /// The own directory's spool once [`start`](Self::start)ed: its budget
+    /// and account are the directory's. An [`Engine`](crate::Engine) stages
+    /// every sink through it.
+    pub fn spool(&self) -> Option<&Arc<Spool>> {
+        self.own.as_ref()
     }
 
     /// Opens the own directory (lock per `lock_mode`), sweeps dead writers'
@@ -158,9 +169,15 @@ impl StorageService {
         let spool_cfg = SpoolConfig {
             lock_mode: cfg.lock_mode,
             lock: cfg.lock.clone(),
-            ..SpoolConfig::default()
+            max_bytes: cfg.max_bytes,
+            // In the layout (adoption on: the construction check made sure
+            // it is a rank directory), dead siblings count against the
+            // budget, so a crash-restart loop cannot grow the node's disk
+            // use by a budget per incarnation (SPEC §4.2).
+            charge_dead_siblings: cfg.max_bytes.is_some() && cfg.adopt,
         };
         let spool = Arc::new(Spool::open(&cfg.dir, &spool_cfg)?);
+        let own_spool = spool.clone();
         let rec = spool.begin_recovery()?;
         if !rec.swept.is_empty() {
             tracing::info!(dir = %cfg.dir.display(), swept = rec.swept.len(), "swept dead writers' temp files");
@@ -220,7 +237,7 @@ impl StorageService {
             index_batch: cfg.index_batch,
             fenced: cfg.lease_scope == LeaseScope::Catalog,
             lease: lease_task.as_ref().map(|t| t.subscribe()),
-            own: spool,
+            own: spool.clone(),
             held: HashMap::new(),
             pending: Vec::new(),
             summaries: HashMap::new(),
@@ -248,6 +265,7 @@ impl StorageService {
         ));
         self.core = Some(core);
         self.task = Some(task);
+        self.own = Some(own_spool);
         tracing::info!(dir = %self.shared.dir.display(), "storage service started on {}", self.shared.dir.display());
         Ok(())
     }
@@ -328,6 +346,9 @@ impl StorageService {
     /// packs. With lock mode `Take` the own directory's lock is released
     /// (and the directory removed if empty). Idempotent.
     pub fn stop(&mut self) -> Result<(), Error> {
+        // Let go of this handle first: a `Take`-mode claim is released
+        // below only from the last reference to the spool.
+        self.own = None;
         let Some(rt) = self.runtime.take() else {
             return Ok(());
         };
