@@ -338,7 +338,7 @@ impl Sink {
     pub fn start(target: Arc<dyn StageTarget>, config: SinkConfig) -> Result<Sink, Error> {
         let dir = target.dir().to_path_buf();
         let bad = |why: &str| {
-            Err(Error::SinkConfig {
+            Err(Error::InvalidConfig {
                 dir: dir.clone(),
                 why: why.to_string(),
             })
@@ -1262,7 +1262,7 @@ mod tests {
             },
         ] {
             let err = Sink::start(target.clone(), bad).unwrap_err();
-            assert!(matches!(err, Error::SinkConfig { .. }), "{err}");
+            assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
         }
     }
 

@@ -169,7 +169,7 @@ pub enum FileKind {
 
 /// Classifies a file name; `None` for anything that is not a pack file
 /// (those are never counted, swept, listed or removed).
-pub fn classify(name: &str) -> Option<(FileKind, PackId)> {
+pub fn file_kind(name: &str) -> Option<(FileKind, PackId)> {
     if let Some(rest) = name.strip_prefix('.') {
         let rest = rest.strip_suffix(".open")?;
         let (id, rand) = rest.split_once('.')?;
@@ -254,7 +254,7 @@ fn walk(dir: &Path, mut visit: impl FnMut(Entry) -> Result<bool, Error>) -> Resu
                 }
                 continue;
             }
-            let Some((kind, id)) = classify(name) else {
+            let Some((kind, id)) = file_kind(name) else {
                 continue;
             };
             let regular = meta.file_type().is_file();

@@ -157,7 +157,7 @@ fn a_service_that_fails_to_start_leaves_no_lock_and_opens_no_sink() {
     cfg.service.poll_interval = Duration::ZERO; // the service refuses this
     let registry = cfg.service.registry.clone();
     let err = Engine::start(cfg).unwrap_err();
-    assert!(matches!(err, Error::Config { .. }), "{err}");
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
     assert!(
         rank_dirs(&fx).is_empty(),
         "the claimed directory is removed"
@@ -198,7 +198,7 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
     let ids = crate::tests::stage(&dead_dir, 2);
     dead.release().unwrap();
     let mut cfg = engine_config(&fx, Vec::new());
-    cfg.service.adoption_recheck_interval = Duration::from_millis(100);
+    cfg.service.recheck_interval = Duration::from_millis(100);
     let engine = Engine::start(cfg).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while dead_dir.exists() && std::time::Instant::now() < deadline {

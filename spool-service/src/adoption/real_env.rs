@@ -12,9 +12,9 @@ use spool_lock::{LockMode, LockOptions, Purpose};
 use spool_upload::{CancellationToken, UploadItem};
 
 use crate::adoption::{
-    AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, RecoveryStep,
+    AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
 };
-use crate::path::{Held, Owed, UploadPath};
+use crate::upload_path::{Held, Owed, UploadPath};
 
 /// The environment of one adopting cycle.
 pub(crate) struct Env<'a> {
@@ -201,7 +201,7 @@ impl AdoptionEnv for Env<'_> {
         }
     }
 
-    async fn continue_recovery(&mut self, dir: &Path) -> Result<RecoveryStep, RecoveryFailure> {
+    async fn continue_recovery(&mut self, dir: &Path) -> Result<ValidationStep, RecoveryFailure> {
         let Some(held) = self.io.held.get_mut(dir) else {
             return Err(RecoveryFailure::Unopenable(format!(
                 "{} is not held",
@@ -209,7 +209,7 @@ impl AdoptionEnv for Env<'_> {
             )));
         };
         let Some(mut rec) = held.recovery.take() else {
-            return Ok(RecoveryStep::Done);
+            return Ok(ValidationStep::Done);
         };
         let spool = held.spool.clone();
         let flag = self.cancel_flag.clone();
@@ -227,11 +227,11 @@ impl AdoptionEnv for Env<'_> {
         match r {
             Ok(Some(CoreStep::Valid(pack, summary))) => {
                 self.io.summaries.insert(pack.id, summary);
-                Ok(RecoveryStep::Valid(pack_ref(&pack)))
+                Ok(ValidationStep::Valid(pack_ref(&pack)))
             }
             Ok(Some(CoreStep::Quarantined(aside))) => {
                 self.io.counters.quarantined += 1;
-                Ok(RecoveryStep::Quarantined {
+                Ok(ValidationStep::Quarantined {
                     pack: PackRef {
                         path: aside.path.with_extension("ready"),
                         id_hex: aside.id.to_hex(),
@@ -240,7 +240,7 @@ impl AdoptionEnv for Env<'_> {
                     reason: aside.reason,
                 })
             }
-            Ok(None) => Ok(RecoveryStep::Done),
+            Ok(None) => Ok(ValidationStep::Done),
             Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
             Err(e) => Err(RecoveryFailure::Retryable(e.to_string())),
         }
