@@ -281,3 +281,6 @@ fn release_claim(claim: Claim, dir: &Path) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -142,13 +142,9 @@
 pub mod adoption;
 mod config;
 pub mod engine;
-#[cfg(test)]
-mod engine_tests;
 mod error;
 mod service;
 mod snapshot;
-#[cfg(test)]
-mod tests;
 mod upload_path;
 
 pub use config::ServiceConfig;

@@ -757,3 +757,6 @@ impl Core {
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -8,7 +8,7 @@ use spool_core::sink::{AdmissionPolicy, SinkConfig};
 use spool_upload::testing::{Action, Injected, Op, Rule};
 
 use crate::engine::{Engine, EngineConfig};
-use crate::tests::Fixture;
+use crate::service::tests::Fixture;
 use crate::Error;
 
 /// One sink sealing every record into its own pack.
@@ -93,9 +93,9 @@ fn a_clean_close_without_a_flush_seals_ships_the_tail_and_removes_the_directory(
         "{report:?}"
     );
     assert!(!dir.exists(), "the rank directory is removed");
-    let count = crate::tests::block_on(fx.catalog.count()).unwrap();
+    let count = crate::service::tests::block_on(fx.catalog.count()).unwrap();
     assert_eq!(count, 3, "every record's pack is indexed");
-    assert_eq!(crate::tests::block_on(fx.objects()), 3);
+    assert_eq!(crate::service::tests::block_on(fx.objects()), 3);
 }
 
 #[test]
@@ -195,7 +195,7 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
     let fx = Fixture::new();
     let dead = fx.claim(&fx.dest, 0);
     let dead_dir = dead.dir().to_path_buf();
-    let ids = crate::tests::stage(&dead_dir, 2);
+    let ids = crate::service::tests::stage(&dead_dir, 2);
     dead.release().unwrap();
     let mut cfg = engine_config(&fx, Vec::new());
     cfg.service.recheck_interval = Duration::from_millis(100);
@@ -209,9 +209,11 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
         "the dead sibling is adopted and removed"
     );
     for id in ids {
-        assert!(crate::tests::block_on(fx.catalog.get(&id.to_hex()))
-            .unwrap()
-            .is_some());
+        assert!(
+            crate::service::tests::block_on(fx.catalog.get(&id.to_hex()))
+                .unwrap()
+                .is_some()
+        );
     }
     assert!(engine.close().removed);
 }
