@@ -8,6 +8,8 @@
 //! the `real_*` test binaries with the servers' addresses in the
 //! environment, and stops the servers afterwards — also when a step fails.
 
+mod fuzz;
+mod mutants;
 mod servers;
 
 use anyhow::{bail, Context, Result};
@@ -22,13 +24,17 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("servers") => servers_cmd(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
+        Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
+        Some("mutants") => mutants::mutants(&root, &args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
                  test [--fast-only] [--real-only] [--no-lint]   fmt, clippy, fast tier, real-server tier\n  \
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
-                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service) into BENCHMARKS.md"
+                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service) into BENCHMARKS.md\n  \
+                 fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
+                 mutants [CRATE...]                            cargo-mutants per crate into mutants/ (hours; not in CI)"
             );
             std::process::exit(2);
         }
@@ -54,7 +60,8 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+/// `cargo`, as the one running xtask.
+pub fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
