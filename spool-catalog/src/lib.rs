@@ -126,6 +126,7 @@ mod error;
 mod lease;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
+mod redact;
 mod row;
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -144,6 +145,7 @@ pub use crate::lease::{
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;
+pub use crate::redact::mask_url;
 pub use crate::row::PackRow;
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SqliteCatalog;
@@ -230,7 +232,7 @@ pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
         }
         #[cfg(not(feature = "sqlite"))]
         CatalogUrl::Sqlite { .. } => Err(Error::BackendNotBuilt {
-            url: target::redact_raw(url),
+            url: redact::mask_url(url),
             reason: "this build has no SQLite catalog (cargo feature `sqlite` is off)".into(),
         }),
         #[cfg(any(test, feature = "testing"))]
@@ -240,7 +242,7 @@ pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
         }),
         #[cfg(not(any(test, feature = "testing")))]
         CatalogUrl::Memory { .. } => Err(Error::BackendNotBuilt {
-            url: target::redact_raw(url),
+            url: redact::mask_url(url),
             reason:
                 "this build has no test seams: memory:// is the test fake (cargo feature `testing`)"
                     .into(),

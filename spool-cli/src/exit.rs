@@ -53,7 +53,7 @@ pub fn exit_code_of(err: &anyhow::Error) -> ExitCode {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
         }
-        if cause.is::<crate::config::ConfigError>() {
+        if cause.is::<spool_service::config::ConfigError>() {
             return ExitCode::Usage;
         }
         if let Some(c) = cause.downcast_ref::<Coded>() {
@@ -71,6 +71,7 @@ pub fn exit_code_of(err: &anyhow::Error) -> ExitCode {
                 spool_service::Error::Lock(l) => lock_code(l),
                 spool_service::Error::Sink { source, .. } => core_code(source),
                 spool_service::Error::FlushTimeout { .. } => Some(ExitCode::Deadline),
+                spool_service::Error::Config(_) => Some(ExitCode::Usage),
                 _ => None,
             }
         } else {

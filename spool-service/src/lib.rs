@@ -140,7 +140,7 @@
 #![warn(missing_docs)]
 
 pub mod adoption;
-mod config;
+pub mod config;
 pub mod engine;
 mod error;
 mod service;
