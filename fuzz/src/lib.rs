@@ -55,7 +55,10 @@ pub fn pack_validate(data: &[u8]) {
     let mut reader = match PackReader::new(Trickle(data)) {
         Ok(r) => r,
         Err(_) => {
-            assert!(validated.is_err(), "the reader refused a header the validator accepted");
+            assert!(
+                validated.is_err(),
+                "the reader refused a header the validator accepted"
+            );
             return;
         }
     };
@@ -83,7 +86,10 @@ pub fn pack_validate(data: &[u8]) {
             assert_eq!(read.id, summary.id);
         }
         Err(e) => {
-            assert!(!read_all, "the reader accepted a pack the validator refused: {e}");
+            assert!(
+                !read_all,
+                "the reader accepted a pack the validator refused: {e}"
+            );
         }
     }
 }
@@ -119,7 +125,9 @@ pub fn pack_roundtrip(data: &[u8]) {
     }
     // One flipped bit anywhere is caught (header, records, footer, trailer).
     if !pack.is_empty() {
-        let at = data.iter().fold(0usize, |a, &b| a.wrapping_mul(31).wrapping_add(b as usize))
+        let at = data
+            .iter()
+            .fold(0usize, |a, &b| a.wrapping_mul(31).wrapping_add(b as usize))
             % pack.len();
         let mut bad = pack.clone();
         bad[at] ^= 0x01;
@@ -138,9 +146,18 @@ pub fn owner_record(data: &[u8]) {
         return;
     };
     let written = first.render();
-    assert!(written.len() <= 4096, "a record renders to {} bytes", written.len());
-    let read = spool_lock::OwnerRecord::parse(written.as_bytes()).expect("a rendered record parses");
-    assert_eq!(read.render(), written, "what was written does not read back as written");
+    assert!(
+        written.len() <= 4096,
+        "a record renders to {} bytes",
+        written.len()
+    );
+    let read =
+        spool_lock::OwnerRecord::parse(written.as_bytes()).expect("a rendered record parses");
+    assert_eq!(
+        read.render(),
+        written,
+        "what was written does not read back as written"
+    );
 }
 
 /// Arbitrary text as a catalog URL: parsing never panics, and neither the
@@ -158,7 +175,10 @@ pub fn catalog_url(data: &[u8]) {
     };
     for secret in secrets(text) {
         if secret.len() >= 6 && text.matches(secret.as_str()).count() == 1 {
-            assert!(!shown.contains(secret.as_str()), "{shown:?} shows the secret {secret:?}");
+            assert!(
+                !shown.contains(secret.as_str()),
+                "{shown:?} shows the secret {secret:?}"
+            );
         }
     }
 }
@@ -168,8 +188,12 @@ pub fn catalog_url(data: &[u8]) {
 fn secrets(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(parsed) = url::Url::parse(text) {
+        // As the user spelled it: url hands it out percent-encoded.
         if let Some(pw) = parsed.password() {
-            out.push(pw.to_owned());
+            let raw: String = url::form_urlencoded::parse(format!("x={pw}").as_bytes())
+                .map(|(_, v)| v.into_owned())
+                .collect();
+            out.push(raw);
         }
     }
     if let Some((_, query)) = text.split_once('?') {

@@ -41,7 +41,13 @@ fn replay(target: &str) {
 fn every_target_has_a_replay_test() {
     assert_eq!(
         bodies::TARGETS,
-        &["pack_validate", "pack_roundtrip", "owner_record", "catalog_url", "store_url"],
+        &[
+            "pack_validate",
+            "pack_roundtrip",
+            "owner_record",
+            "catalog_url",
+            "store_url"
+        ],
         "a new target needs its #[test] below"
     );
 }
