@@ -69,7 +69,9 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
         c
     };
     if let Some(file) = replay {
-        let target = targets.first().context("--replay needs the target's name")?;
+        let target = targets
+            .first()
+            .context("--replay needs the target's name")?;
         return run(fuzz_cmd().arg(target).arg(file));
     }
     let mut summary = Vec::new();
@@ -105,16 +107,19 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
                 .lines()
                 .find(|l| l.contains("panicked at") || l.contains("ERROR: libFuzzer"))
                 .unwrap_or("see the log");
-            format!("CRASH: {why} (input saved as {}/regress-*)", committed.display())
+            format!(
+                "CRASH: {why} (input saved as {}/regress-*)",
+                committed.display()
+            )
         };
         eprintln!("xtask: fuzz {t}: {runs} executions in {minutes} min: {verdict}");
         summary.push(format!("{t}\t{runs}\t{minutes}\t{verdict}"));
         if merge {
-            run(fuzz_cmd()
-                .arg(t)
-                .arg(&committed)
-                .arg(&scratch)
-                .args(["--", "-merge=1", "-use_value_profile=1"]))?;
+            run(fuzz_cmd().arg(t).arg(&committed).arg(&scratch).args([
+                "--",
+                "-merge=1",
+                "-use_value_profile=1",
+            ]))?;
         }
     }
     println!("target\texecutions\tminutes\tverdict");

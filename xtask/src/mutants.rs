@@ -60,10 +60,18 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
         let out = scratch.join(krate);
         std::fs::create_dir_all(&out)?;
         let mut cmd = cargo();
-        cmd.args(["mutants", "--package", krate, "--test-tool", "nextest", "--jobs", "1"])
-            .arg("--output")
-            .arg(&out)
-            .env("TMPDIR", &scratch);
+        cmd.args([
+            "mutants",
+            "--package",
+            krate,
+            "--test-tool",
+            "nextest",
+            "--jobs",
+            "1",
+        ])
+        .arg("--output")
+        .arg(&out)
+        .env("TMPDIR", &scratch);
         for f in files {
             cmd.args(["--file", f]);
         }
@@ -103,7 +111,13 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
         let judged = missed.iter().filter(|m| equivalent.contains(m)).count();
         let (caught, missed_n, timeout) = (counts[0], counts[1], counts[2]);
         let viable = caught + missed_n + timeout;
-        let pct = |c: usize, v: usize| if v == 0 { 100.0 } else { 100.0 * c as f64 / v as f64 };
+        let pct = |c: usize, v: usize| {
+            if v == 0 {
+                100.0
+            } else {
+                100.0 * c as f64 / v as f64
+            }
+        };
         let score = format!(
             "crate: {krate}\ncaught: {caught}\nmissed: {missed_n}\ntimeout: {timeout}\nunviable: {}\n\
              score (caught / viable): {:.1} %\nscore without the {judged} survivors judged equivalent: {:.1} %\n",
