@@ -333,6 +333,29 @@ impl Sink {
         Ok(sink)
     }
 
+    /// Opens the directory of `claim` (a rank directory this process
+    /// claimed, e.g. with [`crate::layout::claim_rank_dir`]) and starts a
+    /// sink on it that owns the claim, as [`Sink::open`] in mode `Take`
+    /// owns the lock it took: dropped after sealing on release, the sink
+    /// releases the claim (the directory stays, a dead sibling for the
+    /// node's adopter, SPEC §1 "sink-only"); dropped unsealed, the claim is
+    /// kept until the process exits. A failed open releases the claim.
+    pub fn open_claimed(claim: spool_lock::Claim, config: SinkConfig) -> Result<Sink, Error> {
+        let spool = Arc::new(Spool::open_claimed(claim, &config.spool)?);
+        match Sink::start(spool.clone(), config) {
+            Ok(mut sink) => {
+                sink.spool = Some(spool);
+                Ok(sink)
+            }
+            Err(err) => {
+                if let Some(claim) = Arc::try_unwrap(spool).ok().and_then(Spool::into_claim) {
+                    let _ = claim.release_and_remove_if_empty();
+                }
+                Err(err)
+            }
+        }
+    }
+
     /// Starts a sink staging into `target`: checks the config, publishes the
     /// slot as attached, and starts the staging thread.
     pub fn start(target: Arc<dyn StageTarget>, config: SinkConfig) -> Result<Sink, Error> {
@@ -419,16 +442,30 @@ impl Sink {
         self.shared().config.ordinal
     }
 
+    /// What a [`Sink::write`] does when the buffer is full.
+    pub fn admission(&self) -> AdmissionPolicy {
+        self.shared().config.admission
+    }
+
     /// Appends one record. Returns once it is in the sink's buffer (not
     /// staged: see [`Sink::flush`]); when the buffer is full, waits or
     /// refuses per the [`AdmissionPolicy`].
     pub fn write(&self, record: &[u8]) -> Result<(), Error> {
+        self.write_with(record, self.shared().config.admission)
+    }
+
+    /// [`Sink::write`] with this call's own [`AdmissionPolicy`] instead of
+    /// the configured one. A caller that must not wait while it holds
+    /// something (the Python binding holds the GIL) tries with
+    /// [`AdmissionPolicy::Refuse`] first and only blocks, having let go,
+    /// when that refuses.
+    pub fn write_with(&self, record: &[u8], admission: AdmissionPolicy) -> Result<(), Error> {
         let shared = self.shared();
         let config = &shared.config;
         // A record costs its length prefix and its bytes.
         let cost = record.len() as u64 + 4;
         let mut state = lock(&shared.state);
-        let deadline = match config.admission {
+        let deadline = match admission {
             AdmissionPolicy::Block(timeout) => Some(Instant::now() + timeout),
             AdmissionPolicy::Refuse => None,
         };
@@ -985,6 +1022,44 @@ mod tests {
     }
 
     #[test]
+    fn open_claimed_owns_the_claim_released_after_sealing_kept_when_not() {
+        let root = tempfile::tempdir().unwrap();
+        let key = "0123456789ab";
+        let opts = spool_lock::LockOptions::default();
+        let registry = Arc::new(Registry::new());
+        // Sealed on release: the drop lets go of the claim, the pack stays.
+        let claim = crate::layout::claim_rank_dir(root.path(), key, 0, &opts).unwrap();
+        let dir = claim.dir().to_path_buf();
+        let sink = Sink::open_claimed(claim, config(&registry)).unwrap();
+        assert!(spool_lock::held_by_this_process(&dir).unwrap());
+        sink.write(b"one").unwrap();
+        sink.release().unwrap();
+        drop(sink);
+        assert!(!spool_lock::read_owner(&dir).unwrap().held, "released");
+        assert!(!spool_lock::held_claims().contains(&dir));
+        let ready = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "ready"))
+            .count();
+        assert_eq!(ready, 1, "the pack stays for the adopter");
+        // Not sealed (its spool refuses every stage): the claim is kept.
+        let claim = crate::layout::claim_rank_dir(root.path(), key, 1, &opts).unwrap();
+        let dir = claim.dir().to_path_buf();
+        let mut cfg = config(&registry);
+        cfg.spool.max_bytes = Some(8);
+        cfg.release_flush_timeout = Duration::from_millis(100);
+        let sink = Sink::open_claimed(claim, cfg).unwrap();
+        sink.write(b"too big for the budget").unwrap();
+        assert!(sink.release().is_err());
+        drop(sink);
+        assert!(
+            spool_lock::held_claims().contains(&dir),
+            "an unsealed sink keeps its claim until exit"
+        );
+    }
+
+    #[test]
     fn seals_by_record_count() {
         let (_, target, sink) = sink_with(|c| {
             c.seal_records = 3;
@@ -1483,6 +1558,31 @@ mod tests {
                 "{text}"
             );
             assert_eq!(target.staged().len(), 0);
+        }
+
+        #[test]
+        fn write_with_refuse_returns_at_once_whatever_the_configured_policy() {
+            let (target, sink) = full_sink(AdmissionPolicy::Block(Duration::from_secs(30)));
+            fill(&target, &sink);
+            let start = Instant::now();
+            let err = sink
+                .write_with(&[0; 100], AdmissionPolicy::Refuse)
+                .unwrap_err();
+            assert!(
+                start.elapsed() < BOUND,
+                "refused at once: {:?}",
+                start.elapsed()
+            );
+            assert!(matches!(err, Error::SpoolFull { .. }), "{err}");
+            // ...and a block of its own waits its own deadline, not 30 s.
+            let wait = Duration::from_millis(300);
+            let start = Instant::now();
+            let err = sink
+                .write_with(&[0; 100], AdmissionPolicy::Block(wait))
+                .unwrap_err();
+            let took = start.elapsed();
+            assert!(took >= wait && took < wait + BOUND, "took {took:?}");
+            assert!(matches!(err, Error::SpoolFull { .. }), "{err}");
         }
 
         #[test]
