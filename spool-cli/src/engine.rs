@@ -41,7 +41,7 @@ pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
     sc.lease_scope = cfg.lease_scope();
     sc.lease_ttl = cfg.lease_ttl();
     sc.poll_interval = cfg.poll_interval();
-    sc.adoption_recheck_interval = cfg.recheck_interval();
+    sc.recheck_interval = cfg.recheck_interval();
     sc.max_backoff = cfg.max_backoff();
     sc.staging_max_age = cfg.staging_max_age();
     sc.adoption_slice = cfg.adoption_slice();

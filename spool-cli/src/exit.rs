@@ -48,7 +48,7 @@ Exit codes:
 
 /// Maps an error to its exit code by looking for the typed errors of the
 /// library crates in its chain.
-pub fn classify(err: &anyhow::Error) -> ExitCode {
+pub fn exit_code_of(err: &anyhow::Error) -> ExitCode {
     for cause in err.chain() {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
@@ -129,7 +129,7 @@ impl std::fmt::Display for Coded {
 
 impl std::error::Error for Coded {}
 
-/// An `anyhow::Error` that exits with `code` (see [`classify`]).
+/// An `anyhow::Error` that exits with `code` (see [`exit_code_of`]).
 pub fn coded(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Coded {
         code,

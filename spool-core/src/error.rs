@@ -348,7 +348,7 @@ pub enum Error {
     },
     /// A sink setting is out of range.
     #[error("invalid sink configuration for {}: {why}", dir.display())]
-    SinkConfig {
+    InvalidConfig {
         /// The spool directory.
         dir: PathBuf,
         /// What is wrong and what to set instead.

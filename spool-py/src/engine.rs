@@ -138,7 +138,7 @@ fn service_opts(opts: &mut Opts<'_>, sc: &mut ServiceConfig) -> PyResult<Duratio
         sc.poll_interval = v;
     }
     if let Some(v) = opts.secs("recheck_interval", 0.0)? {
-        sc.adoption_recheck_interval = v;
+        sc.recheck_interval = v;
     }
     if let Some(v) = opts.secs("max_backoff", 0.001)? {
         sc.max_backoff = v;

@@ -187,7 +187,7 @@ pub fn core(py: Python<'_>, err: &spool_core::Error) -> PyErr {
                 ("pack", Attr::S(pack.clone())),
             ],
         ),
-        E::SinkConfig { .. } | E::BadDestination { .. } | E::BadPackId { .. } => config(py, msg),
+        E::InvalidConfig { .. } | E::BadDestination { .. } | E::BadPackId { .. } => config(py, msg),
         _ => plain(py, msg),
     }
 }
@@ -199,9 +199,9 @@ pub fn service(py: Python<'_>, err: &spool_service::Error) -> PyErr {
         E::Core(e) => core(py, e),
         E::Lock(e) => lock(py, e),
         E::Sink { source, .. } => core(py, source),
-        E::Config { .. } => config(py, err.to_string()),
-        E::Catalog(spool_catalog::Error::LeaseConfig(_)) => config(py, err.to_string()),
-        E::Upload(spool_upload::Error::BadConfig(_)) => config(py, err.to_string()),
+        E::InvalidConfig { .. } => config(py, err.to_string()),
+        E::Catalog(spool_catalog::Error::InvalidConfig(_)) => config(py, err.to_string()),
+        E::Upload(spool_upload::Error::InvalidConfig(_)) => config(py, err.to_string()),
         E::FlushTimeout { dir, ready, .. } => raise(
             py,
             "DeadlineError",
@@ -216,7 +216,7 @@ pub fn service(py: Python<'_>, err: &spool_service::Error) -> PyErr {
 pub fn catalog(py: Python<'_>, err: &spool_catalog::Error) -> PyErr {
     use spool_catalog::Error as E;
     match err {
-        E::InvalidUrl { .. } | E::Unsupported { .. } | E::LeaseConfig(_) => {
+        E::InvalidUrl { .. } | E::BackendNotBuilt { .. } | E::InvalidConfig(_) => {
             config(py, err.to_string())
         }
         _ => plain(py, err.to_string()),
@@ -227,9 +227,10 @@ pub fn catalog(py: Python<'_>, err: &spool_catalog::Error) -> PyErr {
 pub fn upload(py: Python<'_>, err: &spool_upload::Error) -> PyErr {
     use spool_upload::Error as E;
     match err {
-        E::BadUrl { .. } | E::BackendNotBuilt { .. } | E::StoreConfig { .. } | E::BadConfig(_) => {
-            config(py, err.to_string())
-        }
+        E::InvalidUrl { .. }
+        | E::BackendNotBuilt { .. }
+        | E::StoreConfig { .. }
+        | E::InvalidConfig(_) => config(py, err.to_string()),
         _ => plain(py, err.to_string()),
     }
 }

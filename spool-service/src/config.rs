@@ -34,7 +34,7 @@ pub struct ServiceConfig {
     /// The safety-net wake-up of the loop when no sink publishes.
     pub poll_interval: Duration,
     /// How often a live sibling is probed again (0: never).
-    pub adoption_recheck_interval: Duration,
+    pub recheck_interval: Duration,
     /// The longest wait between cycles while a store is down.
     pub max_backoff: Duration,
     /// Unheld staging copies older than this are removed.
@@ -77,7 +77,7 @@ impl ServiceConfig {
             lease_scope: LeaseScope::Node,
             lease_ttl: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
-            adoption_recheck_interval: Duration::from_secs(30),
+            recheck_interval: Duration::from_secs(30),
             max_backoff: Duration::from_secs(30),
             staging_max_age: Duration::from_secs(60),
             adoption_slice: Duration::from_secs(1),

@@ -180,7 +180,7 @@ impl Engine {
     /// Opens one more sink on the running engine, as [`Engine::start`]
     /// opens those of [`EngineConfig::sinks`] (lock mode `HeldByCaller`, the
     /// engine's lock options and registry), and returns it; [`Engine::close`]
-    /// seals it with the others. Refused ([`Error::Config`]) when a sink of
+    /// seals it with the others. Refused ([`Error::InvalidConfig`]) when a sink of
     /// this engine with the same worker ordinal is still attached (two sinks
     /// would share one registry slot), and once the engine is closing.
     pub fn open_sink(&mut self, mut config: SinkConfig) -> Result<Arc<Sink>, Error> {
@@ -197,7 +197,7 @@ impl Engine {
             let ordinal = other
                 .ordinal()
                 .map_or_else(|| "none".to_string(), |k| k.to_string());
-            return Err(Error::Config {
+            return Err(Error::InvalidConfig {
                 why: format!(
                     "the engine on {} already has an attached sink with worker ordinal {ordinal};                      use that sink, release it first, or open this one with another ordinal",
                     self.dir.display()
@@ -329,3 +329,6 @@ fn release_claim(claim: Claim, dir: &Path) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

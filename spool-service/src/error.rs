@@ -8,7 +8,7 @@ use std::time::Duration;
 pub enum Error {
     /// The configuration cannot work.
     #[error("bad service configuration: {why}")]
-    Config {
+    InvalidConfig {
         /// What is wrong and what to change.
         why: String,
     },

@@ -278,7 +278,7 @@ fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyho
         service.conditional_create = opened.store.conditional_create();
         service.lease_ttl = Duration::from_secs(args.lease_ttl);
         service.poll_interval = secs("poll-interval", args.poll_interval, false)?;
-        service.adoption_recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
+        service.recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
         service.lock = lock;
         let engine = Engine::start(EngineConfig {
             spool_root: root.clone(),
@@ -345,7 +345,7 @@ fn close(target: Target) -> ExitCode {
 /// The exit code and message of a failed open.
 fn report_open(err: &anyhow::Error) -> ExitCode {
     eprintln!("spool: cannot open the sink: {err:#}");
-    crate::exit::classify(err)
+    crate::exit::exit_code_of(err)
 }
 
 /// One record: pack number, record number, then a deterministic filler.

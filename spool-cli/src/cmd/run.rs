@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use spool_core::layout::RankDirName;
+use spool_core::siblings::{self, Owner};
 use spool_lock::Purpose;
 use spool_service::Snapshot;
 
@@ -348,28 +348,18 @@ struct Backlog {
 impl Backlog {
     fn scan(key_dir: &Path, own: &Path) -> Backlog {
         let mut dirs = Vec::new();
-        let Ok(entries) = std::fs::read_dir(key_dir) else {
+        let Ok(all) = siblings::rank_dirs(key_dir) else {
             return Backlog::default();
         };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if RankDirName::parse(name).is_none() {
-                continue;
-            }
-            let dir = e.path();
+        for dir in all {
             if dir != own {
-                let Ok(owner) = spool_lock::read_owner(&dir) else {
+                let Ok(probe) = siblings::probe(&dir) else {
                     continue;
                 };
-                let ours = || spool_lock::held_by_this_process(&dir).unwrap_or(false);
-                if owner.held && !ours() {
-                    continue; // live: never counted by anyone else
-                }
-                if matches!(owner.record.map(|r| r.purpose), Some(Purpose::Blocked(_)))
-                    && !owner.held
-                {
-                    continue;
+                match probe.owner() {
+                    Owner::Live => continue, // never counted by anyone else
+                    Owner::Blocked(_) => continue,
+                    Owner::Dead | Owner::HeldHere { .. } | Owner::NotOurs(_) => {}
                 }
             }
             let packs = count_ready(&dir);
