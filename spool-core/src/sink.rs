@@ -333,6 +333,29 @@ impl Sink {
         Ok(sink)
     }
 
+    /// Opens the directory of `claim` (a rank directory this process
+    /// claimed, e.g. with [`crate::layout::claim_rank_dir`]) and starts a
+    /// sink on it that owns the claim, as [`Sink::open`] in mode `Take`
+    /// owns the lock it took: dropped after sealing on release, the sink
+    /// releases the claim (the directory stays, a dead sibling for the
+    /// node's adopter, SPEC §1 "sink-only"); dropped unsealed, the claim is
+    /// kept until the process exits. A failed open releases the claim.
+    pub fn open_claimed(claim: spool_lock::Claim, config: SinkConfig) -> Result<Sink, Error> {
+        let spool = Arc::new(Spool::open_claimed(claim, &config.spool)?);
+        match Sink::start(spool.clone(), config) {
+            Ok(mut sink) => {
+                sink.spool = Some(spool);
+                Ok(sink)
+            }
+            Err(err) => {
+                if let Some(claim) = Arc::try_unwrap(spool).ok().and_then(Spool::into_claim) {
+                    let _ = claim.release_and_remove_if_empty();
+                }
+                Err(err)
+            }
+        }
+    }
+
     /// Starts a sink staging into `target`: checks the config, publishes the
     /// slot as attached, and starts the staging thread.
     pub fn start(target: Arc<dyn StageTarget>, config: SinkConfig) -> Result<Sink, Error> {
@@ -419,16 +442,30 @@ impl Sink {
         self.shared().config.ordinal
     }
 
+    /// What a [`Sink::write`] does when the buffer is full.
+    pub fn admission(&self) -> AdmissionPolicy {
+        self.shared().config.admission
+    }
+
     /// Appends one record. Returns once it is in the sink's buffer (not
     /// staged: see [`Sink::flush`]); when the buffer is full, waits or
     /// refuses per the [`AdmissionPolicy`].
     pub fn write(&self, record: &[u8]) -> Result<(), Error> {
+        self.write_with(record, self.shared().config.admission)
+    }
+
+    /// [`Sink::write`] with this call's own [`AdmissionPolicy`] instead of
+    /// the configured one. A caller that must not wait while it holds
+    /// something (the Python binding holds the GIL) tries with
+    /// [`AdmissionPolicy::Refuse`] first and only blocks, having let go,
+    /// when that refuses.
+    pub fn write_with(&self, record: &[u8], admission: AdmissionPolicy) -> Result<(), Error> {
         let shared = self.shared();
         let config = &shared.config;
         // A record costs its length prefix and its bytes.
         let cost = record.len() as u64 + 4;
         let mut state = lock(&shared.state);
-        let deadline = match config.admission {
+        let deadline = match admission {
             AdmissionPolicy::Block(timeout) => Some(Instant::now() + timeout),
             AdmissionPolicy::Refuse => None,
         };

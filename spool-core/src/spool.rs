@@ -156,6 +156,30 @@ impl Spool {
         Ok(spool)
     }
 
+    /// Opens the directory of a claim this process holds (a rank directory
+    /// from [`crate::layout::claim_rank_dir`]) and keeps the claim, as a
+    /// `Take` open would: [`Spool::into_claim`] gives it back. The lock mode
+    /// in `config` is ignored. On failure the claim is released and the
+    /// directory removed if empty (the error is returned).
+    pub fn open_claimed(claim: Claim, config: &SpoolConfig) -> Result<Spool, Error> {
+        let mut held = config.clone();
+        held.lock_mode = LockMode::HeldByCaller;
+        match Spool::open(claim.dir(), &held) {
+            Ok(mut spool) => {
+                spool.config.lock_mode = LockMode::Take;
+                spool.claim = Some(claim);
+                Ok(spool)
+            }
+            Err(err) => {
+                let dir = claim.dir().to_path_buf();
+                if let Err(e) = claim.release_and_remove_if_empty() {
+                    tracing::warn!(dir = %dir.display(), "releasing {} after a failed open: {e}", dir.display());
+                }
+                Err(err)
+            }
+        }
+    }
+
     /// The spool directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -51,6 +51,44 @@ fn sink_with(adjust: impl FnOnce(&mut SinkConfig)) -> (Arc<Registry>, Arc<Memory
 }
 
 #[test]
+fn open_claimed_owns_the_claim_released_after_sealing_kept_when_not() {
+    let root = tempfile::tempdir().unwrap();
+    let key = "0123456789ab";
+    let opts = spool_lock::LockOptions::default();
+    let registry = Arc::new(Registry::new());
+    // Sealed on release: the drop lets go of the claim, the pack stays.
+    let claim = crate::layout::claim_rank_dir(root.path(), key, 0, &opts).unwrap();
+    let dir = claim.dir().to_path_buf();
+    let sink = Sink::open_claimed(claim, config(&registry)).unwrap();
+    assert!(spool_lock::held_by_this_process(&dir).unwrap());
+    sink.write(b"one").unwrap();
+    sink.release().unwrap();
+    drop(sink);
+    assert!(!spool_lock::read_owner(&dir).unwrap().held, "released");
+    assert!(!spool_lock::held_claims().contains(&dir));
+    let ready = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "ready"))
+        .count();
+    assert_eq!(ready, 1, "the pack stays for the adopter");
+    // Not sealed (its spool refuses every stage): the claim is kept.
+    let claim = crate::layout::claim_rank_dir(root.path(), key, 1, &opts).unwrap();
+    let dir = claim.dir().to_path_buf();
+    let mut cfg = config(&registry);
+    cfg.spool.max_bytes = Some(8);
+    cfg.release_flush_timeout = Duration::from_millis(100);
+    let sink = Sink::open_claimed(claim, cfg).unwrap();
+    sink.write(b"too big for the budget").unwrap();
+    assert!(sink.release().is_err());
+    drop(sink);
+    assert!(
+        spool_lock::held_claims().contains(&dir),
+        "an unsealed sink keeps its claim until exit"
+    );
+}
+
+#[test]
 fn seals_by_record_count() {
     let (_, target, sink) = sink_with(|c| {
         c.seal_records = 3;
@@ -549,6 +587,31 @@ mod serial {
             "{text}"
         );
         assert_eq!(target.staged().len(), 0);
+    }
+
+    #[test]
+    fn write_with_refuse_returns_at_once_whatever_the_configured_policy() {
+        let (target, sink) = full_sink(AdmissionPolicy::Block(Duration::from_secs(30)));
+        fill(&target, &sink);
+        let start = Instant::now();
+        let err = sink
+            .write_with(&[0; 100], AdmissionPolicy::Refuse)
+            .unwrap_err();
+        assert!(
+            start.elapsed() < BOUND,
+            "refused at once: {:?}",
+            start.elapsed()
+        );
+        assert!(matches!(err, Error::SpoolFull { .. }), "{err}");
+        // ...and a block of its own waits its own deadline, not 30 s.
+        let wait = Duration::from_millis(300);
+        let start = Instant::now();
+        let err = sink
+            .write_with(&[0; 100], AdmissionPolicy::Block(wait))
+            .unwrap_err();
+        let took = start.elapsed();
+        assert!(took >= wait && took < wait + BOUND, "took {took:?}");
+        assert!(matches!(err, Error::SpoolFull { .. }), "{err}");
     }
 
     #[test]

@@ -217,3 +217,46 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
     }
     assert!(engine.close().removed);
 }
+
+#[test]
+fn open_sink_adds_a_sink_the_close_seals_and_refuses_a_second_on_one_ordinal() {
+    let fx = Fixture::new();
+    let mut engine = Engine::start(engine_config(&fx, Vec::new())).unwrap();
+    let dir = engine.dir().to_path_buf();
+    let first = engine.open_sink(sink()).unwrap();
+    let err = engine.open_sink(sink()).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidConfig { .. }) && err.to_string().contains("ordinal none"),
+        "{err}"
+    );
+    let worker = engine
+        .open_sink(SinkConfig {
+            ordinal: Some(2),
+            ..sink()
+        })
+        .unwrap();
+    assert_eq!(engine.sinks().len(), 2);
+    first.write(b"main").unwrap();
+    worker.write(b"worker").unwrap();
+    // A released sink frees its ordinal.
+    first.release().unwrap();
+    let again = engine.open_sink(sink()).unwrap();
+    again.write(b"again").unwrap();
+    let report = engine.close();
+    assert!(
+        report.sealed && report.drained && report.removed,
+        "{report:?}"
+    );
+    assert!(!dir.exists());
+    assert_eq!(
+        crate::service::tests::block_on(fx.catalog.count()).unwrap(),
+        3
+    );
+    assert!(
+        matches!(
+            worker.write(b"late"),
+            Err(spool_core::Error::SinkReleased { .. })
+        ),
+        "a sink handed out is released by the close"
+    );
+}
