@@ -26,10 +26,10 @@
 //!   (`toUInt64(now()) * 1000`, whole seconds) and by reading back:
 //!   1. read the head of the name (all claims at its highest term; two at
 //!      one term mean *contested*: nobody holds it);
-//!   2. refuse if it is live and not ours ([`Claim::Busy`]);
+//!   2. refuse if it is live and not ours ([`LeaseClaim::Busy`]);
 //!   3. append `term + 1` with `expires = now + ttl`;
 //!   4. read back the claims at that term: held only if ours is the sole
-//!      one ([`Claim::Held`]), else [`Claim::Contested`].
+//!      one ([`LeaseClaim::Held`]), else [`LeaseClaim::Contested`].
 //!
 //!   Two claimants of one term cannot both read back alone: whichever reads
 //!   back second sees the other's row. Each acquisition mints a new
@@ -126,6 +126,7 @@ mod error;
 mod lease;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
+mod redact;
 mod row;
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -138,12 +139,13 @@ use std::sync::Arc;
 pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::error::{Error, Result};
 pub use crate::lease::{
-    catalog_lease_name, node_lease_name, Claim, LeaseConfig, LeaseGuard, LeaseHead, LeaseKeeper,
-    LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION,
+    catalog_lease_name, node_lease_name, LeaseClaim, LeaseConfig, LeaseGuard, LeaseHead,
+    LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION,
     DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;
+pub use crate::redact::mask_url;
 pub use crate::row::PackRow;
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SqliteCatalog;
@@ -200,12 +202,12 @@ pub trait Catalog: Send + Sync {
     async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>>;
 
     /// Acquires `name` for `holder` with a new lease id.
-    async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<Claim> {
+    async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<LeaseClaim> {
         lease::claim(self, name, holder, config, None).await
     }
 
     /// Renews a holding (a fresh claim at the next term, same lease id).
-    async fn renew(&self, guard: &LeaseGuard) -> Result<Claim> {
+    async fn renew(&self, guard: &LeaseGuard) -> Result<LeaseClaim> {
         lease::claim(self, &guard.name, &guard.holder, &guard.config, Some(guard)).await
     }
 
@@ -229,8 +231,8 @@ pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
             Ok(Arc::new(SqliteCatalog::new(path, &table_prefix)?))
         }
         #[cfg(not(feature = "sqlite"))]
-        CatalogUrl::Sqlite { .. } => Err(Error::Unsupported {
-            url: target::redact_raw(url),
+        CatalogUrl::Sqlite { .. } => Err(Error::BackendNotBuilt {
+            url: redact::mask_url(url),
             reason: "this build has no SQLite catalog (cargo feature `sqlite` is off)".into(),
         }),
         #[cfg(any(test, feature = "testing"))]
@@ -239,8 +241,8 @@ pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
             None => Arc::new(MemoryCatalog::new()),
         }),
         #[cfg(not(any(test, feature = "testing")))]
-        CatalogUrl::Memory { .. } => Err(Error::Unsupported {
-            url: target::redact_raw(url),
+        CatalogUrl::Memory { .. } => Err(Error::BackendNotBuilt {
+            url: redact::mask_url(url),
             reason:
                 "this build has no test seams: memory:// is the test fake (cargo feature `testing`)"
                     .into(),

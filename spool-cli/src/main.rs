@@ -86,7 +86,7 @@ fn main() -> std::process::ExitCode {
     match cmd::run(cli.command, cli.config.as_deref()) {
         Ok(code) => code.into(),
         Err(err) => {
-            let code = exit::classify(&err);
+            let code = exit::exit_code_of(&err);
             eprintln!("spool: {err:#}");
             code.into()
         }

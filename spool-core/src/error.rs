@@ -80,6 +80,28 @@ pub enum Corruption {
     },
 }
 
+impl Corruption {
+    /// The byte offset the problem is at, where the kind has one: the
+    /// header fields (magic 0, version 8, id 12), a truncation, bytes after
+    /// the trailer. `None` for the footer, trailer and checksum kinds, which
+    /// concern the pack as a whole.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Corruption::TooShort { len } => Some(*len),
+            Corruption::BadMagic { .. } => Some(0),
+            Corruption::UnknownVersion { .. } => Some(8),
+            Corruption::IdMismatch { .. } => Some(12),
+            Corruption::Truncated { offset, .. } | Corruption::TrailingBytes { offset, .. } => {
+                Some(*offset)
+            }
+            Corruption::FooterMismatch { .. }
+            | Corruption::BadTrailerMagic { .. }
+            | Corruption::TrailerMismatch { .. }
+            | Corruption::ChecksumMismatch { .. } => None,
+        }
+    }
+}
+
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -328,7 +350,7 @@ pub enum Error {
     },
     /// A sink setting is out of range.
     #[error("invalid sink configuration for {}: {why}", dir.display())]
-    SinkConfig {
+    InvalidConfig {
         /// The spool directory.
         dir: PathBuf,
         /// What is wrong and what to set instead.

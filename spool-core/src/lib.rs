@@ -175,6 +175,7 @@ pub mod error;
 pub mod layout;
 pub mod pack;
 pub mod registry;
+pub mod siblings;
 pub mod sink;
 pub mod spool;
 

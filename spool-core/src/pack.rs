@@ -805,6 +805,39 @@ mod tests {
     }
 
     #[test]
+    fn a_corruption_names_the_offset_it_is_at() {
+        let (id, p) = pack(&[b"hello", b"world!"]);
+        // A cut inside the second record: the offset is where it ends.
+        let cut = HEADER_LEN + 4 + 5 + 4 + 2;
+        let e = problem(validate_bytes(&p[..cut], Some(id)).unwrap_err());
+        assert!(matches!(e, Corruption::Truncated { .. }), "{e}");
+        assert_eq!(e.offset(), Some(cut as u64), "{e}");
+        let mut q = p.clone();
+        q[0] = b'X';
+        assert_eq!(
+            problem(validate_bytes(&q, None).unwrap_err()).offset(),
+            Some(0)
+        );
+        let mut q = p.clone();
+        q[8] = 2;
+        assert_eq!(
+            problem(validate_bytes(&q, None).unwrap_err()).offset(),
+            Some(8)
+        );
+        let mut longer = p.clone();
+        longer.push(0);
+        assert_eq!(
+            problem(validate_bytes(&longer, Some(id)).unwrap_err()).offset(),
+            Some(p.len() as u64)
+        );
+        let mut flipped = p.clone();
+        flipped[HEADER_LEN + 5] ^= 1;
+        let e = problem(validate_bytes(&flipped, Some(id)).unwrap_err());
+        assert!(matches!(e, Corruption::ChecksumMismatch { .. }), "{e}");
+        assert_eq!(e.offset(), None, "a checksum concerns the whole pack");
+    }
+
+    #[test]
     fn wrong_magic_and_unknown_major_version_are_named() {
         let (_, p) = pack(&[b"x"]);
         let mut q = p.clone();

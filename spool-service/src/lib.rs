@@ -19,7 +19,7 @@
 //!   keeper (node scope: only when adopting; catalog scope: always), owes a
 //!   look at the siblings and spawns the loop. It makes no store or catalog
 //!   call, so it returns promptly whatever the backlog or the stores.
-//! - **Cycle** (`run_cycle(deadline, allow_reconcile, adopt)`): retry the
+//! - **Cycle** (`run_cycle(deadline, CycleMode)`): retry the
 //!   pending index; scan own ready packs; in rounds (at most `max_workers`
 //!   packs, `max_in_flight_bytes`, the index batch): validate each pack once
 //!   (a corrupt one is quarantined, never uploaded), upload, index the
@@ -140,17 +140,12 @@
 #![warn(missing_docs)]
 
 pub mod adoption;
-mod config;
+pub mod config;
 pub mod engine;
-#[cfg(test)]
-mod engine_tests;
-mod env;
 mod error;
-mod path;
 mod service;
 mod snapshot;
-#[cfg(test)]
-mod tests;
+mod upload_path;
 
 pub use config::ServiceConfig;
 pub use engine::{CloseReport, Engine, EngineConfig};

@@ -14,11 +14,11 @@ use spool_core::{RankDirName, Spool};
 use spool_lock::LockMode;
 use spool_upload::{CancellationToken, Store, UploadItem, UploadQueue, Uploader};
 
+use crate::adoption::real_env::Env;
 use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
 use crate::config::ServiceConfig;
-use crate::env::Env;
-use crate::path::{Owed, UploadPath};
 use crate::snapshot::Snapshot;
+use crate::upload_path::{Owed, UploadPath};
 use crate::Error;
 
 /// What one cycle did.
@@ -115,7 +115,7 @@ impl StorageService {
         let dir = check_rank_dir(&config)?;
         config.upload.validate()?;
         if config.poll_interval.is_zero() {
-            return Err(Error::Config {
+            return Err(Error::InvalidConfig {
                 why: "poll_interval must be above zero".into(),
             });
         }
@@ -216,8 +216,8 @@ impl StorageService {
         let adopter = cfg.adopt.then(|| {
             let mut a = Adopter::new(
                 AdoptionConfig {
-                    recheck_interval: cfg.adoption_recheck_interval,
-                    discovery_interval: cfg.adoption_recheck_interval.max(Duration::from_secs(1)),
+                    recheck_interval: cfg.recheck_interval,
+                    discovery_interval: cfg.recheck_interval.max(Duration::from_secs(1)),
                     staging_max_age: cfg.staging_max_age,
                     adoption_slice: cfg.adoption_slice,
                     max_round_packs: cfg.upload.max_workers.min(cfg.index_batch).max(1),
@@ -322,7 +322,7 @@ impl StorageService {
                 return Err(timeout_err(None));
             };
             loop {
-                let out = c.run_cycle(&shared, deadline, false, false).await;
+                let out = c.run_cycle(&shared, deadline, CycleMode::Flush).await;
                 if c.own_left == 0 && c.io.pending.is_empty() && !out.cut_short {
                     return Ok(true);
                 }
@@ -450,8 +450,7 @@ async fn run_loop(
                 .run_cycle(
                     &shared,
                     Instant::now() + Duration::from_secs(3600),
-                    true,
-                    true,
+                    CycleMode::Loop,
                 )
                 .await;
             (out, c.adopter.as_ref().and_then(|a| a.next_due()))
@@ -482,6 +481,15 @@ async fn run_loop(
     c.shutdown(&shared).await;
 }
 
+/// What a cycle does after its own packs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CycleMode {
+    /// The loop's cycle: own packs, then reconcile, then adopt.
+    Loop,
+    /// A flush's cycle: own packs (and the pending index) only.
+    Flush,
+}
+
 impl Core {
     fn latched(&self) -> bool {
         self.io.lease_state().is_some_and(|s| s.latched)
@@ -493,8 +501,7 @@ impl Core {
         &mut self,
         shared: &Shared,
         deadline: Instant,
-        allow_reconcile: bool,
-        adopt: bool,
+        mode: CycleMode,
     ) -> CycleOutcome {
         shared.cycles.fetch_add(1, Ordering::SeqCst);
         let token = shared.stop.child_token();
@@ -513,14 +520,14 @@ impl Core {
         };
         let mut out = self.own_work(&token, &flag).await;
         *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        if allow_reconcile && !token.is_cancelled() {
+        if mode == CycleMode::Loop && !token.is_cancelled() {
             let spool = self.io.own.clone();
             if let Ok(Err(e)) = tokio::task::spawn_blocking(move || spool.reconcile()).await {
                 self.io.note_error(format!("reconcile: {e}"));
             }
         }
         watcher.abort();
-        if adopt {
+        if mode == CycleMode::Loop {
             let (steps, failed) = self.adopt(shared).await;
             out.adoption_steps = steps;
             out.failed |= failed;
@@ -775,3 +782,6 @@ impl Core {
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

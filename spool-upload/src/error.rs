@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub enum Error {
     /// A store URL that cannot be parsed or is not of a supported form.
     #[error("store URL {url:?} is not usable: {reason} (expected s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX], file:///ABS/PATH or memory://)")]
-    BadUrl {
+    InvalidUrl {
         /// The URL as given.
         url: String,
         /// What is wrong with it.
@@ -39,7 +39,7 @@ pub enum Error {
 
     /// An [`UploadConfig`](crate::UploadConfig) that cannot work.
     #[error("invalid upload configuration: {0}")]
-    BadConfig(String),
+    InvalidConfig(String),
 
     /// A store operation failed (after object_store's own retries).
     #[error("{op} {key} on {store} failed ({}): {source}", if *retryable { "retryable: it is tried again later" } else { "not retryable: fix the store or its credentials" })]
@@ -50,7 +50,7 @@ pub enum Error {
         key: String,
         /// The store's description (its URL or name).
         store: String,
-        /// The classification of `source` ([`crate::classify`]).
+        /// The classification of `source` ([`crate::retryable`]).
         retryable: bool,
         /// What object_store reported (boxed: it is large).
         #[source]
@@ -147,10 +147,10 @@ impl Error {
         match self {
             Error::Store { retryable, .. } => *retryable,
             Error::ReadStaged { .. } | Error::Cancelled { .. } => true,
-            Error::BadUrl { .. }
+            Error::InvalidUrl { .. }
             | Error::BackendNotBuilt { .. }
             | Error::StoreConfig { .. }
-            | Error::BadConfig(_)
+            | Error::InvalidConfig(_)
             | Error::Conflict { .. }
             | Error::TooLarge { .. }
             | Error::StagedMismatch { .. }

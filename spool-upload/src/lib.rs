@@ -62,7 +62,7 @@
 //!   new directories are fsynced when the store is built. `memory://` is not
 //!   durable at all (tests only). A store handed in with [`Store::new`] is
 //!   the caller's word.
-//! - **Classification** ([`classify`], [`Error::is_retryable`]). Retryable:
+//! - **Classification** ([`retryable`], [`Error::is_retryable`]). Retryable:
 //!   timeouts, connection and TLS failures, 408/429/5xx, a failed HEAD, a
 //!   local read error. Not retryable: 400/401/403/404 and other 4xx, a
 //!   different object at the key, a pack over `max_in_flight_bytes`, staged
@@ -146,10 +146,10 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
-pub mod classify;
 mod config;
 mod error;
 mod key;
+pub mod retryable;
 mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

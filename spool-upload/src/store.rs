@@ -42,7 +42,7 @@ impl Store {
         description: impl Into<String>,
         conditional_create: bool,
     ) -> Result<Store> {
-        let prefix = Path::parse(prefix.trim_matches('/')).map_err(|e| Error::BadUrl {
+        let prefix = Path::parse(prefix.trim_matches('/')).map_err(|e| Error::InvalidUrl {
             url: description_or(prefix),
             reason: format!("bad key prefix {prefix:?}: {e}"),
         })?;
@@ -77,7 +77,7 @@ impl Store {
     /// The HTTP client of the cloud backends gets `client`'s retry and
     /// timeout settings.
     pub fn from_url(url: &str, client: &ClientConfig) -> Result<Store> {
-        let bad = |reason: &str| Error::BadUrl {
+        let bad = |reason: &str| Error::InvalidUrl {
             url: url.to_string(),
             reason: reason.to_string(),
         };
@@ -300,7 +300,7 @@ mod tests {
             "memory://?x=1",
         ] {
             let err = Store::from_url(url, &c).unwrap_err();
-            assert!(matches!(err, Error::BadUrl { .. }), "{url}: {err}");
+            assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err}");
             assert!(err.to_string().contains("s3://BUCKET"), "{err}");
         }
     }

@@ -14,10 +14,10 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff;
-use crate::classify;
 use crate::config::UploadConfig;
 use crate::error::{Error, Result};
 use crate::key::object_key;
+use crate::retryable;
 use crate::store::Store;
 
 /// A staged pack to upload: where it is, what it is, how big it was when
@@ -280,7 +280,7 @@ impl Uploader {
             op,
             key: key.to_string(),
             store: self.inner.store.description().to_string(),
-            retryable: classify::is_retryable(&source),
+            retryable: retryable::is_retryable(&source),
             source: Box::new(source),
         }
     }

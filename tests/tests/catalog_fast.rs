@@ -132,7 +132,7 @@ async fn memory_clock_moves_the_lease() {
     let m = Arc::new(MemoryCatalog::new());
     let c: Arc<dyn Catalog> = m.clone();
     let cfg = suite::short_lease();
-    let spool_catalog::Claim::Held(g) = c.acquire("n", "a", &cfg).await.unwrap() else {
+    let spool_catalog::LeaseClaim::Held(g) = c.acquire("n", "a", &cfg).await.unwrap() else {
         panic!("fresh name")
     };
     m.advance_clock(Duration::from_millis(4500));
@@ -143,7 +143,7 @@ async fn memory_clock_moves_the_lease() {
     m.advance_clock(Duration::from_secs(2));
     assert!(matches!(
         c.acquire("n", "b", &cfg).await.unwrap(),
-        spool_catalog::Claim::Held(_)
+        spool_catalog::LeaseClaim::Held(_)
     ));
 }
 

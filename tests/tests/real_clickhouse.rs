@@ -114,7 +114,8 @@ async fn a_batch_larger_than_one_statement_is_indexed_whole() {
         fx.catalog.index(&rows, None).await.unwrap();
         assert_eq!(fx.catalog.count().await.unwrap(), 600);
         let cfg = suite::short_lease();
-        let spool_catalog::Claim::Held(g) = fx.catalog.acquire("big", "a", &cfg).await.unwrap()
+        let spool_catalog::LeaseClaim::Held(g) =
+            fx.catalog.acquire("big", "a", &cfg).await.unwrap()
         else {
             panic!("fresh name")
         };

@@ -32,7 +32,7 @@ use spool_core::pack::{PackId, Trailer, TRAILER_LEN};
 use spool_tests::packs::{write_pack, write_pack_with};
 use spool_tests::server_env;
 use spool_tests::upload_suite::{keys, prefix, test_config};
-use spool_upload::classify::status_of;
+use spool_upload::retryable::status_of;
 use spool_upload::{
     CancellationToken, ClientConfig, Error, Store, UploadConfig, UploadOutcome, Uploader,
 };

@@ -95,7 +95,7 @@ fn case(fx: &Fixture, proxied_catalog: &str, ch_proxy: &Arc<Proxy>, s3_proxy: &P
     let mut c = fx.config(own.dir());
     c.catalog = spool_catalog::open(proxied_catalog).unwrap();
     c.upload.max_workers = 4;
-    c.adoption_recheck_interval = Duration::from_secs(1);
+    c.recheck_interval = Duration::from_secs(1);
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
     assert!(

@@ -363,7 +363,10 @@ fn run_latched_exits_7_naming_the_other_holder() {
         let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(60)).unwrap();
         let name = spool_catalog::LeaseScope::Catalog.lease_name(&key, "any");
         let claim = cat.acquire(&name, "someone-else:4242", &cfg).await.unwrap();
-        assert!(matches!(claim, spool_catalog::Claim::Held(_)), "{claim:?}");
+        assert!(
+            matches!(claim, spool_catalog::LeaseClaim::Held(_)),
+            "{claim:?}"
+        );
     });
     let t0 = Instant::now();
     let out = run_once(

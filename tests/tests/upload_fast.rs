@@ -256,7 +256,7 @@ async fn cancelled_packs_go_back_to_the_front_in_order() {
 #[tokio::test]
 async fn store_urls_refuse_unknown_schemes() {
     let e = Store::from_url("ftp://x", &ClientConfig::default()).unwrap_err();
-    assert!(matches!(e, Error::BadUrl { .. }));
+    assert!(matches!(e, Error::InvalidUrl { .. }));
 }
 
 /// Liveness bounds: each cancel must return within ~1 s (asserted with a

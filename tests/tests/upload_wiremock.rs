@@ -2,7 +2,7 @@
 //! S3, for the answers real servers will not give on demand: 401, 403, 404,
 //! 409, 412, 429, 500, 503 and slow headers. Pins the classification of
 //! SPEC §5 end to end, including how object_store words a status (which
-//! `spool_upload::classify` reads).
+//! `spool_upload::retryable` reads).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

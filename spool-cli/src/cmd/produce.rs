@@ -210,8 +210,8 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     spool.charge_dead_siblings = args.spool_root.is_some();
     spool.max_bytes = match args.max_bytes {
         Some(n) => Some(n),
-        None => match crate::config::Config::load(config_file, &Default::default()) {
-            Ok(cfg) => cfg.max_bytes(),
+        None => match crate::config::load(config_file, &Default::default()) {
+            Ok(cfg) => crate::config::keys::MAX_BYTES.get(&cfg),
             Err(err) => {
                 eprintln!("spool: {err}");
                 return Ok(ExitCode::Usage);
@@ -308,7 +308,7 @@ fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyho
         service.conditional_create = opened.store.conditional_create();
         service.lease_ttl = Duration::from_secs(args.lease_ttl);
         service.poll_interval = secs("poll-interval", args.poll_interval, false)?;
-        service.adoption_recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
+        service.recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
         service.lock = lock;
         let engine = Engine::start(EngineConfig {
             spool_root: root.clone(),
@@ -375,7 +375,7 @@ fn close(target: Target) -> ExitCode {
 /// The exit code and message of a failed open.
 fn report_open(err: &anyhow::Error) -> ExitCode {
     eprintln!("spool: cannot open the sink: {err:#}");
-    crate::exit::classify(err)
+    crate::exit::exit_code_of(err)
 }
 
 /// One record: pack number, record number, then a deterministic filler.

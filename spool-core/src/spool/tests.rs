@@ -2,9 +2,11 @@
 //! live in `tests/tests/spool_*.rs`).
 
 use super::*;
+use crate::layout::RankDirName;
 use crate::pack::PackWriter;
 use proptest::prelude::*;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 
 fn pack_bytes(id: PackId, payload: usize) -> Vec<u8> {
     let mut w = PackWriter::new(id, id.timestamp_ms());
