@@ -603,9 +603,13 @@ impl Catalog for ClickHouseCatalog {
             .await?
             .0)
     }
+}
 
-    #[cfg(any(test, feature = "testing"))]
-    async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
+#[cfg(any(test, feature = "testing"))]
+impl ClickHouseCatalog {
+    /// Test seam: writes a schema-version row (to test refusals); see
+    /// [`crate::testing::set_schema_version`].
+    pub async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
         // The highest version row wins; tests only ever raise it.
         self.ready().await?;
         self.execute(

@@ -118,9 +118,19 @@
 //! - `tests/tests/real_clickhouse.rs`: the same suite and the contender
 //!   processes against the real server (`cargo xtask test`), each test in
 //!   its own database, dropped afterwards.
+//!
+//! # Features
+//!
+//! - `clickhouse` (default): the production catalog, `clickhouse://`.
+//! - `sqlite` (default): the single-node catalog, `sqlite:///ABS/PATH.db`
+//!   (bundled SQLite).
+//! - `testing`: the `memory://` fake ([`MemoryCatalog`]) and the [`testing`]
+//!   seams; never in the `spool` binary of a root build.
+//!
+//! A URL whose backend is left out is refused with [`Error::BackendNotBuilt`].
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
+#[cfg(feature = "clickhouse")]
 mod clickhouse;
 mod error;
 mod lease;
@@ -128,6 +138,7 @@ mod lease;
 mod memory;
 mod redact;
 mod row;
+#[cfg(feature = "clickhouse")]
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -136,6 +147,7 @@ mod target;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+#[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::error::{Error, Result};
 pub use crate::lease::{
@@ -215,17 +227,65 @@ pub trait Catalog: Send + Sync {
     async fn release(&self, guard: &LeaseGuard) -> Result<bool> {
         lease::release(self, guard).await
     }
+}
 
-    /// Test seam: overwrites the schema-version row (to test refusals).
-    #[cfg(any(test, feature = "testing"))]
-    async fn testing_set_schema_version(&self, version: u32) -> Result<()>;
+/// Test seams (feature `testing`): reach past the [`Catalog`] trait to the
+/// backend a URL names. A feature only adds; it never changes the trait.
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use super::*;
+
+    /// Writes a schema-version row into the catalog at `url` (the refusal
+    /// of a newer schema is tested with it).
+    pub async fn set_schema_version(url: &str, version: u32) -> Result<()> {
+        match CatalogUrl::parse(url)? {
+            #[cfg(feature = "clickhouse")]
+            CatalogUrl::ClickHouse(t) => {
+                ClickHouseCatalog::new(t)
+                    .testing_set_schema_version(version)
+                    .await
+            }
+            #[cfg(not(feature = "clickhouse"))]
+            CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
+                url: redact::mask_url(url),
+                reason: "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)"
+                    .into(),
+            }),
+            #[cfg(feature = "sqlite")]
+            CatalogUrl::Sqlite { path, table_prefix } => {
+                SqliteCatalog::new(path, &table_prefix)?
+                    .testing_set_schema_version(version)
+                    .await
+            }
+            #[cfg(not(feature = "sqlite"))]
+            CatalogUrl::Sqlite { .. } => Err(Error::BackendNotBuilt {
+                url: redact::mask_url(url),
+                reason: "this build has no SQLite catalog (cargo feature `sqlite` is off)".into(),
+            }),
+            CatalogUrl::Memory { name } => match name {
+                Some(n) => {
+                    MemoryCatalog::shared(&n)
+                        .testing_set_schema_version(version)
+                        .await
+                }
+                None => Ok(()),
+            },
+        }
+    }
 }
 
 /// Opens the catalog a URL names. Nothing is contacted until the first
 /// operation.
 pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
     match CatalogUrl::parse(url)? {
+        #[cfg(feature = "clickhouse")]
         CatalogUrl::ClickHouse(t) => Ok(Arc::new(ClickHouseCatalog::new(t))),
+        #[cfg(not(feature = "clickhouse"))]
+        CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
+            url: redact::mask_url(url),
+            reason: "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)"
+                .into(),
+        }),
         #[cfg(feature = "sqlite")]
         CatalogUrl::Sqlite { path, table_prefix } => {
             Ok(Arc::new(SqliteCatalog::new(path, &table_prefix)?))

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use spool_catalog::Catalog;
+use spool_catalog::{mask_url, Catalog};
 use spool_core::Destination;
 use spool_upload::{ClientConfig, Store};
 
@@ -70,4 +70,25 @@ fn allow_http() -> bool {
         || std::env::var("GOOGLE_ALLOW_HTTP")
             .map(truthy)
             .unwrap_or(false)
+}
+
+/// Refuses a `memory://` store or catalog for a command that drains a
+/// spool (`run`, `produce --serve`): a memory store would "upload" every
+/// pack into this process's RAM and then delete it from the spool. Exit 2.
+/// (The libraries keep `memory://` for tests.)
+pub fn refuse_memory(store_url: &str, catalog_url: &str) -> anyhow::Result<()> {
+    for (what, url) in [("store", store_url), ("catalog", catalog_url)] {
+        if url.trim_start().to_ascii_lowercase().starts_with("memory:") {
+            return Err(crate::exit::coded(
+                crate::exit::ExitCode::Usage,
+                format!(
+                    "{what} {} is in-memory: it would lose every pack the spool hands it \
+                     (they are removed once \"uploaded\"); give a real {what} \
+                     (s3://, gs://, az://, file:// store; clickhouse:// or sqlite:// catalog)",
+                    mask_url(url)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

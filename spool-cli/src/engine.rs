@@ -28,9 +28,10 @@ pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
     }
     cfg.destination()?; // a bad destination is refused before anything is opened
     let store_url = cfg.store_url()?;
+    let catalog_url = cfg.catalog_url()?;
+    crate::dest::refuse_memory(&store_url, &catalog_url)?;
     let store = spool_upload::Store::from_url(&store_url, &cfg.client())
         .with_context(|| format!("cannot open the object store {}", mask_url(&store_url)))?;
-    let catalog_url = cfg.catalog_url()?;
     let catalog = spool_catalog::open(&catalog_url)
         .with_context(|| format!("cannot open the catalog {}", mask_url(&catalog_url)))?;
     // the engine sets dir and lock mode (the claimed directory, HeldByCaller)

@@ -167,8 +167,13 @@ pub enum Error {
         problem: Corruption,
     },
     /// Reading a pack failed; says nothing about the pack itself.
-    #[error("cannot read pack: {source}")]
+    #[error(
+        "cannot read pack{}: {source}",
+        path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default()
+    )]
     PackRead {
+        /// The pack file, when the read was of one (`None` for a stream).
+        path: Option<PathBuf>,
         /// The I/O error.
         #[source]
         source: io::Error,
@@ -202,7 +207,7 @@ pub enum Error {
     /// The spool directory (or its worker subdirectory's parent) does not
     /// exist: it was removed. A stage never recreates it.
     #[error(
-        "spool directory {} has vanished (removed while in use); nothing was staged and it is          not recreated: the stage is refused so its packs are not written outside the owner lock",
+        "spool directory {} has vanished (removed while in use); nothing was staged and it is not recreated: the stage is refused so its packs are not written outside the owner lock",
         dir.display()
     )]
     DirectoryVanished {
@@ -212,7 +217,7 @@ pub enum Error {
     /// A pack with this id is already sealed with different bytes; the
     /// sealed one is kept, never replaced.
     #[error(
-        "pack {} already exists with different bytes ({existing} bytes there, {staged} staged);          the sealed pack is kept: a pack id must never be reused for other data",
+        "pack {} already exists with different bytes ({existing} bytes there, {staged} staged); the sealed pack is kept: a pack id must never be reused for other data",
         path.display()
     )]
     Conflict {

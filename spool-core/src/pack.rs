@@ -370,7 +370,12 @@ impl<'c, R: Read> Stream<'c, R> {
             let buf = match self.inner.fill_buf() {
                 Ok(b) => b,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::PackRead { source: e }),
+                Err(e) => {
+                    return Err(Error::PackRead {
+                        path: None,
+                        source: e,
+                    })
+                }
             };
             if buf.is_empty() {
                 return Err(Error::corrupt(Corruption::Truncated {
@@ -417,7 +422,12 @@ impl<'c, R: Read> Stream<'c, R> {
                     self.offset += n as u64;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::PackRead { source: e }),
+                Err(e) => {
+                    return Err(Error::PackRead {
+                        path: None,
+                        source: e,
+                    })
+                }
             }
         }
         loop {
@@ -430,7 +440,12 @@ impl<'c, R: Read> Stream<'c, R> {
                     }))
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::PackRead { source: e }),
+                Err(e) => {
+                    return Err(Error::PackRead {
+                        path: None,
+                        source: e,
+                    })
+                }
             }
         }
         Ok(out)

@@ -136,8 +136,16 @@
 //! (`adopted_spools`, `adopted_packs`, `adoption_owed`, `live_siblings`,
 //! `blocked_siblings`). Its states, transitions, policies and tests are
 //! documented in the module.
+//!
+//! # Features
+//!
+//! The store and catalog backends pass through, all on by default: `aws`,
+//! `gcp`, `azure` (spool-upload's `s3://`, `gs://`, `az://`; `file://` and
+//! `memory://` are always there) and `clickhouse`, `sqlite` (spool-catalog's).
+//! With `default-features = false` an embedder picks what it uses, e.g.
+//! `features = ["aws", "clickhouse"]`; a URL whose backend is left out is
+//! refused naming the feature.
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod adoption;
 pub mod config;

@@ -142,8 +142,13 @@
 //!
 //! Azure caveat: object_store's Azure multipart `abort()` is a no-op
 //! (uncommitted blocks stay invisible until Azure drops them).
+//!
+//! # Features
+//!
+//! - `aws`, `gcp`, `azure` (default): `s3://`, `gs://`, `az://`;
+//!   `file://` and `memory://` are always built.
+//! - `testing`: the fault-scripting [`testing::FaultStore`].
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod backoff;
 mod config;

@@ -19,6 +19,8 @@ pub struct Fixture {
     pub catalog: Arc<dyn Catalog>,
     /// Opens the same storage as a new catalog object.
     pub reopen: Box<dyn Fn() -> Arc<dyn Catalog> + Send + Sync>,
+    /// The catalog's URL (for the test seams of `spool_catalog::testing`).
+    pub url: String,
 }
 
 /// The lease timing the suite uses: ttl 6 s, renew 2 s, margin 2 s.
@@ -266,9 +268,6 @@ impl Catalog for Lockstep {
     async fn lease_log(&self, name: &str) -> spool_catalog::Result<Vec<LeaseRecord>> {
         self.inner.lease_log(name).await
     }
-    async fn testing_set_schema_version(&self, v: u32) -> spool_catalog::Result<()> {
-        self.inner.testing_set_schema_version(v).await
-    }
 }
 
 /// Two claimants that read the same head and append the same term: at most
@@ -323,7 +322,9 @@ pub async fn contested_term_has_at_most_one_holder(fx: Fixture) {
 /// or write.
 pub async fn newer_schema_version_refused(fx: Fixture) {
     fx.catalog.index(&[row(1, 1_000)], None).await.unwrap();
-    fx.catalog.testing_set_schema_version(2).await.unwrap();
+    spool_catalog::testing::set_schema_version(&fx.url, 2)
+        .await
+        .unwrap();
     let fresh = (fx.reopen)();
     let e = fresh.ensure_schema().await.unwrap_err();
     assert!(

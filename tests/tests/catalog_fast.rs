@@ -2,6 +2,7 @@
 //! fake and on SQLite, wiremock playing ClickHouse (exception bodies, auth
 //! failures, 5xx, a stall), a closed port, two contender processes on
 //! SQLite, and the lease timing cases in `serial`.
+#![forbid(unsafe_code)]
 
 use spool_catalog::{Catalog, CatalogUrl, ClickHouseCatalog, Error, MemoryCatalog};
 use spool_tests::catalog_suite::{self as suite, Fixture};
@@ -18,9 +19,11 @@ fn memory() -> Fixture {
     );
     let url = format!("memory://{name}");
     let catalog = spool_catalog::open(&url).unwrap();
+    let u = url.clone();
     Fixture {
         catalog,
-        reopen: Box::new(move || spool_catalog::open(&url).unwrap()),
+        reopen: Box::new(move || spool_catalog::open(&u).unwrap()),
+        url,
     }
 }
 
@@ -33,6 +36,7 @@ fn sqlite() -> (Fixture, tempfile::TempDir, String) {
         Fixture {
             catalog,
             reopen: Box::new(move || spool_catalog::open(&u).unwrap()),
+            url: url.clone(),
         },
         dir,
         url,

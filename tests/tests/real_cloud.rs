@@ -21,6 +21,7 @@
 //!   failure naming the URL — so it turns red the day an emulator or
 //!   object_store release makes writes work, and the full upload suite
 //!   should then run here as it does on Azurite.
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::Duration;

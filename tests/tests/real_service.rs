@@ -3,6 +3,7 @@
 //! fault-injecting proxy, so one server's traffic can cut the other (SPEC
 //! §9: cut the catalog at the first upload). Each test works in its own
 //! ClickHouse database and its own store prefix, and drops both afterwards.
+#![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

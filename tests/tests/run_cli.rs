@@ -2,6 +2,7 @@
 //! real producer processes (`spool produce`, which exit and leave dead
 //! sibling directories behind), the real lock, the embedded store and
 //! SQLite catalog, real signals, wiremock for wrong credentials.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
 use std::fs;

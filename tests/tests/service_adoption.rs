@@ -3,6 +3,7 @@
 //! processes, over the memory catalog and the fault-scripting store. The
 //! liveness bounds (a flush returns, a stop is prompt, a dead holder is
 //! adopted within the recheck interval, a latch lets go) are in `serial`.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

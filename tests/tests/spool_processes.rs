@@ -4,6 +4,7 @@
 //!
 //! The helper is `spool-core-helper` (this package's test-only binary); the
 //! `spool` binary is driven where the CLI is what is tested.
+#![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;

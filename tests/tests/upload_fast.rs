@@ -2,6 +2,7 @@
 //! `InMemory` and the fault-scripting fake, then the fake's scripted
 //! faults — classification, retries, round bounds and (in `serial`)
 //! cancellation bounds.
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

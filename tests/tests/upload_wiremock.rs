@@ -3,6 +3,7 @@
 //! 409, 412, 429, 500, 503 and slow headers. Pins the classification of
 //! SPEC §5 end to end, including how object_store words a status (which
 //! `spool_upload::retryable` reads).
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -7,10 +7,12 @@
 //! virtualenvs, npm), starts each server on loopback under `target/xtask/`, runs
 //! the `real_*` test binaries with the servers' addresses in the
 //! environment, and stops the servers afterwards — also when a step fails.
+#![forbid(unsafe_code)]
 
 mod fuzz;
 mod mutants;
 mod servers;
+mod tidy;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};

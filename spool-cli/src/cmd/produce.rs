@@ -134,9 +134,6 @@ pub struct Args {
     /// Accept a shared (network) filesystem; only for one used by one node.
     #[arg(long)]
     pub allow_shared_filesystem: bool,
-    /// Test seam: pause every stage before its publish until FILE exists.
-    #[arg(long, hide = true, value_name = "FILE")]
-    pub pause_before_publish: Option<PathBuf>,
 }
 
 fn max_bytes_arg(s: &str) -> Result<u64, String> {
@@ -189,10 +186,6 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     }
     let timeout = secs("timeout", args.timeout, false)?;
     let pack_interval = secs("pack-interval", args.pack_interval, true)?;
-    if let Some(file) = &args.pause_before_publish {
-        spool_core::spool::set_pause_before_publish(Some(file))
-            .context("--pause-before-publish")?;
-    }
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
     let signals = if args.hold {
@@ -287,6 +280,12 @@ fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyho
             .context("--dir or --spool-root is required")?;
         return Ok(Target::Dir(Sink::open(dir, sink_config)?));
     };
+    if args.serve {
+        crate::dest::refuse_memory(
+            args.store.as_deref().unwrap_or_default(),
+            args.catalog.as_deref().unwrap_or_default(),
+        )?;
+    }
     std::fs::create_dir_all(root)
         .with_context(|| format!("cannot create the spool root {}", root.display()))?;
     let opened = crate::dest::open(

@@ -42,8 +42,17 @@ pub struct VerifyReport {
 /// Validates one pack file (not following a symlink) against the id its
 /// name carries.
 pub fn validate_file(path: &Path, id: PackId, cancel: &AtomicBool) -> Result<PackSummary, Error> {
-    let file = open_nofollow(path).map_err(|source| Error::PackRead { source })?;
-    pack::validate(file, Some(id), cancel).map_err(|e| e.for_pack(path.display()))
+    let file = open_nofollow(path).map_err(|source| Error::PackRead {
+        path: Some(path.to_path_buf()),
+        source,
+    })?;
+    pack::validate(file, Some(id), cancel).map_err(|e| match e {
+        Error::PackRead { path: None, source } => Error::PackRead {
+            path: Some(path.to_path_buf()),
+            source,
+        },
+        e => e.for_pack(path.display()),
+    })
 }
 
 /// Lists the ready packs of a spool directory in id order (no lock taken).
@@ -171,7 +180,7 @@ pub fn verify_dir_with_progress(
                 };
                 report.corrupt.push((pack.path, reason));
             }
-            Err(Error::PackRead { source }) if source.kind() == io::ErrorKind::NotFound => {}
+            Err(Error::PackRead { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
     }

@@ -150,7 +150,7 @@ impl Spool {
                     let aside = self.set_aside(&pack, FileKind::Quarantined, &reason)?;
                     return Ok(Some(RecoveryStep::Quarantined(aside)));
                 }
-                Err(Error::PackRead { source }) if source.kind() == io::ErrorKind::NotFound => {
+                Err(Error::PackRead { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                     continue; // removed since the listing
                 }
                 Err(e) => {

@@ -633,3 +633,12 @@ proptest! {
             ready.iter().map(|r| r.1.len() as u64).sum::<u64>() + quarantined);
     }
 }
+
+#[test]
+fn a_pack_that_cannot_be_read_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{}.ready", PackId::generate()));
+    let e = validate_file(&path, PackId::generate(), &AtomicBool::new(false)).unwrap_err();
+    assert!(matches!(e, Error::PackRead { .. }), "{e}");
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+}
