@@ -6,6 +6,8 @@
 //! `SPOOL_REQUIRE_STRACE=1`, so a missing one fails there); elsewhere a test
 //! that finds no `strace` says so and skips.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use spool_tests::{describe, output, spool_bin};

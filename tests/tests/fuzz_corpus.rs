@@ -3,6 +3,8 @@
 //! libFuzzer targets run, as ordinary tests: a fixed bug stays fixed in CI
 //! without cargo-fuzz. New inputs come from `cargo xtask fuzz`.
 
+#![forbid(unsafe_code)]
+
 #[path = "../../fuzz/src/lib.rs"]
 #[allow(dead_code)]
 mod bodies;

@@ -4,6 +4,8 @@
 //! behind the fault proxy) refuses connections, then `spool run --once`
 //! once it is back.
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
