@@ -138,8 +138,8 @@ use std::sync::Arc;
 pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::error::{Error, Result};
 pub use crate::lease::{
-    catalog_lease_name, node_lease_name, Claim, LeaseConfig, LeaseGuard, LeaseHead, LeaseKeeper,
-    LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION,
+    catalog_lease_name, node_lease_name, panic_message, Claim, LeaseConfig, LeaseGuard, LeaseHead,
+    LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION,
     DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use spool_core::spool::{RecoveryStep as CoreStep, SpoolConfig};
 use spool_core::{PackId, ReadyPack, Spool};
 use spool_lock::{LockMode, LockOptions, Purpose};
-use spool_upload::{CancellationToken, UploadItem};
+use spool_upload::UploadItem;
 
 use crate::adoption::{
     AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, RecoveryStep,
 };
+use crate::bound::Bound;
 use crate::path::{Held, Owed, UploadPath};
 
 /// The environment of one adopting cycle.
@@ -22,7 +23,8 @@ pub(crate) struct Env<'a> {
     pub(crate) key_dir: PathBuf,
     pub(crate) own_dir: PathBuf,
     pub(crate) lock: LockOptions,
-    pub(crate) cancel: CancellationToken,
+    /// The cycle's deadline and stop's cancel, for every catalog call.
+    pub(crate) bound: Bound,
     pub(crate) cancel_flag: Arc<AtomicBool>,
 }
 
@@ -273,7 +275,7 @@ impl AdoptionEnv for Env<'_> {
                 )),
             }
         }
-        let results = self.io.upload(items, &self.cancel).await;
+        let results = self.io.upload(items, &self.bound).await;
         let mut batch = Vec::new();
         for r in results {
             let Some((pref, ready)) = readies.remove(&r.item.pack_id) else {
@@ -314,7 +316,7 @@ impl AdoptionEnv for Env<'_> {
         }
         let ids = self
             .io
-            .index(batch.iter().map(|(_, o)| o.clone()).collect())
+            .index(batch.iter().map(|(_, o)| o.clone()).collect(), &self.bound)
             .await;
         for (pref, o) in batch {
             let outcome = if ids.contains(&o.pack.id) {

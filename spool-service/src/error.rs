@@ -49,7 +49,7 @@ pub enum Error {
     #[error(
         "flush of {dir} did not drain within {timeout:?}: {ready} own ready pack(s) not uploaded, \
          {owed} pack(s) uploaded but not indexed (owed to the catalog), {cycles} cycle(s) run; \
-         last error: {last_error}"
+         last error: {last_error}; waiting on: {waiting_on}"
     )]
     FlushTimeout {
         /// The own directory.
@@ -64,6 +64,8 @@ pub enum Error {
         cycles: u64,
         /// The last error recorded, or `none`.
         last_error: String,
+        /// The catalog or store call in flight at the deadline, or `nothing`.
+        waiting_on: String,
     },
     /// The service was stopped (or never started).
     #[error("the service of {dir} is not running (stopped or not started)")]

@@ -140,6 +140,7 @@
 #![warn(missing_docs)]
 
 pub mod adoption;
+mod bound;
 mod config;
 pub mod engine;
 #[cfg(test)]

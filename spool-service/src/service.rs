@@ -15,11 +15,23 @@ use spool_lock::LockMode;
 use spool_upload::{CancellationToken, Store, UploadItem, UploadQueue, Uploader};
 
 use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
+use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
 use crate::env::Env;
 use crate::path::{Owed, UploadPath};
 use crate::snapshot::Snapshot;
 use crate::Error;
+
+/// How long stop waits for the loop to end (every call in it watches the
+/// stop token, so this is only reached by wedged local I/O).
+const STOP_LOOP_GRACE: Duration = Duration::from_secs(1);
+/// How long stop lets the lease keeper write its release tombstone.
+const STOP_LEASE_GRACE: Duration = Duration::from_millis(500);
+/// How long stop waits for blocking tasks when the runtime shuts down.
+const STOP_SHUTDOWN_GRACE: Duration = Duration::from_millis(250);
+
+/// A call in flight this long shows in the snapshot's `waiting_on`.
+const WAITING_SHOWN_AFTER: Duration = Duration::from_secs(1);
 
 /// What one cycle did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,6 +56,31 @@ struct Shared {
     /// cuts it so it can run its own cycle by its deadline).
     own_phase: Mutex<Option<CancellationToken>>,
     snapshot: Mutex<Snapshot>,
+    /// What the service waits on now (catalog or store call in flight).
+    inflight: InFlight,
+    /// The lease keeper's state, once started (its call in flight).
+    lease: Mutex<Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>>,
+}
+
+impl Shared {
+    /// The catalog or store call the service (or its lease keeper) has been
+    /// waiting on for at least `min`, if any.
+    fn waiting_on(&self, min: Duration) -> Option<String> {
+        self.inflight.describe(min).or_else(|| {
+            let lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+            let st = lease.as_ref()?.borrow().clone();
+            let (what, since) = st.in_flight?;
+            let waited = since.elapsed();
+            (waited >= min).then(|| {
+                format!(
+                    "catalog {}: {what} (lease {}), waiting for {}",
+                    st.server,
+                    st.name,
+                    crate::bound::human(waited)
+                )
+            })
+        })
+    }
 }
 
 struct Core {
@@ -124,6 +161,8 @@ impl StorageService {
             cycles: AtomicU64::new(0),
             own_phase: Mutex::new(None),
             snapshot: Mutex::new(Snapshot::default()),
+            inflight: InFlight::default(),
+            lease: Mutex::new(None),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -225,6 +264,7 @@ impl StorageService {
             pending: Vec::new(),
             summaries: HashMap::new(),
             counters: Default::default(),
+            inflight: self.shared.inflight.clone(),
         };
         let core = Arc::new(tokio::sync::Mutex::new(Core {
             io,
@@ -236,6 +276,8 @@ impl StorageService {
             own_left: 0,
             registry: cfg.registry.clone(),
         }));
+        *self.shared.lease.lock().unwrap_or_else(|e| e.into_inner()) =
+            core.try_lock().ok().and_then(|c| c.io.lease.clone());
         let aw = Arc::new(AtomicWaker::new());
         let reader = cfg.registry.register_waker(Waker::Async(aw.clone()));
         let task = rt.spawn(run_loop(
@@ -296,6 +338,9 @@ impl StorageService {
                     .unwrap_or(snap.pending_index as usize),
                 cycles: shared.cycles.load(Ordering::SeqCst),
                 last_error: snap.last_error.unwrap_or_else(|| "none".into()),
+                waiting_on: shared
+                    .waiting_on(Duration::ZERO)
+                    .unwrap_or_else(|| "nothing".into()),
             }
         };
         rt.block_on(async {
@@ -331,17 +376,36 @@ impl StorageService {
         let Some(rt) = self.runtime.take() else {
             return Ok(());
         };
+        let started = Instant::now();
         self.shared.stop.cancel();
         self.shared.wake.notify_one();
+        // Every catalog and store call watches the stop token, so the loop
+        // ends at once; what does not (a wedged filesystem) is abandoned
+        // after STOP_LOOP_GRACE, its adopted locks kept until exit.
+        let loop_dl = tokio::time::Instant::from_std(started + STOP_LOOP_GRACE);
         if let Some(task) = self.task.take() {
-            let _ = rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
+            if rt
+                .block_on(async { tokio::time::timeout_at(loop_dl, task).await })
+                .is_err()
+            {
+                tracing::warn!(dir = %self.shared.dir.display(), "the service loop did not end within {:?} of stop; abandoned (what it held is let go at exit){}", STOP_LOOP_GRACE,
+                    self.shared.inflight.describe(Duration::ZERO).map(|w| format!("; it was waiting on {w}")).unwrap_or_default());
+            }
         }
         if let Some(core) = self.core.take() {
-            let lease = rt.block_on(async { core.lock().await.lease_task.take() });
+            let lease = rt
+                .block_on(async { tokio::time::timeout_at(loop_dl, core.lock()).await })
+                .ok()
+                .and_then(|mut c| c.lease_task.take());
             if let Some(lease) = lease {
-                let _ = rt.block_on(async {
-                    tokio::time::timeout(Duration::from_secs(2), lease.stop()).await
-                });
+                // a tombstone if the catalog answers in time; else the lease
+                // lapses on its own after its TTL
+                if rt
+                    .block_on(async { tokio::time::timeout(STOP_LEASE_GRACE, lease.stop()).await })
+                    .is_err()
+                {
+                    tracing::warn!(dir = %self.shared.dir.display(), "the lease was not released within {STOP_LEASE_GRACE:?} of stop (catalog {} not answering): it lapses after its TTL", self.config.catalog.server());
+                }
             }
             if let Ok(core) = Arc::try_unwrap(core) {
                 let core = core.into_inner();
@@ -361,7 +425,7 @@ impl StorageService {
                 }
             }
         }
-        rt.shutdown_timeout(Duration::from_secs(1));
+        rt.shutdown_timeout(STOP_SHUTDOWN_GRACE);
         tracing::info!(dir = %self.shared.dir.display(), "storage service stopped");
         Ok(())
     }
@@ -375,6 +439,7 @@ impl StorageService {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         s.cycles = self.shared.cycles.load(Ordering::SeqCst);
+        s.waiting_on = self.shared.waiting_on(WAITING_SHOWN_AFTER);
         s
     }
 }
@@ -490,7 +555,8 @@ impl Core {
                 flag.store(true, Ordering::SeqCst);
             })
         };
-        let mut out = self.own_work(&token, &flag).await;
+        let bound = Bound::new(deadline, token.clone());
+        let mut out = self.own_work(&bound, &flag).await;
         *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if allow_reconcile && !token.is_cancelled() {
             let spool = self.io.own.clone();
@@ -500,7 +566,7 @@ impl Core {
         }
         watcher.abort();
         if adopt {
-            let (steps, failed) = self.adopt(shared).await;
+            let (steps, failed) = self.adopt(shared, deadline).await;
             out.adoption_steps = steps;
             out.failed |= failed;
         }
@@ -508,13 +574,10 @@ impl Core {
         out
     }
 
-    async fn own_work(
-        &mut self,
-        cancel: &CancellationToken,
-        flag: &Arc<AtomicBool>,
-    ) -> CycleOutcome {
+    async fn own_work(&mut self, bound: &Bound, flag: &Arc<AtomicBool>) -> CycleOutcome {
+        let cancel = &bound.cancel;
         let mut out = CycleOutcome::default();
-        self.io.index_pending().await;
+        self.io.index_pending(bound).await;
         let spool = self.io.own.clone();
         let f = flag.clone();
         let listed = tokio::task::spawn_blocking(move || spool.scan(&f)).await;
@@ -578,7 +641,7 @@ impl Core {
                     }
                 }
             }
-            let results = self.io.upload(items, cancel).await;
+            let results = self.io.upload(items, bound).await;
             let results = queue.settle(results);
             let mut batch = Vec::new();
             for r in results {
@@ -607,7 +670,7 @@ impl Core {
                     }
                 }
             }
-            self.io.index(batch).await;
+            self.io.index(batch, bound).await;
             if out.failed {
                 break;
             }
@@ -622,7 +685,7 @@ impl Core {
         out
     }
 
-    async fn adopt(&mut self, shared: &Shared) -> (usize, bool) {
+    async fn adopt(&mut self, shared: &Shared, deadline: Instant) -> (usize, bool) {
         let Some(mut adopter) = self.adopter.take() else {
             return (0, false);
         };
@@ -645,7 +708,7 @@ impl Core {
             key_dir: self.key_dir.clone(),
             own_dir: shared.dir.clone(),
             lock: self.lock.clone(),
-            cancel: token,
+            bound: Bound::new(deadline, token),
             cancel_flag: flag,
         };
         let report = adopter
@@ -675,7 +738,7 @@ impl Core {
                 key_dir: self.key_dir.clone(),
                 own_dir: shared.dir.clone(),
                 lock: self.lock.clone(),
-                cancel: token,
+                bound: Bound::new(Instant::now(), token),
                 cancel_flag: Arc::new(AtomicBool::new(true)),
             };
             let b = StepBudget {
@@ -746,6 +809,7 @@ impl Core {
                     .and_then(|s| s.last_error.as_ref())
                     .map(|e| format!("lease: {e}"))
             }),
+            waiting_on: None,
         };
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
     }

@@ -47,4 +47,8 @@ pub struct Snapshot {
     pub latched: bool,
     /// The last error recorded.
     pub last_error: Option<String>,
+    /// The catalog or store call in flight for more than a second, if any,
+    /// and for how long (`catalog X: indexing 4 pack(s), waiting for 12 s`):
+    /// the cause when nothing has failed yet. Live at each `snapshot()`.
+    pub waiting_on: Option<String>,
 }

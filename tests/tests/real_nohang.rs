@@ -1,0 +1,225 @@
+//! Never hang (SPEC §2.6, issue 11): with the catalog stalled (accepts,
+//! never answers), the store stalled mid-body, or both — each through the
+//! fault proxy in front of the real ClickHouse and moto — `flush(1 s)`
+//! returns within 2 s and `stop()` within 2 s, the packs stay (owed or
+//! ready, never lost) and a successor with the servers back indexes each
+//! exactly once. Black-box: `spool run` with its catalog stalled mid-drain
+//! exits within `service.stop_flush_timeout + 2 s` of SIGTERM.
+
+mod serial {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use spool_catalog::CatalogUrl;
+    use spool_core::Destination;
+    use spool_lock::LockMode;
+    use spool_service::{Error, StorageService};
+    use spool_tests::proxy::{EventKind, ProxyAction, ProxyRule};
+    use spool_tests::servers::{proxied_servers, s3_object_store, Proxied};
+    use spool_tests::service::{files, is_held, wait_for, Fixture};
+    use spool_tests::upload_suite::prefix;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Stall {
+        Catalog,
+        Store,
+        Both,
+    }
+
+    type Servers = Proxied;
+
+    trait Case {
+        fn fixture(&self, tag: &str) -> Fixture;
+        fn stall(&self, stall: Stall);
+        fn heal(&self);
+        fn finish(self, fx: &Fixture);
+    }
+
+    impl Case for Servers {
+        fn fixture(&self, tag: &str) -> Fixture {
+            let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&self.url).unwrap() else {
+                unreachable!()
+            };
+            let p = prefix(tag);
+            let dest = Destination {
+                catalog_url: self.url.clone(),
+                database: t.database.clone(),
+                table_prefix: t.table_prefix.clone(),
+                store_url: format!("s3://{}/{p}", self.moto.bucket),
+                store_id: "default".into(),
+            };
+            Fixture::with_backends(
+                dest,
+                s3_object_store(&self.s3_proxy.url(), &self.moto.bucket),
+                &p,
+                spool_catalog::open(&self.url).unwrap(),
+            )
+        }
+
+        fn stall(&self, stall: Stall) {
+            if matches!(stall, Stall::Catalog | Stall::Both) {
+                self.ch_proxy.add_rule(ProxyRule::new(ProxyAction::Stall));
+            }
+            if matches!(stall, Stall::Store | Stall::Both) {
+                self.s3_proxy
+                    .add_rule(ProxyRule::new(ProxyAction::StallRequestAfter(100)).method("PUT"));
+            }
+        }
+
+        fn heal(&self) {
+            self.ch_proxy.clear_rules();
+            self.s3_proxy.clear_rules();
+        }
+
+        fn finish(self, fx: &Fixture) {
+            let url = self.url.clone();
+            self.rt
+                .block_on(async {
+                    fx.clear_store().await;
+                    self.admin.testing_drop_database().await
+                })
+                .unwrap_or_else(|e| panic!("could not drop the test database of {url}: {e}"));
+        }
+    }
+
+    /// Own packs staged; the stall set once the service is working (the
+    /// catalog after the first upload, so the packs are owed; the store at
+    /// once); flush(1 s) and stop() bounded; a successor with the servers
+    /// back indexes every pack exactly once.
+    fn bounded(stall: Stall) {
+        let Some(s) = proxied_servers() else { return };
+        let fx = s.fixture(&format!("nohang-{stall:?}").to_lowercase());
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&s, &fx, stall)));
+        s.heal();
+        s.finish(&fx);
+        if let Err(e) = outcome {
+            std::panic::resume_unwind(e);
+        }
+    }
+
+    fn case(s: &Servers, fx: &Fixture, stall: Stall) {
+        // the service takes its own directory's lock (lock mode Take), so
+        // a stop whose loop did not end cleanly shows as a lock left held;
+        // one round of 4 (max_workers); each PUT body (~400 bytes) stalls
+        // after 100
+        let (own, packs) = fx.dead_sibling(0, 4);
+        let fired = Arc::new(AtomicBool::new(false));
+        if stall == Stall::Catalog {
+            // the catalog stops answering once the first pack is PUT: the
+            // round is uploaded and its index stalls (owed)
+            let (ch, fired) = (s.ch_proxy.clone(), fired.clone());
+            s.s3_proxy.on_event(move |e| {
+                if e.kind == EventKind::Received
+                    && e.method == "PUT"
+                    && !fired.swap(true, Ordering::SeqCst)
+                {
+                    ch.add_rule(ProxyRule::new(ProxyAction::Stall));
+                }
+            });
+        } else {
+            s.stall(stall);
+        }
+        let mut c = fx.config(&own);
+        c.lock_mode = LockMode::Take;
+        c.catalog = spool_catalog::open(&s.proxied_url).unwrap();
+        c.upload.max_workers = 4;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        // let the loop get into its stalled call
+        let stalled_kind = EventKind::Stalled;
+        assert!(
+            wait_for(Duration::from_secs(20), || s
+                .ch_proxy
+                .count(stalled_kind.clone())
+                + s.s3_proxy.count(stalled_kind.clone())
+                > 0),
+            "nothing stalled: {:?}",
+            svc.snapshot()
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        let snap = svc.snapshot();
+        assert!(
+            snap.waiting_on.is_some(),
+            "the snapshot names what the service waits on: {snap:?}"
+        );
+
+        let cycles = svc.snapshot().cycles;
+        let t = Instant::now();
+        let r = svc.flush(Duration::from_secs(1));
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "{stall:?}: flush(1 s) took {took:?}: {r:?}"
+        );
+        eprintln!("{stall:?}: flush(1 s) returned after {took:?}: {r:?}");
+        let err = r.expect_err("nothing can drain");
+        let Error::FlushTimeout { cycles: after, .. } = &err else {
+            panic!("{err}")
+        };
+        assert!(
+            *after > cycles,
+            "{stall:?}: the flush cut the loop's call and ran a cycle of its own ({cycles} -> {after})"
+        );
+        let msg = err.to_string();
+        assert!(
+            !msg.contains("last error: none; waiting on: nothing"),
+            "{stall:?}: the flush error names the cause: {msg}"
+        );
+        if stall == Stall::Catalog {
+            assert!(
+                msg.contains("did not answer within") || msg.contains("waiting on: catalog"),
+                "{msg}"
+            );
+        }
+
+        let t = Instant::now();
+        svc.stop().unwrap();
+        let took = t.elapsed();
+        eprintln!("{stall:?}: stop() returned after {took:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{stall:?}: stop() took {took:?}"
+        );
+        assert!(
+            !is_held(&own),
+            "{stall:?}: stop let go of the directory's lock"
+        );
+        assert_eq!(files(&own, "ready"), 4, "every pack stays until indexed");
+
+        // the servers back: a successor indexes each pack exactly once
+        s.heal();
+        let mut c = fx.config(&own);
+        c.lock_mode = LockMode::Take;
+        c.catalog = spool_catalog::open(&s.proxied_url).unwrap();
+        let mut next = StorageService::new(c).unwrap();
+        next.start().unwrap();
+        assert!(
+            next.flush(Duration::from_secs(30)).unwrap(),
+            "{:?}",
+            next.snapshot()
+        );
+        next.stop().unwrap();
+        assert!(!own.exists(), "drained and removed by the successor's stop");
+        s.rt.block_on(async {
+            fx.read_back(&packs).await;
+            assert_eq!(fx.catalog.count().await.unwrap(), 4);
+        });
+    }
+
+    #[test]
+    fn a_stalled_catalog_bounds_flush_and_stop() {
+        bounded(Stall::Catalog);
+    }
+
+    #[test]
+    fn a_store_stalled_mid_body_bounds_flush_and_stop() {
+        bounded(Stall::Store);
+    }
+
+    #[test]
+    fn both_stalled_bound_flush_and_stop() {
+        bounded(Stall::Both);
+    }
+}
