@@ -220,10 +220,24 @@ pub trait Catalog: Send + Sync {
 }
 
 /// Opens the catalog a URL names. Nothing is contacted until the first
-/// operation.
+/// operation. ClickHouse requests are bounded by
+/// [`DEFAULT_REQUEST_TIMEOUT`] each ([`open_with_timeout`] sets another).
 pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
+    open_with_timeout(url, DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// [`open`] with another bound on one request (ClickHouse: connect, send,
+/// answer; the embedded and fake catalogs answer locally and ignore it).
+/// A caller's own deadline still cuts a call sooner: this only bounds each
+/// statement.
+pub fn open_with_timeout(
+    url: &str,
+    request_timeout: std::time::Duration,
+) -> Result<Arc<dyn Catalog>> {
     match CatalogUrl::parse(url)? {
-        CatalogUrl::ClickHouse(t) => Ok(Arc::new(ClickHouseCatalog::new(t))),
+        CatalogUrl::ClickHouse(t) => Ok(Arc::new(
+            ClickHouseCatalog::new(t).with_request_timeout(request_timeout),
+        )),
         #[cfg(feature = "sqlite")]
         CatalogUrl::Sqlite { path, table_prefix } => {
             Ok(Arc::new(SqliteCatalog::new(path, &table_prefix)?))

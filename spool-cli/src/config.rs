@@ -202,6 +202,14 @@ pub const KEYS: &[Key] = &[
         "catalog URL (default: sqlite:///ROOT/.catalog.db)",
     ),
     key(
+        "catalog.request_timeout",
+        "SPOOL_CATALOG_REQUEST_TIMEOUT",
+        None,
+        SECS,
+        Some("30s"),
+        "bound on one catalog statement (connect, send, answer); every call is also cut by the enclosing flush or stop",
+    ),
+    key(
         "destination.store",
         "SPOOL_STORE",
         Some("--store"),
@@ -291,6 +299,14 @@ pub const KEYS: &[Key] = &[
         SECS0,
         Some("10s"),
         "on SIGTERM/SIGINT, how long the last flush may take before the stop",
+    ),
+    key(
+        "service.once_timeout",
+        "SPOOL_ONCE_TIMEOUT",
+        None,
+        SECS,
+        Some("10m"),
+        "how long `spool run --once` may take before it gives up (exit 6) when --timeout is not given",
     ),
     key(
         "service.unhealthy_after",
@@ -739,6 +755,8 @@ struct FileConfig {
     #[serde(default)]
     destination: DestinationSection,
     #[serde(default)]
+    catalog: CatalogSection,
+    #[serde(default)]
     lease: LeaseSection,
     #[serde(default)]
     service: ServiceSection,
@@ -788,8 +806,10 @@ section!(ServiceSection {
     adoption_slice,
     index_batch,
     stop_flush_timeout,
+    once_timeout,
     unhealthy_after,
 });
+section!(CatalogSection { request_timeout });
 section!(UploadSection {
     max_workers,
     max_in_flight_bytes,
@@ -811,9 +831,10 @@ section!(MetricsSection { addr, linger });
 
 impl FileConfig {
     fn entries(&self) -> Vec<(String, &toml::Value)> {
-        let sections: [(&str, Fields<'_>); 7] = [
+        let sections: [(&str, Fields<'_>); 8] = [
             ("spool", self.spool.entries()),
             ("destination", self.destination.entries()),
+            ("catalog", self.catalog.entries()),
             ("lease", self.lease.entries()),
             ("service", self.service.entries()),
             ("upload", self.upload.entries()),
@@ -1317,6 +1338,16 @@ impl Config {
     /// The last flush's bound on a stop signal.
     pub fn stop_flush_timeout(&self) -> Duration {
         self.secs("service.stop_flush_timeout")
+    }
+
+    /// `run --once`'s default timeout.
+    pub fn once_timeout(&self) -> Duration {
+        self.secs("service.once_timeout")
+    }
+
+    /// The bound on one catalog statement.
+    pub fn catalog_request_timeout(&self) -> Duration {
+        self.secs("catalog.request_timeout")
     }
 
     /// How long work may wait without progress while a store fails before

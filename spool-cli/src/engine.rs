@@ -32,7 +32,7 @@ pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
     let store = spool_upload::Store::from_url(store_url, &cfg.client())
         .with_context(|| format!("cannot open the object store {}", mask_url(store_url)))?;
     let catalog_url = cfg.catalog_url()?;
-    let catalog = spool_catalog::open(catalog_url)
+    let catalog = spool_catalog::open_with_timeout(catalog_url, cfg.catalog_request_timeout())
         .with_context(|| format!("cannot open the catalog {}", mask_url(catalog_url)))?;
     // the engine sets dir and lock mode (the claimed directory, HeldByCaller)
     let mut sc = ServiceConfig::new(&root, destination, store.object_store().clone(), catalog);

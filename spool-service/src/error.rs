@@ -67,6 +67,16 @@ pub enum Error {
         /// The catalog or store call in flight at the deadline, or `nothing`.
         waiting_on: String,
     },
+    /// The service loop (or its lease keeper) panicked: the service does no
+    /// more work. Stop it and start a new one (the daemon exits 10 so its
+    /// supervisor restarts it).
+    #[error("{why}; the service of {dir} does no more work: stop it and start a new one")]
+    LoopFailed {
+        /// The own directory.
+        dir: PathBuf,
+        /// The panic, as reported.
+        why: String,
+    },
     /// The service was stopped (or never started).
     #[error("the service of {dir} is not running (stopped or not started)")]
     NotRunning {

@@ -61,6 +61,12 @@ pub(crate) struct Counters {
     pub(crate) quarantined: u64,
     pub(crate) rejected: u64,
     pub(crate) last_error: Option<String>,
+    /// The store refuses the whole destination (401, 403, no such bucket):
+    /// what it said, until an upload lands again.
+    pub(crate) store_refused: Option<String>,
+    /// The catalog refuses the whole destination (credentials, permission):
+    /// what it said, until an index lands again.
+    pub(crate) catalog_refused: Option<String>,
 }
 
 impl UploadPath {
@@ -169,8 +175,24 @@ impl UploadPath {
         }
         for r in &results {
             match r.outcome.failure() {
-                None => self.counters.uploaded += 1,
+                None => {
+                    self.counters.uploaded += 1;
+                    self.counters.store_refused = None;
+                }
                 Some(f) if f.cancelled => self.counters.cancelled_uploads += 1,
+                Some(f) if f.destination_wide() => {
+                    self.counters.upload_failures += 1;
+                    let msg = format!(
+                        "store {store} refuses this destination ({}); uploads to it stop and back \
+                         off, every pack stays ready and goes up on its own once the cause is fixed",
+                        f.error
+                    );
+                    if self.counters.store_refused.is_none() {
+                        tracing::error!(dir = %self.own.dir().display(), "{msg}");
+                    }
+                    self.counters.store_refused = Some(msg.clone());
+                    self.counters.last_error = Some(msg);
+                }
                 Some(f) => {
                     self.counters.upload_failures += 1;
                     let msg = format!("upload of {} failed: {}", r.item.path.display(), f.error);
@@ -207,6 +229,7 @@ impl UploadPath {
             };
             match answer {
                 Ok(Ok(())) => {
+                    self.counters.catalog_refused = None;
                     self.counters.indexed += chunk.len() as u64;
                     for o in chunk {
                         self.remove_file(o).await;
@@ -215,10 +238,20 @@ impl UploadPath {
                     }
                 }
                 Ok(Err(e)) => {
+                    if catalog_refuses(&e) {
+                        self.counters.catalog_refused =
+                            Some(format!("catalog {server} refuses this destination: {e}"));
+                    }
                     let msg =
                         format!("{what} into {server} failed (owed, retried next cycle): {e}");
                     self.note_error(msg);
                     self.pending.extend(chunk.iter().cloned());
+                    // the same refusal awaits every other chunk
+                    if !e.is_retryable() {
+                        for rest in chunks.by_ref() {
+                            self.pending.extend(rest.iter().cloned());
+                        }
+                    }
                 }
                 Err(cut) => {
                     if let Cut::Deadline(waited) = cut {
@@ -247,6 +280,14 @@ impl UploadPath {
         self.index(batch, bound).await;
     }
 
+    /// The refusal of the destination (store first, then catalog), if any.
+    pub(crate) fn refused(&self) -> Option<String> {
+        self.counters
+            .store_refused
+            .clone()
+            .or_else(|| self.counters.catalog_refused.clone())
+    }
+
     async fn remove_file(&mut self, o: &Owed) {
         let spool = if o.dir == self.own.dir() {
             Some(self.own.clone())
@@ -265,4 +306,15 @@ impl UploadPath {
             ));
         }
     }
+}
+
+/// A catalog failure that refuses the whole destination (credentials,
+/// permission, schema, an unknown setting), not one batch: a retryable
+/// failure or a fence is not one.
+fn catalog_refuses(e: &spool_catalog::Error) -> bool {
+    !e.is_retryable()
+        && !matches!(
+            e,
+            spool_catalog::Error::Fenced { .. } | spool_catalog::Error::InvalidRow { .. }
+        )
 }

@@ -60,9 +60,39 @@ struct Shared {
     inflight: InFlight,
     /// The lease keeper's state, once started (its call in flight).
     lease: Mutex<Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>>,
+    /// The loop (or a flush's cycle) panicked: its message. The service
+    /// does no more work; `spool run` exits 10.
+    loop_failed: Mutex<Option<String>>,
 }
 
 impl Shared {
+    /// Why the loop (or the lease keeper's task) failed, if it did.
+    fn loop_failed(&self) -> Option<String> {
+        if let Some(why) = self
+            .loop_failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Some(why);
+        }
+        let lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let why = lease.as_ref()?.borrow().task_failed.clone()?;
+        Some(format!("the lease keeper's task panicked: {why}"))
+    }
+
+    /// Records a caught panic of a cycle.
+    fn fail_loop(&self, payload: &(dyn std::any::Any + Send)) -> String {
+        let why = format!(
+            "the service loop of {} panicked: {}",
+            self.dir.display(),
+            spool_catalog::panic_message(payload)
+        );
+        tracing::error!(dir = %self.dir.display(), "{why}; the service does no more work (restart it)");
+        let mut slot = self.loop_failed.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(why).clone()
+    }
+
     /// The catalog or store call the service (or its lease keeper) has been
     /// waiting on for at least `min`, if any.
     fn waiting_on(&self, min: Duration) -> Option<String> {
@@ -163,6 +193,7 @@ impl StorageService {
             snapshot: Mutex::new(Snapshot::default()),
             inflight: InFlight::default(),
             lease: Mutex::new(None),
+            loop_failed: Mutex::new(None),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -343,13 +374,39 @@ impl StorageService {
                     .unwrap_or_else(|| "nothing".into()),
             }
         };
+        let failed = |why: String| Error::LoopFailed {
+            dir: shared.dir.clone(),
+            why,
+        };
+        if let Some(why) = shared.loop_failed() {
+            return Err(failed(why));
+        }
         rt.block_on(async {
+            use futures::FutureExt;
             let tdl = tokio::time::Instant::from_std(deadline);
             let Ok(mut c) = tokio::time::timeout_at(tdl, core.lock()).await else {
-                return Err(timeout_err(None));
+                return Err(shared
+                    .loop_failed()
+                    .map(failed)
+                    .unwrap_or_else(|| timeout_err(None)));
             };
+            if let Some(why) = shared.loop_failed() {
+                return Err(failed(why));
+            }
             loop {
-                let out = c.run_cycle(&shared, deadline, false, false).await;
+                let cycle =
+                    std::panic::AssertUnwindSafe(c.run_cycle(&shared, deadline, false, false))
+                        .catch_unwind()
+                        .await;
+                let out = match cycle {
+                    Ok(out) => out,
+                    Err(panic) => {
+                        let why = shared.fail_loop(panic.as_ref());
+                        c.let_go_of_siblings();
+                        c.publish(&shared);
+                        return Err(failed(why));
+                    }
+                };
                 if c.own_left == 0 && c.io.pending.is_empty() && !out.cut_short {
                     return Ok(true);
                 }
@@ -440,6 +497,7 @@ impl StorageService {
             .clone();
         s.cycles = self.shared.cycles.load(Ordering::SeqCst);
         s.waiting_on = self.shared.waiting_on(WAITING_SHOWN_AFTER);
+        s.loop_failed = self.shared.loop_failed();
         s
     }
 }
@@ -488,16 +546,35 @@ async fn run_loop(
         if shared.stop.is_cancelled() {
             break;
         }
-        let (out, next_due) = {
+        if shared.loop_failed().is_some() {
+            // a flush's cycle (or the lease keeper) failed: no more work
             let mut c = core.lock().await;
-            let out = c
-                .run_cycle(
-                    &shared,
-                    Instant::now() + Duration::from_secs(3600),
-                    true,
-                    true,
-                )
-                .await;
+            c.let_go_of_siblings();
+            c.publish(&shared);
+            return;
+        }
+        let (out, next_due) = {
+            use futures::FutureExt;
+            let mut c = core.lock().await;
+            let cycle = std::panic::AssertUnwindSafe(c.run_cycle(
+                &shared,
+                Instant::now() + Duration::from_secs(3600),
+                true,
+                true,
+            ))
+            .catch_unwind()
+            .await;
+            let out = match cycle {
+                Ok(out) => out,
+                Err(panic) => {
+                    // SPEC §4.5: a panicked loop is never silent. Every
+                    // adopted lock is let go; the own claim is the engine's.
+                    shared.fail_loop(panic.as_ref());
+                    c.let_go_of_siblings();
+                    c.publish(&shared);
+                    return;
+                }
+            };
             (out, c.adopter.as_ref().and_then(|a| a.next_due()))
         };
         backoff = if out.failed {
@@ -655,6 +732,9 @@ impl Core {
                         left -= 1;
                     }
                     Some(f) if f.retryable => out.failed = true,
+                    // SPEC §5: a refusal of the whole destination never sets
+                    // a pack aside; the loop backs off and tries again
+                    Some(f) if f.destination_wide() => out.failed = true,
                     Some(f) => {
                         let spool = self.io.own.clone();
                         let why = f.error.to_string();
@@ -753,14 +833,22 @@ impl Core {
             let _ = adopter.step(&mut env, &b).await;
             self.adopter = Some(adopter);
         }
-        // anything still held (defensive): let go whole
+        self.let_go_of_siblings();
+        self.publish(shared);
+    }
+
+    /// Lets go of every adopted sibling whole (stop, or a failed loop):
+    /// their packs stay for a successor.
+    fn let_go_of_siblings(&mut self) {
         for (dir, h) in self.io.held.drain() {
             drop(h.spool);
-            if let Err(e) = h.claim.release() {
-                tracing::warn!(dir = %dir.display(), "releasing adopted sibling on stop: {e}");
+            match h.claim.release() {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "let go of adopted sibling {}", dir.display())
+                }
+                Err(e) => tracing::warn!(dir = %dir.display(), "releasing adopted sibling: {e}"),
             }
         }
-        self.publish(shared);
     }
 
     fn publish(&self, shared: &Shared) {
@@ -810,6 +898,8 @@ impl Core {
                     .map(|e| format!("lease: {e}"))
             }),
             waiting_on: None,
+            loop_failed: None,
+            destination_refused: self.io.refused(),
         };
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
     }

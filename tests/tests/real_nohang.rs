@@ -222,4 +222,106 @@ mod serial {
     fn both_stalled_bound_flush_and_stop() {
         bounded(Stall::Both);
     }
+
+    /// Black-box: `spool run` adopting a dead sibling of 40 packs, its
+    /// catalog stalled (through the proxy) from the first upload on; SIGTERM
+    /// makes it exit 0 within `service.stop_flush_timeout` (3 s) + 2 s, and
+    /// the sibling keeps every pack that is not indexed.
+    #[test]
+    fn spool_run_with_its_catalog_stalled_mid_drain_exits_in_time_on_sigterm() {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        use spool_tests::{describe, output, spool, KillOnDrop};
+        use std::process::Stdio;
+
+        let Some(s) = proxied_servers() else { return };
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let store = format!("s3://{}/{}", s.moto.bucket, prefix("nohang-run"));
+        let flags = |cmd: &mut std::process::Command| {
+            cmd.arg("--spool-root")
+                .arg(&root)
+                .args(["--catalog", &s.proxied_url, "--store", &store])
+                .args(["--lease-ttl", "5"])
+                .env("AWS_ENDPOINT", s.moto.endpoint.as_str())
+                .env("SPOOL_STOP_FLUSH_TIMEOUT", "3s")
+                .env("SPOOL_RECHECK_INTERVAL", "1s");
+        };
+        let mut show = spool();
+        show.args(["config", "show", "--json"]);
+        flags(&mut show);
+        let out = output(&mut show);
+        assert!(out.status.success(), "{}", describe(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let key_dir = std::path::PathBuf::from(v["derived"]["key_dir"].as_str().unwrap());
+        let sib = key_dir.join("r1-0000abcd");
+        std::fs::create_dir_all(&key_dir).unwrap();
+        let out = output(
+            spool()
+                .args(["produce", "--packs", "40", "--pack-bytes", "4096", "--dir"])
+                .arg(&sib),
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        let staged = spool_tests::ready_files(&sib);
+        assert_eq!(staged.len(), 40);
+        // the catalog stops answering once the first adopted pack is PUT
+        let ch = s.ch_proxy.clone();
+        let fired = Arc::new(AtomicBool::new(false));
+        let f2 = fired.clone();
+        s.s3_proxy.on_event(move |e| {
+            if e.kind == EventKind::Received
+                && e.method == "PUT"
+                && !f2.swap(true, Ordering::SeqCst)
+            {
+                ch.add_rule(ProxyRule::new(ProxyAction::Stall));
+            }
+        });
+        let mut run = spool();
+        run.args(["run", "--json"]);
+        flags(&mut run);
+        // through the proxy to moto, so the first PUT trips the catalog
+        run.env("AWS_ENDPOINT", s.s3_proxy.url());
+        let mut child = KillOnDrop(
+            run.stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            wait_for(Duration::from_secs(30), || fired.load(Ordering::SeqCst)),
+            "the daemon never uploaded"
+        );
+        // well into the stalled index (the per-statement timeout is 30 s)
+        std::thread::sleep(Duration::from_secs(2));
+        let t = Instant::now();
+        kill(Pid::from_raw(child.0.id() as i32), Signal::SIGTERM).unwrap();
+        let status = loop {
+            if let Some(st) = child.0.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "spool run did not exit within 30 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = t.elapsed();
+        let mut err = String::new();
+        use std::io::Read;
+        let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
+        eprintln!("spool run exited {status:?} {took:?} after SIGTERM");
+        assert!(
+            took < Duration::from_secs(5),
+            "spool run took {took:?} to exit after SIGTERM (stop_flush_timeout 3 s + 2 s): {err}"
+        );
+        assert_eq!(status.code(), Some(0), "{err}");
+        let left = spool_tests::ready_files(&sib);
+        assert!(!left.is_empty(), "the stalled round stays in the sibling");
+        for (id, bytes) in &left {
+            assert_eq!(staged.get(id), Some(bytes), "{id} changed");
+        }
+        s.heal();
+        s.rt.block_on(s.admin.testing_drop_database()).unwrap();
+    }
 }
