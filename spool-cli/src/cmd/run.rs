@@ -129,6 +129,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut health = Health::new(cfg.unhealthy_after());
     let mut progress = args.once.then(|| Progress::new(&out, progress_every));
     let mut told_holder = false;
+    let node_scope = cfg.lease_scope() == spool_catalog::LeaseScope::Node;
     let end = loop {
         let snap = engine.service().snapshot();
         let unhealthy = health.judge(&snap);
@@ -149,7 +150,9 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         if let Some(p) = progress.as_mut() {
             p.tick(&snap, &key_dir, engine.dir());
         }
-        let other = other_adopter(&snap);
+        // node scope only: in catalog scope nothing moves without the lease
+        // (a foreign holder there ends in the latch, exit 7)
+        let other = node_scope.then(|| other_adopter(&snap)).flatten();
         if args.once && !told_holder {
             if let Some(h) = &other {
                 told_holder = true;
@@ -263,7 +266,9 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                     snap.indexed,
                     snap.last_error.as_deref().unwrap_or("none"),
                     snap.waiting_on.as_deref().unwrap_or("nothing"),
-                    other_adopter(&snap)
+                    node_scope
+                        .then(|| other_adopter(&snap))
+                        .flatten()
                         .map(|h| format!("; the adopter lease is held by {h}"))
                         .unwrap_or_default()
                 ),
