@@ -123,7 +123,11 @@ fn parse_bad_response(msg: &str) -> (Option<u32>, Option<u16>) {
 }
 
 /// Maps the crate's error to ours, naming the server and the purpose.
-pub(crate) fn classify(server: &str, purpose: &'static str, e: clickhouse::error::Error) -> Error {
+pub(crate) fn error_from_clickhouse(
+    server: &str,
+    purpose: &'static str,
+    e: clickhouse::error::Error,
+) -> Error {
     use clickhouse::error::Error as E;
     let server = server.to_string();
     match e {
@@ -254,16 +258,18 @@ impl ClickHouseCatalog {
     ) -> Result<T> {
         match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(match classify(&self.target.redacted(), purpose, e) {
-                Error::Timeout {
-                    server, purpose, ..
-                } => Error::Timeout {
-                    server,
-                    purpose,
-                    after: timeout,
+            Ok(Err(e)) => Err(
+                match error_from_clickhouse(&self.target.redacted(), purpose, e) {
+                    Error::Timeout {
+                        server, purpose, ..
+                    } => Error::Timeout {
+                        server,
+                        purpose,
+                        after: timeout,
+                    },
+                    other => other,
                 },
-                other => other,
-            }),
+            ),
             Err(_) => Err(Error::Timeout {
                 server: self.target.redacted(),
                 purpose,
@@ -597,9 +603,13 @@ impl Catalog for ClickHouseCatalog {
             .await?
             .0)
     }
+}
 
-    #[cfg(any(test, feature = "testing"))]
-    async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
+#[cfg(any(test, feature = "testing"))]
+impl ClickHouseCatalog {
+    /// Test seam: writes a schema-version row (to test refusals); see
+    /// [`crate::testing::set_schema_version`].
+    pub async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
         // The highest version row wins; tests only ever raise it.
         self.ready().await?;
         self.execute(
@@ -618,7 +628,7 @@ mod tests {
     fn bad_responses_are_classified() {
         let s = "clickhouse://h:1/db?table_prefix=p_";
         let bad = |m: &str| {
-            classify(
+            error_from_clickhouse(
                 s,
                 "count packs",
                 clickhouse::error::Error::BadResponse(m.into()),

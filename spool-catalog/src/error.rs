@@ -26,7 +26,7 @@ pub enum Error {
 
     /// The URL names a backend this build does not have.
     #[error("catalog {url}: {reason}")]
-    Unsupported {
+    BackendNotBuilt {
         /// The URL as given, credentials removed.
         url: String,
         /// What is missing (a cargo feature, the test seams).
@@ -144,7 +144,12 @@ pub enum Error {
 
     /// A lease configuration breaks the safety margin.
     #[error("invalid lease configuration: {0}")]
-    LeaseConfig(String),
+    InvalidConfig(String),
+
+    /// The lease keeper's task panicked (a bug): the lease is let go and
+    /// reported as `task_failed`.
+    #[error("the lease keeper's task panicked: {0}")]
+    LeaseTaskPanicked(String),
 
     /// The catalog answered something this crate cannot read.
     #[error("catalog {server} answered unreadably while trying to {purpose}: {detail}")]

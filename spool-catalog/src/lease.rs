@@ -92,7 +92,7 @@ impl LeaseConfig {
     /// and `fence_margin + renew_interval + 1 s < ttl`, so a holder renewing
     /// on time always has a fence that passes.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::LeaseConfig(m));
+        let bad = |m: String| Err(Error::InvalidConfig(m));
         if !whole_seconds(self.ttl) || self.ttl < MIN_TTL {
             return bad(format!(
                 "ttl {:?} must be whole seconds and at least {MIN_TTL:?} (the catalog clock has one-second resolution)",
@@ -150,7 +150,7 @@ impl LeaseScope {
         match s {
             "node" => Ok(LeaseScope::Node),
             "catalog" => Ok(LeaseScope::Catalog),
-            other => Err(Error::LeaseConfig(format!(
+            other => Err(Error::InvalidConfig(format!(
                 "unknown lease_scope {other:?}: expected \"node\" or \"catalog\""
             ))),
         }
@@ -277,7 +277,7 @@ impl LeaseGuard {
 
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Claim {
+pub enum LeaseClaim {
     /// The claim is ours alone.
     Held(LeaseGuard),
     /// Someone else's claim is live.
@@ -311,7 +311,7 @@ pub(crate) async fn claim<C: Catalog + ?Sized>(
     holder: &str,
     config: &LeaseConfig,
     renewing: Option<&LeaseGuard>,
-) -> Result<Claim> {
+) -> Result<LeaseClaim> {
     config.validate()?;
     let claimed_at = Instant::now();
     let head = catalog.read_lease_head(name).await?;
@@ -321,19 +321,21 @@ pub(crate) async fn claim<C: Catalog + ?Sized>(
             match head.live_holder() {
                 Some(h) if h.lease_id == g.lease_id => g.lease_id,
                 Some(h) => {
-                    return Ok(Claim::Busy {
+                    return Ok(LeaseClaim::Busy {
                         holder: h.holder.clone(),
                         term: h.term,
                         expires_in: Duration::from_millis(h.expires_at_ms - head.now_ms),
                     })
                 }
-                None if head.claims.len() > 1 => return Ok(Claim::Contested { term: head.term() }),
-                None => return Ok(Claim::Lapsed { term: head.term() }),
+                None if head.claims.len() > 1 => {
+                    return Ok(LeaseClaim::Contested { term: head.term() })
+                }
+                None => return Ok(LeaseClaim::Lapsed { term: head.term() }),
             }
         }
         None => {
             if let Some(h) = head.live_holder() {
-                return Ok(Claim::Busy {
+                return Ok(LeaseClaim::Busy {
                     holder: h.holder.clone(),
                     term: h.term,
                     expires_in: Duration::from_millis(h.expires_at_ms - head.now_ms),
@@ -354,7 +356,7 @@ pub(crate) async fn claim<C: Catalog + ?Sized>(
         .await?;
     let back = catalog.read_claims(name, term).await?;
     match back.as_slice() {
-        [ours] if ours.lease_id == lease_id => Ok(Claim::Held(LeaseGuard {
+        [ours] if ours.lease_id == lease_id => Ok(LeaseClaim::Held(LeaseGuard {
             name: name.to_string(),
             lease_id,
             holder: holder.to_string(),
@@ -364,7 +366,7 @@ pub(crate) async fn claim<C: Catalog + ?Sized>(
             config: *config,
             claimed_at,
         })),
-        _ => Ok(Claim::Contested { term }),
+        _ => Ok(LeaseClaim::Contested { term }),
     }
 }
 
@@ -564,20 +566,20 @@ impl LeaseKeeper {
                 .local_deadline()
                 .max(now + self.config.renew_interval.min(Duration::from_secs(1)));
             match self.bounded("renew the lease", until, Some(&g)).await {
-                Ok(Claim::Held(g2)) => {
+                Ok(LeaseClaim::Held(g2)) => {
                     self.state.guard = Some(g2);
                     self.state.last_error = None;
                     return self.state.clone();
                 }
-                Ok(Claim::Busy { holder, .. }) => {
+                Ok(LeaseClaim::Busy { holder, .. }) => {
                     self.lose(&format!("{holder} holds it now"));
                     self.saw_foreign(holder, now);
                     return self.state.clone();
                 }
-                Ok(Claim::Contested { term }) => {
+                Ok(LeaseClaim::Contested { term }) => {
                     self.lose(&format!("renewal contested at term {term}"))
                 }
-                Ok(Claim::Lapsed { term }) => self.lose(&format!("lapsed (head term {term})")),
+                Ok(LeaseClaim::Lapsed { term }) => self.lose(&format!("lapsed (head term {term})")),
                 Err(e) => {
                     self.state.last_error = Some(e.to_string());
                     if !g.is_locally_valid() {
@@ -589,7 +591,7 @@ impl LeaseKeeper {
         }
         let until = now + self.config.renew_interval;
         match self.bounded("acquire the lease", until, None).await {
-            Ok(Claim::Held(g)) => {
+            Ok(LeaseClaim::Held(g)) => {
                 tracing::info!(lease = %self.name, lease_id = %g.lease_id, term = g.term, "lease acquired");
                 self.state.guard = Some(g);
                 self.state.acquisitions += 1;
@@ -598,8 +600,8 @@ impl LeaseKeeper {
                 self.ever_held = true;
                 self.foreign_since = None;
             }
-            Ok(Claim::Busy { holder, .. }) => self.saw_foreign(holder, now),
-            Ok(Claim::Contested { .. } | Claim::Lapsed { .. }) => {}
+            Ok(LeaseClaim::Busy { holder, .. }) => self.saw_foreign(holder, now),
+            Ok(LeaseClaim::Contested { .. } | LeaseClaim::Lapsed { .. }) => {}
             Err(e) => self.state.last_error = Some(e.to_string()),
         }
         self.state.clone()
@@ -612,7 +614,7 @@ impl LeaseKeeper {
         purpose: &'static str,
         until: Instant,
         renewing: Option<&LeaseGuard>,
-    ) -> Result<Claim> {
+    ) -> Result<LeaseClaim> {
         self.state.in_flight = Some((purpose, std::time::Instant::now()));
         if let Some(tx) = &self.publish {
             tx.send_replace(self.state.clone());
@@ -693,7 +695,7 @@ impl LeaseKeeper {
                         s.in_flight = None;
                         s.task_failed = Some(why.clone());
                     });
-                    Err(Error::LeaseConfig(format!("lease task panicked: {why}")))
+                    Err(Error::LeaseTaskPanicked(why))
                 }
             }
         });
@@ -750,7 +752,7 @@ impl LeaseTask {
         self.stop.notify_one();
         match self.handle.await {
             Ok(r) => r,
-            Err(e) => Err(Error::LeaseConfig(format!("lease task failed: {e}"))),
+            Err(e) => Err(Error::InvalidConfig(format!("lease task failed: {e}"))),
         }
     }
 }

@@ -26,10 +26,10 @@
 //!   (`toUInt64(now()) * 1000`, whole seconds) and by reading back:
 //!   1. read the head of the name (all claims at its highest term; two at
 //!      one term mean *contested*: nobody holds it);
-//!   2. refuse if it is live and not ours ([`Claim::Busy`]);
+//!   2. refuse if it is live and not ours ([`LeaseClaim::Busy`]);
 //!   3. append `term + 1` with `expires = now + ttl`;
 //!   4. read back the claims at that term: held only if ours is the sole
-//!      one ([`Claim::Held`]), else [`Claim::Contested`].
+//!      one ([`LeaseClaim::Held`]), else [`LeaseClaim::Contested`].
 //!
 //!   Two claimants of one term cannot both read back alone: whichever reads
 //!   back second sees the other's row. Each acquisition mints a new
@@ -118,15 +118,27 @@
 //! - `tests/tests/real_clickhouse.rs`: the same suite and the contender
 //!   processes against the real server (`cargo xtask test`), each test in
 //!   its own database, dropped afterwards.
+//!
+//! # Features
+//!
+//! - `clickhouse` (default): the production catalog, `clickhouse://`.
+//! - `sqlite` (default): the single-node catalog, `sqlite:///ABS/PATH.db`
+//!   (bundled SQLite).
+//! - `testing`: the `memory://` fake ([`MemoryCatalog`]) and the [`testing`]
+//!   seams; never in the `spool` binary of a root build.
+//!
+//! A URL whose backend is left out is refused with [`Error::BackendNotBuilt`].
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
+#[cfg(feature = "clickhouse")]
 mod clickhouse;
 mod error;
 mod lease;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
+mod redact;
 mod row;
+#[cfg(feature = "clickhouse")]
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -135,15 +147,17 @@ mod target;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+#[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::error::{Error, Result};
 pub use crate::lease::{
-    catalog_lease_name, node_lease_name, panic_message, Claim, LeaseConfig, LeaseGuard, LeaseHead,
-    LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION,
-    DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
+    catalog_lease_name, node_lease_name, panic_message, LeaseClaim, LeaseConfig, LeaseGuard,
+    LeaseHead, LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim,
+    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;
+pub use crate::redact::mask_url;
 pub use crate::row::PackRow;
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SqliteCatalog;
@@ -200,12 +214,12 @@ pub trait Catalog: Send + Sync {
     async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>>;
 
     /// Acquires `name` for `holder` with a new lease id.
-    async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<Claim> {
+    async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<LeaseClaim> {
         lease::claim(self, name, holder, config, None).await
     }
 
     /// Renews a holding (a fresh claim at the next term, same lease id).
-    async fn renew(&self, guard: &LeaseGuard) -> Result<Claim> {
+    async fn renew(&self, guard: &LeaseGuard) -> Result<LeaseClaim> {
         lease::claim(self, &guard.name, &guard.holder, &guard.config, Some(guard)).await
     }
 
@@ -213,10 +227,51 @@ pub trait Catalog: Send + Sync {
     async fn release(&self, guard: &LeaseGuard) -> Result<bool> {
         lease::release(self, guard).await
     }
+}
 
-    /// Test seam: overwrites the schema-version row (to test refusals).
-    #[cfg(any(test, feature = "testing"))]
-    async fn testing_set_schema_version(&self, version: u32) -> Result<()>;
+/// Test seams (feature `testing`): reach past the [`Catalog`] trait to the
+/// backend a URL names. A feature only adds; it never changes the trait.
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use super::*;
+
+    /// Writes a schema-version row into the catalog at `url` (the refusal
+    /// of a newer schema is tested with it).
+    pub async fn set_schema_version(url: &str, version: u32) -> Result<()> {
+        match CatalogUrl::parse(url)? {
+            #[cfg(feature = "clickhouse")]
+            CatalogUrl::ClickHouse(t) => {
+                ClickHouseCatalog::new(t)
+                    .testing_set_schema_version(version)
+                    .await
+            }
+            #[cfg(not(feature = "clickhouse"))]
+            CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
+                url: redact::mask_url(url),
+                reason: "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)"
+                    .into(),
+            }),
+            #[cfg(feature = "sqlite")]
+            CatalogUrl::Sqlite { path, table_prefix } => {
+                SqliteCatalog::new(path, &table_prefix)?
+                    .testing_set_schema_version(version)
+                    .await
+            }
+            #[cfg(not(feature = "sqlite"))]
+            CatalogUrl::Sqlite { .. } => Err(Error::BackendNotBuilt {
+                url: redact::mask_url(url),
+                reason: "this build has no SQLite catalog (cargo feature `sqlite` is off)".into(),
+            }),
+            CatalogUrl::Memory { name } => match name {
+                Some(n) => {
+                    MemoryCatalog::shared(&n)
+                        .testing_set_schema_version(version)
+                        .await
+                }
+                None => Ok(()),
+            },
+        }
+    }
 }
 
 /// Opens the catalog a URL names. Nothing is contacted until the first
@@ -235,16 +290,23 @@ pub fn open_with_timeout(
     request_timeout: std::time::Duration,
 ) -> Result<Arc<dyn Catalog>> {
     match CatalogUrl::parse(url)? {
+        #[cfg(feature = "clickhouse")]
         CatalogUrl::ClickHouse(t) => Ok(Arc::new(
             ClickHouseCatalog::new(t).with_request_timeout(request_timeout),
         )),
+        #[cfg(not(feature = "clickhouse"))]
+        CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
+            url: redact::mask_url(url),
+            reason: "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)"
+                .into(),
+        }),
         #[cfg(feature = "sqlite")]
         CatalogUrl::Sqlite { path, table_prefix } => {
             Ok(Arc::new(SqliteCatalog::new(path, &table_prefix)?))
         }
         #[cfg(not(feature = "sqlite"))]
-        CatalogUrl::Sqlite { .. } => Err(Error::Unsupported {
-            url: target::redact_raw(url),
+        CatalogUrl::Sqlite { .. } => Err(Error::BackendNotBuilt {
+            url: redact::mask_url(url),
             reason: "this build has no SQLite catalog (cargo feature `sqlite` is off)".into(),
         }),
         #[cfg(any(test, feature = "testing"))]
@@ -253,8 +315,8 @@ pub fn open_with_timeout(
             None => Arc::new(MemoryCatalog::new()),
         }),
         #[cfg(not(any(test, feature = "testing")))]
-        CatalogUrl::Memory { .. } => Err(Error::Unsupported {
-            url: target::redact_raw(url),
+        CatalogUrl::Memory { .. } => Err(Error::BackendNotBuilt {
+            url: redact::mask_url(url),
             reason:
                 "this build has no test seams: memory:// is the test fake (cargo feature `testing`)"
                     .into(),

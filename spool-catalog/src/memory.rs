@@ -237,8 +237,13 @@ impl Catalog for MemoryCatalog {
             Ok(v)
         })
     }
+}
 
-    async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
+#[cfg(any(test, feature = "testing"))]
+impl MemoryCatalog {
+    /// Test seam: writes a schema-version row (to test refusals); see
+    /// [`crate::testing::set_schema_version`].
+    pub async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
         self.with("write a schema version (test)", |_, _| Ok(()))?;
         self.inner
             .lock()

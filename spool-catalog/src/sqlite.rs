@@ -525,9 +525,13 @@ impl Catalog for SqliteCatalog {
         })
         .await
     }
+}
 
-    #[cfg(any(test, feature = "testing"))]
-    async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
+#[cfg(any(test, feature = "testing"))]
+impl SqliteCatalog {
+    /// Test seam: writes a schema-version row (to test refusals); see
+    /// [`crate::testing::set_schema_version`].
+    pub async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
         self.call("write a schema version (test)", move |c, s| {
             c.execute(
                 &format!(

@@ -107,12 +107,12 @@ impl CatalogUrl {
     /// typo never silently falls back to a default.
     pub fn parse(input: &str) -> Result<CatalogUrl> {
         let parsed = url::Url::parse(input).map_err(|e| Error::InvalidUrl {
-            url: redact_raw(input),
+            url: crate::redact::mask_url(input),
             reason: format!(
                 "{e}; expected clickhouse://HOST:PORT/DATABASE, sqlite:///ABS/PATH.db or memory://"
             ),
         })?;
-        let shown = redact_raw(input);
+        let shown = crate::redact::mask_url(input);
         let invalid = |reason: String| Error::InvalidUrl {
             url: shown.clone(),
             reason,
@@ -224,36 +224,6 @@ fn decode(s: &str) -> String {
         .next()
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default()
-}
-
-/// Removes `user:password@` and `password=` values from a URL that may not
-/// parse, for messages.
-pub(crate) fn redact_raw(input: &str) -> String {
-    let mut out = input.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let rest = &out[scheme_end + 3..];
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        if let Some(at) = rest[..authority_end].rfind('@') {
-            out = format!("{}{}", &out[..scheme_end + 3], &rest[at + 1..]);
-        }
-    }
-    let mut cleaned = String::new();
-    let (base, query) = match out.split_once('?') {
-        Some((b, q)) => (b.to_string(), Some(q.to_string())),
-        None => (out.clone(), None),
-    };
-    cleaned.push_str(&base);
-    if let Some(q) = query {
-        let kept: Vec<&str> = q
-            .split('&')
-            .filter(|kv| !kv.starts_with("password=") && !kv.starts_with("user="))
-            .collect();
-        if !kept.is_empty() {
-            cleaned.push('?');
-            cleaned.push_str(&kept.join("&"));
-        }
-    }
-    cleaned
 }
 
 #[cfg(test)]

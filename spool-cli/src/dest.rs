@@ -1,6 +1,8 @@
 //! From URLs to a destination: the store and catalog a command writes to,
 //! and the [`Destination`] whose catalog key names its rank directories
-//! (SPEC §4.4).
+//! (SPEC §4.4). The spelling of a destination and of the embedded defaults
+//! is the library's ([`spool_service::config::destination`]), shared with
+//! the configuration.
 //!
 //! With no store or catalog URL a command uses the embedded defaults under
 //! the spool root — a local-directory store at `ROOT/.store` and a SQLite
@@ -13,21 +15,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use spool_catalog::{Catalog, CatalogUrl};
+use spool_catalog::{mask_url, Catalog};
 use spool_core::Destination;
 use spool_upload::{ClientConfig, Store};
 
-pub use spool_core::layout::{EMBEDDED_CATALOG_FILE, EMBEDDED_STORE_DIR};
-
-/// The embedded store URL for `root`: `file://ROOT/.store`.
-pub fn embedded_store_url(root: &Path) -> String {
-    format!("file://{}", root.join(EMBEDDED_STORE_DIR).display())
-}
-
-/// The embedded catalog URL for `root`: `sqlite:///ROOT/.catalog.db`.
-pub fn embedded_catalog_url(root: &Path) -> String {
-    format!("sqlite://{}", root.join(EMBEDDED_CATALOG_FILE).display())
-}
+pub use spool_core::layout::EMBEDDED_STORE_DIR;
+pub use spool_service::config::{destination, embedded_catalog_url, embedded_store_url};
 
 /// A destination with its store and catalog opened.
 pub struct Opened {
@@ -66,25 +59,6 @@ pub fn open(
     })
 }
 
-/// The destination spelled out from its URLs (SPEC §4.4): the one place
-/// `spool run`'s configuration and `spool produce --spool-root` both build
-/// it, so the two always agree on the catalog key. Credentials are removed
-/// from the catalog URL (the key never includes them either way).
-pub fn destination(
-    catalog_url: &str,
-    store_url: &str,
-    store_id: &str,
-) -> Result<Destination, spool_catalog::Error> {
-    let parsed = CatalogUrl::parse(catalog_url)?;
-    Ok(Destination {
-        catalog_url: spool_core::layout::strip_credentials(catalog_url),
-        database: parsed.database().to_string(),
-        table_prefix: parsed.table_prefix().to_string(),
-        store_url: store_url.to_string(),
-        store_id: store_id.to_string(),
-    })
-}
-
 /// Plain-HTTP endpoints (test servers, emulators) are allowed when the
 /// environment asks for them the way object_store's builders read it.
 fn allow_http() -> bool {
@@ -96,4 +70,25 @@ fn allow_http() -> bool {
         || std::env::var("GOOGLE_ALLOW_HTTP")
             .map(truthy)
             .unwrap_or(false)
+}
+
+/// Refuses a `memory://` store or catalog for a command that drains a
+/// spool (`run`, `produce --serve`): a memory store would "upload" every
+/// pack into this process's RAM and then delete it from the spool. Exit 2.
+/// (The libraries keep `memory://` for tests.)
+pub fn refuse_memory(store_url: &str, catalog_url: &str) -> anyhow::Result<()> {
+    for (what, url) in [("store", store_url), ("catalog", catalog_url)] {
+        if url.trim_start().to_ascii_lowercase().starts_with("memory:") {
+            return Err(crate::exit::coded(
+                crate::exit::ExitCode::Usage,
+                format!(
+                    "{what} {} is in-memory: it would lose every pack the spool hands it \
+                     (they are removed once \"uploaded\"); give a real {what} \
+                     (s3://, gs://, az://, file:// store; clickhouse:// or sqlite:// catalog)",
+                    mask_url(url)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

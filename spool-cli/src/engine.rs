@@ -9,10 +9,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use spool_lock::LockOptions;
-use spool_service::{Engine, EngineConfig, ServiceConfig};
+use spool_service::{Engine, EngineConfig};
 
-use crate::config::{mask_url, Config};
+use crate::config::{keys, mask_url, Config};
 
 /// Claims `ROOT/<key>/r<rank>-<inc>/` and starts the service on it (no
 /// sink). A start that fails releases the claim (and removes the empty
@@ -27,34 +26,27 @@ pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
             root.display()
         );
     }
-    let destination = cfg.destination()?;
+    cfg.destination()?; // a bad destination is refused before anything is opened
     let store_url = cfg.store_url()?;
-    let store = spool_upload::Store::from_url(store_url, &cfg.client())
-        .with_context(|| format!("cannot open the object store {}", mask_url(store_url)))?;
     let catalog_url = cfg.catalog_url()?;
-    let catalog = spool_catalog::open_with_timeout(catalog_url, cfg.catalog_request_timeout())
-        .with_context(|| format!("cannot open the catalog {}", mask_url(catalog_url)))?;
+    crate::dest::refuse_memory(&store_url, &catalog_url)?;
+    let store = spool_upload::Store::from_url(&store_url, &cfg.client())
+        .with_context(|| format!("cannot open the object store {}", mask_url(&store_url)))?;
+    let catalog = spool_catalog::open_with_timeout(
+        &catalog_url,
+        crate::config::keys::CATALOG_REQUEST_TIMEOUT.get(cfg),
+    )
+    .with_context(|| format!("cannot open the catalog {}", mask_url(&catalog_url)))?;
     // the engine sets dir and lock mode (the claimed directory, HeldByCaller)
-    let mut sc = ServiceConfig::new(&root, destination, store.object_store().clone(), catalog);
-    sc.store_prefix = store.prefix().as_ref().to_string();
-    sc.conditional_create = store.conditional_create();
-    sc.lease_scope = cfg.lease_scope();
-    sc.lease_ttl = cfg.lease_ttl();
-    sc.poll_interval = cfg.poll_interval();
-    sc.adoption_recheck_interval = cfg.recheck_interval();
-    sc.max_backoff = cfg.max_backoff();
-    sc.staging_max_age = cfg.staging_max_age();
-    sc.adoption_slice = cfg.adoption_slice();
-    sc.upload = cfg.upload()?;
-    sc.index_batch = cfg.index_batch();
-    sc.adopt = true;
-    sc.lock = LockOptions {
-        allow_shared_filesystem: cfg.allow_shared_filesystem(),
-        staging_max_age: cfg.staging_max_age(),
-    };
+    let sc = cfg.service_config(
+        store.object_store().clone(),
+        store.prefix().as_ref().to_string(),
+        store.conditional_create(),
+        catalog,
+    )?;
     let engine = Engine::start(EngineConfig {
         spool_root: root.clone(),
-        rank: cfg.rank(),
+        rank: keys::RANK.get(cfg),
         service: sc,
         sinks: Vec::new(),
         close_flush_timeout: Duration::ZERO,

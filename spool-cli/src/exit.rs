@@ -52,12 +52,12 @@ Exit codes:
 
 /// Maps an error to its exit code by looking for the typed errors of the
 /// library crates in its chain.
-pub fn classify(err: &anyhow::Error) -> ExitCode {
+pub fn exit_code_of(err: &anyhow::Error) -> ExitCode {
     for cause in err.chain() {
         if let Some(code) = cause.downcast_ref::<ExitCode>() {
             return *code;
         }
-        if cause.is::<crate::config::ConfigError>() {
+        if cause.is::<spool_service::config::ConfigError>() {
             return ExitCode::Usage;
         }
         if let Some(c) = cause.downcast_ref::<Coded>() {
@@ -76,6 +76,7 @@ pub fn classify(err: &anyhow::Error) -> ExitCode {
                 spool_service::Error::Sink { source, .. } => core_code(source),
                 spool_service::Error::FlushTimeout { .. } => Some(ExitCode::Deadline),
                 spool_service::Error::LoopFailed { .. } => Some(ExitCode::LoopFailed),
+                spool_service::Error::Config(_) => Some(ExitCode::Usage),
                 _ => None,
             }
         } else {
@@ -134,7 +135,7 @@ impl std::fmt::Display for Coded {
 
 impl std::error::Error for Coded {}
 
-/// An `anyhow::Error` that exits with `code` (see [`classify`]).
+/// An `anyhow::Error` that exits with `code` (see [`exit_code_of`]).
 pub fn coded(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Coded {
         code,

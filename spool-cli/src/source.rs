@@ -48,7 +48,7 @@ impl CatalogArgs {
     /// `./spool.toml`, and the `SPOOL_*` environment), for what the flags
     /// leave open.
     fn config(config_file: Option<&Path>) -> Result<Config> {
-        Ok(Config::load(config_file, &ConfigFlags::default())?)
+        Ok(crate::config::load(config_file, &ConfigFlags::default())?)
     }
 
     /// The catalog URL: `--catalog`, else the `--spool-root`'s embedded
@@ -62,7 +62,7 @@ impl CatalogArgs {
             return Ok(embedded_catalog_url(&absolute_root(root)?));
         }
         let cfg = Self::config(config_file)?;
-        cfg.catalog_url().map(str::to_owned).map_err(|_| {
+        cfg.catalog_url().map_err(|_| {
             coded(
                 ExitCode::Usage,
                 "no catalog given: pass --catalog URL (clickhouse://... or sqlite:///...) or \
@@ -84,7 +84,7 @@ impl CatalogArgs {
             return Ok(embedded_store_url(&absolute_root(root)?));
         }
         let cfg = Self::config(config_file)?;
-        cfg.store_url().map(str::to_owned).map_err(|_| {
+        cfg.store_url().map_err(|_| {
             coded(
                 ExitCode::Usage,
                 "no store given: pass --store URL (s3://, gs://, az://, file:///...) or \

@@ -80,6 +80,28 @@ pub enum Corruption {
     },
 }
 
+impl Corruption {
+    /// The byte offset the problem is at, where the kind has one: the
+    /// header fields (magic 0, version 8, id 12), a truncation, bytes after
+    /// the trailer. `None` for the footer, trailer and checksum kinds, which
+    /// concern the pack as a whole.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Corruption::TooShort { len } => Some(*len),
+            Corruption::BadMagic { .. } => Some(0),
+            Corruption::UnknownVersion { .. } => Some(8),
+            Corruption::IdMismatch { .. } => Some(12),
+            Corruption::Truncated { offset, .. } | Corruption::TrailingBytes { offset, .. } => {
+                Some(*offset)
+            }
+            Corruption::FooterMismatch { .. }
+            | Corruption::BadTrailerMagic { .. }
+            | Corruption::TrailerMismatch { .. }
+            | Corruption::ChecksumMismatch { .. } => None,
+        }
+    }
+}
+
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -145,8 +167,13 @@ pub enum Error {
         problem: Corruption,
     },
     /// Reading a pack failed; says nothing about the pack itself.
-    #[error("cannot read pack: {source}")]
+    #[error(
+        "cannot read pack{}: {source}",
+        path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default()
+    )]
     PackRead {
+        /// The pack file, when the read was of one (`None` for a stream).
+        path: Option<PathBuf>,
         /// The I/O error.
         #[source]
         source: io::Error,
@@ -180,7 +207,7 @@ pub enum Error {
     /// The spool directory (or its worker subdirectory's parent) does not
     /// exist: it was removed. A stage never recreates it.
     #[error(
-        "spool directory {} has vanished (removed while in use); nothing was staged and it is          not recreated: the stage is refused so its packs are not written outside the owner lock",
+        "spool directory {} has vanished (removed while in use); nothing was staged and it is not recreated: the stage is refused so its packs are not written outside the owner lock",
         dir.display()
     )]
     DirectoryVanished {
@@ -190,7 +217,7 @@ pub enum Error {
     /// A pack with this id is already sealed with different bytes; the
     /// sealed one is kept, never replaced.
     #[error(
-        "pack {} already exists with different bytes ({existing} bytes there, {staged} staged);          the sealed pack is kept: a pack id must never be reused for other data",
+        "pack {} already exists with different bytes ({existing} bytes there, {staged} staged); the sealed pack is kept: a pack id must never be reused for other data",
         path.display()
     )]
     Conflict {
@@ -203,7 +230,9 @@ pub enum Error {
     },
     /// The spool is over its byte budget.
     #[error(
-        "spool directory {} is full: {needed} bytes needed, {used} of {budget} bytes in use          ({dead_sibling_bytes} of them in dead sibling directories, which this node's storage          service adopts and drains); wait for uploads to drain it, or raise max_bytes",
+        "spool directory {} is full: {needed} bytes needed, {used} of {budget} bytes in use \
+         ({dead_sibling_bytes} of them in dead sibling directories, which this node's storage \
+         service adopts and drains); wait for uploads to drain it, or raise max_bytes",
         dir.display()
     )]
     Full {
@@ -326,7 +355,7 @@ pub enum Error {
     },
     /// A sink setting is out of range.
     #[error("invalid sink configuration for {}: {why}", dir.display())]
-    SinkConfig {
+    InvalidConfig {
         /// The spool directory.
         dir: PathBuf,
         /// What is wrong and what to set instead.

@@ -165,8 +165,12 @@
 //! and nesting cases are in `tests/tests/spool_processes.rs` and
 //! `tests/tests/produce.rs`, driving `spool produce` and the
 //! `spool-core-helper` binary.
+//!
+//! # Features
+//!
+//! - `testing`: the pause-before-publish seam and the sink's in-memory stage
+//!   target (`sink::fake`). Never in the `spool` binary of a root build.
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("spool-core supports Linux only (see spool-lock)");
@@ -175,6 +179,7 @@ pub mod error;
 pub mod layout;
 pub mod pack;
 pub mod registry;
+pub mod siblings;
 pub mod sink;
 pub mod spool;
 

@@ -370,7 +370,12 @@ impl<'c, R: Read> Stream<'c, R> {
             let buf = match self.inner.fill_buf() {
                 Ok(b) => b,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::PackRead { source: e }),
+                Err(e) => {
+                    return Err(Error::PackRead {
+                        path: None,
+                        source: e,
+                    })
+                }
             };
             if buf.is_empty() {
                 return Err(Error::corrupt(Corruption::Truncated {
@@ -417,7 +422,12 @@ impl<'c, R: Read> Stream<'c, R> {
                     self.offset += n as u64;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::PackRead { source: e }),
+                Err(e) => {
+                    return Err(Error::PackRead {
+                        path: None,
+                        source: e,
+                    })
+                }
             }
         }
         loop {
@@ -430,7 +440,12 @@ impl<'c, R: Read> Stream<'c, R> {
                     }))
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::PackRead { source: e }),
+                Err(e) => {
+                    return Err(Error::PackRead {
+                        path: None,
+                        source: e,
+                    })
+                }
             }
         }
         Ok(out)
@@ -802,6 +817,39 @@ mod tests {
             problem(validate_bytes(&longer, Some(id)).unwrap_err()),
             Corruption::TrailingBytes { .. }
         ));
+    }
+
+    #[test]
+    fn a_corruption_names_the_offset_it_is_at() {
+        let (id, p) = pack(&[b"hello", b"world!"]);
+        // A cut inside the second record: the offset is where it ends.
+        let cut = HEADER_LEN + 4 + 5 + 4 + 2;
+        let e = problem(validate_bytes(&p[..cut], Some(id)).unwrap_err());
+        assert!(matches!(e, Corruption::Truncated { .. }), "{e}");
+        assert_eq!(e.offset(), Some(cut as u64), "{e}");
+        let mut q = p.clone();
+        q[0] = b'X';
+        assert_eq!(
+            problem(validate_bytes(&q, None).unwrap_err()).offset(),
+            Some(0)
+        );
+        let mut q = p.clone();
+        q[8] = 2;
+        assert_eq!(
+            problem(validate_bytes(&q, None).unwrap_err()).offset(),
+            Some(8)
+        );
+        let mut longer = p.clone();
+        longer.push(0);
+        assert_eq!(
+            problem(validate_bytes(&longer, Some(id)).unwrap_err()).offset(),
+            Some(p.len() as u64)
+        );
+        let mut flipped = p.clone();
+        flipped[HEADER_LEN + 5] ^= 1;
+        let e = problem(validate_bytes(&flipped, Some(id)).unwrap_err());
+        assert!(matches!(e, Corruption::ChecksumMismatch { .. }), "{e}");
+        assert_eq!(e.offset(), None, "a checksum concerns the whole pack");
     }
 
     #[test]

@@ -179,7 +179,11 @@
 //! * unit tests — record parsing, modes, fdinfo lines, the registry.
 //! * `spool-tests` `lock_cli.rs` — `spool lock hold` / `spool lock owner`
 //!   as black boxes, exit codes 3 and 4.
-#![warn(missing_docs)]
+//!
+//! # Features
+//!
+//! - `testing`: the test seams (statfs type, fdinfo without lock lines, lock
+//!   hooks) and the `spool-lock-helper` binary of the cross-process tests.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!(

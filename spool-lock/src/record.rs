@@ -69,18 +69,32 @@ pub struct OwnerRecord {
 /// Longest record read; anything past it is ignored.
 pub(crate) const MAX_RECORD_BYTES: usize = 4096;
 
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 fn one_line(s: &str) -> String {
     s.replace(['\n', '\r'], " ")
 }
 
 impl OwnerRecord {
-    /// Renders the record as written into the lock file.
+    /// Renders the record as written into the lock file. The text always
+    /// fits in the 4096 bytes a reader reads: a longer host or
+    /// purpose (a long `blocked:` reason) is cut at a character boundary,
+    /// so what a reader parses is exactly what was written.
     pub fn render(&self) -> String {
-        let mut out = format!("host: {}\n", one_line(&self.host));
+        let mut out = format!("host: {}\n", cut(&one_line(&self.host), 256));
         if let Some(pid) = self.pid {
             out.push_str(&format!("pid: {pid}\n"));
         }
-        out.push_str(&format!("purpose: {}\n", self.purpose.render()));
+        let room = MAX_RECORD_BYTES - out.len() - "purpose: \n".len();
+        let purpose = self.purpose.render();
+        out.push_str(&format!("purpose: {}\n", cut(&purpose, room).trim_end()));
         out
     }
 
@@ -95,6 +109,10 @@ impl OwnerRecord {
             let Some((key, value)) = line.split_once(':') else {
                 continue;
             };
+            // A lone `\r` inside a line (lines() only strips `\r\n`) is
+            // made a space, as render does: a record never carries a
+            // control character that could rewrite a terminal line.
+            let value = one_line(value);
             let value = value.trim();
             match key.trim() {
                 "host" => {
@@ -163,8 +181,26 @@ mod tests {
         assert_eq!(rec.purpose, Purpose::Unknown("what\0".into()));
         // The old `<host> <pid>` form has no key: no record.
         assert_eq!(OwnerRecord::parse(b"node 12\n"), None);
+        // A reason longer than a reader reads is cut when written, at a
+        // character boundary, so the record reads back as written (found
+        // by the owner_record fuzz target).
+        let long = OwnerRecord {
+            host: "n1".into(),
+            pid: Some(7),
+            purpose: Purpose::Blocked("é".repeat(5000)),
+        };
+        let text = long.render();
+        assert!(text.len() <= MAX_RECORD_BYTES, "{} bytes", text.len());
+        let back = OwnerRecord::parse(text.as_bytes()).unwrap();
+        assert_eq!(back.render(), text);
+        assert!(matches!(&back.purpose, Purpose::Blocked(w) if w.starts_with("éé")));
         let big = vec![b'x'; 100_000];
         assert_eq!(OwnerRecord::parse(&big), None);
+        // A lone carriage return reads as a space, as render writes it
+        // (found by the owner_record fuzz target).
+        let rec = OwnerRecord::parse(b"host: n1\npurpose: blocked: a\rb\n").unwrap();
+        assert_eq!(rec.purpose, Purpose::Blocked("a b".into()));
+        assert_eq!(OwnerRecord::parse(rec.render().as_bytes()), Some(rec));
         let rec = OwnerRecord::parse(b"host:\npid: -3\n").unwrap();
         assert_eq!((rec.host.as_str(), rec.pid), ("unknown", None));
     }

@@ -1,6 +1,7 @@
 //! Cross-process tests: real child processes (the exec'd
 //! `spool-lock-helper`, and fork children that only make async-signal-safe
 //! calls) against the real kernel flock.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! In-process tests: double takes, `held_by_caller`, the fdinfo and statfs
 //! seams, release and drop.
+#![forbid(unsafe_code)]
 
 use spool_lock::{
     acquire, check_node_local, clear_blocked, held_by_this_process, held_claims, is_nested_spool,

@@ -152,6 +152,7 @@ use std::time::{Duration, Instant};
 
 use spool_core::RankDirName;
 
+pub(crate) mod real_env;
 #[cfg(test)]
 mod tests;
 
@@ -219,7 +220,7 @@ pub enum RecoveryFailure {
 
 /// One pack's validation ([`AdoptionEnv::continue_recovery`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecoveryStep {
+pub enum ValidationStep {
     /// The pack checked out; it may be uploaded.
     Valid(PackRef),
     /// The pack failed validation and was renamed `<id>.quarantined` (kept,
@@ -309,7 +310,7 @@ pub trait AdoptionEnv: Send {
     fn continue_recovery(
         &mut self,
         dir: &Path,
-    ) -> impl Future<Output = Result<RecoveryStep, RecoveryFailure>> + Send;
+    ) -> impl Future<Output = Result<ValidationStep, RecoveryFailure>> + Send;
 
     /// One round of the service's own upload path for these packs (never
     /// more than the machine's `max_round_packs` / `max_round_bytes`, except
@@ -448,7 +449,7 @@ pub enum Action {
     /// `begin_recovery` or `continue_recovery` failed.
     RecoveryFailed(RecoveryFailure),
     /// `continue_recovery` validated one pack.
-    Validated(RecoveryStep),
+    Validated(ValidationStep),
     /// One upload-and-index round.
     Round(RoundTally),
     /// The sibling was drained and released (`removed`: its directory is gone).
@@ -490,14 +491,8 @@ pub struct Step {
     pub dir: Option<PathBuf>,
     /// What was done.
     pub action: Action,
-    /// A retryable failure: the loop counts it toward its backoff. Ends the
-    /// cycle.
-    pub failed: bool,
-    /// A cancel cut it: the cycle was cut short, not failed. Ends the cycle.
-    pub cut_short: bool,
-    /// The round left packs owed to the catalog: adoption waits until nothing
-    /// is. Ends the cycle.
-    pub owed: bool,
+    /// Whether the cycle goes on after it, and why not.
+    pub flow: Flow,
     /// Something the service records in `last_error` (reported once per
     /// blocked sibling).
     pub error: Option<String>,
@@ -508,17 +503,31 @@ impl Step {
         Self {
             dir: dir.map(Path::to_path_buf),
             action,
-            failed: false,
-            cut_short: false,
-            owed: false,
+            flow: Flow::Continue,
             error: None,
         }
     }
 
     /// Whether this step ends the adopting cycle.
     pub fn ends_cycle(&self) -> bool {
-        self.failed || self.cut_short || self.owed
+        self.flow != Flow::Continue
     }
+}
+
+/// What a [`Step`] means for the rest of its cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// The cycle may take another step.
+    Continue,
+    /// A retryable failure: the loop counts it toward its backoff. Ends the
+    /// cycle. (A round with both retryable failures and cancelled packs is
+    /// `Failed`.)
+    Failed,
+    /// A cancel cut it: the cycle was cut short, not failed. Ends the cycle.
+    CutShort,
+    /// The round left packs owed to the catalog: adoption waits until nothing
+    /// is. Ends the cycle.
+    Owed,
 }
 
 /// The result of [`Adopter::step`].
@@ -583,6 +592,9 @@ pub enum SiblingState {
     Uploading {
         /// Packs still to go up, front first.
         remaining: VecDeque<PackRef>,
+        /// The first non-retryable pack failure: the directory is blocked
+        /// once the rest of its packs went up.
+        doomed: Option<String>,
     },
     /// Terminal: drained and released; `removed` unless a nested live spool
     /// kept the directory.
@@ -670,9 +682,6 @@ pub struct Sibling {
     pub dir: PathBuf,
     /// Where it is in the machine.
     pub state: SiblingState,
-    /// The first non-retryable pack failure: the directory is blocked once
-    /// the rest of its packs went up.
-    pub doomed: Option<String>,
     /// Packs of it this adopter uploaded (indexed or owed).
     pub uploaded_packs: u64,
     /// Packs of it quarantined during validation.
@@ -870,9 +879,9 @@ impl Adopter {
                 }
                 StepOutcome::Stepped(s) => {
                     report.steps += 1;
-                    report.failed |= s.failed;
-                    report.cut_short |= s.cut_short;
-                    report.owed |= s.owed;
+                    report.failed |= s.flow == Flow::Failed;
+                    report.cut_short |= s.flow == Flow::CutShort;
+                    report.owed |= s.flow == Flow::Owed;
                     let ends = s.ends_cycle();
                     report.errors.extend(s.error);
                     if ends {
@@ -1099,7 +1108,7 @@ impl Adopter {
                         step.error = Some(self.block_unheld(i, reason));
                     }
                     AdoptRefusal::Retryable(reason) => {
-                        step.failed = true;
+                        step.flow = Flow::Failed;
                         step.error = Some(format!(
                             "cannot take dead spool directory {} for adoption: {reason} (retried after backoff)",
                             dir.display()
@@ -1125,6 +1134,7 @@ impl Adopter {
                     self.siblings[i].state = if n == 0 {
                         SiblingState::Uploading {
                             remaining: VecDeque::new(),
+                            doomed: None,
                         }
                     } else {
                         SiblingState::Validating {
@@ -1142,11 +1152,11 @@ impl Adopter {
                             // is looked at again from the start.
                             env.release(&dir).await;
                             self.siblings[i].state = SiblingState::Unprobed;
-                            step.cut_short = true;
+                            step.flow = Flow::CutShort;
                         }
                         RecoveryFailure::Retryable(reason) => {
                             self.siblings[i].state = SiblingState::Taken;
-                            step.failed = true;
+                            step.flow = Flow::Failed;
                             step.error = Some(format!(
                                 "cannot list adopted spool directory {}: {reason} (retried after backoff)",
                                 dir.display()
@@ -1170,21 +1180,21 @@ impl Adopter {
                     Err(f) => Step::new(Some(&dir), Action::RecoveryFailed(f.clone())),
                 };
                 match result {
-                    Ok(RecoveryStep::Valid(pack)) => {
+                    Ok(ValidationStep::Valid(pack)) => {
                         valid.push_back(pack);
                         remaining_to_validate = remaining_to_validate.saturating_sub(1);
                     }
-                    Ok(RecoveryStep::Quarantined { pack, reason }) => {
+                    Ok(ValidationStep::Quarantined { pack, reason }) => {
                         tracing::warn!(dir = %dir.display(), pack = %pack.id_hex,
                             "quarantined corrupt pack {} of adopted spool directory {}: {reason}",
                             pack.path.display(), dir.display());
                         self.siblings[i].quarantined_packs += 1;
                         remaining_to_validate = remaining_to_validate.saturating_sub(1);
                     }
-                    Ok(RecoveryStep::Done) => remaining_to_validate = 0,
-                    Err(RecoveryFailure::Cancelled) => step.cut_short = true,
+                    Ok(ValidationStep::Done) => remaining_to_validate = 0,
+                    Err(RecoveryFailure::Cancelled) => step.flow = Flow::CutShort,
                     Err(RecoveryFailure::Retryable(reason)) => {
-                        step.failed = true;
+                        step.flow = Flow::Failed;
                         step.error = Some(format!(
                             "cannot validate packs of adopted spool directory {}: {reason} (retried after backoff)",
                             dir.display()
@@ -1196,7 +1206,10 @@ impl Adopter {
                     }
                 }
                 self.siblings[i].state = if remaining_to_validate == 0 {
-                    SiblingState::Uploading { remaining: valid }
+                    SiblingState::Uploading {
+                        remaining: valid,
+                        doomed: None,
+                    }
                 } else {
                     SiblingState::Validating {
                         remaining_to_validate,
@@ -1205,10 +1218,12 @@ impl Adopter {
                 };
                 step
             }
-            SiblingState::Uploading { remaining } if remaining.is_empty() => {
-                self.finish(env, i).await
+            SiblingState::Uploading { remaining, doomed } if remaining.is_empty() => {
+                self.finish(env, i, doomed).await
             }
-            SiblingState::Uploading { remaining } => self.round(env, i, remaining).await,
+            SiblingState::Uploading { remaining, doomed } => {
+                self.round(env, i, remaining, doomed).await
+            }
             other => unreachable!("advance() on a sibling in state {other}"),
         }
     }
@@ -1218,6 +1233,7 @@ impl Adopter {
         env: &mut E,
         i: usize,
         mut remaining: VecDeque<PackRef>,
+        mut doomed: Option<String>,
     ) -> Step {
         let dir = self.siblings[i].dir.clone();
         let mut batch = Vec::new();
@@ -1268,9 +1284,8 @@ impl Adopter {
                         "upload of {} from adopted spool directory {} failed for good: {reason}",
                         pack.path.display(), dir.display());
                     tally.non_retryable += 1;
-                    let s = &mut self.siblings[i];
-                    if s.doomed.is_none() {
-                        s.doomed = Some(format!(
+                    if doomed.is_none() {
+                        doomed = Some(format!(
                             "pack {} cannot be uploaded: {reason}",
                             pack.path.display()
                         ));
@@ -1286,11 +1301,17 @@ impl Adopter {
             remaining.push_front(pack);
         }
         remaining.extend(back);
-        self.siblings[i].state = SiblingState::Uploading { remaining };
+        self.siblings[i].state = SiblingState::Uploading { remaining, doomed };
         let mut step = Step::new(Some(&dir), Action::Round(tally));
-        step.cut_short = tally.cancelled > 0;
-        step.failed = tally.retryable > 0;
-        step.owed = tally.owed > 0;
+        step.flow = if tally.retryable > 0 {
+            Flow::Failed
+        } else if tally.cancelled > 0 {
+            Flow::CutShort
+        } else if tally.owed > 0 {
+            Flow::Owed
+        } else {
+            Flow::Continue
+        };
         step
     }
 
@@ -1300,9 +1321,14 @@ impl Adopter {
     }
 
     /// The Uploading → Drained | Blocked transition, once no pack remains.
-    async fn finish<E: AdoptionEnv>(&mut self, env: &mut E, i: usize) -> Step {
+    async fn finish<E: AdoptionEnv>(
+        &mut self,
+        env: &mut E,
+        i: usize,
+        doomed: Option<String>,
+    ) -> Step {
         let dir = self.siblings[i].dir.clone();
-        if let Some(reason) = self.siblings[i].doomed.clone() {
+        if let Some(reason) = doomed {
             let mut step = Step::new(Some(&dir), Action::Blocked);
             step.error = Some(self.block_held(env, i, reason).await);
             return step;
@@ -1387,7 +1413,6 @@ fn new_sibling(dir: PathBuf) -> Sibling {
     Sibling {
         dir,
         state: SiblingState::Unprobed,
-        doomed: None,
         uploaded_packs: 0,
         quarantined_packs: 0,
     }

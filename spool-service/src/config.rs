@@ -1,109 +1,73 @@
-//! The service's configuration.
+//! Configuration: the service's own [`ServiceConfig`], and the `spool`
+//! configuration (SPEC §8) every embedder shares — the command and the
+//! Python binding read the same TOML file, `SPOOL_*` variables and flags
+//! the same way. One concern per file:
+//!
+//! - `keys.rs` — the one table of keys ([`keys::KEYS`]), each a typed
+//!   handle read with `keys::POLL_INTERVAL.get(&cfg)`;
+//! - `kind.rs` — what values a key takes and the one parser of each kind;
+//! - `file.rs` — which TOML file, and its schema (derived from the table);
+//! - `environment.rs` — the `SPOOL_*` variables and the derived ones;
+//! - `resolve.rs` — flag > environment > file > default, each value with
+//!   its [`Source`], the lease check and the embedded defaults;
+//! - `accessors.rs` — the configs of the other crates built from it;
+//! - `destination.rs` — URLs to a destination, the embedded defaults;
+//! - `service_config.rs` — [`ServiceConfig`].
+//!
+//! # Validation
+//!
+//! Every value — from any source — goes through the same parser of its
+//! kind, and a refused value names the key, the value (credentials masked
+//! by [`spool_catalog::mask_url`]), where it came from and what is allowed.
+//! An unknown section or field of the file is refused naming it, the file
+//! and the known keys. Every refusal is a [`ConfigError`] (the `spool`
+//! command exits 2 on it).
+//!
+//! # Secrets
+//!
+//! A store URL with credentials in it is refused (object_store reads
+//! credentials from the `AWS_*`/`GOOGLE_*`/`AZURE_*` variables, never from
+//! the URL). The store variables holding secrets are listed in
+//! [`SECRET_ENV`], shown only as "set".
+//!
+//! # Embedded defaults
+//!
+//! With a spool root and no store or catalog, the destination is the
+//! single-machine default under the root: `file://ROOT/.store` and
+//! `sqlite:///ROOT/.catalog.db` ([`embedded_store_url`],
+//! [`embedded_catalog_url`]; the names are spool-core's
+//! `EMBEDDED_STORE_DIR` and `EMBEDDED_CATALOG_FILE`); every spool walk
+//! skips both names.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::fmt;
 
-use object_store::ObjectStore;
-use spool_catalog::{Catalog, LeaseScope};
-use spool_core::registry::Registry;
-use spool_core::Destination;
-use spool_lock::{LockMode, LockOptions};
-use spool_upload::UploadConfig;
+mod accessors;
+mod destination;
+mod environment;
+mod file;
+pub mod keys;
+mod kind;
+mod resolve;
+mod service_config;
 
-/// Everything a [`StorageService`](crate::StorageService) needs.
-#[derive(Clone)]
-pub struct ServiceConfig {
-    /// The service's own rank directory.
-    pub dir: PathBuf,
-    /// The destination the directory was claimed for (the construction check
-    /// compares its catalog key with the directory's parent).
-    pub destination: Destination,
-    /// The object store handed in.
-    pub store: Arc<dyn ObjectStore>,
-    /// Key prefix inside the store (may be empty).
-    pub store_prefix: String,
-    /// Whether the store honours conditional create (`PutMode::Create`).
-    pub conditional_create: bool,
-    /// The catalog.
-    pub catalog: Arc<dyn Catalog>,
-    /// Node (adoption only is lease-gated) or catalog (everything is).
-    pub lease_scope: LeaseScope,
-    /// Lease time-to-live (whole seconds, ≥ 3 s).
-    pub lease_ttl: Duration,
-    /// The safety-net wake-up of the loop when no sink publishes.
-    pub poll_interval: Duration,
-    /// How often a live sibling is probed again (0: never).
-    pub adoption_recheck_interval: Duration,
-    /// The longest wait between cycles while a store is down.
-    pub max_backoff: Duration,
-    /// Unheld staging copies older than this are removed.
-    pub staging_max_age: Duration,
-    /// How long one adopting cycle may keep stepping.
-    pub adoption_slice: Duration,
-    /// Uploader configuration.
-    pub upload: UploadConfig,
-    /// Most packs indexed in one catalog call (and in one round).
-    pub index_batch: usize,
-    /// Adopt dead siblings.
-    pub adopt: bool,
-    /// The registry sinks publish into (the loop registers a reader there).
-    pub registry: Arc<Registry>,
-    /// `Take` (standalone: the service takes its directory's lock) or
-    /// `HeldByCaller` (the engine claimed it).
-    pub lock_mode: LockMode,
-    /// Lock options (shared-filesystem override, staging age).
-    pub lock: LockOptions,
-}
+pub use destination::{destination, embedded_catalog_url, embedded_store_url};
+pub use environment::{Environment, ProcessEnv, CONFIG_ENV, PLAIN_ENV, SECRET_ENV};
+pub use kind::{parse_bytes, parse_duration, parse_value, Kind, Value};
+pub use resolve::{Config, Entry, FlagValue, Source};
+pub use service_config::ServiceConfig;
 
-impl ServiceConfig {
-    /// A configuration with the SPEC defaults: node scope, 30 s lease,
-    /// 1 s poll, 30 s recheck, 30 s max backoff, 60 s staging age, 1 s
-    /// adoption slice, index batch 256, adoption on, the global registry,
-    /// lock mode `Take`.
-    pub fn new(
-        dir: impl Into<PathBuf>,
-        destination: Destination,
-        store: Arc<dyn ObjectStore>,
-        catalog: Arc<dyn Catalog>,
-    ) -> ServiceConfig {
-        ServiceConfig {
-            dir: dir.into(),
-            destination,
-            store,
-            store_prefix: String::new(),
-            conditional_create: true,
-            catalog,
-            lease_scope: LeaseScope::Node,
-            lease_ttl: Duration::from_secs(30),
-            poll_interval: Duration::from_secs(1),
-            adoption_recheck_interval: Duration::from_secs(30),
-            max_backoff: Duration::from_secs(30),
-            staging_max_age: Duration::from_secs(60),
-            adoption_slice: Duration::from_secs(1),
-            upload: UploadConfig::default(),
-            index_batch: spool_catalog::MAX_ROWS_PER_STATEMENT,
-            adopt: true,
-            registry: Registry::global(),
-            lock_mode: LockMode::Take,
-            lock: LockOptions::default(),
-        }
+/// A refused configuration value, key or file: what, where from, and what
+/// is allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-impl std::fmt::Debug for ServiceConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServiceConfig")
-            .field("dir", &self.dir)
-            .field("destination", &self.destination)
-            .field("store", &self.store.to_string())
-            .field("store_prefix", &self.store_prefix)
-            .field("catalog", &self.catalog.server())
-            .field("lease_scope", &self.lease_scope)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("poll_interval", &self.poll_interval)
-            .field("adopt", &self.adopt)
-            .field("lock_mode", &self.lock_mode)
-            .finish_non_exhaustive()
-    }
-}
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests;

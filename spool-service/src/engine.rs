@@ -14,9 +14,14 @@
 //!   registry) before any pack can be sealed. A service that fails to be
 //!   built or started releases the claim at once (the empty directory is
 //!   removed) and no sink is opened: [`Error`] says why.
-//! - **Then the sinks**, each with lock mode `HeldByCaller` and the service's
-//!   registry, so a seal wakes the service's loop at once. A sink that fails
-//!   to open undoes everything already done, in reverse.
+//! - **Then the sinks**, each staging through the service's own
+//!   [`Spool`](spool_core::Spool) (one per directory: one byte budget and
+//!   one account for every sink and the service's reconcile, with dead
+//!   siblings charged) and publishing into the service's registry, so a
+//!   seal wakes the service's loop at once. The budget is
+//!   [`ServiceConfig::max_bytes`], else the smallest `spool.max_bytes` of
+//!   the sinks' configs. A sink that fails to start undoes everything
+//!   already done, in reverse.
 //!
 //! # Closing ([`Engine::close`])
 //!
@@ -39,6 +44,7 @@
 //! Dropping an engine without [`Engine::close`] closes it (errors logged).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use spool_core::sink::{Sink, SinkConfig};
@@ -104,7 +110,10 @@ pub struct Engine {
     dir: PathBuf,
     claim: Option<Claim>,
     service: Option<StorageService>,
-    sinks: Vec<Sink>,
+    sinks: Vec<Arc<Sink>>,
+    /// The lock options and registry every sink is opened with.
+    lock: spool_lock::LockOptions,
+    registry: Arc<spool_core::registry::Registry>,
     close_flush_timeout: Duration,
 }
 
@@ -126,6 +135,13 @@ impl Engine {
         tracing::info!(dir = %dir.display(), "engine claimed {}", dir.display());
         service.dir = dir.clone();
         service.lock_mode = LockMode::HeldByCaller;
+        // One budget for the directory: the service's, else the smallest a
+        // sink asks for; every sink stages through the service's spool.
+        service.max_bytes = service
+            .max_bytes
+            .into_iter()
+            .chain(sinks.iter().filter_map(|s| s.spool.max_bytes))
+            .min();
         let lock = service.lock.clone();
         let registry = service.registry.clone();
 
@@ -139,12 +155,16 @@ impl Engine {
         };
 
         let mut opened = Vec::with_capacity(sinks.len());
+        let spool = svc
+            .spool()
+            .cloned()
+            .expect("a started service has its spool");
         for (index, mut cfg) in sinks.into_iter().enumerate() {
             cfg.spool.lock_mode = LockMode::HeldByCaller;
             cfg.spool.lock = lock.clone();
             cfg.registry = registry.clone();
-            match Sink::open(&dir, cfg) {
-                Ok(sink) => opened.push(sink),
+            match Sink::start(spool.clone(), cfg) {
+                Ok(sink) => opened.push(Arc::new(sink)),
                 Err(err) => {
                     tracing::warn!(dir = %dir.display(), "sink {index} on {} did not open: {err}; undoing the engine's start", dir.display());
                     for sink in &opened {
@@ -167,8 +187,57 @@ impl Engine {
             claim: Some(claim),
             service: Some(svc),
             sinks: opened,
+            lock,
+            registry,
             close_flush_timeout,
         })
+    }
+
+    /// Opens one more sink on the running engine, as [`Engine::start`]
+    /// opens those of [`EngineConfig::sinks`] (lock mode `HeldByCaller`, the
+    /// engine's lock options and registry), and returns it; [`Engine::close`]
+    /// seals it with the others. Refused ([`Error::InvalidConfig`]) when a sink of
+    /// this engine with the same worker ordinal is still attached (two sinks
+    /// would share one registry slot), and once the engine is closing.
+    pub fn open_sink(&mut self, mut config: SinkConfig) -> Result<Arc<Sink>, Error> {
+        if self.service.is_none() {
+            return Err(Error::NotRunning {
+                dir: self.dir.clone(),
+            });
+        }
+        if let Some(other) = self
+            .sinks
+            .iter()
+            .find(|s| s.ordinal() == config.ordinal && !s.stats().released)
+        {
+            let ordinal = other
+                .ordinal()
+                .map_or_else(|| "none".to_string(), |k| k.to_string());
+            return Err(Error::InvalidConfig {
+                why: format!(
+                    "the engine on {} already has an attached sink with worker ordinal {ordinal}; use that sink, release it first, or open this one with another ordinal",
+                    self.dir.display()
+                ),
+            });
+        }
+        config.spool.lock_mode = LockMode::HeldByCaller;
+        config.spool.lock = self.lock.clone();
+        config.registry = self.registry.clone();
+        let index = self.sinks.len();
+        // The directory's one spool (one budget for every sink, SPEC §4.2).
+        let spool = self
+            .service
+            .as_ref()
+            .and_then(|svc| svc.spool().cloned())
+            .expect("a running engine's service has its spool");
+        let sink = Sink::start(spool, config).map_err(|err| Error::Sink {
+            dir: self.dir.clone(),
+            index,
+            source: Box::new(err),
+        })?;
+        let sink = Arc::new(sink);
+        self.sinks.push(sink.clone());
+        Ok(sink)
     }
 
     /// The claimed rank directory.
@@ -176,8 +245,9 @@ impl Engine {
         &self.dir
     }
 
-    /// The sinks, in the order of [`EngineConfig::sinks`].
-    pub fn sinks(&self) -> &[Sink] {
+    /// The sinks, in the order of [`EngineConfig::sinks`], then those of
+    /// [`Engine::open_sink`].
+    pub fn sinks(&self) -> &[Arc<Sink>] {
         &self.sinks
     }
 
@@ -281,3 +351,6 @@ fn release_claim(claim: Claim, dir: &Path) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

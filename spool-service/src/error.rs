@@ -8,10 +8,15 @@ use std::time::Duration;
 pub enum Error {
     /// The configuration cannot work.
     #[error("bad service configuration: {why}")]
-    Config {
+    InvalidConfig {
         /// What is wrong and what to change.
         why: String,
     },
+    /// The `spool` configuration (file, environment, flags) refused a key,
+    /// value or file ([`crate::config`]): the message names it, where it
+    /// came from and what is allowed.
+    #[error("{0}")]
+    Config(crate::config::ConfigError),
     /// Adoption is on but the own directory is not a rank directory of the
     /// layout under its own destination's catalog key.
     #[error(
@@ -93,4 +98,10 @@ pub enum Error {
         /// Why (boxed: spool-core's error is large).
         source: Box<spool_core::Error>,
     },
+}
+
+impl From<crate::config::ConfigError> for Error {
+    fn from(e: crate::config::ConfigError) -> Self {
+        Error::Config(e)
+    }
 }

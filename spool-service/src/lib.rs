@@ -19,7 +19,7 @@
 //!   keeper (node scope: only when adopting; catalog scope: always), owes a
 //!   look at the siblings and spawns the loop. It makes no store or catalog
 //!   call, so it returns promptly whatever the backlog or the stores.
-//! - **Cycle** (`run_cycle(deadline, allow_reconcile, adopt)`): retry the
+//! - **Cycle** (`run_cycle(deadline, CycleMode)`): retry the
 //!   pending index; scan own ready packs; in rounds (at most `max_workers`
 //!   packs, `max_in_flight_bytes`, the index batch): validate each pack once
 //!   (a corrupt one is quarantined, never uploaded), upload, index the
@@ -136,22 +136,25 @@
 //! (`adopted_spools`, `adopted_packs`, `adoption_owed`, `live_siblings`,
 //! `blocked_siblings`). Its states, transitions, policies and tests are
 //! documented in the module.
+//!
+//! # Features
+//!
+//! The store and catalog backends pass through, all on by default: `aws`,
+//! `gcp`, `azure` (spool-upload's `s3://`, `gs://`, `az://`; `file://` and
+//! `memory://` are always there) and `clickhouse`, `sqlite` (spool-catalog's).
+//! With `default-features = false` an embedder picks what it uses, e.g.
+//! `features = ["aws", "clickhouse"]`; a URL whose backend is left out is
+//! refused naming the feature.
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod adoption;
 mod bound;
-mod config;
+pub mod config;
 pub mod engine;
-#[cfg(test)]
-mod engine_tests;
-mod env;
 mod error;
-mod path;
 mod service;
 mod snapshot;
-#[cfg(test)]
-mod tests;
+mod upload_path;
 
 pub use config::ServiceConfig;
 pub use engine::{CloseReport, Engine, EngineConfig};

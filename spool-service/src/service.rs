@@ -14,12 +14,12 @@ use spool_core::{RankDirName, Spool};
 use spool_lock::LockMode;
 use spool_upload::{CancellationToken, Store, UploadItem, UploadQueue, Uploader};
 
+use crate::adoption::real_env::Env;
 use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
-use crate::env::Env;
-use crate::path::{Owed, UploadPath};
 use crate::snapshot::Snapshot;
+use crate::upload_path::{Owed, UploadPath};
 use crate::Error;
 
 /// How long stop waits for the loop to end (every call in it watches the
@@ -133,6 +133,9 @@ pub struct StorageService {
     runtime: Option<tokio::runtime::Runtime>,
     core: Option<Arc<tokio::sync::Mutex<Core>>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The own directory's spool, once started (the engine's sinks stage
+    /// through it: one account per directory).
+    own: Option<Arc<Spool>>,
 }
 
 impl std::fmt::Debug for StorageService {
@@ -179,7 +182,7 @@ impl StorageService {
         let dir = check_rank_dir(&config)?;
         config.upload.validate()?;
         if config.poll_interval.is_zero() {
-            return Err(Error::Config {
+            return Err(Error::InvalidConfig {
                 why: "poll_interval must be above zero".into(),
             });
         }
@@ -210,12 +213,20 @@ impl StorageService {
             runtime: Some(runtime),
             core: None,
             task: None,
+            own: None,
         })
     }
 
     /// The own directory.
     pub fn dir(&self) -> &std::path::Path {
         &self.shared.dir
+    }
+
+    /// The own directory's spool once [`start`](Self::start)ed: its budget
+    /// and account are the directory's. An [`Engine`](crate::Engine) stages
+    /// every sink through it.
+    pub fn spool(&self) -> Option<&Arc<Spool>> {
+        self.own.as_ref()
     }
 
     /// Opens the own directory (lock per `lock_mode`), sweeps dead writers'
@@ -228,9 +239,15 @@ impl StorageService {
         let spool_cfg = SpoolConfig {
             lock_mode: cfg.lock_mode,
             lock: cfg.lock.clone(),
-            ..SpoolConfig::default()
+            max_bytes: cfg.max_bytes,
+            // In the layout (adoption on: the construction check made sure
+            // it is a rank directory), dead siblings count against the
+            // budget, so a crash-restart loop cannot grow the node's disk
+            // use by a budget per incarnation (SPEC §4.2).
+            charge_dead_siblings: cfg.max_bytes.is_some() && cfg.adopt,
         };
         let spool = Arc::new(Spool::open(&cfg.dir, &spool_cfg)?);
+        let own_spool = spool.clone();
         let rec = spool.begin_recovery()?;
         if !rec.swept.is_empty() {
             tracing::info!(dir = %cfg.dir.display(), swept = rec.swept.len(), "swept dead writers' temp files");
@@ -269,8 +286,8 @@ impl StorageService {
         let adopter = cfg.adopt.then(|| {
             let mut a = Adopter::new(
                 AdoptionConfig {
-                    recheck_interval: cfg.adoption_recheck_interval,
-                    discovery_interval: cfg.adoption_recheck_interval.max(Duration::from_secs(1)),
+                    recheck_interval: cfg.recheck_interval,
+                    discovery_interval: cfg.recheck_interval.max(Duration::from_secs(1)),
                     staging_max_age: cfg.staging_max_age,
                     adoption_slice: cfg.adoption_slice,
                     max_round_packs: cfg.upload.max_workers.min(cfg.index_batch).max(1),
@@ -290,7 +307,7 @@ impl StorageService {
             index_batch: cfg.index_batch,
             fenced: cfg.lease_scope == LeaseScope::Catalog,
             lease: lease_task.as_ref().map(|t| t.subscribe()),
-            own: spool,
+            own: spool.clone(),
             held: HashMap::new(),
             pending: Vec::new(),
             summaries: HashMap::new(),
@@ -321,6 +338,7 @@ impl StorageService {
         ));
         self.core = Some(core);
         self.task = Some(task);
+        self.own = Some(own_spool);
         tracing::info!(dir = %self.shared.dir.display(), "storage service started on {}", self.shared.dir.display());
         Ok(())
     }
@@ -395,7 +413,7 @@ impl StorageService {
             }
             loop {
                 let cycle =
-                    std::panic::AssertUnwindSafe(c.run_cycle(&shared, deadline, false, false))
+                    std::panic::AssertUnwindSafe(c.run_cycle(&shared, deadline, CycleMode::Flush))
                         .catch_unwind()
                         .await;
                 let out = match cycle {
@@ -430,6 +448,9 @@ impl StorageService {
     /// packs. With lock mode `Take` the own directory's lock is released
     /// (and the directory removed if empty). Idempotent.
     pub fn stop(&mut self) -> Result<(), Error> {
+        // Let go of this handle first: a `Take`-mode claim is released
+        // below only from the last reference to the spool.
+        self.own = None;
         let Some(rt) = self.runtime.take() else {
             return Ok(());
         };
@@ -559,8 +580,7 @@ async fn run_loop(
             let cycle = std::panic::AssertUnwindSafe(c.run_cycle(
                 &shared,
                 Instant::now() + Duration::from_secs(3600),
-                true,
-                true,
+                CycleMode::Loop,
             ))
             .catch_unwind()
             .await;
@@ -603,6 +623,15 @@ async fn run_loop(
     c.shutdown(&shared).await;
 }
 
+/// What a cycle does after its own packs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CycleMode {
+    /// The loop's cycle: own packs, then reconcile, then adopt.
+    Loop,
+    /// A flush's cycle: own packs (and the pending index) only.
+    Flush,
+}
+
 impl Core {
     fn latched(&self) -> bool {
         self.io.lease_state().is_some_and(|s| s.latched)
@@ -614,8 +643,7 @@ impl Core {
         &mut self,
         shared: &Shared,
         deadline: Instant,
-        allow_reconcile: bool,
-        adopt: bool,
+        mode: CycleMode,
     ) -> CycleOutcome {
         shared.cycles.fetch_add(1, Ordering::SeqCst);
         let token = shared.stop.child_token();
@@ -635,14 +663,14 @@ impl Core {
         let bound = Bound::new(deadline, token.clone());
         let mut out = self.own_work(&bound, &flag).await;
         *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        if allow_reconcile && !token.is_cancelled() {
+        if mode == CycleMode::Loop && !token.is_cancelled() {
             let spool = self.io.own.clone();
             if let Ok(Err(e)) = tokio::task::spawn_blocking(move || spool.reconcile()).await {
                 self.io.note_error(format!("reconcile: {e}"));
             }
         }
         watcher.abort();
-        if adopt {
+        if mode == CycleMode::Loop {
             let (steps, failed) = self.adopt(shared, deadline).await;
             out.adoption_steps = steps;
             out.failed |= failed;
@@ -705,10 +733,7 @@ impl Core {
                     }
                     Err(e) if e.is_corrupt() => {
                         let spool = self.io.own.clone();
-                        let (p, why) = (pack.clone(), e.to_string());
-                        let _ =
-                            tokio::task::spawn_blocking(move || spool.quarantine(&p, &why)).await;
-                        self.io.counters.quarantined += 1;
+                        self.io.quarantine(spool, pack, e.to_string()).await;
                         left -= 1;
                     }
                     Err(e) => {
@@ -729,6 +754,13 @@ impl Core {
                         let row = self.io.row(&r, &s, self.io.own.dir(), pack.ordinal);
                         let dir = self.io.own.dir().to_path_buf();
                         batch.push(Owed { row, pack, dir });
+                        left -= 1;
+                    }
+                    Some(f) if f.corrupt => {
+                        // Its bytes changed since they were validated: the
+                        // upload hashed them and aborted, nothing is stored.
+                        let spool = self.io.own.clone();
+                        self.io.quarantine(spool, &pack, f.error.to_string()).await;
                         left -= 1;
                     }
                     Some(f) if f.retryable => out.failed = true,
@@ -904,3 +936,6 @@ impl Core {
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -51,7 +51,7 @@ impl Default for UploadConfig {
 impl UploadConfig {
     /// Refuses settings that cannot work.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::BadConfig(m));
+        let bad = |m: String| Err(Error::InvalidConfig(m));
         if self.max_workers == 0 {
             return bad("max_workers must be at least 1".into());
         }

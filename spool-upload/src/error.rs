@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub enum Error {
     /// A store URL that cannot be parsed or is not of a supported form.
     #[error("store URL {url:?} is not usable: {reason} (expected s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX], file:///ABS/PATH or memory://)")]
-    BadUrl {
+    InvalidUrl {
         /// The URL as given.
         url: String,
         /// What is wrong with it.
@@ -39,7 +39,7 @@ pub enum Error {
 
     /// An [`UploadConfig`](crate::UploadConfig) that cannot work.
     #[error("invalid upload configuration: {0}")]
-    BadConfig(String),
+    InvalidConfig(String),
 
     /// A store operation failed (after object_store's own retries).
     #[error("{op} {key} on {store} failed ({}): {source}", if *retryable { "retryable: it is tried again later" } else { "not retryable: fix the store or its credentials" })]
@@ -50,7 +50,7 @@ pub enum Error {
         key: String,
         /// The store's description (its URL or name).
         store: String,
-        /// The classification of `source` ([`crate::classify`]).
+        /// The classification of `source` ([`crate::retryable`]).
         retryable: bool,
         /// What object_store reported (boxed: it is large).
         #[source]
@@ -91,6 +91,22 @@ pub enum Error {
         path: PathBuf,
         /// What differs.
         problem: String,
+    },
+
+    /// The bytes read for the upload do not hash to the checksum in the
+    /// pack's trailer: the file changed (bit rot, a stray writer, a bad
+    /// disk) after it was validated. Nothing was completed at the key; the
+    /// pack is corrupt and the service quarantines it.
+    #[error("staged pack {path} is corrupt: the {bytes} bytes read for its upload hash to sha256 {computed}, its trailer says {expected}; the upload was aborted (no object at the key) and the pack must be quarantined (`spool verify` shows it)")]
+    ChecksumMismatch {
+        /// The staged pack.
+        path: PathBuf,
+        /// Bytes hashed (the pack's length).
+        bytes: u64,
+        /// The trailer's SHA-256, hex.
+        expected: String,
+        /// The SHA-256 of the bytes read, hex.
+        computed: String,
     },
 
     /// Reading the staged pack failed.
@@ -145,15 +161,22 @@ impl Error {
         match self {
             Error::Store { retryable, .. } => *retryable,
             Error::ReadStaged { .. } | Error::Cancelled { .. } => true,
-            Error::BadUrl { .. }
+            Error::InvalidUrl { .. }
             | Error::BackendNotBuilt { .. }
             | Error::StoreConfig { .. }
-            | Error::BadConfig(_)
+            | Error::InvalidConfig(_)
             | Error::Conflict { .. }
             | Error::TooLarge { .. }
             | Error::StagedMismatch { .. }
+            | Error::ChecksumMismatch { .. }
             | Error::LocalDir { .. } => false,
         }
+    }
+
+    /// Whether the staged pack itself is corrupt (its bytes do not match
+    /// its checksum): the pack is quarantined, not rejected.
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, Error::ChecksumMismatch { .. })
     }
 }
 

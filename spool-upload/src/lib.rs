@@ -32,11 +32,37 @@
 //!   upload is aborted (within `abort_timeout`), so no parts are left behind.
 //! - **Staged bytes are re-checked** before each attempt: the file must
 //!   still be `size` bytes with a trailer naming this pack and this length,
-//!   and the bytes read for the PUT must end in that same trailer.
-//!   Otherwise `Error::StagedMismatch`, not retryable (the service
-//!   quarantines). Full SHA-256 validation is the spool's job (recovery,
-//!   adoption), not repeated here.
-//! - **Classification** ([`classify`], [`Error::is_retryable`]). Retryable:
+//!   and the bytes read for the PUT must end in that same trailer
+//!   (otherwise `Error::StagedMismatch`, not retryable; the service renames
+//!   the pack `.rejected`).
+//! - **End-to-end checksum.** The bytes that go to the store are hashed as
+//!   they are read — the whole body of a single PUT (already in memory),
+//!   each part of a multipart upload as it streams — and the SHA-256 of
+//!   everything before the trailer's hash field must equal the trailer's
+//!   checksum before the PUT is sent or the multipart upload is completed.
+//!   A mismatch (bit rot, a stray writer, a bad disk since the pack was
+//!   validated) is `Error::ChecksumMismatch`: nothing is sent or completed
+//!   (a multipart upload is aborted), `UploadFailure::corrupt` is set, and
+//!   the service quarantines the pack (`spool verify` lists it with why).
+//!   Server-side checks on top: `s3://` stores send `x-amz-checksum-sha256`
+//!   of every PUT and part (object_store's `Checksum::SHA256`; AWS S3
+//!   verifies it and refuses a damaged body; moto 5.2.5 stores without
+//!   checking, so the header is pinned against wiremock). object_store 0.14
+//!   sends no content checksum to GCS or Azure: there the body is protected
+//!   by TLS and our own hash before the upload completes. `file://` writes
+//!   locally (nothing in between).
+//! - **Durable before it counts.** An `Uploaded` or `Skipped` outcome means
+//!   the object is on stable storage, because the service deletes the pack
+//!   from the spool right after it is indexed. S3, GCS and Azure acknowledge
+//!   a PUT (and a multipart completion) only once the object is durably
+//!   stored. A `file://` store is built with object_store's
+//!   `LocalFileSystem::with_fsync(true)`: the object is fsynced, renamed into
+//!   place and its directory fsynced (new parent directories too, up to the
+//!   first one that existed) before the PUT returns; the store root's own
+//!   new directories are fsynced when the store is built. `memory://` is not
+//!   durable at all (tests only). A store handed in with [`Store::new`] is
+//!   the caller's word.
+//! - **Classification** ([`retryable`], [`Error::is_retryable`]). Retryable:
 //!   timeouts, connection and TLS failures, 408/429/5xx, a failed HEAD, a
 //!   local read error. Not retryable: 400/401/403/404 and other 4xx, a
 //!   different object at the key, a pack over `max_in_flight_bytes`, staged
@@ -116,14 +142,19 @@
 //!
 //! Azure caveat: object_store's Azure multipart `abort()` is a no-op
 //! (uncommitted blocks stay invisible until Azure drops them).
+//!
+//! # Features
+//!
+//! - `aws`, `gcp`, `azure` (default): `s3://`, `gs://`, `az://`;
+//!   `file://` and `memory://` are always built.
+//! - `testing`: the fault-scripting [`testing::FaultStore`].
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod backoff;
-pub mod classify;
 mod config;
 mod error;
 mod key;
+pub mod retryable;
 mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -42,7 +42,7 @@ impl Store {
         description: impl Into<String>,
         conditional_create: bool,
     ) -> Result<Store> {
-        let prefix = Path::parse(prefix.trim_matches('/')).map_err(|e| Error::BadUrl {
+        let prefix = Path::parse(prefix.trim_matches('/')).map_err(|e| Error::InvalidUrl {
             url: description_or(prefix),
             reason: format!("bad key prefix {prefix:?}: {e}"),
         })?;
@@ -59,20 +59,25 @@ impl Store {
     /// - `s3://BUCKET[/PREFIX]`: endpoint, region and credentials from the
     ///   `AWS_*` variables `AmazonS3Builder::from_env` reads (`AWS_ENDPOINT`,
     ///   `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-    ///   `AWS_ALLOW_HTTP`, ...). Feature `aws`.
+    ///   `AWS_ALLOW_HTTP`, ...). Feature `aws`. Requests carry
+    ///   `x-amz-checksum-sha256` (object_store's `Checksum::SHA256`), which
+    ///   S3 checks server-side, unless `AWS_CHECKSUM_ALGORITHM` says otherwise.
     /// - `gs://BUCKET[/PREFIX]`: the `GOOGLE_*` variables
     ///   `GoogleCloudStorageBuilder::from_env` reads (`GOOGLE_SERVICE_ACCOUNT`
     ///   or `GOOGLE_SERVICE_ACCOUNT_KEY`, else application-default or
     ///   instance credentials; `GOOGLE_BASE_URL` for an emulator, as the
     ///   real-server tests do). Feature `gcp`.
     /// - `az://CONTAINER[/PREFIX]`: `AZURE_*` variables. Feature `azure`.
-    /// - `file:///ABS/PATH`: a local directory (created if missing).
+    /// - `file:///ABS/PATH`: a local directory (created if missing, the new
+    ///   directories fsynced), written with object_store's `with_fsync(true)`:
+    ///   a PUT returns only after the object and its directory entries are on
+    ///   disk, so the service may delete the pack from the spool at once.
     /// - `memory://`: a fresh in-memory store (each call a new, empty one).
     ///
     /// The HTTP client of the cloud backends gets `client`'s retry and
     /// timeout settings.
     pub fn from_url(url: &str, client: &ClientConfig) -> Result<Store> {
-        let bad = |reason: &str| Error::BadUrl {
+        let bad = |reason: &str| Error::InvalidUrl {
             url: url.to_string(),
             reason: reason.to_string(),
         };
@@ -108,16 +113,18 @@ impl Store {
                 if !dir.is_absolute() || parsed.path() == "/" {
                     return Err(bad("a file URL names an absolute directory other than /"));
                 }
-                std::fs::create_dir_all(&dir).map_err(|source| Error::LocalDir {
-                    path: dir.clone(),
-                    source,
-                })?;
-                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(
-                    |source| Error::StoreConfig {
+                create_dir_all_durable(&dir)
+                    .map_err(|(path, source)| Error::LocalDir { path, source })?;
+                // fsync on: a PUT returns only once the object and the
+                // directory entries leading to it are on disk, because the
+                // service deletes the pack from the spool right after
+                // (SPEC §5 "End to end", invariant 1).
+                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|source| Error::StoreConfig {
                         url: url.to_string(),
                         source: Box::new(source),
-                    },
-                )?;
+                    })?
+                    .with_fsync(true);
                 Store::new(Arc::new(store), "", url, true)
             }
             "s3" | "gs" | "az" => {
@@ -149,6 +156,38 @@ impl Store {
     /// Whether single PUTs use `PutMode::Create`.
     pub fn conditional_create(&self) -> bool {
         self.conditional_create
+    }
+}
+
+/// `create_dir_all`, then fsyncs every directory it created and the first
+/// one that already existed (whose entry list changed), deepest first, so a
+/// new store root survives a power loss. The error names the directory.
+fn create_dir_all_durable(
+    dir: &std::path::Path,
+) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+    let mut first_existing = dir;
+    while !first_existing.exists() {
+        match first_existing.parent() {
+            Some(p) => first_existing = p,
+            None => break,
+        }
+    }
+    if first_existing == dir {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| (dir.to_path_buf(), e))?;
+    let mut d = dir;
+    loop {
+        std::fs::File::open(d)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| (d.to_path_buf(), e))?;
+        if d == first_existing {
+            return Ok(());
+        }
+        match d.parent() {
+            Some(p) => d = p,
+            None => return Ok(()),
+        }
     }
 }
 
@@ -190,6 +229,12 @@ fn cloud(scheme: &str, url: &str, client: &ClientConfig) -> Result<Arc<dyn Objec
                 .with_client_options(options);
             if client.allow_http {
                 b = b.with_allow_http(true);
+            }
+            // Every PUT and part carries `x-amz-checksum-sha256` of its
+            // body, which S3 verifies before it stores anything (an
+            // `AWS_CHECKSUM_ALGORITHM` the operator set wins).
+            if std::env::var_os("AWS_CHECKSUM_ALGORITHM").is_none() {
+                b = b.with_checksum_algorithm(object_store::aws::Checksum::SHA256);
             }
             Ok(Arc::new(b.build().map_err(config_err)?))
         }
@@ -255,7 +300,7 @@ mod tests {
             "memory://?x=1",
         ] {
             let err = Store::from_url(url, &c).unwrap_err();
-            assert!(matches!(err, Error::BadUrl { .. }), "{url}: {err}");
+            assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err}");
             assert!(err.to_string().contains("s3://BUCKET"), "{err}");
         }
     }

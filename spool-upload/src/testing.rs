@@ -27,7 +27,7 @@ use object_store::{
 };
 use tokio::sync::Notify;
 
-use crate::classify::StatusError;
+use crate::retryable::StatusError;
 
 /// An operation of the store, as the fake counts and scripts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -8,15 +8,16 @@ use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload};
-use spool_core::pack::{PackId, Trailer, TRAILER_LEN};
+use sha2::{Digest, Sha256};
+use spool_core::pack::{PackId, Trailer, TRAILER_HASH_OFFSET, TRAILER_LEN};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff;
-use crate::classify;
 use crate::config::UploadConfig;
 use crate::error::{Error, Result};
 use crate::key::object_key;
+use crate::retryable;
 use crate::store::Store;
 
 /// A staged pack to upload: where it is, what it is, how big it was when
@@ -100,6 +101,10 @@ pub struct UploadFailure {
     /// A cancel cut it. Not a failure of the store: the pack goes back to
     /// the front of its queue.
     pub cancelled: bool,
+    /// The staged bytes do not match the pack's checksum
+    /// ([`Error::ChecksumMismatch`]): the pack is corrupt, to be
+    /// quarantined (not retryable either).
+    pub corrupt: bool,
     /// Attempts made (0 if none started).
     pub attempts: u32,
     /// The last error.
@@ -231,6 +236,7 @@ impl Uploader {
             UploadOutcome::Failed(UploadFailure {
                 retryable: error.is_retryable(),
                 cancelled,
+                corrupt: error.is_corrupt(),
                 attempts,
                 error,
             })
@@ -283,7 +289,7 @@ impl Uploader {
             op,
             key: key.to_string(),
             store: self.inner.store.description().to_string(),
-            retryable: classify::is_retryable(&source),
+            retryable: retryable::is_retryable(&source),
             source: Box::new(source),
         }
     }
@@ -405,6 +411,9 @@ impl Uploader {
             .await
             .map_err(|source| read_err(&item.path, source))?;
         check_body(item, &body, trailer_bytes)?;
+        let mut hash = BodyHash::new(item.size);
+        hash.update(&body);
+        hash.check(item, trailer)?;
         let store = self.inner.store.object_store();
         let mode = if self.inner.store.conditional_create() {
             PutMode::Create
@@ -459,7 +468,14 @@ impl Uploader {
             .await?
             .map_err(|e| self.store_err("multipart create", key, e))?;
         let result = self
-            .stream_parts(item, key, &mut file, &mut *upload, trailer_bytes, cancel)
+            .stream_parts(
+                item,
+                key,
+                &mut file,
+                &mut *upload,
+                (trailer, trailer_bytes),
+                cancel,
+            )
             .await;
         let err = match result {
             Ok(()) => match Self::cut(key, cancel, upload.complete()).await {
@@ -479,10 +495,11 @@ impl Uploader {
         key: &Path,
         file: &mut tokio::fs::File,
         upload: &mut dyn object_store::MultipartUpload,
-        trailer_bytes: &[u8; TRAILER_LEN],
+        (trailer, trailer_bytes): (&Trailer, &[u8; TRAILER_LEN]),
         cancel: &CancellationToken,
     ) -> Result<()> {
         let cfg = &self.inner.config;
+        let mut hash = BodyHash::new(item.size);
         let mut sent: u64 = 0;
         let mut tail: Vec<u8> = Vec::with_capacity(TRAILER_LEN);
         let mut parts = FuturesUnordered::new();
@@ -500,6 +517,7 @@ impl Uploader {
                     ));
                 }
                 keep_tail(&mut tail, &buf);
+                hash.update(&buf);
                 sent += n as u64;
                 parts.push(upload.put_part(PutPayload::from(Bytes::from(buf))));
             }
@@ -530,7 +548,9 @@ impl Uploader {
                 "its trailer changed while it was read".into(),
             ));
         }
-        Ok(())
+        // Before the completion: a mismatch aborts the upload, so nothing
+        // becomes visible at the key.
+        hash.check(item, trailer)
     }
 
     /// Aborts a multipart upload so no parts are left behind, within
@@ -634,6 +654,48 @@ fn check_body(item: &UploadItem, body: &[u8], trailer_bytes: &[u8; TRAILER_LEN])
         ));
     }
     Ok(())
+}
+
+/// The SHA-256 of the bytes sent, fed in order as they are read: it covers
+/// everything before the trailer's hash field (the last 32 bytes of a pack
+/// of `size` bytes), as the pack format's checksum does (SPEC §4.1).
+struct BodyHash {
+    hasher: Sha256,
+    /// Bytes fed so far.
+    at: u64,
+    /// Where the hash field starts.
+    end: u64,
+}
+
+impl BodyHash {
+    fn new(size: u64) -> BodyHash {
+        BodyHash {
+            hasher: Sha256::new(),
+            at: 0,
+            end: size.saturating_sub((TRAILER_LEN - TRAILER_HASH_OFFSET) as u64),
+        }
+    }
+
+    /// Feeds the next bytes read.
+    fn update(&mut self, buf: &[u8]) {
+        let take = self.end.saturating_sub(self.at).min(buf.len() as u64) as usize;
+        self.hasher.update(&buf[..take]);
+        self.at += buf.len() as u64;
+    }
+
+    /// Compares the hash of everything fed with the trailer's checksum.
+    fn check(self, item: &UploadItem, trailer: &Trailer) -> Result<()> {
+        let computed: [u8; 32] = self.hasher.finalize().into();
+        if computed == trailer.sha256 {
+            return Ok(());
+        }
+        Err(Error::ChecksumMismatch {
+            path: item.path.clone(),
+            bytes: self.at,
+            expected: trailer.sha256_hex(),
+            computed: hex::encode(computed),
+        })
+    }
 }
 
 fn keep_tail(tail: &mut Vec<u8>, buf: &[u8]) {
@@ -765,6 +827,92 @@ mod tests {
         let mut q: VecDeque<u64> = [500, 10].into();
         assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![500]);
         assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![10]);
+    }
+
+    /// Stages a valid pack of about `bytes` record bytes in `dir`, then
+    /// flips one byte in its middle (a record byte: the size, id and trailer
+    /// still check out, only the checksum does not).
+    fn corrupt_pack(dir: &FsPath, bytes: usize) -> UploadItem {
+        let id = PackId::generate();
+        let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+        w.push_record(&vec![7u8; bytes]);
+        let mut body = w.finish();
+        let mid = body.len() / 2;
+        body[mid] ^= 0x01;
+        let path = dir.join(format!("{id}.ready"));
+        std::fs::write(&path, &body).unwrap();
+        UploadItem {
+            path,
+            pack_id: id,
+            size: body.len() as u64,
+        }
+    }
+
+    async fn upload_corrupt(multipart: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let fault = Arc::new(crate::testing::FaultStore::new(Arc::new(
+            object_store::memory::InMemory::new(),
+        )));
+        let store = Store::new(fault.clone(), "p", "memory", true).unwrap();
+        let config = UploadConfig {
+            multipart_threshold: if multipart { 1024 } else { 1 << 30 },
+            part_size: 1000,
+            ..UploadConfig::default()
+        };
+        let up = Uploader::new(store, config).unwrap();
+        let item = corrupt_pack(dir.path(), 10_000);
+        let r = up.upload_one(item, &CancellationToken::new()).await;
+        let f = r.outcome.failure().expect("a corrupt pack fails");
+        assert!(f.corrupt && !f.retryable && !f.cancelled, "{f:?}");
+        assert!(
+            matches!(f.error, Error::ChecksumMismatch { .. }),
+            "{}",
+            f.error
+        );
+        assert!(f.error.to_string().contains("quarantined"), "{}", f.error);
+        let listed: Vec<_> = futures::TryStreamExt::try_collect(fault.inner().list(None))
+            .await
+            .unwrap();
+        assert!(listed.is_empty(), "nothing at the key: {listed:?}");
+        use crate::testing::Op;
+        if multipart {
+            assert!(fault.calls(Op::PutPart) > 1, "the parts streamed");
+            assert_eq!(fault.calls(Op::Complete), 0, "never completed");
+            assert_eq!(fault.open_multipart_uploads(), 0, "aborted");
+        } else {
+            assert_eq!(fault.calls(Op::Put), 0, "never PUT");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_single_put_of_bytes_that_do_not_match_the_checksum_is_never_sent() {
+        upload_corrupt(false).await;
+    }
+
+    #[tokio::test]
+    async fn a_multipart_upload_of_bytes_that_do_not_match_the_checksum_is_aborted() {
+        upload_corrupt(true).await;
+    }
+
+    #[test]
+    fn the_body_hash_leaves_out_the_hash_field_whatever_the_chunking() {
+        let id = PackId::generate();
+        let mut w = spool_core::PackWriter::new(id, 1);
+        w.push_record(b"some bytes");
+        let body = w.finish();
+        let trailer = Trailer::parse(body[body.len() - TRAILER_LEN..].try_into().unwrap()).unwrap();
+        let item = UploadItem {
+            path: "x".into(),
+            pack_id: id,
+            size: body.len() as u64,
+        };
+        for chunk in [1, 7, 31, 32, 33, body.len()] {
+            let mut h = BodyHash::new(body.len() as u64);
+            for c in body.chunks(chunk) {
+                h.update(c);
+            }
+            h.check(&item, &trailer).unwrap();
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 use spool_catalog::{
-    Catalog, Claim, Error, LeaseConfig, LeaseGuard, LeaseHead, LeaseRecord, NewClaim, PackRow,
+    Catalog, Error, LeaseClaim, LeaseConfig, LeaseGuard, LeaseHead, LeaseRecord, NewClaim, PackRow,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,8 @@ pub struct Fixture {
     pub catalog: Arc<dyn Catalog>,
     /// Opens the same storage as a new catalog object.
     pub reopen: Box<dyn Fn() -> Arc<dyn Catalog> + Send + Sync>,
+    /// The catalog's URL (for the test seams of `spool_catalog::testing`).
+    pub url: String,
 }
 
 /// The lease timing the suite uses: ttl 6 s, renew 2 s, margin 2 s.
@@ -49,9 +51,9 @@ pub fn row(n: u64, created_at_ms: u64) -> PackRow {
     }
 }
 
-fn held(c: Claim) -> LeaseGuard {
+fn held(c: LeaseClaim) -> LeaseGuard {
     match c {
-        Claim::Held(g) => g,
+        LeaseClaim::Held(g) => g,
         other => panic!("expected the lease to be held, got {other:?}"),
     }
 }
@@ -124,7 +126,7 @@ pub async fn lease_lifecycle(fx: Fixture) {
     let a = held(c.acquire("key/node", "a", &cfg).await.unwrap());
     assert_eq!((a.term, a.acquired_term), (1, 1));
     match c.acquire("key/node", "b", &cfg).await.unwrap() {
-        Claim::Busy {
+        LeaseClaim::Busy {
             holder,
             term,
             expires_in,
@@ -138,7 +140,7 @@ pub async fn lease_lifecycle(fx: Fixture) {
     // process waits out its predecessor's lease).
     assert!(matches!(
         c.acquire("key/node", "a", &cfg).await.unwrap(),
-        Claim::Busy { .. }
+        LeaseClaim::Busy { .. }
     ));
     let a2 = held(c.renew(&a).await.unwrap());
     assert_eq!((a2.lease_id, a2.term, a2.acquired_term), (a.lease_id, 2, 1));
@@ -161,7 +163,10 @@ pub async fn lease_lifecycle(fx: Fixture) {
     );
     assert_eq!(log[0].expires_at_ms - log[0].acquired_at_ms, 6000);
     // Renewing a superseded holding says so.
-    assert!(matches!(c.renew(&a2).await.unwrap(), Claim::Busy { .. }));
+    assert!(matches!(
+        c.renew(&a2).await.unwrap(),
+        LeaseClaim::Busy { .. }
+    ));
     // Another name (another node) is independent.
     let other = held(c.acquire("key/other-node", "a", &cfg).await.unwrap());
     assert_eq!(other.term, 1);
@@ -263,9 +268,6 @@ impl Catalog for Lockstep {
     async fn lease_log(&self, name: &str) -> spool_catalog::Result<Vec<LeaseRecord>> {
         self.inner.lease_log(name).await
     }
-    async fn testing_set_schema_version(&self, v: u32) -> spool_catalog::Result<()> {
-        self.inner.testing_set_schema_version(v).await
-    }
 }
 
 /// Two claimants that read the same head and append the same term: at most
@@ -287,19 +289,19 @@ pub async fn contested_term_has_at_most_one_holder(fx: Fixture) {
         let (a, b) = (a.await.unwrap(), b.await.unwrap());
         let holders = [&a, &b]
             .iter()
-            .filter(|c| matches!(c, Claim::Held(_)))
+            .filter(|c| matches!(c, LeaseClaim::Held(_)))
             .count();
         assert!(holders <= 1, "two holders of term 1: {a:?} {b:?}");
         let log = fx.catalog.lease_log(&name).await.unwrap();
         let winner = match (&a, &b) {
-            (Claim::Held(g), _) | (_, Claim::Held(g)) if log.len() == 1 => g.clone(),
+            (LeaseClaim::Held(g), _) | (_, LeaseClaim::Held(g)) if log.len() == 1 => g.clone(),
             _ => {
                 // Both claims landed at term 1: contested. Whoever read back
                 // first may believe it holds, but its fence stays shut, and
                 // the next claimant gets term 2.
                 assert_eq!(log.len(), 2, "{log:?}");
                 for c in [&a, &b] {
-                    if let Claim::Held(g) = c {
+                    if let LeaseClaim::Held(g) = c {
                         let e = fx.catalog.index(&[row(100 + round, 1)], Some(g)).await;
                         assert!(matches!(e, Err(Error::Fenced { .. })), "{e:?}");
                     }
@@ -320,7 +322,9 @@ pub async fn contested_term_has_at_most_one_holder(fx: Fixture) {
 /// or write.
 pub async fn newer_schema_version_refused(fx: Fixture) {
     fx.catalog.index(&[row(1, 1_000)], None).await.unwrap();
-    fx.catalog.testing_set_schema_version(2).await.unwrap();
+    spool_catalog::testing::set_schema_version(&fx.url, 2)
+        .await
+        .unwrap();
     let fresh = (fx.reopen)();
     let e = fresh.ensure_schema().await.unwrap_err();
     assert!(

@@ -7,7 +7,6 @@
 //! [`server_env`], which fails loudly under `SPOOL_REQUIRE_SERVERS=1` and
 //! skips otherwise.
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 pub mod catalog_suite;
 
@@ -34,6 +33,24 @@ pub fn spool_bin() -> PathBuf {
 /// A `Command` for the real `spool` binary, with logs quiet unless asked.
 pub fn spool() -> Command {
     let mut cmd = Command::new(spool_bin());
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "warn");
+    }
+    cmd
+}
+
+/// A `Command` for the `spool-with-seams` test helper: the same command as
+/// [`spool`], after setting the test seams its leading options ask for
+/// (`--pause-before-publish FILE`, `--test-filesystem-type HEX`).
+pub fn spool_with_seams(seams: &[&str]) -> Command {
+    let bin = spool_bin().with_file_name("spool-with-seams");
+    assert!(
+        bin.exists(),
+        "the spool-with-seams helper is missing at {}",
+        bin.display()
+    );
+    let mut cmd = Command::new(bin);
+    cmd.args(seams);
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "warn");
     }

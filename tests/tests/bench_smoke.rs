@@ -3,6 +3,7 @@
 //! run, append their figures, and `report --write` splices the tables into
 //! a BENCHMARKS.md-shaped file between its markers. Nothing about the
 //! figures themselves is asserted: throughput is only benchmarked.
+#![forbid(unsafe_code)]
 
 use std::path::Path;
 use std::process::Command;

@@ -2,6 +2,7 @@
 //! fake and on SQLite, wiremock playing ClickHouse (exception bodies, auth
 //! failures, 5xx, a stall), a closed port, two contender processes on
 //! SQLite, and the lease timing cases in `serial`.
+#![forbid(unsafe_code)]
 
 use spool_catalog::{Catalog, CatalogUrl, ClickHouseCatalog, Error, MemoryCatalog};
 use spool_tests::catalog_suite::{self as suite, Fixture};
@@ -18,9 +19,11 @@ fn memory() -> Fixture {
     );
     let url = format!("memory://{name}");
     let catalog = spool_catalog::open(&url).unwrap();
+    let u = url.clone();
     Fixture {
         catalog,
-        reopen: Box::new(move || spool_catalog::open(&url).unwrap()),
+        reopen: Box::new(move || spool_catalog::open(&u).unwrap()),
+        url,
     }
 }
 
@@ -33,6 +36,7 @@ fn sqlite() -> (Fixture, tempfile::TempDir, String) {
         Fixture {
             catalog,
             reopen: Box::new(move || spool_catalog::open(&u).unwrap()),
+            url: url.clone(),
         },
         dir,
         url,
@@ -132,7 +136,7 @@ async fn memory_clock_moves_the_lease() {
     let m = Arc::new(MemoryCatalog::new());
     let c: Arc<dyn Catalog> = m.clone();
     let cfg = suite::short_lease();
-    let spool_catalog::Claim::Held(g) = c.acquire("n", "a", &cfg).await.unwrap() else {
+    let spool_catalog::LeaseClaim::Held(g) = c.acquire("n", "a", &cfg).await.unwrap() else {
         panic!("fresh name")
     };
     m.advance_clock(Duration::from_millis(4500));
@@ -143,7 +147,7 @@ async fn memory_clock_moves_the_lease() {
     m.advance_clock(Duration::from_secs(2));
     assert!(matches!(
         c.acquire("n", "b", &cfg).await.unwrap(),
-        spool_catalog::Claim::Held(_)
+        spool_catalog::LeaseClaim::Held(_)
     ));
 }
 

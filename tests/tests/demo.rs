@@ -1,6 +1,7 @@
 //! `spool demo` end to end: real producer processes, one SIGKILLed, the
 //! daemon adopting its directory, every pack read back (issue 7: "spool demo
 //! passes in CI and reports 0 lost").
+#![forbid(unsafe_code)]
 
 use spool_tests::{describe, output, spool};
 

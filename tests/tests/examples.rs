@@ -1,6 +1,7 @@
 //! The shipped examples stay true: `examples/spool.toml` loads with the
 //! real `spool config show` and mentions every key it knows, and
 //! `examples/spool.service` keeps the settings its comments explain.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 

@@ -6,6 +6,7 @@
 //! (`ROOT/.catalog.db`, `ROOT/.store`), filled through the real libraries
 //! ([`spool_tests::inspect::store_and_index`]). A live owner is a real
 //! `spool lock hold` child process.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,11 +1,12 @@
 //! Black-box tests of `spool lock hold` and `spool lock owner`, driving the
 //! real `spool` binary in real child processes.
+#![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-use spool_tests::{describe, output, spool};
+use spool_tests::{describe, output, spool, spool_with_seams};
 
 struct Holder {
     child: Child,
@@ -14,7 +15,12 @@ struct Holder {
 }
 
 fn hold(dir: &Path, extra: &[&str]) -> Holder {
-    let mut child = spool()
+    hold_with(spool(), dir, extra)
+}
+
+/// `hold` through `cmd` (`spool`, or `spool-with-seams` and its seams).
+fn hold_with(mut cmd: Command, dir: &Path, extra: &[&str]) -> Holder {
+    let mut child = cmd
         .args(["lock", "hold"])
         .arg(dir)
         .args(extra)
@@ -146,8 +152,8 @@ fn a_shared_filesystem_exits_4_unless_overridden() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("spool");
     let out = output(
-        spool()
-            .args(["lock", "hold", "--test-filesystem-type", "0x6969"])
+        spool_with_seams(&["--test-filesystem-type", "0x6969"])
+            .args(["lock", "hold"])
             .arg(&dir),
     );
     assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
@@ -157,14 +163,10 @@ fn a_shared_filesystem_exits_4_unless_overridden() {
         "{stderr}"
     );
     assert!(!dir.exists());
-    let mut h = hold(
+    let mut h = hold_with(
+        spool_with_seams(&["--test-filesystem-type", "0x6969"]),
         &dir,
-        &[
-            "--test-filesystem-type",
-            "0x6969",
-            "--allow-shared-filesystem",
-            "--release-on-eof",
-        ],
+        &["--allow-shared-filesystem", "--release-on-eof"],
     );
     assert!(h.line.starts_with("held "), "{}", h.line);
     drop(h.child.stdin.take());

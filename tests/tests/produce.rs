@@ -1,5 +1,6 @@
 //! Black-box tests of `spool produce`: the real binary, the real sink, the
 //! real lock, real signals.
+#![forbid(unsafe_code)]
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use spool_core::PackId;
-use spool_tests::{describe, output, spool};
+use spool_tests::{describe, output, spool, spool_with_seams};
 
 fn is_pack_id(line: &str) -> bool {
     line.len() == 32
@@ -191,14 +192,12 @@ fn a_sigkilled_holder_leaves_its_packs_and_no_lock() {
 fn a_paused_stage_is_an_open_file_until_released() {
     let (tmp, dir) = scratch();
     let release = tmp.path().join("release");
-    let mut child = spawn_produce(&[
-        "--dir",
-        dir.to_str().unwrap(),
-        "--packs",
-        "1",
-        "--pause-before-publish",
-        release.to_str().unwrap(),
-    ]);
+    let mut child = spool_with_seams(&["--pause-before-publish", release.to_str().unwrap()])
+        .args(["produce", "--dir", dir.to_str().unwrap(), "--packs", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn spool-with-seams produce");
     let ids = lines(child.stdout.take().unwrap());
     wait_for(
         "the paused stage's temp file",
@@ -220,10 +219,71 @@ fn a_paused_stage_is_an_open_file_until_released() {
 }
 
 #[test]
-fn produce_help_hides_the_test_seam() {
+fn the_spool_binary_has_no_test_seam() {
     let out = output(spool().args(["produce", "--help"]));
     assert!(out.status.success(), "{}", describe(&out));
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("--hold"), "{help}");
     assert!(!help.contains("pause-before-publish"), "{help}");
+    // the seam options are refused as usage errors, not hidden
+    let (tmp, dir) = scratch();
+    let release = tmp.path().join("release");
+    let out = output(spool().args([
+        "produce",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--pause-before-publish",
+        release.to_str().unwrap(),
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let out = output(
+        spool()
+            .args(["lock", "hold", "--test-filesystem-type", "0x6969"])
+            .arg(&dir),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(!dir.join(".owner.lock").exists());
+}
+
+#[test]
+fn a_memory_store_or_catalog_is_refused_for_serving_with_exit_2() {
+    let (tmp, _) = scratch();
+    let root = tmp.path().join("root");
+    for (flag, url) in [("--store", "memory://"), ("--catalog", "memory://x")] {
+        let out = output(spool().args([
+            "produce",
+            "--spool-root",
+            root.to_str().unwrap(),
+            "--packs",
+            "1",
+            "--serve",
+            flag,
+            url,
+        ]));
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("in-memory"),
+            "{}",
+            describe(&out)
+        );
+        std::fs::create_dir_all(&root).unwrap();
+        let out = output(spool().args([
+            "run",
+            "--once",
+            "--spool-root",
+            root.to_str().unwrap(),
+            flag,
+            url,
+        ]));
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("in-memory"),
+            "{}",
+            describe(&out)
+        );
+    }
+    assert!(
+        root.read_dir().unwrap().next().is_none(),
+        "nothing was claimed or created"
+    );
 }

@@ -2,6 +2,7 @@
 //! starts (`SPOOL_TEST_CLICKHOUSE_URL`): the behavioural suite, contender
 //! processes, schema refusals, and the lease timing cases in `serial`.
 //! Each test works in its own database and drops it afterwards, pass or fail.
+#![forbid(unsafe_code)]
 
 use spool_catalog::{Catalog, CatalogUrl, ClickHouseCatalog, Error};
 use spool_tests::catalog_suite::{self as suite, Fixture};
@@ -25,6 +26,7 @@ where
     let fx = Fixture {
         catalog: spool_catalog::open(&url).unwrap(),
         reopen: Box::new(move || spool_catalog::open(&u).unwrap()),
+        url: url.clone(),
     };
     let outcome = tokio::spawn(case(fx, url.clone())).await;
     admin
@@ -114,7 +116,8 @@ async fn a_batch_larger_than_one_statement_is_indexed_whole() {
         fx.catalog.index(&rows, None).await.unwrap();
         assert_eq!(fx.catalog.count().await.unwrap(), 600);
         let cfg = suite::short_lease();
-        let spool_catalog::Claim::Held(g) = fx.catalog.acquire("big", "a", &cfg).await.unwrap()
+        let spool_catalog::LeaseClaim::Held(g) =
+            fx.catalog.acquire("big", "a", &cfg).await.unwrap()
         else {
             panic!("fresh name")
         };

@@ -21,6 +21,7 @@
 //!   failure naming the URL — so it turns red the day an emulator or
 //!   object_store release makes writes work, and the full upload suite
 //!   should then run here as it does on Azurite.
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,7 @@ use spool_core::pack::{PackId, Trailer, TRAILER_LEN};
 use spool_tests::packs::{write_pack, write_pack_with};
 use spool_tests::server_env;
 use spool_tests::upload_suite::{keys, prefix, test_config};
-use spool_upload::classify::status_of;
+use spool_upload::retryable::status_of;
 use spool_upload::{
     CancellationToken, ClientConfig, Error, Store, UploadConfig, UploadOutcome, Uploader,
 };

@@ -1,6 +1,7 @@
 //! `spool ls` and `spool cat` against the real servers `cargo xtask test`
 //! starts: a ClickHouse catalog (a fresh database, dropped at the end) and
 //! moto's S3 (a fresh prefix in the test bucket, emptied at the end).
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 //! destination, overridden by a `SPOOL_*` variable — with `/metrics` on.
 //! Dead siblings left by real producer processes are adopted; every pack
 //! reads back from catalog + store byte-equal; the directories are gone.
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;

@@ -3,6 +3,7 @@
 //! fault-injecting proxy puts between the client and moto — refused
 //! connections, stalls, a body cut mid-way, a request held back past a
 //! successor's upload — and a cut multipart upload leaving no parts.
+#![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
 

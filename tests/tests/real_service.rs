@@ -3,6 +3,7 @@
 //! fault-injecting proxy, so one server's traffic can cut the other (SPEC
 //! §9: cut the catalog at the first upload). Each test works in its own
 //! ClickHouse database and its own store prefix, and drops both afterwards.
+#![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -76,7 +77,7 @@ fn case(fx: &Fixture, proxied_catalog: &str, ch_proxy: &Arc<Proxy>, s3_proxy: &P
     let mut c = fx.config(own.dir());
     c.catalog = spool_catalog::open(proxied_catalog).unwrap();
     c.upload.max_workers = 4;
-    c.adoption_recheck_interval = Duration::from_secs(1);
+    c.recheck_interval = Duration::from_secs(1);
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
     assert!(

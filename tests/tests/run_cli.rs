@@ -2,6 +2,7 @@
 //! real producer processes (`spool produce`, which exit and leave dead
 //! sibling directories behind), the real lock, the embedded store and
 //! SQLite catalog, real signals, wiremock for wrong credentials.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -363,7 +364,10 @@ fn run_latched_exits_7_naming_the_other_holder() {
         let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(60)).unwrap();
         let name = spool_catalog::LeaseScope::Catalog.lease_name(&key, "any");
         let claim = cat.acquire(&name, "someone-else:4242", &cfg).await.unwrap();
-        assert!(matches!(claim, spool_catalog::Claim::Held(_)), "{claim:?}");
+        assert!(
+            matches!(claim, spool_catalog::LeaseClaim::Held(_)),
+            "{claim:?}"
+        );
     });
     let t0 = Instant::now();
     let out = run_once(
@@ -413,7 +417,7 @@ fn run_once_beside_the_lease_holder_exits_0_naming_it() {
             .acquire(&name, "otherhost:4242:/srv/spool/r9-00000009", &cfg)
             .await
             .unwrap();
-        assert!(matches!(claim, spool_catalog::Claim::Held(_)), "{claim:?}");
+        assert!(matches!(claim, spool_catalog::LeaseClaim::Held(_)), "{claim:?}");
     });
     let t0 = Instant::now();
     let out = run_once(root.path(), &["--lease-ttl", "5", "--timeout", "60"]);

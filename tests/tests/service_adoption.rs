@@ -3,6 +3,7 @@
 //! processes, over the memory catalog and the fault-scripting store. The
 //! liveness bounds (a flush returns, a stop is prompt, a dead holder is
 //! adopted within the recheck interval, a latch lets go) are in `serial`.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -338,7 +339,7 @@ mod serial {
         stage(kept.dir(), 2);
         let (other_before, kept_before) = (tree(&other), tree(kept.dir()));
         let mut c = fx.config(own.dir());
-        c.adoption_recheck_interval = Duration::from_secs(2);
+        c.recheck_interval = Duration::from_secs(2);
         let svc = started(c);
         assert!(
             wait_for(Duration::from_secs(10), || svc.snapshot().live_siblings
@@ -496,7 +497,7 @@ mod serial {
         let own = fx.claim(0);
         let (other, mut child, ids) = other_process_sibling(&fx, 1, 20);
         let mut c = fx.config(own.dir());
-        c.adoption_recheck_interval = Duration::from_secs(1);
+        c.recheck_interval = Duration::from_secs(1);
         c.upload.max_workers = 2;
         let svc = started(c);
         assert!(wait_for(Duration::from_secs(10), || svc
@@ -617,7 +618,7 @@ mod serial {
         c.lease_ttl = Duration::from_secs(10);
         c.max_backoff = Duration::from_secs(60);
         c.poll_interval = Duration::from_secs(60);
-        c.adoption_recheck_interval = Duration::from_secs(120);
+        c.recheck_interval = Duration::from_secs(120);
         let name = c
             .lease_scope
             .lease_name(&fx.dest.catalog_key().unwrap(), &spool_lock::host_name());

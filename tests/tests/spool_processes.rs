@@ -4,6 +4,7 @@
 //!
 //! The helper is `spool-core-helper` (this package's test-only binary); the
 //! `spool` binary is driven where the CLI is what is tested.
+#![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -13,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use spool_core::spool::{classify, FileKind, Spool, SpoolConfig};
+use spool_core::spool::{file_kind, FileKind, Spool, SpoolConfig};
 use spool_core::PackId;
 
 fn helper() -> Command {
@@ -114,7 +115,7 @@ fn sigkill_at_random_points_of_staging() {
                 {
                     continue;
                 }
-                match classify(&name) {
+                match file_kind(&name) {
                     Some((FileKind::Ready, id)) => {
                         let path = d.join(&name);
                         spool_core::spool::validate_file(&path, id, &AtomicBool::new(false))

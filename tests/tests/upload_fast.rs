@@ -2,6 +2,7 @@
 //! `InMemory` and the fault-scripting fake, then the fake's scripted
 //! faults — classification, retries, round bounds and (in `serial`)
 //! cancellation bounds.
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -256,7 +257,7 @@ async fn cancelled_packs_go_back_to_the_front_in_order() {
 #[tokio::test]
 async fn store_urls_refuse_unknown_schemes() {
     let e = Store::from_url("ftp://x", &ClientConfig::default()).unwrap_err();
-    assert!(matches!(e, Error::BadUrl { .. }));
+    assert!(matches!(e, Error::InvalidUrl { .. }));
 }
 
 /// Liveness bounds: each cancel must return within ~1 s (asserted with a

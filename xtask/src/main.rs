@@ -7,8 +7,12 @@
 //! virtualenvs, npm), starts each server on loopback under `target/xtask/`, runs
 //! the `real_*` test binaries with the servers' addresses in the
 //! environment, and stops the servers afterwards — also when a step fails.
+#![forbid(unsafe_code)]
 
+mod fuzz;
+mod mutants;
 mod servers;
+mod tidy;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -22,13 +26,17 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("servers") => servers_cmd(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
+        Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
+        Some("mutants") => mutants::mutants(&root, &args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
                  test [--fast-only] [--real-only] [--no-lint]   fmt, clippy, fast tier, real-server tier\n  \
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
-                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service) into BENCHMARKS.md"
+                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service) into BENCHMARKS.md\n  \
+                 fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
+                 mutants [CRATE...]                            cargo-mutants per crate into mutants/ (hours; not in CI)"
             );
             std::process::exit(2);
         }
@@ -54,7 +62,8 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+/// `cargo`, as the one running xtask.
+pub fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
@@ -78,7 +87,10 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         ]))?;
     }
     if fast {
-        run(cargo().args([
+        // The durability tests read the order of fsync and unlink calls
+        // with Debian's strace (tests/tests/durability.rs).
+        install_missing(&["strace"])?;
+        run(cargo().env("SPOOL_REQUIRE_STRACE", "1").args([
             "nextest",
             "run",
             "--workspace",
@@ -89,6 +101,7 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
             "-E",
             "not binary(/^real_/)",
         ]))?;
+        python_tests(root, "not real", &[])?;
     }
     if real {
         // Build first, so server start-up is not counted against a cold compile.
@@ -110,11 +123,57 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         for (k, v) in servers.env() {
             cmd.env(k, v);
         }
-        let result = run(&mut cmd);
+        let result = run(&mut cmd).and_then(|()| python_tests(root, "real", &servers.env()));
         drop(servers); // stops every server, whatever `result` is
         result?;
     }
     Ok(())
+}
+
+/// The cargo target directory (`CARGO_TARGET_DIR`, else `ROOT/target`).
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
+}
+
+/// The Python binding's tests (`spool-py/tests`, pytest): makes the
+/// virtualenv `TARGET/xtask/py-venv` with maturin and pytest from PyPI when
+/// missing, builds and installs the extension into it (`maturin develop`,
+/// the dev profile, so it reuses the workspace's build), and runs the tests
+/// selected by the marker expression `markers` with `env` added. pytest's
+/// own exit code decides: a run that collects no test (exit 5) fails.
+fn python_tests(root: &Path, markers: &str, env: &[(String, String)]) -> Result<()> {
+    let target = target_dir(root);
+    let venv = target.join("xtask/py-venv");
+    if !venv.join("bin/maturin").exists() || !venv.join("bin/pytest").exists() {
+        let _ = std::fs::remove_dir_all(&venv);
+        servers::python_venv(
+            &venv,
+            &["maturin>=1.9.4,<2", "pytest"],
+            "maturin and pytest",
+        )?;
+    }
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run(Command::new(venv.join("bin/maturin"))
+        .args(["develop", "--locked", "-m", "spool-py/Cargo.toml"])
+        .env("VIRTUAL_ENV", &venv)
+        .env("PATH", &path))?;
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.args(["-m", "pytest", "-q", "-m", markers, "spool-py/tests"])
+        .env("PATH", &path)
+        .env("SPOOL_BIN", target.join("debug/spool"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if markers == "real" {
+        cmd.env("SPOOL_REQUIRE_SERVERS", "1");
+    }
+    run(&mut cmd).context(
+        "the Python tests failed (pytest exit 5 means it collected no test: that fails too)",
+    )
 }
 
 fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
@@ -196,14 +255,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     if cases.iter().any(|(g, _, _)| *g == "core") && !on_path("openssl") {
         missing.push("openssl");
     }
-    if !missing.is_empty() {
-        eprintln!("xtask: installing the benchmark peers {missing:?} with apt-get");
-        run(Command::new("apt-get").arg("update"))?;
-        run(Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
+    install_missing(&missing)?;
     run(cargo().args([
         "build",
         "--release",
@@ -257,6 +309,21 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         report.arg("--write").arg(root.join("BENCHMARKS.md"));
     }
     run(&mut report)
+}
+
+/// Installs the Debian packages among `programs` (each package named as its
+/// program) that are not on `PATH`, with apt-get.
+fn install_missing(programs: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = programs.iter().copied().filter(|p| !on_path(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {missing:?} with apt-get");
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn on_path(prog: &str) -> bool {

@@ -103,7 +103,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     let catalog = open_catalog(&catalog_url)?;
     // The store client's timeouts, retries and plain-HTTP permission come
     // from the configuration (client.*; AWS_ALLOW_HTTP and friends).
-    let client = crate::config::Config::load(config_file, &Default::default())?.client();
+    let client = crate::config::load(config_file, &Default::default())?.client();
     let store =
         Store::from_url(&store_url, &client).map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
 

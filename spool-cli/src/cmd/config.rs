@@ -7,7 +7,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use crate::config::{mask_url, Config, ConfigFlags, PLAIN_ENV, SECRET_ENV};
+use crate::config::{mask_url, ConfigFlags, PLAIN_ENV, SECRET_ENV};
 use crate::exit::ExitCode;
 
 /// Arguments of `spool config`.
@@ -37,7 +37,7 @@ pub struct ShowArgs {
 /// Runs `spool config`.
 pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode> {
     let Sub::Show(args) = args.command;
-    let cfg = Config::load(config_file, &args.config)?;
+    let cfg = crate::config::load(config_file, &args.config)?;
     let destination = cfg.destination().ok();
     let key = destination.as_ref().and_then(|d| d.catalog_key().ok());
     let env: Vec<(String, String)> = PLAIN_ENV

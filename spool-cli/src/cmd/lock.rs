@@ -50,10 +50,6 @@ enum LockCommand {
         /// Release when stdin reaches end of file (as well as on a signal).
         #[arg(long)]
         release_on_eof: bool,
-        /// Test seam: pretend every path is on the filesystem with this
-        /// statfs magic (hex, e.g. 0x6969). Test builds only.
-        #[arg(long, hide = true, value_parser = parse_magic)]
-        test_filesystem_type: Option<u32>,
     },
     /// Show who holds DIR's owner lock. Never blocks, never takes it.
     Owner {
@@ -66,11 +62,6 @@ enum LockCommand {
     },
 }
 
-fn parse_magic(s: &str) -> Result<u32, String> {
-    let digits = s.trim_start_matches("0x").trim_start_matches("0X");
-    u32::from_str_radix(digits, 16).map_err(|e| format!("not a hex statfs magic: {e}"))
-}
-
 /// Runs `spool lock ...`.
 pub fn run(args: LockArgs) -> Result<ExitCode> {
     match args.command {
@@ -78,26 +69,12 @@ pub fn run(args: LockArgs) -> Result<ExitCode> {
             dir,
             allow_shared_filesystem,
             release_on_eof,
-            test_filesystem_type,
-        } => hold(
-            dir,
-            allow_shared_filesystem,
-            release_on_eof,
-            test_filesystem_type,
-        ),
+        } => hold(dir, allow_shared_filesystem, release_on_eof),
         LockCommand::Owner { dir, json } => owner(dir, json),
     }
 }
 
-fn hold(
-    dir: PathBuf,
-    allow_shared_filesystem: bool,
-    release_on_eof: bool,
-    test_filesystem_type: Option<u32>,
-) -> Result<ExitCode> {
-    if let Some(magic) = test_filesystem_type {
-        spool_lock::set_filesystem_type_for_testing(std::path::Path::new("/"), magic)?;
-    }
+fn hold(dir: PathBuf, allow_shared_filesystem: bool, release_on_eof: bool) -> Result<ExitCode> {
     // Block the signals we wait for before any thread exists, so every
     // thread inherits the mask and sigwait below receives them.
     let mut signals = SigSet::empty();

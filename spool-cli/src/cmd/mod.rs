@@ -75,7 +75,7 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
         Command::Status(a) => status::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
-        Command::Produce(args) => produce::run(*args),
+        Command::Produce(args) => produce::run(*args, config_file),
         Command::Demo(args) => demo::run(args),
         Command::Run(args) => run::run(args, config_file),
         Command::Config(args) => config::run(args, config_file),

@@ -53,7 +53,9 @@ goes, and the close ships the tail and removes the directory (exit 6 if it
 could not drain: the directory stays, unlocked, with its packs).
 
 Each pack is --records records filling about --pack-bytes bytes. With
---max-bytes a stage over the budget fails with exit 5. With --hold the lock
+--max-bytes (or spool.max_bytes / SPOOL_MAX_BYTES) a stage over the
+directory's budget fails with exit 5; under --spool-root what dead sibling
+rank directories hold counts against it too. With --hold the lock
 is kept after staging until SIGTERM or SIGINT.
 
 Examples:
@@ -115,8 +117,11 @@ pub struct Args {
     /// Worker ordinal: stage under `DIR/w<K>/`.
     #[arg(long)]
     pub ordinal: Option<u32>,
-    /// Byte budget of the directory; a stage over it fails with exit code 5.
-    #[arg(long)]
+    /// Byte budget of the directory (default: spool.max_bytes /
+    /// SPOOL_MAX_BYTES); a stage over it fails with exit code 5, naming the
+    /// bytes used, the budget and what dead siblings hold. Bytes, or with
+    /// a unit (`64MiB`, `1GB`).
+    #[arg(long, value_parser = max_bytes_arg, value_name = "BYTES")]
     pub max_bytes: Option<u64>,
     /// How long each pack's flush may take (and, with --serve, the final
     /// drain), in seconds.
@@ -129,9 +134,15 @@ pub struct Args {
     /// Accept a shared (network) filesystem; only for one used by one node.
     #[arg(long)]
     pub allow_shared_filesystem: bool,
-    /// Test seam: pause every stage before its publish until FILE exists.
-    #[arg(long, hide = true, value_name = "FILE")]
-    pub pause_before_publish: Option<PathBuf>,
+}
+
+fn max_bytes_arg(s: &str) -> Result<u64, String> {
+    match crate::config::parse_bytes(s) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not a byte budget: a positive number of bytes, optionally with a unit (KiB, MiB, GiB, KB, MB, GB)"
+        )),
+    }
 }
 
 /// Where the sink stages, and what owns the directory.
@@ -162,8 +173,10 @@ fn secs(name: &str, value: f64, zero_ok: bool) -> anyhow::Result<Duration> {
     }
 }
 
-/// Runs `spool produce`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// Runs `spool produce`. `config_file` is the global `--config`: the
+/// directory's byte budget comes from `--max-bytes`, else `spool.max_bytes`
+/// (`SPOOL_MAX_BYTES`, the file).
+pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     if args.records == 0 {
         anyhow::bail!("--records must be at least 1");
     }
@@ -173,10 +186,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let timeout = secs("timeout", args.timeout, false)?;
     let pack_interval = secs("pack-interval", args.pack_interval, true)?;
-    if let Some(file) = &args.pause_before_publish {
-        spool_core::spool::set_pause_before_publish(Some(file))
-            .context("--pause-before-publish")?;
-    }
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
     let signals = if args.hold {
@@ -187,7 +196,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let mut spool = SpoolConfig::default(); // lock mode `take`
     spool.lock.allow_shared_filesystem = args.allow_shared_filesystem;
-    spool.max_bytes = args.max_bytes;
+    // In the layout, dead siblings' packs count against the budget (SPEC
+    // §4.2), so a crash-restart loop cannot grow the node's disk use by a
+    // budget per incarnation. (With --serve the engine's service spool
+    // does the same.)
+    spool.charge_dead_siblings = args.spool_root.is_some();
+    spool.max_bytes = match args.max_bytes {
+        Some(n) => Some(n),
+        None => match crate::config::load(config_file, &Default::default()) {
+            Ok(cfg) => crate::config::keys::MAX_BYTES.get(&cfg),
+            Err(err) => {
+                eprintln!("spool: {err}");
+                return Ok(ExitCode::Usage);
+            }
+        },
+    };
     let sink_config = SinkConfig {
         spool,
         ordinal: args.ordinal,
@@ -257,6 +280,12 @@ fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyho
             .context("--dir or --spool-root is required")?;
         return Ok(Target::Dir(Sink::open(dir, sink_config)?));
     };
+    if args.serve {
+        crate::dest::refuse_memory(
+            args.store.as_deref().unwrap_or_default(),
+            args.catalog.as_deref().unwrap_or_default(),
+        )?;
+    }
     std::fs::create_dir_all(root)
         .with_context(|| format!("cannot create the spool root {}", root.display()))?;
     let opened = crate::dest::open(
@@ -278,7 +307,7 @@ fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyho
         service.conditional_create = opened.store.conditional_create();
         service.lease_ttl = Duration::from_secs(args.lease_ttl);
         service.poll_interval = secs("poll-interval", args.poll_interval, false)?;
-        service.adoption_recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
+        service.recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
         service.lock = lock;
         let engine = Engine::start(EngineConfig {
             spool_root: root.clone(),
@@ -345,7 +374,7 @@ fn close(target: Target) -> ExitCode {
 /// The exit code and message of a failed open.
 fn report_open(err: &anyhow::Error) -> ExitCode {
     eprintln!("spool: cannot open the sink: {err:#}");
-    crate::exit::classify(err)
+    crate::exit::exit_code_of(err)
 }
 
 /// One record: pack number, record number, then a deterministic filler.

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use spool_core::layout::RankDirName;
+use spool_core::siblings::{self, Owner};
 use spool_lock::Purpose;
 use spool_service::Snapshot;
 
-use crate::config::{mask_url, parse_duration, Config, ConfigError, ConfigFlags};
+use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags};
 use crate::exit::ExitCode;
 use crate::metrics::{self, Health};
 
@@ -71,7 +71,7 @@ enum End {
 
 /// Runs `spool run`.
 pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let cfg = Config::load(config_file, &args.config)?;
+    let cfg = crate::config::load(config_file, &args.config)?;
     cfg.spool_root()?;
     // `--once` never waits without bound: --timeout, else service.once_timeout
     let timeout = match &args.timeout {
@@ -80,7 +80,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 "--timeout {t:?}: expected a duration (seconds, or \"500ms\", \"30s\", \"2m\")"
             ))
         })?),
-        None => args.once.then(|| cfg.once_timeout()),
+        None => args.once.then(|| keys::ONCE_TIMEOUT.get(&cfg)),
     };
     let progress_every = parse_duration(&args.progress_interval)
         .filter(|d| !d.is_zero())
@@ -93,7 +93,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     // Before any thread: every thread inherits the blocked mask.
     let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
     let status = metrics::shared();
-    let server = match cfg.metrics_addr() {
+    let server = match keys::METRICS_ADDR.get(&cfg) {
         Some(addr) => Some(metrics::Server::start(addr, status.clone())?),
         None => None,
     };
@@ -105,8 +105,8 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             "event": "started",
             "dir": engine.dir(),
             "catalog_key": key,
-            "store": mask_url(cfg.store_url()?),
-            "catalog": mask_url(cfg.catalog_url()?),
+            "store": mask_url(&cfg.store_url()?),
+            "catalog": mask_url(&cfg.catalog_url()?),
             "once": args.once,
             "metrics_addr": server.as_ref().map(|s| s.addr.to_string()),
             "pid": std::process::id(),
@@ -115,8 +115,8 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             format!(
                 "spool run: claimed {} (catalog key {key}); store {}; catalog {}{}",
                 engine.dir().display(),
-                mask_url(cfg.store_url().unwrap_or_default()),
-                mask_url(cfg.catalog_url().unwrap_or_default()),
+                mask_url(&cfg.store_url().unwrap_or_default()),
+                mask_url(&cfg.catalog_url().unwrap_or_default()),
                 server
                     .as_ref()
                     .map(|s| format!("; metrics on http://{}/metrics", s.addr))
@@ -126,10 +126,10 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     );
 
     let started = Instant::now();
-    let mut health = Health::new(cfg.unhealthy_after());
+    let mut health = Health::new(keys::UNHEALTHY_AFTER.get(&cfg));
     let mut progress = args.once.then(|| Progress::new(&out, progress_every));
     let mut told_holder = false;
-    let node_scope = cfg.lease_scope() == spool_catalog::LeaseScope::Node;
+    let node_scope = keys::LEASE_SCOPE.get(&cfg) == spool_catalog::LeaseScope::Node;
     let end = loop {
         let snap = engine.service().snapshot();
         let unhealthy = health.judge(&snap);
@@ -203,8 +203,8 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let dir = engine.dir().to_path_buf();
     let (code, message) = match end {
         End::Signal(sig) => {
-            tracing::info!(dir = %dir.display(), "{sig:?}: flushing (at most {:?}) and stopping", cfg.stop_flush_timeout());
-            if let Err(e) = engine.flush(cfg.stop_flush_timeout()) {
+            tracing::info!(dir = %dir.display(), "{sig:?}: flushing (at most {:?}) and stopping", keys::STOP_FLUSH_TIMEOUT.get(&cfg));
+            if let Err(e) = engine.flush(keys::STOP_FLUSH_TIMEOUT.get(&cfg)) {
                 tracing::warn!(dir = %dir.display(), "last flush before the stop: {e}");
             }
             let snap = close(engine);
@@ -298,7 +298,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                         .as_ref()
                         .map(|h| format!(" held by {h}"))
                         .unwrap_or_default(),
-                    cfg.lease_scope()
+                    keys::LEASE_SCOPE.get(&cfg)
                 ),
             )
         }
@@ -315,7 +315,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         )
     {
         // let the last state (latched, owed) be scraped; a signal cuts it short
-        let _ = signals.recv_timeout(cfg.metrics_linger());
+        let _ = signals.recv_timeout(keys::METRICS_LINGER.get(&cfg));
     }
     drop(server);
     out.event(
@@ -493,33 +493,25 @@ impl Backlog {
 
     fn scan_inner(key_dir: &Path, own: &Path, adopting: bool) -> Backlog {
         let mut dirs = Vec::new();
-        let Ok(entries) = std::fs::read_dir(key_dir) else {
+        let Ok(all) = siblings::rank_dirs(key_dir) else {
             return Backlog::default();
         };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if RankDirName::parse(name).is_none() {
-                continue;
-            }
-            let dir = e.path();
+        for dir in all {
             if dir != own {
-                let Ok(owner) = spool_lock::read_owner(&dir) else {
+                let Ok(probe) = siblings::probe(&dir) else {
                     continue;
                 };
-                let ours = || spool_lock::held_by_this_process(&dir).unwrap_or(false);
-                let adopted = adopting
+                // With `adopting`, a sibling another live service holds to
+                // adopt it is counted too (the lease holder drains it).
+                let adopted_elsewhere = adopting
                     && matches!(
-                        owner.record.as_ref().map(|r| &r.purpose),
+                        probe.status.record.as_ref().map(|r| &r.purpose),
                         Some(Purpose::Adopting)
                     );
-                if owner.held && !ours() && !adopted {
-                    continue; // live: never counted by anyone else
-                }
-                if matches!(owner.record.map(|r| r.purpose), Some(Purpose::Blocked(_)))
-                    && !owner.held
-                {
-                    continue;
+                match probe.owner() {
+                    Owner::Live if !adopted_elsewhere => continue, // never counted by anyone else
+                    Owner::Blocked(_) => continue,
+                    Owner::Live | Owner::Dead | Owner::HeldHere { .. } | Owner::NotOurs(_) => {}
                 }
             }
             let packs = count_ready(&dir);

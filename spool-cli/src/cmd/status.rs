@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use spool_core::layout::RankDirName;
+use spool_core::siblings::{self, Owner};
 use spool_core::spool::{inspect, DirCounts};
-use spool_lock::{read_owner, Purpose};
 
 use crate::exit::ExitCode;
 
@@ -46,17 +46,15 @@ Examples:
 
 /// Owner of a directory as one JSON object (as `spool lock owner` says it).
 fn owner_json(dir: &Path) -> Result<Value> {
-    let st =
-        read_owner(dir).with_context(|| format!("cannot probe the owner of {}", dir.display()))?;
-    let record = st.record.as_ref();
-    let blocked = matches!(record.map(|r| &r.purpose), Some(Purpose::Blocked(_)));
-    let state = if st.held {
-        "live"
-    } else if blocked {
-        "blocked"
-    } else {
-        "dead"
+    let probe = siblings::probe(dir)
+        .with_context(|| format!("cannot probe the owner of {}", dir.display()))?;
+    let state = match probe.owner() {
+        Owner::Live | Owner::HeldHere { .. } => "live",
+        Owner::Blocked(_) => "blocked",
+        Owner::Dead | Owner::NotOurs(_) => "dead",
     };
+    let st = probe.status;
+    let record = st.record.as_ref();
     Ok(json!({
         "held": st.held,
         "state": state,
@@ -95,21 +93,7 @@ fn owner_text(o: &Value) -> String {
 
 /// Rank directories directly under `dir`.
 fn rank_dirs(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(RankDirName::parse)
-                .is_some()
-        })
-        .map(|e| e.path())
-        .collect();
-    out.sort();
-    out
+    siblings::rank_dirs(dir).unwrap_or_default()
 }
 
 /// Whether `path` is a spool directory (rather than a root or key dir).

@@ -15,7 +15,8 @@ use crate::progress::{Mode, Progress};
 pub struct Args {
     /// The spool directory.
     pub dir: PathBuf,
-    /// Print JSON: `valid` (count) and `corrupt` (list of `{path, reason}`).
+    /// Print JSON: `valid` (count), `corrupt` and `quarantined` (lists of
+    /// `{path, reason}`).
     #[arg(long)]
     pub json: bool,
     /// No progress on stderr (by default a bar on a terminal, else a plain
@@ -29,7 +30,9 @@ pub const LONG_ABOUT: &str = "\
 Validate every ready pack of a spool directory (and its w<k>/
 subdirectories) without taking the lock or changing anything: safe beside
 a live owner. Each pack is read whole and checked (header, records,
-footer, trailer, SHA-256) in bounded memory.
+footer, trailer, SHA-256) in bounded memory. Packs already set aside as
+<id>.quarantined (by recovery, or by an upload whose bytes no longer
+matched their checksum) are validated too and listed with what is wrong.
 
 Exit 0 when every pack is valid, 8 when any is corrupt; then run `spool
 recover DIR` to quarantine them. Progress goes to stderr (a bar on a
@@ -65,9 +68,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .iter()
             .map(|(p, r)| json!({"path": p, "reason": r}))
             .collect();
+        let quarantined: Vec<_> = report
+            .quarantined
+            .iter()
+            .map(|(p, r)| json!({"path": p, "reason": r}))
+            .collect();
         println!(
             "{}",
-            json!({"dir": args.dir, "valid": report.valid.len(), "corrupt": corrupt})
+            json!({"dir": args.dir, "valid": report.valid.len(), "corrupt": corrupt, "quarantined": quarantined})
         );
     } else {
         println!(
@@ -78,6 +86,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
         for (p, r) in &report.corrupt {
             println!("  corrupt {}: {r}", p.display());
+        }
+        for (p, r) in &report.quarantined {
+            println!("  quarantined {}: {r}", p.display());
         }
         if !report.corrupt.is_empty() {
             println!(

@@ -347,7 +347,7 @@ impl AdoptionEnv for Fake {
         Ok(d.cursor.iter().map(|p| p.pack.clone()).collect())
     }
 
-    async fn continue_recovery(&mut self, dir: &Path) -> Result<RecoveryStep, RecoveryFailure> {
+    async fn continue_recovery(&mut self, dir: &Path) -> Result<ValidationStep, RecoveryFailure> {
         self.calls.push(Call::Continue(dir.to_path_buf()));
         if let Some(f) = self.recovery_failure(dir, "continue_recovery", |f| &mut f.continue_script)
         {
@@ -355,17 +355,17 @@ impl AdoptionEnv for Fake {
         }
         let d = self.d(dir);
         let Some(p) = d.cursor.pop_front() else {
-            return Ok(RecoveryStep::Done);
+            return Ok(ValidationStep::Done);
         };
         if p.corrupt {
             d.ready.retain(|r| r.pack.id_hex != p.pack.id_hex);
             d.quarantined.push(p.pack.id_hex.clone());
-            return Ok(RecoveryStep::Quarantined {
+            return Ok(ValidationStep::Quarantined {
                 pack: p.pack,
                 reason: "checksum mismatch".into(),
             });
         }
-        Ok(RecoveryStep::Valid(p.pack))
+        Ok(ValidationStep::Valid(p.pack))
     }
 
     async fn upload_and_index_round(
@@ -701,11 +701,11 @@ fn probe_dead_then_queue_then_take_then_list_then_validate_then_upload_then_drai
         (Action::Took, "taken"),
         (Action::Listed(2), "validating"),
         (
-            Action::Validated(RecoveryStep::Valid(env.dirs[&d].ready[0].pack.clone())),
+            Action::Validated(ValidationStep::Valid(env.dirs[&d].ready[0].pack.clone())),
             "validating",
         ),
         (
-            Action::Validated(RecoveryStep::Valid(env.dirs[&d].ready[1].pack.clone())),
+            Action::Validated(ValidationStep::Valid(env.dirs[&d].ready[1].pack.clone())),
             "uploading",
         ),
         (
@@ -1015,7 +1015,7 @@ fn a_round_that_leaves_packs_owed_ends_the_cycle_and_adoption_waits_until_nothin
     step_until(&mut a, &mut env, &d1, "uploading");
     a.begin_cycle();
     let s = stepped(step_in_cycle(&mut a, &mut env));
-    assert!(s.owed && s.ends_cycle());
+    assert!(s.flow == Flow::Owed && s.ends_cycle());
     // The service's own budget now says owed: nothing moves, the second
     // sibling's packs all stay in its spool.
     for _ in 0..5 {
@@ -1130,9 +1130,9 @@ fn retryable_failures_requeue_at_the_back_and_count_toward_backoff() {
         );
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.failed && !s.cut_short && s.ends_cycle());
+    assert!(s.flow == Flow::Failed && s.ends_cycle());
     match state(&a, &d) {
-        SiblingState::Uploading { remaining } => {
+        SiblingState::Uploading { remaining, .. } => {
             let ids: Vec<_> = remaining.iter().map(|p| p.id_hex.clone()).collect();
             assert_eq!(ids, vec![id(1, 2), id(1, 0)]);
         }
@@ -1152,7 +1152,7 @@ fn a_non_retryable_pack_blocks_its_directory_after_the_rest_went_up() {
     env.max_round_packs = 1;
     let (steps, _) = run_to_pause(&mut a, &mut env);
     assert!(
-        steps.iter().all(|s| !s.failed),
+        steps.iter().all(|s| s.flow != Flow::Failed),
         "a blocked sibling never backs the loop off"
     );
     let SiblingState::Blocked { reason } = state(&a, &d) else {
@@ -1210,7 +1210,7 @@ fn a_lock_that_cannot_be_taken_blocks_the_sibling_without_backoff() {
             .push_back(AdoptRefusal::Unadoptable("EACCES on .owner.lock".into()));
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(!s.failed && s.error.is_some());
+    assert!(s.flow != Flow::Failed && s.error.is_some());
     assert_eq!(
         state(&a, &d),
         SiblingState::Blocked {
@@ -1232,7 +1232,7 @@ fn another_users_directory_is_blocked_at_probe_without_mark_or_release() {
     env.d(&d).not_ours = Some("owned by uid 1001; cannot open .owner.lock (EACCES)".into());
     let mut a = adopter();
     let (steps, _) = run_to_pause(&mut a, &mut env);
-    assert!(steps.iter().all(|s| !s.failed));
+    assert!(steps.iter().all(|s| s.flow != Flow::Failed));
     assert_eq!(steps.iter().filter(|s| s.error.is_some()).count(), 1);
     assert_eq!(state(&a, &d).name(), "blocked");
     assert_eq!(
@@ -1250,7 +1250,7 @@ fn a_directory_that_cannot_be_opened_after_the_take_is_marked_blocked_and_releas
         ));
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.error.is_some() && !s.failed);
+    assert!(s.error.is_some() && s.flow != Flow::Failed);
     assert_eq!(state(&a, &d).name(), "blocked");
     assert!(env.dirs[&d].marked_by_us.is_some() && !env.dirs[&d].held);
     assert_eq!(env.dirs[&d].ready.len(), 2);
@@ -1285,7 +1285,7 @@ fn a_corrupt_pack_is_quarantined_at_validation_and_never_uploaded() {
     let s = stepped(step(&mut a, &mut env));
     assert!(matches!(
         s.action,
-        Action::Validated(RecoveryStep::Quarantined { .. })
+        Action::Validated(ValidationStep::Quarantined { .. })
     ));
     run_to_pause(&mut a, &mut env);
     assert!(!env.uploaded.contains(&id(1, 0)));
@@ -1300,7 +1300,9 @@ fn directories_marked_blocked_by_others_are_skipped() {
     env.d(&d).marked = Some("pack above the in-flight bound".into());
     let mut a = adopter();
     let (steps, _) = run_to_pause(&mut a, &mut env);
-    assert!(steps.iter().all(|s| s.error.is_none() && !s.failed));
+    assert!(steps
+        .iter()
+        .all(|s| s.error.is_none() && s.flow != Flow::Failed));
     assert_eq!(state(&a, &d).name(), "marked-blocked");
     assert_eq!(env.count(|c| matches!(c, Call::TryAdopt(_))), 0);
     let snap = a.snapshot();
@@ -1339,9 +1341,9 @@ fn a_cancelled_pack_goes_back_to_the_front_and_cuts_the_cycle_short() {
             .insert(id(1, 1), [PackOutcome::Cancelled].into());
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.cut_short && !s.failed);
+    assert_eq!(s.flow, Flow::CutShort);
     match state(&a, &d) {
-        SiblingState::Uploading { remaining } => {
+        SiblingState::Uploading { remaining, .. } => {
             let ids: Vec<_> = remaining.iter().map(|p| p.id_hex.clone()).collect();
             assert_eq!(ids, vec![id(1, 1), id(1, 2), id(1, 3)]);
         }
@@ -1356,8 +1358,8 @@ fn a_pack_missing_from_the_rounds_answer_counts_as_cancelled() {
         env.round_answers_nothing = true;
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.cut_short && !s.failed, "{s:?}");
-    let SiblingState::Uploading { remaining } = state(&a, &d) else {
+    assert_eq!(s.flow, Flow::CutShort, "{s:?}");
+    let SiblingState::Uploading { remaining, .. } = state(&a, &d) else {
         panic!("{}", state(&a, &d))
     };
     assert_eq!(remaining.len(), 2);
@@ -1369,7 +1371,7 @@ fn a_cut_listing_lets_the_directory_go_whole_and_starts_over() {
         env.begin_script.push_back(RecoveryFailure::Cancelled);
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.cut_short && !s.failed);
+    assert_eq!(s.flow, Flow::CutShort);
     assert_eq!(state(&a, &d), SiblingState::Unprobed);
     assert!(!env.dirs[&d].held && env.dirs[&d].exists);
     assert_eq!(env.dirs[&d].ready.len(), 2);
@@ -1385,7 +1387,7 @@ fn a_cut_validation_keeps_the_lock_and_the_pack_and_cuts_the_cycle_short() {
         env.continue_script.push_back(RecoveryFailure::Cancelled);
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.cut_short);
+    assert_eq!(s.flow, Flow::CutShort);
     assert!(env.dirs[&d].held);
     assert!(matches!(
         state(&a, &d),
@@ -1405,11 +1407,11 @@ fn retryable_recovery_failures_keep_the_lock_and_count_toward_backoff() {
             .push_back(RecoveryFailure::Retryable("EIO".into()));
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.failed);
+    assert_eq!(s.flow, Flow::Failed);
     assert_eq!(state(&a, &d), SiblingState::Taken);
     stepped(step(&mut a, &mut env)); // listed
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.failed);
+    assert_eq!(s.flow, Flow::Failed);
     assert_eq!(state(&a, &d).name(), "validating");
     run_to_pause(&mut a, &mut env);
     assert_eq!(state(&a, &d).name(), "drained");
@@ -1422,7 +1424,7 @@ fn a_retryable_take_failure_stays_queued_and_counts_toward_backoff() {
             .push_back(AdoptRefusal::Retryable("EMFILE".into()));
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(s.failed);
+    assert_eq!(s.flow, Flow::Failed);
     assert_eq!(state(&a, &d), SiblingState::Queued);
 }
 

@@ -12,7 +12,7 @@
 //! Lease timing: ttl 5 s, renew 1 s, fence margin 2 s.
 #![forbid(unsafe_code)]
 
-use spool_catalog::{Claim, Error, LeaseConfig, PackRow};
+use spool_catalog::{Error, LeaseClaim, LeaseConfig, PackRow};
 use std::time::{Duration, Instant};
 
 fn pack(holder: &str, round: u64, what: &str) -> PackRow {
@@ -71,7 +71,7 @@ async fn main() {
         let deadline = Instant::now() + Duration::from_secs(60);
         let guard = loop {
             match catalog.acquire(name, holder, &cfg).await {
-                Ok(Claim::Held(g)) => break g,
+                Ok(LeaseClaim::Held(g)) => break g,
                 Ok(_) => {}
                 Err(e) if e.is_retryable() => eprintln!("retrying: {e}"),
                 Err(e) => panic!("acquire failed: {e}"),

@@ -3,7 +3,7 @@
 //! and the latency of lease claims and renewals.
 
 use anyhow::{bail, Context, Result};
-use spool_catalog::{Catalog, CatalogUrl, Claim, ClickHouseCatalog, LeaseConfig, PackRow};
+use spool_catalog::{Catalog, CatalogUrl, ClickHouseCatalog, LeaseClaim, LeaseConfig, PackRow};
 use spool_tests::catalog_suite::row;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -219,12 +219,12 @@ fn lease(
     let (mut claims, mut renews) = (Vec::new(), Vec::new());
     for _ in 0..n {
         let t = Instant::now();
-        let Claim::Held(g) = rt.block_on(cat.acquire("bench/lease", "bench", &cfg))? else {
+        let LeaseClaim::Held(g) = rt.block_on(cat.acquire("bench/lease", "bench", &cfg))? else {
             bail!("the benchmark lease was not free on {backend}");
         };
         claims.push(t.elapsed());
         let t = Instant::now();
-        let Claim::Held(g) = rt.block_on(cat.renew(&g))? else {
+        let LeaseClaim::Held(g) = rt.block_on(cat.renew(&g))? else {
             bail!("renewing the benchmark lease failed on {backend}");
         };
         renews.push(t.elapsed());

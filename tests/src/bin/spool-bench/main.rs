@@ -19,6 +19,7 @@
 //! `catalog` (index throughput, lease latency), `service-drain-small`,
 //! `service-drain-large` (end-to-end drain vs `rclone move`),
 //! `service-latency` (seal-to-indexed with and without the registry).
+#![forbid(unsafe_code)]
 
 mod catalog;
 mod core;

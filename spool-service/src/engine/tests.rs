@@ -8,7 +8,7 @@ use spool_core::sink::{AdmissionPolicy, SinkConfig};
 use spool_upload::testing::{Action, Injected, Op, Rule};
 
 use crate::engine::{Engine, EngineConfig};
-use crate::tests::Fixture;
+use crate::service::tests::Fixture;
 use crate::Error;
 
 /// One sink sealing every record into its own pack.
@@ -93,9 +93,9 @@ fn a_clean_close_without_a_flush_seals_ships_the_tail_and_removes_the_directory(
         "{report:?}"
     );
     assert!(!dir.exists(), "the rank directory is removed");
-    let count = crate::tests::block_on(fx.catalog.count()).unwrap();
+    let count = crate::service::tests::block_on(fx.catalog.count()).unwrap();
     assert_eq!(count, 3, "every record's pack is indexed");
-    assert_eq!(crate::tests::block_on(fx.objects()), 3);
+    assert_eq!(crate::service::tests::block_on(fx.objects()), 3);
 }
 
 #[test]
@@ -157,7 +157,7 @@ fn a_service_that_fails_to_start_leaves_no_lock_and_opens_no_sink() {
     cfg.service.poll_interval = Duration::ZERO; // the service refuses this
     let registry = cfg.service.registry.clone();
     let err = Engine::start(cfg).unwrap_err();
-    assert!(matches!(err, Error::Config { .. }), "{err}");
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
     assert!(
         rank_dirs(&fx).is_empty(),
         "the claimed directory is removed"
@@ -195,10 +195,10 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
     let fx = Fixture::new();
     let dead = fx.claim(&fx.dest, 0);
     let dead_dir = dead.dir().to_path_buf();
-    let ids = crate::tests::stage(&dead_dir, 2);
+    let ids = crate::service::tests::stage(&dead_dir, 2);
     dead.release().unwrap();
     let mut cfg = engine_config(&fx, Vec::new());
-    cfg.service.adoption_recheck_interval = Duration::from_millis(100);
+    cfg.service.recheck_interval = Duration::from_millis(100);
     let engine = Engine::start(cfg).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while dead_dir.exists() && std::time::Instant::now() < deadline {
@@ -209,9 +209,108 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
         "the dead sibling is adopted and removed"
     );
     for id in ids {
-        assert!(crate::tests::block_on(fx.catalog.get(&id.to_hex()))
-            .unwrap()
-            .is_some());
+        assert!(
+            crate::service::tests::block_on(fx.catalog.get(&id.to_hex()))
+                .unwrap()
+                .is_some()
+        );
     }
     assert!(engine.close().removed);
+}
+
+/// Issue 12 point 1: every sink of an engine stages through the
+/// directory's one spool, so two sinks with a budget of 10 packs never hold
+/// more than 10 packs (a pack in flight is reserved first). With a spool
+/// per sink they held up to 20.
+#[test]
+fn two_sinks_of_an_engine_share_one_budget_for_their_directory() {
+    let fx = Fixture::new();
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))));
+    let record = vec![0x5a; 1000];
+    let pack_len = spool_core::pack::MIN_PACK_LEN + 4 + record.len() as u64;
+    let budget = 10 * pack_len;
+    let mut s = sink();
+    s.spool.max_bytes = Some(budget);
+    s.release_flush_timeout = Duration::from_millis(200);
+    s.admission = AdmissionPolicy::Refuse;
+    let mut cfg = engine_config(&fx, vec![s.clone(), s]);
+    cfg.close_flush_timeout = Duration::from_millis(300);
+    let engine = Engine::start(cfg).unwrap();
+    let dir = engine.dir().to_path_buf();
+    let full = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for sink in engine.sinks() {
+            let (record, full) = (&record, &full);
+            scope.spawn(move || {
+                for _ in 0..8 {
+                    if sink.write(record).is_err()
+                        || sink.flush(Duration::from_millis(300)).is_err()
+                    {
+                        full.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        for _ in 0..200 {
+            assert!(ready(&dir) <= 10, "more than the budget on disk");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    assert_eq!(ready(&dir), 10, "the budget is filled, never passed");
+    assert!(full.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    let spool = engine.service().spool().unwrap().clone();
+    assert!(spool.usage().used() <= budget, "{:?}", spool.usage());
+    let told = engine
+        .sinks()
+        .iter()
+        .find_map(|s| s.stats().spool_full)
+        .expect("a sink was told the spool is full");
+    assert_eq!(told.budget, budget);
+    assert!(told.used <= budget, "{told:?}");
+    drop(spool);
+    engine.close();
+}
+
+#[test]
+fn open_sink_adds_a_sink_the_close_seals_and_refuses_a_second_on_one_ordinal() {
+    let fx = Fixture::new();
+    let mut engine = Engine::start(engine_config(&fx, Vec::new())).unwrap();
+    let dir = engine.dir().to_path_buf();
+    let first = engine.open_sink(sink()).unwrap();
+    let err = engine.open_sink(sink()).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidConfig { .. }) && err.to_string().contains("ordinal none"),
+        "{err}"
+    );
+    let worker = engine
+        .open_sink(SinkConfig {
+            ordinal: Some(2),
+            ..sink()
+        })
+        .unwrap();
+    assert_eq!(engine.sinks().len(), 2);
+    first.write(b"main").unwrap();
+    worker.write(b"worker").unwrap();
+    // A released sink frees its ordinal.
+    first.release().unwrap();
+    let again = engine.open_sink(sink()).unwrap();
+    again.write(b"again").unwrap();
+    let report = engine.close();
+    assert!(
+        report.sealed && report.drained && report.removed,
+        "{report:?}"
+    );
+    assert!(!dir.exists());
+    assert_eq!(
+        crate::service::tests::block_on(fx.catalog.count()).unwrap(),
+        3
+    );
+    assert!(
+        matches!(
+            worker.write(b"late"),
+            Err(spool_core::Error::SinkReleased { .. })
+        ),
+        "a sink handed out is released by the close"
+    );
 }

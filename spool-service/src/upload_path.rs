@@ -117,6 +117,26 @@ impl UploadPath {
         Ok(s)
     }
 
+    /// Renames a corrupt pack of `spool` to `<id>.quarantined` (kept,
+    /// counted, reported by `spool verify`) and counts it. The reason is
+    /// the corruption found (by validation, or by the upload's hash).
+    pub(crate) async fn quarantine(&mut self, spool: Arc<Spool>, pack: &ReadyPack, why: String) {
+        let p = pack.clone();
+        match tokio::task::spawn_blocking(move || spool.quarantine(&p, &why)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => self.note_error(format!(
+                "quarantining corrupt pack {}: {e}",
+                pack.path.display()
+            )),
+            Err(_) => self.note_error(format!(
+                "quarantining corrupt pack {}: the task failed",
+                pack.path.display()
+            )),
+        }
+        self.summaries.remove(&pack.id);
+        self.counters.quarantined += 1;
+    }
+
     /// The catalog row of an uploaded pack.
     pub(crate) fn row(
         &self,

@@ -2,9 +2,11 @@
 //! live in `tests/tests/spool_*.rs`).
 
 use super::*;
+use crate::layout::RankDirName;
 use crate::pack::PackWriter;
 use proptest::prelude::*;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 
 fn pack_bytes(id: PackId, payload: usize) -> Vec<u8> {
     let mut w = PackWriter::new(id, id.timestamp_ms());
@@ -630,4 +632,13 @@ proptest! {
         prop_assert_eq!(spool.reconcile().unwrap().committed,
             ready.iter().map(|r| r.1.len() as u64).sum::<u64>() + quarantined);
     }
+}
+
+#[test]
+fn a_pack_that_cannot_be_read_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{}.ready", PackId::generate()));
+    let e = validate_file(&path, PackId::generate(), &AtomicBool::new(false)).unwrap_err();
+    assert!(matches!(e, Error::PackRead { .. }), "{e}");
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
 }

@@ -216,7 +216,7 @@ fn a_destination_wide_refusal_keeps_every_pack_ready_and_ships_once_fixed() {
     fx.store
         .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))));
     let mut c = fx.config(own.dir());
-    c.adoption_recheck_interval = Duration::from_millis(200);
+    c.recheck_interval = Duration::from_millis(200);
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
     assert!(
@@ -239,7 +239,7 @@ fn a_destination_wide_refusal_keeps_every_pack_ready_and_ships_once_fixed() {
     let snap = svc.snapshot();
     let refused = snap.destination_refused.clone().unwrap();
     assert!(
-        refused.contains("refuses this destination") && refused.contains("403"),
+        refused.contains("refuses this destination") && refused.contains("privileges"),
         "{refused}"
     );
     assert_eq!(snap.rejected, 0, "{snap:?}");
@@ -481,9 +481,6 @@ impl Catalog for PanickingCatalog {
     ) -> spool_catalog::Result<Vec<spool_catalog::LeaseRecord>> {
         self.0.lease_log(name).await
     }
-    async fn testing_set_schema_version(&self, version: u32) -> spool_catalog::Result<()> {
-        self.0.testing_set_schema_version(version).await
-    }
 }
 
 /// SPEC §4.5: a panicked loop is never silent. A catalog whose `index()`
@@ -529,4 +526,73 @@ fn a_panic_in_the_loop_is_reported_and_lets_go_of_the_adopted_sibling() {
     svc.stop().unwrap();
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert!(own.release_and_remove_if_empty().unwrap());
+}
+
+/// Issue 12 point 3: a pack hashed once at its first listing, whose bytes
+/// change while the store is down, is caught by the upload's own hash when
+/// the store is back: quarantined, nothing uploaded or indexed, and
+/// `spool verify` (spool-core's `verify_dir`) says why.
+#[test]
+fn bytes_that_change_after_validation_are_quarantined_at_upload_never_stored() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let id = stage(own.dir(), 1)[0];
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))));
+    let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+    svc.start().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || fx.store.calls(Op::Put) >= 1),
+        "the first PUT was tried (and failed with 503)"
+    );
+    let _ = svc.flush(Duration::from_millis(300));
+    let ready = own.dir().join(format!("{id}.ready"));
+    let mut bytes = std::fs::read(&ready).unwrap();
+    // a record byte: size, id and trailer still check out
+    let mid = spool_core::pack::HEADER_LEN + 4 + 2;
+    bytes[mid] ^= 0x20;
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ready)
+            .unwrap();
+        f.seek(SeekFrom::Start(mid as u64)).unwrap();
+        f.write_all(&bytes[mid..=mid]).unwrap();
+        f.sync_all().unwrap();
+    }
+    fx.store.clear();
+    assert!(
+        svc.flush(Duration::from_secs(20)).unwrap(),
+        "{:?}",
+        svc.snapshot()
+    );
+    assert!(!ready.exists());
+    let aside = own.dir().join(format!("{id}.quarantined"));
+    assert!(
+        aside.exists(),
+        "the pack is quarantined: {:?} {:?}",
+        std::fs::read_dir(own.dir())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect::<Vec<_>>(),
+        svc.snapshot()
+    );
+    assert_eq!(block_on(fx.objects()), 0, "nothing uploaded");
+    assert!(block_on(fx.catalog.get(&id.to_hex())).unwrap().is_none());
+    let snap = svc.snapshot();
+    assert_eq!((snap.quarantined, snap.uploaded), (1, 0), "{snap:?}");
+    svc.stop().unwrap();
+    let report = spool_core::spool::verify_dir(own.dir(), &Default::default()).unwrap();
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(report.quarantined[0].0, aside);
+    assert!(
+        report.quarantined[0].1.contains("SHA-256") || report.quarantined[0].1.contains("sha256"),
+        "{report:?}"
+    );
+    assert!(
+        !own.release_and_remove_if_empty().unwrap(),
+        "kept with its quarantined pack"
+    );
 }

@@ -6,16 +6,17 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use spool_core::siblings::{self, Owner};
 use spool_core::spool::{RecoveryStep as CoreStep, SpoolConfig};
 use spool_core::{PackId, ReadyPack, Spool};
-use spool_lock::{LockMode, LockOptions, Purpose};
+use spool_lock::{LockMode, LockOptions};
 use spool_upload::UploadItem;
 
 use crate::adoption::{
-    AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, RecoveryStep,
+    AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
 };
 use crate::bound::Bound;
-use crate::path::{Held, Owed, UploadPath};
+use crate::upload_path::{Held, Owed, UploadPath};
 
 /// The environment of one adopting cycle.
 pub(crate) struct Env<'a> {
@@ -113,19 +114,9 @@ impl AdoptionEnv for Env<'_> {
     }
 
     async fn list_siblings(&mut self) -> Result<Vec<PathBuf>, String> {
-        let rd = std::fs::read_dir(&self.key_dir)
+        let mut out = siblings::rank_dirs(&self.key_dir)
             .map_err(|e| format!("listing {}: {e}", self.key_dir.display()))?;
-        let mut out = Vec::new();
-        for entry in rd.flatten() {
-            let path = entry.path();
-            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-            if is_dir
-                && spool_core::RankDirName::parse(&entry.file_name().to_string_lossy()).is_some()
-                && path != self.own_dir
-            {
-                out.push(path);
-            }
-        }
+        out.retain(|p| *p != self.own_dir);
         Ok(out)
     }
 
@@ -147,14 +138,13 @@ impl AdoptionEnv for Env<'_> {
         if !dir.exists() {
             return Probe::Vanished;
         }
-        if matches!(spool_lock::held_by_this_process(dir), Ok(true)) {
-            return Probe::Live;
-        }
-        match spool_lock::read_owner(dir) {
-            Ok(st) if st.held => Probe::Live,
-            Ok(st) => match st.record.map(|r| r.purpose) {
-                Some(Purpose::Blocked(why)) => Probe::MarkedBlocked(why),
-                _ => Probe::Dead,
+        // A sibling this very process holds (a kept claim) is live too.
+        match siblings::probe(dir) {
+            Ok(p) => match p.owner() {
+                Owner::Live | Owner::HeldHere { .. } => Probe::Live,
+                Owner::Blocked(why) => Probe::MarkedBlocked(why),
+                // `try_adopt` finds out whether it can be taken and opened.
+                Owner::Dead | Owner::NotOurs(_) => Probe::Dead,
             },
             Err(_) if !dir.exists() => Probe::Vanished,
             // A transient failure (EMFILE, EINTR, EIO, ...) is no verdict:
@@ -246,7 +236,7 @@ impl AdoptionEnv for Env<'_> {
         }
     }
 
-    async fn continue_recovery(&mut self, dir: &Path) -> Result<RecoveryStep, RecoveryFailure> {
+    async fn continue_recovery(&mut self, dir: &Path) -> Result<ValidationStep, RecoveryFailure> {
         let Some(held) = self.io.held.get_mut(dir) else {
             return Err(RecoveryFailure::Unopenable(format!(
                 "{} is not held",
@@ -254,7 +244,7 @@ impl AdoptionEnv for Env<'_> {
             )));
         };
         let Some(mut rec) = held.recovery.take() else {
-            return Ok(RecoveryStep::Done);
+            return Ok(ValidationStep::Done);
         };
         let spool = held.spool.clone();
         let flag = self.cancel_flag.clone();
@@ -272,11 +262,11 @@ impl AdoptionEnv for Env<'_> {
         match r {
             Ok(Some(CoreStep::Valid(pack, summary))) => {
                 self.io.summaries.insert(pack.id, summary);
-                Ok(RecoveryStep::Valid(pack_ref(&pack)))
+                Ok(ValidationStep::Valid(pack_ref(&pack)))
             }
             Ok(Some(CoreStep::Quarantined(aside))) => {
                 self.io.counters.quarantined += 1;
-                Ok(RecoveryStep::Quarantined {
+                Ok(ValidationStep::Quarantined {
                     pack: PackRef {
                         path: aside.path.with_extension("ready"),
                         id_hex: aside.id.to_hex(),
@@ -285,7 +275,7 @@ impl AdoptionEnv for Env<'_> {
                     reason: aside.reason,
                 })
             }
-            Ok(None) => Ok(RecoveryStep::Done),
+            Ok(None) => Ok(ValidationStep::Done),
             Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
             Err(e) => Err(RecoveryFailure::Retryable(e.to_string())),
         }
@@ -325,6 +315,11 @@ impl AdoptionEnv for Env<'_> {
                 continue;
             };
             if let Some(f) = r.outcome.failure() {
+                if f.corrupt {
+                    if let Some(spool) = self.io.held.get(dir).map(|h| h.spool.clone()) {
+                        self.io.quarantine(spool, &ready, f.error.to_string()).await;
+                    }
+                }
                 let outcome = if f.cancelled {
                     PackOutcome::Cancelled
                 } else if f.destination_wide() {

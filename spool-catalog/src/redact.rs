@@ -1,0 +1,137 @@
+//! The one URL redactor for display: every message, log line and `spool
+//! config show` value that names a URL goes through [`mask_url`] (the
+//! catalog's own errors included), so a credential is masked the same way
+//! wherever it is shown.
+
+/// Credential query parameters masked by [`mask_url`].
+const SECRET_PARAMS: &[&str] = &[
+    "password",
+    "pass",
+    "secret",
+    "secret_key",
+    "secret_access_key",
+    "token",
+    "access_key",
+    "session_token",
+    "sig",
+    "signature",
+];
+
+/// Masks the secrets of a URL as spelled: the password of `user:password@`
+/// and the values of credential parameters (in the query or the fragment;
+/// percent-encoded names included) become `****`. A URL need not be well
+/// formed to be masked: `scheme:user:pw@host` without `//`, backslashes
+/// for slashes (both accepted by WHATWG parsers for special schemes) and
+/// garbage around them are masked too. Anything without a scheme comes
+/// back unchanged.
+pub fn mask_url(s: &str) -> String {
+    let Some(colon) = s.find(':') else {
+        return s.to_string();
+    };
+    let scheme = &s[..colon];
+    if scheme.is_empty()
+        || !scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    {
+        return s.to_string();
+    }
+    let after = &s[colon + 1..];
+    let slashes = after.len() - after.trim_start_matches(['/', '\\']).len();
+    let (head, rest) = s.split_at(colon + 1 + slashes);
+    let auth_end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(auth_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:****@{}", &authority[at + 1..]),
+                None => authority.to_string(),
+            }
+        }
+        None => authority.to_string(),
+    };
+    let mut out = format!("{head}{authority}");
+    // The tail as segments between separators, each `name=value` whose
+    // name is a credential masked; the separators are kept as spelled.
+    let mut segment = String::new();
+    let flush = |segment: &mut String, out: &mut String| {
+        match segment.split_once('=') {
+            Some((name, _)) if is_secret_param(name) => {
+                out.push_str(name);
+                out.push_str("=****");
+            }
+            _ => out.push_str(segment),
+        }
+        segment.clear();
+    };
+    let mut in_path = true;
+    for c in tail.chars() {
+        if matches!(c, '?' | '&' | '#' | ';') {
+            if in_path {
+                out.push_str(&segment);
+                segment.clear();
+                in_path = false;
+            } else {
+                flush(&mut segment, &mut out);
+            }
+            out.push(c);
+        } else {
+            segment.push(c);
+        }
+    }
+    if in_path {
+        out.push_str(&segment);
+    } else {
+        flush(&mut segment, &mut out);
+    }
+    out
+}
+
+/// Whether a parameter name (as spelled, possibly percent- or
+/// form-encoded) names a credential.
+fn is_secret_param(name: &str) -> bool {
+    let decoded: String = url::form_urlencoded::parse(name.as_bytes())
+        .map(|(k, _)| k.into_owned())
+        .collect();
+    let trimmed = decoded.trim();
+    SECRET_PARAMS
+        .iter()
+        .any(|p| p.eq_ignore_ascii_case(trimmed) || p.eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masking() {
+        assert_eq!(
+            mask_url("clickhouse://u:hunter2@h:8123/db?table_prefix=t&password=hunter3"),
+            "clickhouse://u:****@h:8123/db?table_prefix=t&password=****"
+        );
+        assert_eq!(mask_url("s3://bucket/p"), "s3://bucket/p");
+        assert_eq!(mask_url("not a url"), "not a url");
+        assert_eq!(
+            mask_url("clickhouse://h/db?token=t0k"),
+            "clickhouse://h/db?token=****"
+        );
+        // Found by the catalog_url fuzz target: no `//` after the scheme
+        // (WHATWG parsers still read `ws:u:pw@h` as user `u`, password `pw`).
+        assert_eq!(mask_url("ws:u:hunter2@h/db"), "ws:u:****@h/db");
+        assert_eq!(
+            mask_url("clickhouse:\\\\u:hunter2@h"),
+            "clickhouse:\\\\u:****@h"
+        );
+        // Parameters in a fragment, and percent-encoded names.
+        assert_eq!(
+            mask_url("memory://x#password=p1"),
+            "memory://x#password=****"
+        );
+        assert_eq!(
+            mask_url("clickhouse://h/db?pass%77ord=p2&table_prefix=t"),
+            "clickhouse://h/db?pass%77ord=****&table_prefix=t"
+        );
+        assert_eq!(mask_url("host:8123"), "host:8123");
+    }
+}

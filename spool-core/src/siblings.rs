@@ -1,0 +1,193 @@
+//! The siblings of a rank directory: the other `r<rank>-<inc>` directories
+//! under the same catalog key (SPEC §1, §4.4), and who owns them.
+//!
+//! One place for the four readers of siblings — the dead-sibling charge
+//! ([`crate::spool::dead_sibling_bytes`]), the adoption environment of
+//! spool-service, and the `spool run` and `spool status` commands:
+//!
+//! - [`rank_dirs`] / [`siblings_of`] enumerate (directories whose name is a
+//!   [`RankDirName`], never following anything else);
+//! - [`probe`] reads the owner lock without blocking (spool-lock's
+//!   `read_owner`, plus `held_by_this_process` when it is held);
+//! - [`Probe::owner`] is the one decision of SPEC §2.2 "a live owner's files
+//!   are never counted by anyone else": held by another process → [`Owner::Live`];
+//! - [`classify`] adds what SPEC §4.2 charges on: a dead sibling this process
+//!   could not take and empty is [`Owner::NotOurs`].
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::layout::RankDirName;
+use crate::lk::{self, OwnerStatus, Purpose};
+
+/// The rank directories directly under `key_dir` (directories whose name
+/// parses as a [`RankDirName`]), sorted.
+pub fn rank_dirs(key_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(key_dir)?.flatten() {
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        let rank = entry
+            .file_name()
+            .to_str()
+            .and_then(RankDirName::parse)
+            .is_some();
+        if is_dir && rank {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The other rank directories under `dir`'s parent, sorted; empty when
+/// `dir` is not itself a rank directory or its parent cannot be read.
+pub fn siblings_of(dir: &Path) -> Vec<PathBuf> {
+    let is_rank = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(RankDirName::parse)
+        .is_some();
+    let Some(parent) = dir.parent().filter(|_| is_rank) else {
+        return Vec::new();
+    };
+    let mut all = rank_dirs(parent).unwrap_or_default();
+    all.retain(|p| p != dir);
+    all
+}
+
+/// Who owns a sibling, as far as this process can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// Another live process holds its lock: never counted, swept, taken or
+    /// uploaded by anyone else (SPEC §2.2).
+    Live,
+    /// This process holds its lock: as an adoption (`adopting: true`) or as
+    /// a claim it keeps.
+    HeldHere {
+        /// The owner record says `adopting`.
+        adopting: bool,
+    },
+    /// Nobody holds it and an adopter marked it blocked (the reason).
+    Blocked(String),
+    /// Nobody holds it and it is not marked blocked.
+    Dead,
+    /// Dead, but this process could not take and empty it (another user's),
+    /// or it could not be probed at all (the reason). Only [`classify`] says
+    /// this.
+    NotOurs(String),
+}
+
+/// What a non-blocking probe of a sibling's owner lock read.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// spool-lock's probe: held or not, the owner record, the lock file.
+    pub status: OwnerStatus,
+    /// Held, and by this very process (`/proc/self/fdinfo`).
+    pub held_here: bool,
+}
+
+impl Probe {
+    /// The owner this probe shows: [`Owner::Live`], [`Owner::HeldHere`],
+    /// [`Owner::Blocked`] or [`Owner::Dead`] (never `NotOurs`).
+    pub fn owner(&self) -> Owner {
+        let purpose = self.status.record.as_ref().map(|r| &r.purpose);
+        if self.status.held {
+            return if self.held_here {
+                Owner::HeldHere {
+                    adopting: matches!(purpose, Some(Purpose::Adopting)),
+                }
+            } else {
+                Owner::Live
+            };
+        }
+        match purpose {
+            Some(Purpose::Blocked(why)) => Owner::Blocked(why.clone()),
+            _ => Owner::Dead,
+        }
+    }
+}
+
+/// Probes `dir`'s owner lock without blocking and without an exclusive lock
+/// (spool-lock's `read_owner`); when it is held, asks whether this process
+/// is the holder.
+pub fn probe(dir: &Path) -> Result<Probe, lk::Error> {
+    let status = lk::read_owner(dir)?;
+    let held_here = status.held && lk::held_by_this_process(dir).unwrap_or(false);
+    Ok(Probe { status, held_here })
+}
+
+/// [`probe`] and [`Probe::owner`], with what SPEC §4.2 needs on top: a
+/// sibling that cannot be probed, or a dead one this process could not take
+/// and empty, is [`Owner::NotOurs`].
+pub fn classify(dir: &Path) -> Owner {
+    let owner = match probe(dir) {
+        Ok(p) => p.owner(),
+        Err(e) => {
+            tracing::debug!(dir = %dir.display(), "cannot probe sibling: {e}");
+            return Owner::NotOurs(e.to_string());
+        }
+    };
+    if owner == Owner::Dead && !could_take_and_empty(dir) {
+        return Owner::NotOurs(format!(
+            "this process may not list and write {} or its lock file",
+            dir.display()
+        ));
+    }
+    owner
+}
+
+/// Whether this process could take `dir` and empty it: it can list and
+/// write the directory, and read and write its lock file if it has one.
+fn could_take_and_empty(dir: &Path) -> bool {
+    use nix::unistd::{access, AccessFlags};
+    let rwx = AccessFlags::R_OK | AccessFlags::W_OK | AccessFlags::X_OK;
+    if access(dir, rwx).is_err() {
+        return false;
+    }
+    let lock = dir.join(lk::LOCK_FILE_NAME);
+    match std::fs::symlink_metadata(&lock) {
+        Ok(_) => access(&lock, AccessFlags::R_OK | AccessFlags::W_OK).is_ok(),
+        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_dirs_lists_rank_directories_only_and_siblings_skip_self() {
+        let key = tempfile::tempdir().unwrap();
+        for d in ["r0-0000000a", "r1-0000000b", "not-a-rank", "r2-0000000c"] {
+            std::fs::create_dir(key.path().join(d)).unwrap();
+        }
+        std::fs::write(key.path().join("r3-0000000d"), b"a file").unwrap();
+        let names = |v: Vec<PathBuf>| -> Vec<String> {
+            v.iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            names(rank_dirs(key.path()).unwrap()),
+            ["r0-0000000a", "r1-0000000b", "r2-0000000c"]
+        );
+        assert_eq!(
+            names(siblings_of(&key.path().join("r1-0000000b"))),
+            ["r0-0000000a", "r2-0000000c"]
+        );
+        assert!(siblings_of(&key.path().join("not-a-rank")).is_empty());
+    }
+
+    #[test]
+    fn a_sibling_held_by_this_process_is_held_here_and_an_unlocked_one_dead() {
+        let key = tempfile::tempdir().unwrap();
+        let held = key.path().join("r0-0000000a");
+        let claim = lk::acquire(&held, &lk::LockOptions::default()).unwrap();
+        assert_eq!(classify(&held), Owner::HeldHere { adopting: false });
+        let dead = key.path().join("r1-0000000b");
+        std::fs::create_dir(&dead).unwrap();
+        assert_eq!(classify(&dead), Owner::Dead);
+        claim.release().unwrap();
+        assert_eq!(classify(&held), Owner::Dead);
+    }
+}

@@ -1,0 +1,62 @@
+//! The dead-sibling charge (SPEC §4.2): what the siblings of a rank
+//! directory hold counts against its budget when nobody live owns them.
+//! Who owns a sibling is [`crate::siblings`]'s alone.
+
+use std::path::Path;
+
+use super::walk::account;
+use crate::siblings::{self, Owner};
+
+/// Why a sibling is or is not charged (see [`sibling_charge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiblingCharge {
+    /// Nobody holds it, not blocked, and this process could take and empty
+    /// it: an adoption can drain it. Charged.
+    Dead,
+    /// This process holds it as an adoption. Charged.
+    AdoptedHere,
+    /// Another live process holds it (its own budget). Not charged.
+    LiveElsewhere,
+    /// This process holds it as a claim (a kept claim). Not charged.
+    KeptClaim,
+    /// Marked blocked by an adopter. Not charged.
+    Blocked,
+    /// This process could not take or empty it (another user's). Not
+    /// charged.
+    NotOurs,
+}
+
+impl SiblingCharge {
+    /// Whether its bytes count against the budget.
+    pub fn charged(self) -> bool {
+        matches!(self, SiblingCharge::Dead | SiblingCharge::AdoptedHere)
+    }
+}
+
+/// Classifies one sibling rank directory for `charge_dead_siblings`
+/// ([`siblings::classify`]).
+pub fn sibling_charge(sibling: &Path) -> SiblingCharge {
+    match siblings::classify(sibling) {
+        Owner::Live => SiblingCharge::LiveElsewhere,
+        Owner::HeldHere { adopting: true } => SiblingCharge::AdoptedHere,
+        Owner::HeldHere { adopting: false } => SiblingCharge::KeptClaim,
+        Owner::Blocked(_) => SiblingCharge::Blocked,
+        Owner::Dead => SiblingCharge::Dead,
+        Owner::NotOurs(_) => SiblingCharge::NotOurs,
+    }
+}
+
+/// Bytes held by the charged siblings of a rank directory (0 when `dir` is
+/// not a rank directory).
+pub fn dead_sibling_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for path in siblings::siblings_of(dir) {
+        let charge = sibling_charge(&path);
+        if charge.charged() {
+            total += account(&path, |_| false).unwrap_or(0);
+        } else {
+            tracing::trace!(dir = %path.display(), ?charge, "sibling not charged");
+        }
+    }
+    total
+}

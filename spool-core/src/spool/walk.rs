@@ -1,0 +1,116 @@
+//! The one walk of a spool directory (its skips are the crate docs'), the
+//! byte account it sums, and the small fs helpers every part shares.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::names::{file_kind, parse_ordinal_dir, FileKind};
+use crate::lk;
+use crate::pack::PackId;
+use crate::Error;
+
+/// One pack file met by a walk.
+pub(super) struct Entry {
+    pub(super) path: PathBuf,
+    pub(super) kind: FileKind,
+    pub(super) id: PackId,
+    pub(super) ordinal: Option<u32>,
+    /// A regular file (not a symlink or anything else).
+    pub(super) regular: bool,
+    pub(super) len: u64,
+}
+
+/// Walks a spool directory: its pack files and those of its `w<k>/`
+/// subdirectories. Skips `_refs/`, nested spools (a subdirectory with a
+/// `.owner.lock` of its own), any other subdirectory, files that are not
+/// pack files; never follows a symlink. `visit` returns `false` to stop.
+pub(super) fn walk(
+    dir: &Path,
+    mut visit: impl FnMut(Entry) -> Result<bool, Error>,
+) -> Result<(), Error> {
+    let mut dirs: Vec<(PathBuf, Option<u32>)> = vec![(dir.to_path_buf(), None)];
+    let mut first = true;
+    while let Some((d, ordinal)) = dirs.pop() {
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && first => {
+                return Err(Error::DirectoryVanished { dir: d })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("read directory", &d, e)),
+        };
+        first = false;
+        for entry in rd {
+            let entry = entry.map_err(|e| Error::io("read directory", &d, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let meta = match std::fs::symlink_metadata(entry.path()) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("stat", entry.path(), e)),
+            };
+            if meta.is_dir() {
+                if ordinal.is_none() {
+                    if let Some(k) = parse_ordinal_dir(name) {
+                        if lk::is_nested_spool(&entry.path()) {
+                            tracing::debug!(dir = %entry.path().display(), "walk skips a nested spool");
+                        } else {
+                            dirs.push((entry.path(), Some(k)));
+                        }
+                    }
+                }
+                continue;
+            }
+            let Some((kind, id)) = file_kind(name) else {
+                continue;
+            };
+            let regular = meta.file_type().is_file();
+            let go_on = visit(Entry {
+                path: entry.path(),
+                kind,
+                id,
+                ordinal,
+                regular,
+                len: if regular { meta.len() } else { 0 },
+            })?;
+            if !go_on {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn fsync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io("fsync directory", dir, e))
+}
+
+pub(super) fn open_nofollow(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+pub(super) fn rename_noreplace(from: &Path, to: &Path) -> Result<(), Error> {
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE)
+        .map_err(|e| Error::io("rename (no replace)", to, io::Error::from(e)))
+}
+
+/// Bytes of every pack file (open, ready, quarantined, rejected) under a
+/// spool directory, with the walk's skips.
+pub(super) fn account(dir: &Path, mut skip: impl FnMut(&Entry) -> bool) -> Result<u64, Error> {
+    let mut total = 0u64;
+    walk(dir, |e| {
+        if !skip(&e) {
+            total += e.len;
+        }
+        Ok(true)
+    })?;
+    Ok(total)
+}

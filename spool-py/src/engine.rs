@@ -1,0 +1,445 @@
+//! `spool.Engine`: spool-service's engine (SPEC §7.5) as a Python object —
+//! claim a rank directory, start its storage service, open sinks on it;
+//! `close()` releases in reverse. Every blocking call (start, flush, close,
+//! opening a sink) runs with the GIL released.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use spool_catalog::LeaseScope;
+use spool_lock::LockOptions;
+use spool_service::{Engine as CoreEngine, EngineConfig, ServiceConfig};
+use spool_upload::{ClientConfig, Store};
+
+use crate::errors;
+use crate::live::{self, Closable};
+use crate::opts::Opts;
+use crate::sink::{self, Sink};
+
+/// The Rust state behind one `spool.Engine`.
+pub struct EngineCell {
+    owner: u32,
+    dir: PathBuf,
+    engine: RwLock<Option<CoreEngine>>,
+    /// The Python sinks handed out, so `sink()` returns the attached one.
+    sinks: Mutex<Vec<Py<Sink>>>,
+}
+
+impl EngineCell {
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        live::owner_check(py, self.owner, "engine", &self.dir)
+    }
+
+    fn closed_error(&self, py: Python<'_>) -> PyErr {
+        errors::plain(
+            py,
+            format!(
+                "the engine on {} is closed; start a new spool.Engine",
+                self.dir.display()
+            ),
+        )
+    }
+
+    /// Closes the engine: seal the sinks, flush and stop the service,
+    /// release the claim (or keep it until exit if a sink did not seal).
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.check(py)?;
+        let engine = self
+            .engine
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(engine) = engine else {
+            return Ok(None);
+        };
+        let report = py.detach(move || engine.close());
+        for s in self
+            .sinks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+        {
+            s.get().cell.detach_from_engine();
+        }
+        let d = PyDict::new(py);
+        d.set_item("dir", report.dir)?;
+        d.set_item("sealed", report.sealed)?;
+        d.set_item("drained", report.drained)?;
+        d.set_item("removed", report.removed)?;
+        d.set_item("claim_kept", report.claim_kept)?;
+        d.set_item("problems", report.problems)?;
+        Ok(Some(d))
+    }
+}
+
+impl Drop for EngineCell {
+    fn drop(&mut self) {
+        if std::process::id() != self.owner {
+            // A forked child's copy: its runtime threads and sink threads
+            // are the parent's. Never run the engine's close here.
+            if let Some(engine) = self
+                .engine
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+            {
+                std::mem::forget(engine);
+            }
+        }
+    }
+}
+
+impl Closable for EngineCell {
+    fn owner(&self) -> u32 {
+        self.owner
+    }
+    fn close_at_exit(&self, py: Python<'_>) {
+        if let Err(err) = self.close(py) {
+            eprintln!(
+                "spool: closing the engine on {} at exit: {err}",
+                self.dir.display()
+            );
+        }
+    }
+    fn is_engine(&self) -> bool {
+        true
+    }
+}
+
+/// An embedded spool engine: claims a fresh rank directory under
+/// `<root>/<catalog key>/`, runs a storage service on it (uploads and
+/// indexes its packs, adopts dead siblings when it holds the node's
+/// lease), and opens sinks on it. Use it as a context manager, or call
+/// `close()`: sinks are sealed, the service drains within
+/// `close_flush_timeout` and stops, and the claim is released (the
+/// directory removed when empty) — or kept until exit if a sink did not
+/// seal, so nobody adopts a directory that may still change.
+#[pyclass(frozen, weakref, module = "spool", name = "Engine")]
+pub struct Engine {
+    cell: Arc<EngineCell>,
+}
+
+/// Reads the engine's options into a service configuration.
+fn service_opts(opts: &mut Opts<'_>, sc: &mut ServiceConfig) -> PyResult<Duration> {
+    if let Some(scope) = opts.choice("lease_scope", &["node", "catalog"])? {
+        sc.lease_scope = if scope == "node" {
+            LeaseScope::Node
+        } else {
+            LeaseScope::Catalog
+        };
+    }
+    if let Some(v) = opts.secs("lease_ttl", 3.0)? {
+        sc.lease_ttl = v;
+    }
+    if let Some(v) = opts.secs("poll_interval", 0.001)? {
+        sc.poll_interval = v;
+    }
+    if let Some(v) = opts.secs("recheck_interval", 0.0)? {
+        sc.recheck_interval = v;
+    }
+    if let Some(v) = opts.secs("max_backoff", 0.001)? {
+        sc.max_backoff = v;
+    }
+    if let Some(v) = opts.secs("staging_max_age", 0.0)? {
+        sc.staging_max_age = v;
+    }
+    if let Some(v) = opts.secs("adoption_slice", 0.001)? {
+        sc.adoption_slice = v;
+    }
+    if let Some(v) = opts.uint("index_batch", 1)? {
+        sc.index_batch = usize::try_from(v).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = opts.flag("adopt")? {
+        sc.adopt = v;
+    }
+    if let Some(v) = opts.uint("upload_max_workers", 1)? {
+        sc.upload.max_workers = usize::try_from(v).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = opts.uint("upload_max_in_flight_bytes", 1)? {
+        sc.upload.max_in_flight_bytes = v;
+    }
+    if let Some(v) = opts.uint("upload_max_attempts", 1)? {
+        sc.upload.max_attempts = u32::try_from(v).unwrap_or(u32::MAX);
+    }
+    if let Some(v) = opts.uint("upload_multipart_threshold", 1)? {
+        sc.upload.multipart_threshold = v;
+    }
+    if let Some(v) = opts.secs("upload_backoff_max", 0.0)? {
+        sc.upload.backoff_max = v;
+    }
+    let allow_shared = opts.flag("allow_shared_filesystem")?.unwrap_or(false);
+    sc.lock = LockOptions {
+        allow_shared_filesystem: allow_shared,
+        staging_max_age: sc.staging_max_age,
+    };
+    Ok(opts
+        .secs("close_flush_timeout", 0.0)?
+        .unwrap_or(Duration::from_secs(30)))
+}
+
+#[pymethods]
+impl Engine {
+    /// Starts an engine under the spool root `root` (which must exist).
+    /// `store` and `catalog` are URLs (`s3://bucket/prefix`,
+    /// `clickhouse://host:8123/db`, ...), by default the embedded
+    /// `file://ROOT/.store` and `sqlite:///ROOT/.catalog.db`, as for `spool
+    /// run`; `rank` defaults to `$RANK` (else 0). Options: `store_id`,
+    /// `lease_scope`, `lease_ttl`, `poll_interval`, `recheck_interval`,
+    /// `max_backoff`, `staging_max_age`, `adoption_slice`, `index_batch`,
+    /// `adopt`, `upload_max_workers`, `upload_max_in_flight_bytes`,
+    /// `upload_max_attempts`, `upload_multipart_threshold`,
+    /// `upload_backoff_max`, `allow_shared_filesystem`,
+    /// `close_flush_timeout` (seconds as numbers).
+    #[new]
+    #[pyo3(signature = (root, store=None, catalog=None, rank=None, store_id="default", **options))]
+    fn new(
+        py: Python<'_>,
+        root: PathBuf,
+        store: Option<String>,
+        catalog: Option<String>,
+        rank: Option<u64>,
+        store_id: &str,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Engine> {
+        let dest = crate::dest::resolve(py, &root, store, catalog, store_id)?;
+        let client = ClientConfig {
+            allow_http: crate::dest::allow_http(),
+            ..ClientConfig::default()
+        };
+        let store =
+            Store::from_url(&dest.store_url, &client).map_err(|e| errors::upload(py, &e))?;
+        let catalog =
+            spool_catalog::open(&dest.catalog_url).map_err(|e| errors::catalog(py, &e))?;
+        let mut sc = ServiceConfig::new(
+            &dest.root,
+            dest.destination,
+            store.object_store().clone(),
+            catalog,
+        );
+        sc.store_prefix = store.prefix().as_ref().to_string();
+        sc.conditional_create = store.conditional_create();
+        let mut opts = Opts::new(py, "Engine()", options);
+        let close_flush_timeout = service_opts(&mut opts, &mut sc)?;
+        opts.finish()?;
+        let config = EngineConfig {
+            spool_root: dest.root,
+            rank: rank.unwrap_or_else(spool_core::rank_from_env),
+            service: sc,
+            sinks: Vec::new(),
+            close_flush_timeout,
+        };
+        let engine = py
+            .detach(move || CoreEngine::start(config))
+            .map_err(|e| errors::service(py, &e))?;
+        let cell = Arc::new(EngineCell {
+            owner: std::process::id(),
+            dir: engine.dir().to_path_buf(),
+            engine: RwLock::new(Some(engine)),
+            sinks: Mutex::new(Vec::new()),
+        });
+        let as_closable: Arc<dyn Closable> = cell.clone();
+        live::register(&as_closable);
+        Ok(Engine { cell })
+    }
+
+    /// The engine's sink for worker ordinal `ordinal` (None: the main
+    /// one): the attached one if there is one and no options are given,
+    /// else a new sink with these options (see `spool.Sink.claim`). Two
+    /// attached sinks on one ordinal are refused (`spool.ConfigError`).
+    #[pyo3(signature = (ordinal=None, **options))]
+    fn sink(
+        &self,
+        py: Python<'_>,
+        ordinal: Option<u32>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<Sink>> {
+        self.cell.check(py)?;
+        let has_options = options.is_some_and(|o| !o.is_empty());
+        if !has_options {
+            let sinks = self
+                .cell
+                .sinks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(s) = sinks
+                .iter()
+                .find(|s| s.get().cell_ordinal() == ordinal && s.get().cell.is_attached())
+            {
+                return Ok(s.clone_ref(py));
+            }
+        }
+        let mut opts = Opts::new(py, "Engine.sink()", options);
+        let mut so = sink::sink_opts(&mut opts, false)?;
+        opts.finish()?;
+        so.config.ordinal = ordinal;
+        let cell = self.cell.clone();
+        let opened = py.detach(move || {
+            let mut guard = cell
+                .engine
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            guard.as_mut().map(|e| e.open_sink(so.config))
+        });
+        let sink = match opened {
+            None => return Err(self.cell.closed_error(py)),
+            Some(r) => r.map_err(|e| errors::service(py, &e))?,
+        };
+        let obj = sink::wrap(py, sink, false)?;
+        self.cell
+            .sinks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(obj.clone_ref(py));
+        Ok(obj)
+    }
+
+    /// Flushes every sink, then the service, within `timeout` seconds in
+    /// all (GIL released): True when everything written before the call is
+    /// uploaded and indexed (SPEC §1's drained); else a false
+    /// `spool.Undrained` with the owed figures. Raises
+    /// `spool.DeadlineError` when a sink could not stage in time and
+    /// `spool.LeaseLostError` when the service has latched.
+    #[pyo3(signature = (timeout=30.0))]
+    fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<Py<PyAny>> {
+        self.cell.check(py)?;
+        let timeout = sink::secs(py, "timeout", timeout)?;
+        let cell = self.cell.clone();
+        let result = py.detach(move || {
+            let guard = cell
+                .engine
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            guard
+                .as_ref()
+                .map(|e| (e.flush(timeout), e.service().snapshot()))
+        });
+        let Some((result, snap)) = result else {
+            return Err(self.cell.closed_error(py));
+        };
+        let undrained = |ready: u64, owed: u64, message: String| -> PyResult<Py<PyAny>> {
+            let cls = py.import("spool._types")?.getattr("Undrained")?;
+            Ok(cls
+                .call1((ready, owed, snap.cycles, snap.last_error.clone(), message))?
+                .unbind())
+        };
+        match result {
+            Ok(true) => Ok(true.into_pyobject(py)?.to_owned().into_any().unbind()),
+            Ok(false) if snap.latched => Err(lease_lost(py, &self.cell.dir, &snap)),
+            Ok(false) => undrained(
+                snap.deferred,
+                snap.pending_index,
+                "the service is stopping".into(),
+            ),
+            Err(spool_service::Error::FlushTimeout { ready, owed, .. }) if snap.latched => {
+                let _ = (ready, owed);
+                Err(lease_lost(py, &self.cell.dir, &snap))
+            }
+            Err(err @ spool_service::Error::FlushTimeout { ready, owed, .. }) => {
+                undrained(ready as u64, owed as u64, err.to_string())
+            }
+            Err(err) => Err(errors::service(py, &err)),
+        }
+    }
+
+    /// The service's snapshot (SPEC §7.4) as a dict.
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.cell.check(py)?;
+        let guard = self
+            .cell
+            .engine
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(engine) = guard.as_ref() else {
+            return Err(self.cell.closed_error(py));
+        };
+        let s = engine.service().snapshot();
+        let d = PyDict::new(py);
+        d.set_item("staged", s.staged)?;
+        d.set_item("uploaded", s.uploaded)?;
+        d.set_item("indexed", s.indexed)?;
+        d.set_item("pending_index", s.pending_index)?;
+        d.set_item("upload_failures", s.upload_failures)?;
+        d.set_item("cancelled_uploads", s.cancelled_uploads)?;
+        d.set_item("deferred", s.deferred)?;
+        d.set_item("quarantined", s.quarantined)?;
+        d.set_item("rejected", s.rejected)?;
+        d.set_item("adopted_spools", s.adopted_spools)?;
+        d.set_item("adopted_packs", s.adopted_packs)?;
+        d.set_item("adoption_owed", s.adoption_owed)?;
+        d.set_item("live_siblings", s.live_siblings)?;
+        d.set_item("blocked_siblings", s.blocked_siblings)?;
+        d.set_item("sibling_bytes", s.sibling_bytes)?;
+        d.set_item("cycles", s.cycles)?;
+        d.set_item("lease_held", s.lease_held)?;
+        d.set_item("lease_holder", s.lease_holder)?;
+        d.set_item("latched", s.latched)?;
+        d.set_item("last_error", s.last_error)?;
+        Ok(d)
+    }
+
+    /// Releases in reverse (SPEC §7.5) and returns what happened:
+    /// `sealed`, `drained`, `removed`, `claim_kept`, `problems`, `dir`; None
+    /// when already closed. Never raises for a store or catalog that is
+    /// down: with them down the directory is kept, unlocked, for adoption.
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.cell.close(py)
+    }
+
+    /// The claimed rank directory.
+    #[getter]
+    fn dir(&self) -> PathBuf {
+        self.cell.dir.clone()
+    }
+
+    /// Whether `close()` ran.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.cell
+            .engine
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Closes (in order) whether or not an exception is in flight.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.cell.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<spool.Engine dir={:?}>",
+            self.cell.dir.display().to_string()
+        )
+    }
+}
+
+fn lease_lost(py: Python<'_>, dir: &std::path::Path, snap: &spool_service::Snapshot) -> PyErr {
+    errors::raise(
+        py,
+        "LeaseLostError",
+        format!(
+            "the service of {} has latched: a foreign lease (held by {}) outlived twice its TTL, \
+             so its lease-gated work stopped for good; close this engine and start a new one \
+             (last error: {})",
+            dir.display(),
+            snap.lease_holder.as_deref().unwrap_or("unknown"),
+            snap.last_error.as_deref().unwrap_or("none")
+        ),
+        &[],
+    )
+}

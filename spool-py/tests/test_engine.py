@@ -1,0 +1,260 @@
+"""The producer API end to end on the embedded defaults (SQLite catalog,
+local-directory store), and the exceptions, each raised by a real cause."""
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+import spool
+from conftest import all_records, python, run_spool
+
+
+def test_write_flush_close_and_read_back_through_catalog_and_store(root):
+    with spool.Engine(root=str(root), adopt=False) as engine:
+        sink = engine.sink(seal_records=3)
+        assert engine.sink() is sink, "no options: the attached sink"
+        sink.write(b"one record")
+        sink.write(memoryview(b"a memoryview"))
+        sink.write(bytearray(b"a bytearray"))
+        assert sink.write_many(b"r%d" % i for i in range(5)) == 5
+        sink.flush(timeout=5.0)
+        assert engine.flush(timeout=30.0) is True
+        snap = engine.snapshot()
+        assert snap["indexed"] == 3 and snap["pending_index"] == 0, snap
+        d = engine.dir
+    assert not d.exists(), "a clean close removes the drained rank directory"
+    got = all_records(root)
+    want = [b"one record", b"a memoryview", b"a bytearray"] + [b"r%d" % i for i in range(5)]
+    assert sorted(got) == sorted(want)
+    rows = spool.Catalog(f"sqlite://{root}/.catalog.db").ls(limit=2)
+    assert len(rows) == 2 and set(rows[0]) == set(spool.COLUMNS)
+
+
+def test_close_without_flush_still_ships_the_tail(root):
+    engine = spool.Engine(root=str(root), adopt=False)
+    engine.sink().write(b"tail")
+    report = engine.close()
+    assert report["sealed"] and report["drained"] and report["removed"], report
+    assert engine.close() is None, "close is idempotent"
+    assert all_records(root) == [b"tail"]
+    with pytest.raises(spool.Error, match="closed"):
+        engine.sink()
+
+
+def test_an_exception_inside_with_still_seals_and_releases(root):
+    with pytest.raises(KeyError):
+        with spool.Engine(root=str(root), adopt=False) as engine:
+            engine.sink().write(b"before the error")
+            d = engine.dir
+            raise KeyError("boom")
+    assert not d.exists()
+    assert all_records(root) == [b"before the error"]
+
+
+def test_threads_writing_to_one_sink(root):
+    n, per = 4, 2000
+    with spool.Engine(root=str(root), adopt=False) as engine:
+        sink = engine.sink(seal_records=500)
+
+        def work(t):
+            for i in range(per):
+                sink.write(b"t%d-%d" % (t, i))
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    got = all_records(root)
+    assert len(got) == n * per
+    assert set(got) == {b"t%d-%d" % (t, i) for t in range(n) for i in range(per)}
+
+
+def test_sink_claim_is_sink_only_and_leaves_a_dead_sibling_for_spool_run(root):
+    with spool.Sink.claim(root=str(root), rank=7, seal_records=2) as sink:
+        sink.write_many([b"a", b"b", b"c"])
+        d = sink.dir
+    assert d.name.startswith("r7-") and d.exists()
+    done = run_spool("run", "--once", "--timeout", "30", "--spool-root", root)
+    assert done.returncode == 0, done.stderr
+    assert not d.exists(), "adopted and removed"
+    assert sorted(all_records(root)) == [b"a", b"b", b"c"]
+
+
+def test_sink_open_on_a_plain_directory(tmp_path):
+    d = tmp_path / "plain"
+    with spool.Sink.open(str(d), seal_records=1) as sink:
+        sink.write(b"x")
+        sink.flush()
+    packs = sorted(d.glob("*.ready"))
+    assert len(packs) == 1
+    assert list(spool.read_pack(str(packs[0]))) == [b"x"]
+    assert list(spool.read_pack(packs[0].read_bytes())) == [b"x"]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_bad_options_are_value_errors_naming_the_option(root):
+    with pytest.raises(ValueError, match="unknown option.*sael_records"):
+        spool.Sink.open(str(root / "d"), sael_records=1)
+    with pytest.raises(spool.ConfigError, match="admission='maybe'.*block, refuse"):
+        spool.Sink.open(str(root / "d"), admission="maybe")
+    with pytest.raises(spool.ConfigError, match="lease_ttl=1"):
+        spool.Engine(root=str(root), lease_ttl=1)
+    with pytest.raises(spool.ConfigError, match="catalog"):
+        spool.Engine(root=str(root), catalog="mysql://nope")
+    with pytest.raises(spool.ConfigError, match="spool root"):
+        spool.Engine(root=str(root / "missing"))
+    assert issubclass(spool.ConfigError, spool.Error)
+
+
+def test_owned_error_names_the_holder(tmp_path):
+    d = tmp_path / "held"
+    child = python(
+        """
+        import sys, spool
+        s = spool.Sink.open(sys.argv[1])
+        print("held", flush=True)
+        sys.stdin.read()
+        """,
+        d,
+        stdin=__import__("subprocess").PIPE,
+    )
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(spool.OwnedError) as e:
+            spool.Sink.open(str(d))
+        assert e.value.pid == child.pid
+        assert e.value.path == str(d)
+        assert e.value.host
+        assert f"pid {child.pid}" in str(e.value)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_owned_error_for_a_second_take_in_this_process(tmp_path):
+    d = tmp_path / "twice"
+    with spool.Sink.open(str(d)):
+        with pytest.raises(spool.OwnedError) as e:
+            spool.Sink.open(str(d))
+        assert e.value.pid == os.getpid()
+
+
+def test_full_error_carries_used_budget_and_dead_sibling_bytes(tmp_path):
+    d = tmp_path / "full"
+    sink = spool.Sink.open(str(d), max_bytes=200, seal_records=1, admission="refuse",
+                           buffer_bytes=300, release_flush_timeout=0.2)
+    sink.write(b"x" * 250)  # admitted into an empty buffer; its stage is refused
+    deadline = time.monotonic() + 5
+    while sink.stats()["spool_full"] is None:
+        assert time.monotonic() < deadline, "the stage was never refused"
+        time.sleep(0.01)
+    with pytest.raises(spool.FullError) as e:
+        sink.write(b"y" * 100)
+    assert e.value.budget == 200 and e.value.used is not None
+    assert e.value.dead_sibling_bytes == 0
+    assert "is full" in str(e.value)
+    # ...and a flush that cannot stage is a DeadlineError, a TimeoutError.
+    with pytest.raises(TimeoutError) as e:
+        sink.flush(timeout=0.3)
+    assert isinstance(e.value, spool.DeadlineError) and e.value.packs == 1
+    with pytest.raises(spool.DeadlineError):
+        sink.close()
+
+
+def test_corrupt_pack_error_names_the_offset(tmp_path):
+    d = tmp_path / "c"
+    with spool.Sink.open(str(d), seal_records=1) as sink:
+        sink.write(b"payload" * 10)
+    data = next(d.glob("*.ready")).read_bytes()
+    with pytest.raises(spool.CorruptPackError) as e:
+        spool.read_pack(data[:60])
+    assert e.value.offset is not None and e.value.offset <= 60
+    flipped = bytearray(data)
+    flipped[50] ^= 1
+    with pytest.raises(spool.CorruptPackError, match="SHA-256 mismatch"):
+        spool.read_pack(bytes(flipped))
+    with pytest.raises(spool.CorruptPackError) as e:
+        spool.read_pack(b"NOTAPACK" + data[8:])
+    assert e.value.offset == 0
+
+
+# ------------------------------------------------------------------- GIL
+
+
+@pytest.fixture
+def stalled_s3(monkeypatch):
+    """An S3 endpoint that accepts connections and never answers."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(64)
+    port = lsock.getsockname()[1]
+    for k, v in {
+        "AWS_ENDPOINT": f"http://127.0.0.1:{port}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    yield "s3://stalled/packs"
+    lsock.close()
+
+
+def progress_during(call):
+    """Runs `call` while another thread counts; returns (result, count, seconds)."""
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    start = time.monotonic()
+    try:
+        result = call()
+    except Exception as e:  # noqa: BLE001
+        result = e
+    took = time.monotonic() - start
+    before = count[0]
+    stop.set()
+    t.join()
+    return result, before, took
+
+
+def test_a_flush_waiting_on_a_stalled_store_lets_other_threads_run(root, stalled_s3):
+    engine = spool.Engine(root=str(root), store=stalled_s3, adopt=False,
+                          close_flush_timeout=0.5)
+    try:
+        engine.sink(seal_records=1).write(b"stuck")
+        result, count, took = progress_during(lambda: engine.flush(timeout=2.0))
+        assert not result and isinstance(result, spool.Undrained), result
+        assert result.ready + result.owed >= 1, repr(result)
+        assert 1.5 < took < 4.0, took
+        # A thread holding the GIL for 2 s would leave the counter near 0;
+        # released, the other thread counts millions of times.
+        assert count > 100_000, count
+    finally:
+        report = engine.close()
+    assert not report["drained"] and report["sealed"] and not report["removed"], report
+    assert report["dir"].exists(), "kept, unlocked, for adoption"
+
+
+def test_a_write_blocked_by_admission_lets_other_threads_run(tmp_path):
+    sink = spool.Sink.open(str(tmp_path / "b"), max_bytes=100, seal_records=1,
+                           buffer_bytes=200, admission_timeout=1.5, release_flush_timeout=0.1)
+    sink.write(b"x" * 150)
+    result, count, took = progress_during(lambda: sink.write(b"y" * 100))
+    assert isinstance(result, spool.FullError), result
+    assert 1.0 < took < 3.5, took
+    assert count > 100_000, count
+    with pytest.raises(spool.DeadlineError):
+        sink.close()

@@ -1,0 +1,127 @@
+//! The typed accessors that build the other crates' configurations from a
+//! resolved [`Config`]: the destination and its key directory, the
+//! uploader's and the store client's configs, the lock options, and the
+//! whole [`ServiceConfig`] of `spool run`'s engine. Plain values are read
+//! with their handles (`keys::POLL_INTERVAL.get(&cfg)`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use spool_catalog::Catalog;
+use spool_core::Destination;
+use spool_lock::LockOptions;
+use spool_upload::{ClientConfig, UploadConfig};
+
+use super::keys;
+use super::{destination, ConfigError, ServiceConfig};
+use crate::Error;
+
+impl super::Config {
+    /// The spool root (absolute), or an error saying how to give one.
+    pub fn spool_root(&self) -> Result<PathBuf, ConfigError> {
+        keys::ROOT.get(self).ok_or_else(|| {
+            ConfigError(
+                "no spool root: give --spool-root ROOT, SPOOL_ROOT, or spool.root in the config file"
+                    .into(),
+            )
+        })
+    }
+
+    /// The store URL (as given).
+    pub fn store_url(&self) -> Result<String, ConfigError> {
+        keys::STORE.get(self).ok_or_else(|| ConfigError(
+            "no object store: give --store URL (or SPOOL_STORE, destination.store), or a spool root for the embedded default".into(),
+        ))
+    }
+
+    /// The catalog URL (as given, with its credentials: never print it; use
+    /// [`spool_catalog::mask_url`]).
+    pub fn catalog_url(&self) -> Result<String, ConfigError> {
+        keys::CATALOG.get(self).ok_or_else(|| ConfigError(
+            "no catalog: give --catalog URL (or SPOOL_CATALOG, destination.catalog), or a spool root for the embedded default".into(),
+        ))
+    }
+
+    /// The destination its packs go to (credentials removed from the
+    /// catalog URL: the key hashes it without them anyway).
+    pub fn destination(&self) -> Result<Destination, ConfigError> {
+        let store_id = keys::STORE_ID.get(self);
+        destination::destination(&self.catalog_url()?, &self.store_url()?, &store_id)
+            .map_err(|e| ConfigError(e.to_string()))
+    }
+
+    /// `ROOT/<catalog key>`: where this destination's rank directories live.
+    pub fn key_dir(&self) -> Result<(String, PathBuf), Error> {
+        let key = self.destination()?.catalog_key()?;
+        Ok((key.clone(), self.spool_root()?.join(key)))
+    }
+
+    /// The uploader's configuration (validated).
+    pub fn upload(&self) -> Result<UploadConfig, ConfigError> {
+        let u = UploadConfig {
+            max_workers: keys::UPLOAD_MAX_WORKERS.get(self) as usize,
+            max_in_flight_bytes: keys::UPLOAD_MAX_IN_FLIGHT_BYTES.get(self),
+            multipart_threshold: keys::UPLOAD_MULTIPART_THRESHOLD.get(self),
+            part_size: keys::UPLOAD_PART_SIZE.get(self) as usize,
+            part_concurrency: keys::UPLOAD_PART_CONCURRENCY.get(self) as usize,
+            max_attempts: keys::UPLOAD_MAX_ATTEMPTS.get(self).min(u32::MAX as u64) as u32,
+            backoff_initial: keys::UPLOAD_BACKOFF_INITIAL.get(self),
+            backoff_max: keys::UPLOAD_BACKOFF_MAX.get(self),
+            ..UploadConfig::default()
+        };
+        u.validate()
+            .map_err(|e| ConfigError(format!("upload.*: {e}")))?;
+        Ok(u)
+    }
+
+    /// The object store client's configuration.
+    pub fn client(&self) -> ClientConfig {
+        ClientConfig {
+            client_max_retries: keys::CLIENT_MAX_RETRIES.get(self) as usize,
+            client_retry_timeout: keys::CLIENT_RETRY_TIMEOUT.get(self),
+            connect_timeout: keys::CLIENT_CONNECT_TIMEOUT.get(self),
+            request_timeout: keys::CLIENT_REQUEST_TIMEOUT.get(self),
+            allow_http: keys::CLIENT_ALLOW_HTTP.get(self),
+            ..ClientConfig::default()
+        }
+    }
+
+    /// The lock options (the shared-filesystem override, the staging age).
+    pub fn lock_options(&self) -> LockOptions {
+        LockOptions {
+            allow_shared_filesystem: keys::ALLOW_SHARED_FILESYSTEM.get(self),
+            staging_max_age: keys::STAGING_MAX_AGE.get(self),
+        }
+    }
+
+    /// The [`ServiceConfig`] of a service under the spool root, adoption on,
+    /// on the given store (with its key prefix and whether it creates
+    /// conditionally) and catalog. The engine sets its directory and lock
+    /// mode (the claimed directory, `HeldByCaller`).
+    pub fn service_config(
+        &self,
+        store: Arc<dyn ObjectStore>,
+        store_prefix: String,
+        conditional_create: bool,
+        catalog: Arc<dyn Catalog>,
+    ) -> Result<ServiceConfig, Error> {
+        let root = self.spool_root()?;
+        let mut sc = ServiceConfig::new(&root, self.destination()?, store, catalog);
+        sc.store_prefix = store_prefix;
+        sc.conditional_create = conditional_create;
+        sc.lease_scope = keys::LEASE_SCOPE.get(self);
+        sc.lease_ttl = keys::LEASE_TTL.get(self);
+        sc.poll_interval = keys::POLL_INTERVAL.get(self);
+        sc.recheck_interval = keys::RECHECK_INTERVAL.get(self);
+        sc.max_backoff = keys::MAX_BACKOFF.get(self);
+        sc.staging_max_age = keys::STAGING_MAX_AGE.get(self);
+        sc.adoption_slice = keys::ADOPTION_SLICE.get(self);
+        sc.upload = self.upload()?;
+        sc.index_batch = keys::INDEX_BATCH.get(self) as usize;
+        sc.adopt = true;
+        sc.lock = self.lock_options();
+        sc.max_bytes = keys::MAX_BYTES.get(self);
+        Ok(sc)
+    }
+}

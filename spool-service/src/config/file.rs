@@ -1,0 +1,95 @@
+//! The TOML file: which one is read (`--config`, else `$SPOOL_CONFIG`, else
+//! `./spool.toml` if present) and its schema, which is the key table's: a
+//! section per [`sections`] name, a field per key in it. Anything else —
+//! an unknown section or field, a value that is not a string, number or
+//! boolean — is refused naming it, the file and the known keys. Values are
+//! kept raw and parsed by [`parse_value`](super::kind::parse_value) like
+//! every other source's.
+
+use std::path::{Path, PathBuf};
+
+use super::keys::{key_named, sections, KEYS};
+use super::ConfigError;
+
+fn toml_raw(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Which file to read: `flag` (`--config`), else `config_env`
+/// (`$SPOOL_CONFIG`), else `./spool.toml` if present.
+pub(crate) fn config_path(flag: Option<&Path>, config_env: Option<String>) -> Option<PathBuf> {
+    if let Some(p) = flag {
+        return Some(p.to_path_buf());
+    }
+    if let Some(p) = config_env.filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let local = PathBuf::from("spool.toml");
+    local.is_file().then_some(local)
+}
+
+fn known_keys() -> String {
+    KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+}
+
+/// Reads `path` into (key name, raw value) pairs, in file order by section.
+pub(crate) fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError(format!(
+            "cannot read the config file {}: {e}; fix it, or point --config / SPOOL_CONFIG elsewhere",
+            path.display()
+        ))
+    })?;
+    let refused = |what: String| {
+        ConfigError(format!(
+            "config file {} is refused: {what}; known keys: {}",
+            path.display(),
+            known_keys()
+        ))
+    };
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| refused(e.message().trim().into()))?;
+    let known = sections();
+    let mut out = Vec::new();
+    for (section, fields) in &table {
+        if !known.contains(&section.as_str()) {
+            return Err(refused(format!(
+                "unknown section `{section}`, expected one of {}",
+                known.join(", ")
+            )));
+        }
+        let Some(fields) = fields.as_table() else {
+            return Err(refused(format!("`{section}` is not a [section]")));
+        };
+        for (field, v) in fields {
+            let name = format!("{section}.{field}");
+            let Some(key) = key_named(&name) else {
+                let here: Vec<&str> = KEYS
+                    .iter()
+                    .filter(|k| k.section() == section)
+                    .map(|k| k.field())
+                    .collect();
+                return Err(refused(format!(
+                    "unknown field `{field}` in [{section}], expected one of {}",
+                    here.join(", ")
+                )));
+            };
+            let raw = toml_raw(v).ok_or_else(|| {
+                ConfigError(format!(
+                    "bad value for {name} (file {}): a {} is not allowed; allowed: {}",
+                    path.display(),
+                    v.type_str(),
+                    key.kind.allowed()
+                ))
+            })?;
+            out.push((name, raw));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,517 @@
+//! The one table of configuration keys: each a typed [`Setting`] handle
+//! (name, `SPOOL_*` variable, flag, [`Kind`], default, help), read with
+//! `keys::POLL_INTERVAL.get(&cfg)`; [`KEYS`] lists them in the order
+//! `spool config show` prints them, and the TOML file's sections and fields
+//! are derived from it (`section.field`).
+
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use spool_catalog::LeaseScope;
+
+use super::kind::{Kind, Value};
+use super::Config;
+
+/// One configuration key.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    /// `section.name`, as in the TOML file.
+    pub name: &'static str,
+    /// Its environment variable.
+    pub env: &'static str,
+    /// Its own flag, if it has one (every key also takes `--set KEY=VALUE`).
+    pub flag: Option<&'static str>,
+    /// What values it takes.
+    pub kind: Kind,
+    /// The built-in default, as a value would be spelled (`None`: unset).
+    pub default: Option<&'static str>,
+    /// What it does.
+    pub help: &'static str,
+}
+
+impl Key {
+    /// The TOML section (`service` of `service.poll_interval`).
+    pub fn section(&self) -> &'static str {
+        self.name.split_once('.').map_or(self.name, |(s, _)| s)
+    }
+
+    /// The field within its section (`poll_interval`).
+    pub fn field(&self) -> &'static str {
+        self.name.split_once('.').map_or(self.name, |(_, f)| f)
+    }
+}
+
+/// A key whose resolved value is a `T`: `Option<_>` for keys that may be
+/// unset, the plain type for keys that always have a value (a default, or
+/// one derived at resolution).
+#[derive(Debug)]
+pub struct Setting<T> {
+    /// The key.
+    pub key: Key,
+    _value: PhantomData<fn() -> T>,
+}
+
+impl<T: SettingValue> Setting<T> {
+    const fn new(key: Key) -> Self {
+        Setting {
+            key,
+            _value: PhantomData,
+        }
+    }
+
+    /// The key's value in `cfg`.
+    pub fn get(&self, cfg: &Config) -> T {
+        T::from_value(cfg.value(self.key.name)).unwrap_or_else(|| {
+            // A table error, not a user's: resolution gives every key with a
+            // default (or a derived value) a value of its kind, and the unit
+            // test `every_setting_reads_its_default` reads them all.
+            panic!("configuration key {} read as the wrong type", self.key.name)
+        })
+    }
+}
+
+/// A Rust type a [`Setting`] resolves to.
+pub trait SettingValue: Sized {
+    /// Converts a resolved value (`None`: unset); `None` when the kind does
+    /// not match.
+    fn from_value(v: Option<&Value>) -> Option<Self>;
+}
+
+macro_rules! setting_value {
+    ($t:ty, $($pat:pat => $e:expr),+) => {
+        impl SettingValue for $t {
+            fn from_value(v: Option<&Value>) -> Option<Self> {
+                match v? {
+                    $($pat => Some($e),)+
+                    _ => None,
+                }
+            }
+        }
+        impl SettingValue for Option<$t> {
+            fn from_value(v: Option<&Value>) -> Option<Self> {
+                match v {
+                    None => Some(None),
+                    Some(v) => <$t as SettingValue>::from_value(Some(v)).map(Some),
+                }
+            }
+        }
+    };
+}
+
+setting_value!(Duration, Value::Secs(d) => *d);
+setting_value!(u64, Value::Count(n) | Value::Bytes(n) => *n);
+setting_value!(bool, Value::Bool(b) => *b);
+setting_value!(LeaseScope, Value::Scope(s) => *s);
+setting_value!(PathBuf, Value::Path(p) => p.clone());
+setting_value!(String, Value::Text(t) => t.clone());
+setting_value!(SocketAddr, Value::Addr(a) => *a);
+
+const SECS: Kind = Kind::Secs {
+    min_ms: 1,
+    whole: false,
+};
+const SECS0: Kind = Kind::Secs {
+    min_ms: 0,
+    whole: false,
+};
+
+/// `spool.root` (SPOOL_ROOT).
+pub const ROOT: Setting<Option<PathBuf>> = Setting::new(Key {
+    name: "spool.root",
+    env: "SPOOL_ROOT",
+    flag: Some("--spool-root"),
+    kind: Kind::Path,
+    default: None,
+    help: "the spool root: rank directories live under ROOT/<catalog key>/",
+});
+
+/// `spool.rank` (SPOOL_RANK).
+pub const RANK: Setting<u64> = Setting::new(Key {
+    name: "spool.rank",
+    env: "SPOOL_RANK",
+    flag: Some("--rank"),
+    kind: Kind::Count(0),
+    default: None,
+    help: "the rank of the claimed directory (default: $RANK, else 0)",
+});
+
+/// `spool.max_bytes` (SPOOL_MAX_BYTES).
+pub const MAX_BYTES: Setting<Option<u64>> = Setting::new(Key {
+    name: "spool.max_bytes",
+    env: "SPOOL_MAX_BYTES",
+    flag: None,
+    kind: Kind::Bytes(1),
+    default: None,
+    help: "byte budget of a rank directory, shared by its sinks, dead siblings charged (spool produce, the engine; unset: no budget)",
+});
+
+/// `spool.allow_shared_filesystem` (SPOOL_ALLOW_SHARED_FILESYSTEM).
+pub const ALLOW_SHARED_FILESYSTEM: Setting<bool> = Setting::new(Key {
+    name: "spool.allow_shared_filesystem",
+    env: "SPOOL_ALLOW_SHARED_FILESYSTEM",
+    flag: Some("--allow-shared-filesystem"),
+    kind: Kind::Bool,
+    default: Some("false"),
+    help: "accept a network filesystem (only one used by this node alone)",
+});
+
+/// `destination.catalog` (SPOOL_CATALOG).
+pub const CATALOG: Setting<Option<String>> = Setting::new(Key {
+    name: "destination.catalog",
+    env: "SPOOL_CATALOG",
+    flag: Some("--catalog"),
+    kind: Kind::CatalogUrl,
+    default: None,
+    help: "catalog URL (default: sqlite:///ROOT/.catalog.db)",
+});
+
+/// `catalog.request_timeout` (SPOOL_CATALOG_REQUEST_TIMEOUT).
+pub const CATALOG_REQUEST_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "catalog.request_timeout",
+    env: "SPOOL_CATALOG_REQUEST_TIMEOUT",
+    flag: None,
+    kind: SECS,
+    default: Some("30s"),
+    help: "bound on one catalog statement (connect, send, answer); every call is also cut by the enclosing flush or stop",
+});
+
+/// `destination.store` (SPOOL_STORE).
+pub const STORE: Setting<Option<String>> = Setting::new(Key {
+    name: "destination.store",
+    env: "SPOOL_STORE",
+    flag: Some("--store"),
+    kind: Kind::StoreUrl,
+    default: None,
+    help: "object store URL, bucket and prefix (default: file://ROOT/.store)",
+});
+
+/// `destination.store_id` (SPOOL_STORE_ID).
+pub const STORE_ID: Setting<String> = Setting::new(Key {
+    name: "destination.store_id",
+    env: "SPOOL_STORE_ID",
+    flag: Some("--store-id"),
+    kind: Kind::Name,
+    default: Some("default"),
+    help: "the name the operator gives the store (part of the catalog key)",
+});
+
+/// `lease.scope` (SPOOL_LEASE_SCOPE).
+pub const LEASE_SCOPE: Setting<LeaseScope> = Setting::new(Key {
+    name: "lease.scope",
+    env: "SPOOL_LEASE_SCOPE",
+    flag: Some("--lease-scope"),
+    kind: Kind::LeaseScope,
+    default: Some("node"),
+    help: "node: only adoption needs the lease; catalog: nothing is uploaded or indexed without it",
+});
+
+/// `lease.ttl` (SPOOL_LEASE_TTL).
+pub const LEASE_TTL: Setting<Duration> = Setting::new(Key {
+    name: "lease.ttl",
+    env: "SPOOL_LEASE_TTL",
+    flag: Some("--lease-ttl"),
+    kind: Kind::Secs {
+        min_ms: 3000,
+        whole: true,
+    },
+    default: Some("30s"),
+    help:
+        "lease time-to-live (renewed every ttl/3; latched after a foreign lease outlives 2 x ttl)",
+});
+
+/// `service.poll_interval` (SPOOL_POLL_INTERVAL).
+pub const POLL_INTERVAL: Setting<Duration> = Setting::new(Key {
+    name: "service.poll_interval",
+    env: "SPOOL_POLL_INTERVAL",
+    flag: Some("--poll-interval"),
+    kind: SECS,
+    default: Some("1s"),
+    help: "the loop's safety-net wake-up",
+});
+
+/// `service.recheck_interval` (SPOOL_RECHECK_INTERVAL).
+pub const RECHECK_INTERVAL: Setting<Duration> = Setting::new(Key {
+    name: "service.recheck_interval",
+    env: "SPOOL_RECHECK_INTERVAL",
+    flag: Some("--recheck-interval"),
+    kind: SECS0,
+    default: Some("30s"),
+    help: "how often a live sibling is probed again (0: never)",
+});
+
+/// `service.max_backoff` (SPOOL_MAX_BACKOFF).
+pub const MAX_BACKOFF: Setting<Duration> = Setting::new(Key {
+    name: "service.max_backoff",
+    env: "SPOOL_MAX_BACKOFF",
+    flag: Some("--max-backoff"),
+    kind: SECS,
+    default: Some("30s"),
+    help: "longest wait between cycles while a store is down",
+});
+
+/// `service.staging_max_age` (SPOOL_STAGING_MAX_AGE).
+pub const STAGING_MAX_AGE: Setting<Duration> = Setting::new(Key {
+    name: "service.staging_max_age",
+    env: "SPOOL_STAGING_MAX_AGE",
+    flag: None,
+    kind: SECS,
+    default: Some("60s"),
+    help: "unheld .creating staging copies older than this are removed",
+});
+
+/// `service.adoption_slice` (SPOOL_ADOPTION_SLICE).
+pub const ADOPTION_SLICE: Setting<Duration> = Setting::new(Key {
+    name: "service.adoption_slice",
+    env: "SPOOL_ADOPTION_SLICE",
+    flag: None,
+    kind: SECS,
+    default: Some("1s"),
+    help: "how long one adopting cycle may keep stepping",
+});
+
+/// `service.index_batch` (SPOOL_INDEX_BATCH).
+pub const INDEX_BATCH: Setting<u64> = Setting::new(Key {
+    name: "service.index_batch",
+    env: "SPOOL_INDEX_BATCH",
+    flag: None,
+    kind: Kind::Count(1),
+    default: Some("256"),
+    help: "most packs indexed in one catalog call",
+});
+
+/// `service.stop_flush_timeout` (SPOOL_STOP_FLUSH_TIMEOUT).
+pub const STOP_FLUSH_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "service.stop_flush_timeout",
+    env: "SPOOL_STOP_FLUSH_TIMEOUT",
+    flag: None,
+    kind: SECS0,
+    default: Some("10s"),
+    help: "on SIGTERM/SIGINT, how long the last flush may take before the stop",
+});
+
+/// `service.once_timeout` (SPOOL_ONCE_TIMEOUT).
+pub const ONCE_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "service.once_timeout",
+    env: "SPOOL_ONCE_TIMEOUT",
+    flag: None,
+    kind: SECS,
+    default: Some("10m"),
+    help: "how long `spool run --once` may take before it gives up (exit 6) when --timeout is not given",
+});
+
+/// `service.unhealthy_after` (SPOOL_UNHEALTHY_AFTER).
+pub const UNHEALTHY_AFTER: Setting<Duration> = Setting::new(Key {
+    name: "service.unhealthy_after",
+    env: "SPOOL_UNHEALTHY_AFTER",
+    flag: None,
+    kind: SECS,
+    default: Some("60s"),
+    help: "/healthz turns 503 when work waits and nothing moved for this long while a store fails",
+});
+
+/// `upload.max_workers` (SPOOL_UPLOAD_MAX_WORKERS).
+pub const UPLOAD_MAX_WORKERS: Setting<u64> = Setting::new(Key {
+    name: "upload.max_workers",
+    env: "SPOOL_UPLOAD_MAX_WORKERS",
+    flag: None,
+    kind: Kind::Count(1),
+    default: Some("4"),
+    help: "packs transferred at once in a round",
+});
+
+/// `upload.max_in_flight_bytes` (SPOOL_UPLOAD_MAX_IN_FLIGHT_BYTES).
+pub const UPLOAD_MAX_IN_FLIGHT_BYTES: Setting<u64> = Setting::new(Key {
+    name: "upload.max_in_flight_bytes",
+    env: "SPOOL_UPLOAD_MAX_IN_FLIGHT_BYTES",
+    flag: None,
+    kind: Kind::Bytes(1),
+    default: Some("256MiB"),
+    help: "bytes of packs in one round (a bigger pack is refused)",
+});
+
+/// `upload.multipart_threshold` (SPOOL_UPLOAD_MULTIPART_THRESHOLD).
+pub const UPLOAD_MULTIPART_THRESHOLD: Setting<u64> = Setting::new(Key {
+    name: "upload.multipart_threshold",
+    env: "SPOOL_UPLOAD_MULTIPART_THRESHOLD",
+    flag: None,
+    kind: Kind::Bytes(1),
+    default: Some("32MiB"),
+    help: "packs above this go up as multipart uploads",
+});
+
+/// `upload.part_size` (SPOOL_UPLOAD_PART_SIZE).
+pub const UPLOAD_PART_SIZE: Setting<u64> = Setting::new(Key {
+    name: "upload.part_size",
+    env: "SPOOL_UPLOAD_PART_SIZE",
+    flag: None,
+    kind: Kind::Bytes(1),
+    default: Some("8MiB"),
+    help: "multipart part size (S3 wants at least 5MiB)",
+});
+
+/// `upload.part_concurrency` (SPOOL_UPLOAD_PART_CONCURRENCY).
+pub const UPLOAD_PART_CONCURRENCY: Setting<u64> = Setting::new(Key {
+    name: "upload.part_concurrency",
+    env: "SPOOL_UPLOAD_PART_CONCURRENCY",
+    flag: None,
+    kind: Kind::Count(1),
+    default: Some("2"),
+    help: "parts of one multipart upload in flight",
+});
+
+/// `upload.max_attempts` (SPOOL_UPLOAD_MAX_ATTEMPTS).
+pub const UPLOAD_MAX_ATTEMPTS: Setting<u64> = Setting::new(Key {
+    name: "upload.max_attempts",
+    env: "SPOOL_UPLOAD_MAX_ATTEMPTS",
+    flag: None,
+    kind: Kind::Count(1),
+    default: Some("4"),
+    help: "attempts per pack, the first included",
+});
+
+/// `upload.backoff_initial` (SPOOL_UPLOAD_BACKOFF_INITIAL).
+pub const UPLOAD_BACKOFF_INITIAL: Setting<Duration> = Setting::new(Key {
+    name: "upload.backoff_initial",
+    env: "SPOOL_UPLOAD_BACKOFF_INITIAL",
+    flag: None,
+    kind: SECS,
+    default: Some("250ms"),
+    help: "backoff before the second attempt (doubles)",
+});
+
+/// `upload.backoff_max` (SPOOL_UPLOAD_BACKOFF_MAX).
+pub const UPLOAD_BACKOFF_MAX: Setting<Duration> = Setting::new(Key {
+    name: "upload.backoff_max",
+    env: "SPOOL_UPLOAD_BACKOFF_MAX",
+    flag: None,
+    kind: SECS,
+    default: Some("5s"),
+    help: "cap of the backoff between attempts",
+});
+
+/// `client.connect_timeout` (SPOOL_CLIENT_CONNECT_TIMEOUT).
+pub const CLIENT_CONNECT_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "client.connect_timeout",
+    env: "SPOOL_CLIENT_CONNECT_TIMEOUT",
+    flag: None,
+    kind: SECS,
+    default: Some("5s"),
+    help: "object store TCP connect timeout",
+});
+
+/// `client.request_timeout` (SPOOL_CLIENT_REQUEST_TIMEOUT).
+pub const CLIENT_REQUEST_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "client.request_timeout",
+    env: "SPOOL_CLIENT_REQUEST_TIMEOUT",
+    flag: None,
+    kind: SECS,
+    default: Some("120s"),
+    help: "object store whole-request timeout",
+});
+
+/// `client.max_retries` (SPOOL_CLIENT_MAX_RETRIES).
+pub const CLIENT_MAX_RETRIES: Setting<u64> = Setting::new(Key {
+    name: "client.max_retries",
+    env: "SPOOL_CLIENT_MAX_RETRIES",
+    flag: None,
+    kind: Kind::Count(0),
+    default: Some("2"),
+    help: "object_store's own retries per request",
+});
+
+/// `client.retry_timeout` (SPOOL_CLIENT_RETRY_TIMEOUT).
+pub const CLIENT_RETRY_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "client.retry_timeout",
+    env: "SPOOL_CLIENT_RETRY_TIMEOUT",
+    flag: None,
+    kind: SECS,
+    default: Some("10s"),
+    help: "cap on object_store's retrying of one request",
+});
+
+/// `client.allow_http` (SPOOL_CLIENT_ALLOW_HTTP).
+pub const CLIENT_ALLOW_HTTP: Setting<bool> = Setting::new(Key {
+    name: "client.allow_http",
+    env: "SPOOL_CLIENT_ALLOW_HTTP",
+    flag: None,
+    kind: Kind::Bool,
+    default: None,
+    help: "allow plain http:// store endpoints (default: $AWS_ALLOW_HTTP, else false)",
+});
+
+/// `metrics.addr` (SPOOL_METRICS_ADDR).
+pub const METRICS_ADDR: Setting<Option<SocketAddr>> = Setting::new(Key {
+    name: "metrics.addr",
+    env: "SPOOL_METRICS_ADDR",
+    flag: Some("--metrics-addr"),
+    kind: Kind::Addr,
+    default: None,
+    help: "serve /metrics and /healthz on this address (unset: off)",
+});
+
+/// `metrics.linger` (SPOOL_METRICS_LINGER).
+pub const METRICS_LINGER: Setting<Duration> = Setting::new(Key {
+    name: "metrics.linger",
+    env: "SPOOL_METRICS_LINGER",
+    flag: None,
+    kind: SECS0,
+    default: Some("0s"),
+    help: "after a latch or a timeout, keep serving /metrics and /healthz this long before \
+         exiting, so the last state can be scraped (a signal cuts it short)",
+});
+
+/// Every key, in the order `spool config show` prints them.
+pub const KEYS: &[&Key] = &[
+    &ROOT.key,
+    &RANK.key,
+    &MAX_BYTES.key,
+    &ALLOW_SHARED_FILESYSTEM.key,
+    &CATALOG.key,
+    &CATALOG_REQUEST_TIMEOUT.key,
+    &STORE.key,
+    &STORE_ID.key,
+    &LEASE_SCOPE.key,
+    &LEASE_TTL.key,
+    &POLL_INTERVAL.key,
+    &RECHECK_INTERVAL.key,
+    &MAX_BACKOFF.key,
+    &STAGING_MAX_AGE.key,
+    &ADOPTION_SLICE.key,
+    &INDEX_BATCH.key,
+    &STOP_FLUSH_TIMEOUT.key,
+    &ONCE_TIMEOUT.key,
+    &UNHEALTHY_AFTER.key,
+    &UPLOAD_MAX_WORKERS.key,
+    &UPLOAD_MAX_IN_FLIGHT_BYTES.key,
+    &UPLOAD_MULTIPART_THRESHOLD.key,
+    &UPLOAD_PART_SIZE.key,
+    &UPLOAD_PART_CONCURRENCY.key,
+    &UPLOAD_MAX_ATTEMPTS.key,
+    &UPLOAD_BACKOFF_INITIAL.key,
+    &UPLOAD_BACKOFF_MAX.key,
+    &CLIENT_CONNECT_TIMEOUT.key,
+    &CLIENT_REQUEST_TIMEOUT.key,
+    &CLIENT_MAX_RETRIES.key,
+    &CLIENT_RETRY_TIMEOUT.key,
+    &CLIENT_ALLOW_HTTP.key,
+    &METRICS_ADDR.key,
+    &METRICS_LINGER.key,
+];
+
+/// Looks a key up by name.
+pub fn key_named(name: &str) -> Option<&'static Key> {
+    KEYS.iter().copied().find(|k| k.name == name)
+}
+
+/// The TOML sections, in table order, each once.
+pub fn sections() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for k in KEYS {
+        if !out.contains(&k.section()) {
+            out.push(k.section());
+        }
+    }
+    out
+}

@@ -1,0 +1,258 @@
+//! What values a key takes ([`Kind`]), the parsed [`Value`], and the one
+//! parser every source goes through ([`parse_value`]), so a refusal always
+//! names the key, the value (credentials masked), its source and what is
+//! allowed.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use spool_catalog::{mask_url, CatalogUrl, LeaseScope};
+
+use super::keys::Key;
+use super::{ConfigError, Source};
+
+/// What values a key takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A directory path (made absolute).
+    Path,
+    /// An object store URL.
+    StoreUrl,
+    /// A catalog URL.
+    CatalogUrl,
+    /// A store id: letters, digits, `_`, `-`, `.`.
+    Name,
+    /// A whole number at least this.
+    Count(u64),
+    /// A size in bytes (`1048576`, `"64MiB"`, `"1GB"`), at least this.
+    Bytes(u64),
+    /// A duration (`30` seconds, `"500ms"`, `"2m"`), at least this many
+    /// milliseconds; `whole` asks for whole seconds.
+    Secs {
+        /// Least value, milliseconds.
+        min_ms: u64,
+        /// Whole seconds only.
+        whole: bool,
+    },
+    /// `true` or `false`.
+    Bool,
+    /// `node` or `catalog`.
+    LeaseScope,
+    /// `IP:PORT`.
+    Addr,
+}
+
+impl Kind {
+    /// What values of this kind look like, for refusals.
+    pub fn allowed(self) -> String {
+        match self {
+            Kind::Path => "a directory path".into(),
+            Kind::StoreUrl => {
+                "an object store URL: s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], \
+                 az://CONTAINER[/PREFIX], file:///ABS/DIR or memory:// (credentials come from \
+                 the AWS_*/GOOGLE_*/AZURE_* variables, never the URL)"
+                    .into()
+            }
+            Kind::CatalogUrl => "a catalog URL: clickhouse://HOST:PORT/DATABASE[?table_prefix=P], \
+                 sqlite:///ABS/PATH.db or memory://"
+                .into(),
+            Kind::Name => "a name of letters, digits, '_', '-' and '.' (at most 64)".into(),
+            Kind::Count(min) => format!("a whole number ≥ {min}"),
+            Kind::Bytes(min) => format!(
+                "a size in bytes ≥ {min}: a whole number or a string like \"64MiB\", \"1GiB\", \"500KB\""
+            ),
+            Kind::Secs { min_ms, whole } => format!(
+                "a duration{}: seconds as a number, or a string like \"500ms\", \"30s\", \"2m\", \"1h\"; at least {}",
+                if whole { " in whole seconds" } else { "" },
+                show_ms(min_ms)
+            ),
+            Kind::Bool => "true or false".into(),
+            Kind::LeaseScope => "node or catalog".into(),
+            Kind::Addr => "a socket address IP:PORT, e.g. 127.0.0.1:9464".into(),
+        }
+    }
+}
+
+fn show_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// A parsed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A path.
+    Path(PathBuf),
+    /// A URL or a name.
+    Text(String),
+    /// A number.
+    Count(u64),
+    /// A size.
+    Bytes(u64),
+    /// A duration.
+    Secs(Duration),
+    /// A flag.
+    Bool(bool),
+    /// A lease scope.
+    Scope(LeaseScope),
+    /// An address.
+    Addr(SocketAddr),
+}
+
+impl fmt::Display for Value {
+    /// Shown with credentials masked.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Path(p) => write!(f, "{}", p.display()),
+            Value::Text(t) => f.write_str(&mask_url(t)),
+            Value::Count(n) => write!(f, "{n}"),
+            Value::Bytes(n) => f.write_str(&show_bytes(*n)),
+            Value::Secs(d) => f.write_str(&show_ms(d.as_millis() as u64)),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Scope(LeaseScope::Node) => f.write_str("node"),
+            Value::Scope(LeaseScope::Catalog) => f.write_str("catalog"),
+            Value::Addr(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+fn show_bytes(n: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{}{unit}", n / size);
+        }
+    }
+    n.to_string()
+}
+
+pub(crate) fn refuse(k: &Key, raw: &str, source: &Source, why: &str) -> ConfigError {
+    ConfigError(format!(
+        "bad value for {} ({source}): {:?} {why}; allowed: {}",
+        k.name,
+        mask_url(raw),
+        k.kind.allowed()
+    ))
+}
+
+/// Parses `raw` as a value of `k`'s kind.
+pub fn parse_value(k: &Key, raw: &str, source: &Source) -> Result<Value, ConfigError> {
+    let raw_t = raw.trim();
+    let bad = |why: &str| refuse(k, raw, source, why);
+    Ok(match k.kind {
+        Kind::Path => {
+            if raw_t.is_empty() {
+                return Err(bad("is empty"));
+            }
+            Value::Path(PathBuf::from(raw_t))
+        }
+        Kind::StoreUrl => {
+            let u = url::Url::parse(raw_t).map_err(|e| bad(&format!("is not a URL ({e})")))?;
+            if !matches!(u.scheme(), "s3" | "gs" | "az" | "file" | "memory") {
+                return Err(bad(&format!("has an unknown scheme {:?}", u.scheme())));
+            }
+            if !u.username().is_empty() || u.password().is_some() {
+                return Err(bad("carries credentials; put them in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or GOOGLE_*/AZURE_*) instead"));
+            }
+            Value::Text(raw_t.to_string())
+        }
+        Kind::CatalogUrl => {
+            CatalogUrl::parse(raw_t).map_err(|e| bad(&format!("is refused: {e}")))?;
+            Value::Text(raw_t.to_string())
+        }
+        Kind::Name => {
+            let ok = !raw_t.is_empty()
+                && raw_t.len() <= 64
+                && raw_t
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            if !ok {
+                return Err(bad("is not a plain name"));
+            }
+            Value::Text(raw_t.to_string())
+        }
+        Kind::Count(min) => {
+            let n: u64 = raw_t.parse().map_err(|_| bad("is not a whole number"))?;
+            if n < min {
+                return Err(bad(&format!("is below {min}")));
+            }
+            Value::Count(n)
+        }
+        Kind::Bytes(min) => {
+            let n = parse_bytes(raw_t).ok_or_else(|| bad("is not a size"))?;
+            if n < min {
+                return Err(bad(&format!("is below {min}")));
+            }
+            Value::Bytes(n)
+        }
+        Kind::Secs { min_ms, whole } => {
+            let d = parse_duration(raw_t).ok_or_else(|| bad("is not a duration"))?;
+            if (d.as_millis() as u64) < min_ms {
+                return Err(bad(&format!("is below {}", show_ms(min_ms))));
+            }
+            if whole && d.subsec_nanos() != 0 {
+                return Err(bad("is not a whole number of seconds"));
+            }
+            Value::Secs(d)
+        }
+        Kind::Bool => match raw_t.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Value::Bool(true),
+            "false" | "0" | "no" | "off" => Value::Bool(false),
+            _ => return Err(bad("is not a boolean")),
+        },
+        Kind::LeaseScope => {
+            Value::Scope(LeaseScope::parse(raw_t).map_err(|_| bad("is not a lease scope"))?)
+        }
+        Kind::Addr => Value::Addr(
+            raw_t
+                .parse()
+                .map_err(|_| bad("is not an address IP:PORT"))?,
+        ),
+    })
+}
+
+/// `"64MiB"`, `"1GB"`, `"4096"` → bytes.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        "t" | "tb" => 1_000_000_000_000,
+        "tib" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// `"30"`, `"2.5"`, `"500ms"`, `"30s"`, `"2m"`, `"1h"` → a duration.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return None,
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return None;
+    }
+    Some(Duration::from_secs_f64(secs))
+}

@@ -1,0 +1,118 @@
+//! The service's configuration.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use spool_catalog::{Catalog, LeaseScope};
+use spool_core::registry::Registry;
+use spool_core::Destination;
+use spool_lock::{LockMode, LockOptions};
+use spool_upload::UploadConfig;
+
+/// Everything a [`StorageService`](crate::StorageService) needs.
+#[derive(Clone)]
+pub struct ServiceConfig {
+    /// The service's own rank directory.
+    pub dir: PathBuf,
+    /// The destination the directory was claimed for (the construction check
+    /// compares its catalog key with the directory's parent).
+    pub destination: Destination,
+    /// The object store handed in.
+    pub store: Arc<dyn ObjectStore>,
+    /// Key prefix inside the store (may be empty).
+    pub store_prefix: String,
+    /// Whether the store honours conditional create (`PutMode::Create`).
+    pub conditional_create: bool,
+    /// The catalog.
+    pub catalog: Arc<dyn Catalog>,
+    /// Node (adoption only is lease-gated) or catalog (everything is).
+    pub lease_scope: LeaseScope,
+    /// Lease time-to-live (whole seconds, ≥ 3 s).
+    pub lease_ttl: Duration,
+    /// The safety-net wake-up of the loop when no sink publishes.
+    pub poll_interval: Duration,
+    /// How often a live sibling is probed again (0: never).
+    pub recheck_interval: Duration,
+    /// The longest wait between cycles while a store is down.
+    pub max_backoff: Duration,
+    /// Unheld staging copies older than this are removed.
+    pub staging_max_age: Duration,
+    /// How long one adopting cycle may keep stepping.
+    pub adoption_slice: Duration,
+    /// Uploader configuration.
+    pub upload: UploadConfig,
+    /// Most packs indexed in one catalog call (and in one round).
+    pub index_batch: usize,
+    /// Adopt dead siblings.
+    pub adopt: bool,
+    /// The registry sinks publish into (the loop registers a reader there).
+    pub registry: Arc<Registry>,
+    /// `Take` (standalone: the service takes its directory's lock) or
+    /// `HeldByCaller` (the engine claimed it).
+    pub lock_mode: LockMode,
+    /// Lock options (shared-filesystem override, staging age).
+    pub lock: LockOptions,
+    /// Byte budget of the own rank directory (`None`: unbounded). The
+    /// service opens the directory's one [`Spool`](spool_core::Spool) with
+    /// it, and an [`Engine`](crate::Engine) hands that same spool to every
+    /// sink, so all of them (and the service's reconcile) share one account.
+    /// With adoption on (the layout), what dead siblings hold is charged
+    /// too (`charge_dead_siblings`, SPEC §4.2).
+    pub max_bytes: Option<u64>,
+}
+
+impl ServiceConfig {
+    /// A configuration with the SPEC defaults: node scope, 30 s lease,
+    /// 1 s poll, 30 s recheck, 30 s max backoff, 60 s staging age, 1 s
+    /// adoption slice, index batch 256, adoption on, the global registry,
+    /// lock mode `Take`.
+    pub fn new(
+        dir: impl Into<PathBuf>,
+        destination: Destination,
+        store: Arc<dyn ObjectStore>,
+        catalog: Arc<dyn Catalog>,
+    ) -> ServiceConfig {
+        ServiceConfig {
+            dir: dir.into(),
+            destination,
+            store,
+            store_prefix: String::new(),
+            conditional_create: true,
+            catalog,
+            lease_scope: LeaseScope::Node,
+            lease_ttl: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            recheck_interval: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(30),
+            staging_max_age: Duration::from_secs(60),
+            adoption_slice: Duration::from_secs(1),
+            upload: UploadConfig::default(),
+            index_batch: spool_catalog::MAX_ROWS_PER_STATEMENT,
+            adopt: true,
+            registry: Registry::global(),
+            lock_mode: LockMode::Take,
+            lock: LockOptions::default(),
+            max_bytes: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServiceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceConfig")
+            .field("dir", &self.dir)
+            .field("destination", &self.destination)
+            .field("store", &self.store.to_string())
+            .field("store_prefix", &self.store_prefix)
+            .field("catalog", &self.catalog.server())
+            .field("lease_scope", &self.lease_scope)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("poll_interval", &self.poll_interval)
+            .field("adopt", &self.adopt)
+            .field("lock_mode", &self.lock_mode)
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
+}

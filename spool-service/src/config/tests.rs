@@ -1,0 +1,212 @@
+//! Unit tests of the configuration: precedence, every key readable from
+//! the file, refusals, masking, embedded defaults.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use spool_catalog::LeaseScope;
+
+use super::keys::{self, KEYS};
+use super::*;
+
+fn load(
+    file: Option<&str>,
+    env: &[(&str, &str)],
+    flags: Vec<FlagValue>,
+) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spool.toml");
+    if let Some(text) = file {
+        std::fs::write(&path, text).unwrap();
+    }
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::load_with(file.map(|_| path.as_path()), &flags, &|k: &str| {
+        env.get(k).cloned()
+    })
+}
+
+#[test]
+fn precedence_flag_env_file_default() {
+    let file = "[lease]\nttl = 10\nscope = \"catalog\"\n[service]\npoll_interval = \"2s\"\nmax_backoff = 7\n";
+    let env = [("SPOOL_LEASE_TTL", "20"), ("SPOOL_POLL_INTERVAL", "3s")];
+    let flags = vec![FlagValue::new(&keys::LEASE_TTL.key, "40")];
+    let c = load(Some(file), &env, flags).unwrap();
+    assert_eq!(keys::LEASE_TTL.get(&c), Duration::from_secs(40));
+    assert!(matches!(c.source(&keys::LEASE_TTL.key), Some(Source::Flag(f)) if f == "--lease-ttl"));
+    assert_eq!(keys::POLL_INTERVAL.get(&c), Duration::from_secs(3));
+    assert!(matches!(
+        c.source(&keys::POLL_INTERVAL.key),
+        Some(Source::Env(_))
+    ));
+    assert_eq!(keys::MAX_BACKOFF.get(&c), Duration::from_secs(7));
+    assert!(matches!(
+        c.source(&keys::MAX_BACKOFF.key),
+        Some(Source::File(_))
+    ));
+    assert_eq!(keys::LEASE_SCOPE.get(&c), LeaseScope::Catalog);
+    assert_eq!(keys::RECHECK_INTERVAL.get(&c), Duration::from_secs(30));
+    assert_eq!(
+        c.source(&keys::RECHECK_INTERVAL.key),
+        Some(&Source::Default)
+    );
+}
+
+#[test]
+fn a_ttl_without_room_for_the_fence_margin_is_refused() {
+    // 5 s is the shortest TTL with room for the (lowered) fence margin
+    // since LeaseConfig::new adapts the margin to short TTLs.
+    let flags = vec![FlagValue::new(&keys::LEASE_TTL.key, "4")];
+    let e = load(None, &[], flags).unwrap_err();
+    assert!(
+        e.0.contains("lease.ttl") && e.0.contains("is refused"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_key_has_a_file_field_and_a_unique_env() {
+    let mut envs = std::collections::HashSet::new();
+    for k in KEYS {
+        assert!(envs.insert(k.env), "{} env reused", k.name);
+        let (section, field) = k.name.split_once('.').unwrap();
+        let text = format!("[{section}]\n{field} = \"x\"\n");
+        match load(Some(&text), &[], Vec::new()) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                e.0.starts_with(&format!("bad value for {}", k.name)),
+                "{}: {}",
+                k.name,
+                e.0
+            ),
+        }
+    }
+}
+
+#[test]
+fn unknown_keys_and_bad_values_are_refused_naming_them() {
+    let e = load(Some("[lease]\nttl = 10\nttls = 3\n"), &[], Vec::new()).unwrap_err();
+    assert!(e.0.contains("ttls") && e.0.contains("known keys"), "{e}");
+    let e = load(Some("[leases]\nttl = 10\n"), &[], Vec::new()).unwrap_err();
+    assert!(e.0.contains("leases"), "{e}");
+    let e = load(Some("[lease]\nttl = 2\n"), &[], Vec::new()).unwrap_err();
+    assert!(
+        e.0.contains("lease.ttl") && e.0.contains("\"2\"") && e.0.contains("at least 3s"),
+        "{e}"
+    );
+    let e = load(None, &[("SPOOL_LEASE_SCOPE", "rack")], Vec::new()).unwrap_err();
+    assert!(
+        e.0.contains("lease.scope") && e.0.contains("rack") && e.0.contains("node or catalog"),
+        "{e}"
+    );
+    let flags = vec![FlagValue::from_set("upload.max_workers=0").unwrap()];
+    let e = load(None, &[], flags).unwrap_err();
+    assert!(
+        e.0.contains("upload.max_workers") && e.0.contains("≥ 1"),
+        "{e}"
+    );
+    let flags = vec![FlagValue::new(&keys::STORE.key, "ftp://x/y")];
+    let e = load(None, &[], flags).unwrap_err();
+    assert!(
+        e.0.contains("destination.store") && e.0.contains("ftp"),
+        "{e}"
+    );
+}
+
+#[test]
+fn embedded_defaults_under_the_root() {
+    let root = tempfile::tempdir().unwrap();
+    let flags = vec![FlagValue::new(
+        &keys::ROOT.key,
+        root.path().display().to_string(),
+    )];
+    let c = load(None, &[], flags).unwrap();
+    let r = root.path().canonicalize().unwrap();
+    assert_eq!(
+        c.store_url().unwrap(),
+        format!("file://{}/.store", r.display())
+    );
+    assert_eq!(
+        c.catalog_url().unwrap(),
+        format!("sqlite://{}/.catalog.db", r.display())
+    );
+    assert_eq!(c.source(&keys::STORE.key), Some(&Source::Embedded));
+    let (key, dir) = c.key_dir().unwrap();
+    assert_eq!(dir, r.join(&key));
+}
+
+#[test]
+fn a_refused_catalog_url_is_shown_masked() {
+    let e = load(
+        None,
+        &[("SPOOL_CATALOG", "clickhouse://u:hunter2@h:8123/d?bogus=1")],
+        Vec::new(),
+    )
+    .unwrap_err();
+    assert!(!e.0.contains("hunter2"), "{e}");
+}
+
+#[test]
+fn sizes_and_durations() {
+    assert_eq!(parse_bytes("64MiB"), Some(64 << 20));
+    assert_eq!(parse_bytes("1GB"), Some(1_000_000_000));
+    assert_eq!(parse_bytes("12"), Some(12));
+    assert_eq!(parse_bytes("12 parsecs"), None);
+    assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+    assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+    assert_eq!(parse_duration("1.5"), Some(Duration::from_millis(1500)));
+    assert_eq!(parse_duration("-1"), None);
+    assert_eq!(parse_duration("soon"), None);
+}
+
+#[test]
+fn every_setting_reads_its_default() {
+    let c = load(None, &[], Vec::new()).unwrap();
+    // one read per handle: a handle whose type does not match its kind panics
+    let _ = (
+        keys::ROOT.get(&c),
+        keys::RANK.get(&c),
+        keys::MAX_BYTES.get(&c),
+        keys::ALLOW_SHARED_FILESYSTEM.get(&c),
+        keys::CATALOG.get(&c),
+        keys::STORE.get(&c),
+        keys::STORE_ID.get(&c),
+        keys::LEASE_SCOPE.get(&c),
+        keys::LEASE_TTL.get(&c),
+        keys::POLL_INTERVAL.get(&c),
+        keys::RECHECK_INTERVAL.get(&c),
+        keys::MAX_BACKOFF.get(&c),
+        keys::STAGING_MAX_AGE.get(&c),
+        keys::ADOPTION_SLICE.get(&c),
+        keys::INDEX_BATCH.get(&c),
+        keys::STOP_FLUSH_TIMEOUT.get(&c),
+    );
+    let _ = (
+        keys::UNHEALTHY_AFTER.get(&c),
+        keys::METRICS_ADDR.get(&c),
+        keys::METRICS_LINGER.get(&c),
+    );
+    assert!(c.upload().is_ok());
+    let _ = c.client();
+    assert_eq!(KEYS.len(), c.entries().count());
+}
+
+#[test]
+fn the_file_schema_is_the_key_table() {
+    assert_eq!(
+        keys::sections(),
+        [
+            "spool",
+            "destination",
+            "lease",
+            "service",
+            "upload",
+            "client",
+            "metrics"
+        ]
+    );
+    let e = load(Some("ttl = 3\n"), &[], Vec::new()).unwrap_err();
+    assert!(e.0.contains("ttl") && e.0.contains("known keys"), "{e}");
+}

@@ -1,0 +1,42 @@
+//! `spool` with test seams: the very command users get
+//! ([`spool_cli::main_with`]), after setting the seams its leading options
+//! ask for. The shipped `spool` binary has none of these options.
+//!
+//! ```text
+//! spool-with-seams [--pause-before-publish FILE] [--test-filesystem-type HEX] SPOOL-ARGS...
+//! ```
+//!
+//! - `--pause-before-publish FILE`: every stage pauses before its publish
+//!   until FILE exists (spool-core's seam);
+//! - `--test-filesystem-type HEX`: every path is on the filesystem with this
+//!   statfs magic, e.g. `0x6969` (NFS; spool-lock's seam).
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    while let (Some(opt), Some(value)) = (args.get(1), args.get(2)) {
+        let value = value.clone();
+        match opt.to_str() {
+            Some("--pause-before-publish") => {
+                spool_core::spool::set_pause_before_publish(Some(Path::new(&value)))
+                    .expect("spool-core built with its `testing` feature");
+            }
+            Some("--test-filesystem-type") => {
+                let hex = value.to_string_lossy();
+                let digits = hex.trim_start_matches("0x").trim_start_matches("0X");
+                let magic = u32::from_str_radix(digits, 16)
+                    .unwrap_or_else(|e| panic!("--test-filesystem-type {hex}: not hex: {e}"));
+                spool_lock::set_filesystem_type_for_testing(Path::new("/"), magic)
+                    .expect("spool-lock built with its `testing` feature");
+            }
+            _ => break,
+        }
+        args.drain(1..3);
+    }
+    args[0] = "spool".into();
+    spool_cli::main_with(args)
+}

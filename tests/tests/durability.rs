@@ -1,0 +1,140 @@
+//! The spool keeps its word on disk (issue 12): a pack leaves the spool only
+//! once its object is durable. Black-box, on the real binary under Debian's
+//! `strace`: the order of the system calls is the evidence.
+//!
+//! `strace` is installed by `cargo xtask test` (which sets
+//! `SPOOL_REQUIRE_STRACE=1`, so a missing one fails there); elsewhere a test
+//! that finds no `strace` says so and skips.
+
+use std::path::{Path, PathBuf};
+
+use spool_tests::{describe, output, spool_bin};
+
+/// `strace`'s path, or `None` (after saying why) when it is missing and not
+/// required.
+fn strace() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("strace"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("SPOOL_REQUIRE_STRACE").as_deref() == Ok("1") {
+            panic!("strace is not installed but SPOOL_REQUIRE_STRACE=1: apt-get install -y strace (cargo xtask test does)");
+        }
+        eprintln!("skipped: strace is not installed (apt-get install -y strace, or run under cargo xtask test)");
+    }
+    found
+}
+
+/// The index of the first line of `trace` that `pred` accepts, with the line.
+fn first<'a>(trace: &'a [&'a str], pred: impl Fn(&str) -> bool) -> Option<(usize, &'a str)> {
+    trace.iter().copied().enumerate().find(|(_, l)| pred(l))
+}
+
+/// `fsync(FD</path>)` or `fdatasync(FD</path>)` on exactly `path` (strace
+/// `-y` prints each descriptor's path), or on a file whose name starts with
+/// `name_prefix` inside `path`'s directory when `prefix` is set.
+fn is_sync_of(line: &str, path: &Path, prefix: bool) -> bool {
+    let Some(rest) = line
+        .split_once("fsync(")
+        .or_else(|| line.split_once("fdatasync("))
+        .map(|(_, r)| r)
+    else {
+        return false;
+    };
+    if !rest.trim_end().ends_with("= 0") {
+        return false;
+    }
+    let Some(start) = rest.find('<') else {
+        return false;
+    };
+    let Some(end) = rest[start..].find(">)") else {
+        return false;
+    };
+    let synced = &rest[start + 1..start + end];
+    let want = path.to_string_lossy();
+    if prefix {
+        synced.starts_with(&*want)
+    } else {
+        synced == want
+    }
+}
+
+/// The whole flow of the README's main job (`produce --serve` to the
+/// embedded `file://` store) under `strace -f -y -e
+/// trace=fsync,fdatasync,unlink,unlinkat`: the object's fsync and its
+/// directory's fsync both come before the unlink of the pack's `.ready`
+/// in the spool. Without `with_fsync(true)` there is no fsync of the object
+/// at all, and this is red.
+#[test]
+fn a_pack_is_unlinked_from_the_spool_only_after_its_object_and_directory_are_fsynced() {
+    let Some(strace) = strace() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let trace_file = tmp.path().join("trace");
+    let out = output(
+        std::process::Command::new(&strace)
+            .args([
+                "-f",
+                "-y",
+                "-qq",
+                "-e",
+                "trace=fsync,fdatasync,unlink,unlinkat",
+                "-o",
+            ])
+            .arg(&trace_file)
+            .arg(spool_bin())
+            .env("RUST_LOG", "warn")
+            .args(["produce", "--packs", "1", "--serve", "--spool-root"])
+            .arg(&root),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(id.len(), 32, "one pack id printed\n{}", describe(&out));
+    let pid = spool_core::PackId::from_hex(&id).unwrap();
+    let store = root.join(".store");
+    let key = spool_upload::object_key(&object_store::path::Path::default(), &pid);
+    let object = store.join(key.as_ref());
+    assert!(object.is_file(), "{} was uploaded", object.display());
+    let object_dir = object.parent().unwrap().to_path_buf();
+
+    let text = std::fs::read_to_string(&trace_file).unwrap();
+    let trace: Vec<&str> = text.lines().collect();
+    let ready = format!("{id}.ready");
+    let (unlink_at, unlink) = first(&trace, |l| {
+        (l.contains("unlink(") || l.contains("unlinkat("))
+            && l.contains(&ready)
+            && l.ends_with("= 0")
+    })
+    .unwrap_or_else(|| panic!("no unlink of {ready} in the trace:\n{text}"));
+    // object_store stages the object beside its final name (`<key>#<n>`)
+    // and fsyncs that file before renaming it into place.
+    let (object_at, _) = first(&trace, |l| is_sync_of(l, &object, true)).unwrap_or_else(|| {
+        panic!(
+            "no fsync of the object {} in the trace:\n{text}",
+            object.display()
+        )
+    });
+    let (dir_at, _) = first(&trace, |l| is_sync_of(l, &object_dir, false)).unwrap_or_else(|| {
+        panic!(
+            "no fsync of the object's directory {} in the trace:\n{text}",
+            object_dir.display()
+        )
+    });
+    assert!(
+        object_at < unlink_at && dir_at < unlink_at,
+        "the object's fsync (line {object_at}) and its directory's (line {dir_at}) must come before the pack's unlink (line {unlink_at}: {unlink}):\n{text}"
+    );
+    // The directories created on the way (`v1/`, `date=…/`) and the store
+    // root's entry for them are durable too, before the pack leaves.
+    for d in [object_dir.parent().unwrap(), store.as_path()] {
+        let (at, _) = first(&trace, |l| is_sync_of(l, d, false))
+            .unwrap_or_else(|| panic!("no fsync of {} in the trace:\n{text}", d.display()));
+        assert!(
+            at < unlink_at,
+            "{} fsynced at line {at}, after the unlink at {unlink_at}:\n{text}",
+            d.display()
+        );
+    }
+}

@@ -1,0 +1,391 @@
+//! Invariants that check themselves (in the manner of rust-analyzer's
+//! `xtask/src/tidy.rs`): unit tests of the xtask crate, so `cargo xtask
+//! test` runs them in the fast tier. Each reads the tree or asks `cargo
+//! tree`; none builds anything.
+//!
+//! - the dependency edges of ARCHITECTURE.md: spool-upload and
+//!   spool-catalog do not depend on each other, nothing below spool-service
+//!   depends on it, and no tokio is in the normal-dependency tree of
+//!   spool-lock or spool-core;
+//! - a workspace build (`cargo build --release` at the root, the default
+//!   members) links no `testing` feature into the `spool` binary;
+//! - `#![forbid(unsafe_code)]` in every crate root but spool-lock's library;
+//! - no `LOCK_UN` and no `nix::fcntl::Flock` anywhere;
+//! - no `anyhow` in a library's manifest;
+//! - a `//!` doc at the top of every source file;
+//! - no run of spaces inside a one-line string literal (a lost line
+//!   continuation);
+//! - every test TESTING.md names exists.
+
+#![cfg(test)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The library crates (no `anyhow`, typed errors).
+const LIBRARIES: &[&str] = &[
+    "spool-lock",
+    "spool-core",
+    "spool-upload",
+    "spool-catalog",
+    "spool-service",
+];
+
+fn root() -> PathBuf {
+    crate::workspace_root()
+}
+
+/// Every `.rs` file of the workspace (not `target/`), relative to the root.
+fn rust_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || name == "target" {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, root, out);
+            } else if name.ends_with(".rs") {
+                out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    let root = root();
+    let mut out = Vec::new();
+    for member in workspace_members() {
+        walk(&root.join(member), &root, &mut out);
+    }
+    out.sort();
+    out
+}
+
+fn workspace_members() -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let start = text.find("members = [").expect("a members list");
+    let end = start + text[start..].find(']').unwrap();
+    text[start..end]
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+fn read(rel: &Path) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap()
+}
+
+/// `cargo tree` at the workspace root, one package name per line.
+fn cargo_tree(args: &[&str]) -> String {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root())
+        .args(["tree", "--offline", "--prefix", "none"])
+        .args(args)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The packages in `package`'s normal-dependency tree.
+fn normal_deps(package: &str) -> BTreeSet<String> {
+    cargo_tree(&["-p", package, "-e", "normal", "--format", "{p}"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn dependency_edges_of_the_architecture() {
+    let mut broken = Vec::new();
+    let forbid = |from: &str, to: &[&str], broken: &mut Vec<String>| {
+        let deps = normal_deps(from);
+        for t in to {
+            if deps.contains(*t) {
+                broken.push(format!("{from} depends on {t}"));
+            }
+        }
+    };
+    forbid("spool-upload", &["spool-catalog"], &mut broken);
+    forbid(
+        "spool-catalog",
+        &["spool-upload", "spool-core"],
+        &mut broken,
+    );
+    for below in ["spool-lock", "spool-core", "spool-upload", "spool-catalog"] {
+        forbid(below, &["spool-service", "spool-cli"], &mut broken);
+    }
+    for sync in ["spool-lock", "spool-core"] {
+        forbid(
+            sync,
+            &["tokio", "tokio-util", "futures-executor"],
+            &mut broken,
+        );
+    }
+    assert!(
+        broken.is_empty(),
+        "ARCHITECTURE.md's dependency rules are broken: {broken:?}"
+    );
+}
+
+#[test]
+fn a_workspace_build_links_no_test_seam_into_spool() {
+    // `cargo tree` at the root resolves features for the default members,
+    // as `cargo build --release` at the root does.
+    let tree = cargo_tree(&[
+        "-e",
+        "normal,features",
+        "-i",
+        "spool-cli",
+        "--format",
+        "{p} {f}",
+    ]);
+    let all = cargo_tree(&["-e", "normal,features", "--format", "{p} {f}"]);
+    let seams: Vec<&str> = all
+        .lines()
+        .filter(|l| l.starts_with("spool-") && l.contains("testing"))
+        .collect();
+    assert!(
+        seams.is_empty(),
+        "a root build enables test seams: {seams:?} (spool-cli's tree:\n{tree})"
+    );
+}
+
+/// Crate roots: `lib.rs`, `main.rs`, `src/bin/*.rs`, `src/bin/*/main.rs`,
+/// and integration tests (`tests/*.rs` of a package).
+fn crate_roots() -> Vec<PathBuf> {
+    rust_files()
+        .into_iter()
+        .filter(|p| {
+            let s = p.to_string_lossy();
+            let parts: Vec<&str> = s.split('/').collect();
+            let file = *parts.last().unwrap();
+            file == "lib.rs" && parts.len() == 3
+                || file == "main.rs" && (parts.len() == 3 || s.contains("/src/bin/"))
+                || parts.len() == 4 && parts[1] == "src" && parts[2] == "bin"
+                || parts.len() == 3 && parts[1] == "tests"
+        })
+        .collect()
+}
+
+#[test]
+fn unsafe_is_forbidden_in_every_crate_but_spool_locks_library() {
+    let roots = crate_roots();
+    assert!(roots.len() > 20, "found only {roots:?}");
+    // spool-lock's FFI, and its cross-process test helper, which forks and
+    // probes descriptors in the child (not moved out yet).
+    let allowed = [
+        Path::new("spool-lock/src/lib.rs"),
+        Path::new("spool-lock/src/bin/spool-lock-helper.rs"),
+    ];
+    let missing: Vec<_> = roots
+        .iter()
+        .filter(|p| !allowed.contains(&p.as_path()))
+        .filter(|p| !read(p).contains("#![forbid(unsafe_code)]"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "crate roots without #![forbid(unsafe_code)]: {missing:?}"
+    );
+}
+
+#[test]
+fn no_unlock_and_no_nix_flock() {
+    // spelled in pieces, so this file does not find itself
+    let needles = [["LOCK", "_UN"].concat(), ["fcntl::", "Flock"].concat()];
+    let mut hits = Vec::new();
+    for p in rust_files() {
+        let text = read(&p);
+        let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+        for (line, n) in code.flat_map(|l| needles.iter().map(move |n| (l, n))) {
+            if line.contains(n.as_str()) {
+                hits.push(format!("{} uses {n}: {}", p.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "release is a close, never an unlock, and nix's Flock is never used: {hits:?}"
+    );
+}
+
+#[test]
+fn no_anyhow_in_a_library() {
+    let with: Vec<_> = LIBRARIES
+        .iter()
+        .filter(|l| {
+            read(&Path::new(l).join("Cargo.toml"))
+                .lines()
+                .any(|line| line.trim_start().starts_with("anyhow"))
+        })
+        .collect();
+    assert!(
+        with.is_empty(),
+        "libraries use typed errors (thiserror), anyhow only in binaries: {with:?}"
+    );
+}
+
+#[test]
+fn every_source_file_starts_with_a_module_doc() {
+    let missing: Vec<_> = rust_files()
+        .into_iter()
+        .filter(|p| {
+            let text = read(p);
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            !first.starts_with("//!")
+        })
+        .collect();
+    assert!(missing.is_empty(), "files without a //! doc: {missing:?}");
+}
+
+/// The contents of the one-line string literals of `text` (not raw, not
+/// in comments), with their line numbers.
+fn one_line_literals(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let (mut i, mut line) = (0, 1);
+    while i < b.len() {
+        match b[i] {
+            b'\n' => line += 1,
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'\'' => {
+                // a char literal ('"', '\'', '\\') or a lifetime
+                if b.get(i + 1) == Some(&b'\\') && b.get(i + 3) == Some(&b'\'') {
+                    i += 4;
+                    continue;
+                }
+                if b.get(i + 2) == Some(&b'\'') {
+                    i += 3;
+                    continue;
+                }
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'"' | b'#'))
+                && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
+            {
+                let mut j = i + 1;
+                let mut hashes = 0;
+                while b.get(j) == Some(&b'#') {
+                    hashes += 1;
+                    j += 1;
+                }
+                if b.get(j) == Some(&b'"') {
+                    let close = format!("\"{}", "#".repeat(hashes));
+                    let end = text[j + 1..].find(&close).map_or(b.len(), |e| j + 1 + e);
+                    line += text[i..end].matches('\n').count();
+                    i = end + close.len();
+                    continue;
+                }
+            }
+            b'"' => {
+                let start = i + 1;
+                let mut j = start;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
+                }
+                let lit = &text[start..j.min(b.len())];
+                if !lit.contains('\n') && !lit.contains("\\n") {
+                    out.push((line, lit.to_string()));
+                }
+                line += lit.matches('\n').count();
+                i = j + 1;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn no_run_of_spaces_inside_a_string_literal() {
+    let mut hits = Vec::new();
+    // A run of three or more spaces between words; a run after a one-word
+    // label or before a `{}` aligns a printed table and is fine.
+    let lost = |lit: &str| {
+        let t = lit.trim_start();
+        t.match_indices("   ").any(|(i, _)| {
+            // `label   value` rows of a printed table are aligned on purpose
+            let label = !t[..i].trim().contains(' ');
+            !label && !t[i..].trim_start().starts_with('{')
+        })
+    };
+    for p in rust_files() {
+        if p == Path::new("xtask/src/tidy.rs") {
+            continue; // its own scanner test spells a bad literal
+        }
+        for (line, lit) in one_line_literals(&read(&p)) {
+            if lost(&lit) {
+                hits.push(format!("{}:{line}: {lit:?}", p.display()));
+            }
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "string literals with a run of spaces (a lost line continuation?): {hits:#?}"
+    );
+}
+
+#[test]
+fn the_literal_scanner_sees_what_it_should() {
+    let text = "//! x\nlet a = \"it is   lost\"; // \"not  this\"\nlet b = r#\"raw   \"#; let c = '\"';\nlet d = \"ok\";";
+    let lits: Vec<_> = one_line_literals(text)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
+    assert_eq!(lits, ["it is   lost", "ok"]);
+}
+
+/// The test names TESTING.md lists: every `` `path::name` `` in its table.
+fn testing_md_tests() -> Vec<(String, String)> {
+    let text = read(Path::new("TESTING.md"));
+    let mut out = Vec::new();
+    for row in text.lines().filter(|l| l.starts_with('|')) {
+        for cell in row.split('`').skip(1).step_by(2) {
+            if let Some((file, name)) = cell.rsplit_once("::") {
+                if file.ends_with(".rs") {
+                    out.push((file.to_string(), name.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_test_testing_md_names_exists() {
+    let tests = testing_md_tests();
+    assert!(
+        tests.len() > 20,
+        "TESTING.md names only {} tests",
+        tests.len()
+    );
+    let mut missing = Vec::new();
+    for (file, name) in tests {
+        let path = Path::new(&file);
+        let found = root().join(path).is_file() && read(path).contains(&format!("fn {name}("));
+        if !found {
+            missing.push(format!("{file}::{name}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "TESTING.md names tests that do not exist: {missing:?}"
+    );
+}
