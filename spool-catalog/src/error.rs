@@ -146,6 +146,11 @@ pub enum Error {
     #[error("invalid lease configuration: {0}")]
     InvalidConfig(String),
 
+    /// The lease keeper's task panicked (a bug): the lease is let go and
+    /// reported as `task_failed`.
+    #[error("the lease keeper's task panicked: {0}")]
+    LeaseTaskPanicked(String),
+
     /// The catalog answered something this crate cannot read.
     #[error("catalog {server} answered unreadably while trying to {purpose}: {detail}")]
     Protocol {

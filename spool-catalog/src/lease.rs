@@ -412,6 +412,14 @@ pub struct LeaseState {
     pub latched: bool,
     /// The last failure talking to the catalog.
     pub last_error: Option<String>,
+    /// The catalog, as messages name it (credentials removed).
+    pub server: String,
+    /// The claim in flight (what for, since when), so a caller can say what
+    /// it waits on before the call fails.
+    pub in_flight: Option<(&'static str, std::time::Instant)>,
+    /// The keeper's task panicked (its message): the lease is not kept any
+    /// more; the service reports it as a failed loop.
+    pub task_failed: Option<String>,
 }
 
 impl LeaseState {
@@ -439,6 +447,8 @@ pub struct LeaseKeeper {
     state: LeaseState,
     ever_held: bool,
     foreign_since: Option<Instant>,
+    /// Where [`LeaseKeeper::spawn`] publishes (the claim in flight too).
+    publish: Option<tokio::sync::watch::Sender<LeaseState>>,
 }
 
 impl std::fmt::Debug for LeaseKeeper {
@@ -463,10 +473,12 @@ impl LeaseKeeper {
     ) -> Result<LeaseKeeper> {
         config.validate()?;
         let name = name.into();
+        let server = catalog.server();
         Ok(LeaseKeeper {
             catalog,
             state: LeaseState {
                 name: name.clone(),
+                server,
                 ..LeaseState::default()
             },
             name,
@@ -475,6 +487,7 @@ impl LeaseKeeper {
             latch_without_holding: false,
             ever_held: false,
             foreign_since: None,
+            publish: None,
         })
     }
 
@@ -547,15 +560,12 @@ impl LeaseKeeper {
             if now < g.claimed_at + self.config.renew_interval {
                 return self.state.clone();
             }
-            match claim(
-                &*self.catalog,
-                &self.name,
-                &self.holder,
-                &self.config,
-                Some(&g),
-            )
-            .await
-            {
+            // A renewal that lands after the holding's local deadline is
+            // worthless: it is cut there (or after the renew interval).
+            let until = g
+                .local_deadline()
+                .max(now + self.config.renew_interval.min(Duration::from_secs(1)));
+            match self.bounded("renew the lease", until, Some(&g)).await {
                 Ok(LeaseClaim::Held(g2)) => {
                     self.state.guard = Some(g2);
                     self.state.last_error = None;
@@ -579,7 +589,8 @@ impl LeaseKeeper {
                 }
             }
         }
-        match claim(&*self.catalog, &self.name, &self.holder, &self.config, None).await {
+        let until = now + self.config.renew_interval;
+        match self.bounded("acquire the lease", until, None).await {
             Ok(LeaseClaim::Held(g)) => {
                 tracing::info!(lease = %self.name, lease_id = %g.lease_id, term = g.term, "lease acquired");
                 self.state.guard = Some(g);
@@ -596,6 +607,41 @@ impl LeaseKeeper {
         self.state.clone()
     }
 
+    /// One claim, published as in flight while it runs and cut at `until`
+    /// (a [`Error::Timeout`] naming the catalog and the purpose).
+    async fn bounded(
+        &mut self,
+        purpose: &'static str,
+        until: Instant,
+        renewing: Option<&LeaseGuard>,
+    ) -> Result<LeaseClaim> {
+        self.state.in_flight = Some((purpose, std::time::Instant::now()));
+        if let Some(tx) = &self.publish {
+            tx.send_replace(self.state.clone());
+        }
+        let started = Instant::now();
+        let r = tokio::time::timeout_at(
+            until,
+            claim(
+                &*self.catalog,
+                &self.name,
+                &self.holder,
+                &self.config,
+                renewing,
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                server: self.catalog.server(),
+                purpose,
+                after: started.elapsed(),
+            })
+        });
+        self.state.in_flight = None;
+        r
+    }
+
     /// Lets go: a tombstone if the lease is ours, then not held.
     pub async fn release(&mut self) -> Result<()> {
         if let Some(g) = self.state.guard.take() {
@@ -609,31 +655,67 @@ impl LeaseKeeper {
     /// releases on [`LeaseTask::stop`].
     pub fn spawn(mut self) -> LeaseTask {
         let (tx, rx) = tokio::sync::watch::channel(self.state());
+        self.publish = Some(tx.clone());
         let stop = Arc::new(tokio::sync::Notify::new());
         let stop2 = stop.clone();
         let handle = tokio::spawn(async move {
-            loop {
-                let st = self.tick().await;
-                tx.send_replace(st);
-                if self.state.latched {
-                    // Nothing more to do: a latched keeper never claims again.
-                    stop2.notified().await;
-                    break;
+            use futures::FutureExt;
+            let run = std::panic::AssertUnwindSafe(async {
+                loop {
+                    // stop cuts a claim in flight: the release comes next
+                    let st = tokio::select! {
+                        st = self.tick() => st,
+                        _ = stop2.notified() => break,
+                    };
+                    tx.send_replace(st);
+                    if self.state.latched {
+                        // Nothing more to do: a latched keeper never claims again.
+                        stop2.notified().await;
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.next_tick_in().max(Duration::from_millis(50))) => {}
+                        _ = stop2.notified() => break,
+                    }
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(self.next_tick_in().max(Duration::from_millis(50))) => {}
-                    _ = stop2.notified() => break,
+                self.state.in_flight = None;
+                let released = self.release().await;
+                tx.send_replace(self.state());
+                released
+            })
+            .catch_unwind()
+            .await;
+            match run {
+                Ok(released) => released,
+                Err(panic) => {
+                    let why = panic_message(panic.as_ref());
+                    tracing::error!("the lease keeper's task panicked: {why}");
+                    tx.send_modify(|s| {
+                        s.guard = None;
+                        s.in_flight = None;
+                        s.task_failed = Some(why.clone());
+                    });
+                    Err(Error::LeaseTaskPanicked(why))
                 }
             }
-            let released = self.release().await;
-            tx.send_replace(self.state());
-            released
         });
         LeaseTask {
             state: rx,
             stop,
             handle,
         }
+    }
+}
+
+/// The message of a caught panic (`&str` or `String` payloads; else a
+/// placeholder).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".into()
     }
 }
 

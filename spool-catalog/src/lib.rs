@@ -151,9 +151,9 @@ use std::sync::Arc;
 pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::error::{Error, Result};
 pub use crate::lease::{
-    catalog_lease_name, node_lease_name, LeaseClaim, LeaseConfig, LeaseGuard, LeaseHead,
-    LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION,
-    DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
+    catalog_lease_name, node_lease_name, panic_message, LeaseClaim, LeaseConfig, LeaseGuard,
+    LeaseHead, LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim,
+    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;
@@ -275,11 +275,25 @@ pub mod testing {
 }
 
 /// Opens the catalog a URL names. Nothing is contacted until the first
-/// operation.
+/// operation. ClickHouse requests are bounded by
+/// [`DEFAULT_REQUEST_TIMEOUT`] each ([`open_with_timeout`] sets another).
 pub fn open(url: &str) -> Result<Arc<dyn Catalog>> {
+    open_with_timeout(url, DEFAULT_REQUEST_TIMEOUT)
+}
+
+/// [`open`] with another bound on one request (ClickHouse: connect, send,
+/// answer; the embedded and fake catalogs answer locally and ignore it).
+/// A caller's own deadline still cuts a call sooner: this only bounds each
+/// statement.
+pub fn open_with_timeout(
+    url: &str,
+    request_timeout: std::time::Duration,
+) -> Result<Arc<dyn Catalog>> {
     match CatalogUrl::parse(url)? {
         #[cfg(feature = "clickhouse")]
-        CatalogUrl::ClickHouse(t) => Ok(Arc::new(ClickHouseCatalog::new(t))),
+        CatalogUrl::ClickHouse(t) => Ok(Arc::new(
+            ClickHouseCatalog::new(t).with_request_timeout(request_timeout),
+        )),
         #[cfg(not(feature = "clickhouse"))]
         CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
             url: redact::mask_url(url),

@@ -32,8 +32,11 @@ pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
     crate::dest::refuse_memory(&store_url, &catalog_url)?;
     let store = spool_upload::Store::from_url(&store_url, &cfg.client())
         .with_context(|| format!("cannot open the object store {}", mask_url(&store_url)))?;
-    let catalog = spool_catalog::open(&catalog_url)
-        .with_context(|| format!("cannot open the catalog {}", mask_url(&catalog_url)))?;
+    let catalog = spool_catalog::open_with_timeout(
+        &catalog_url,
+        crate::config::keys::CATALOG_REQUEST_TIMEOUT.get(cfg),
+    )
+    .with_context(|| format!("cannot open the catalog {}", mask_url(&catalog_url)))?;
     // the engine sets dir and lock mode (the claimed directory, HeldByCaller)
     let sc = cfg.service_config(
         store.object_store().clone(),

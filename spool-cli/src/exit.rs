@@ -24,6 +24,9 @@ pub enum ExitCode {
     /// 9: a pack read back from the store does not match its checksum
     /// (cat); nothing was written.
     Checksum = 9,
+    /// 10: the service loop failed (a panic); the supervisor should restart
+    /// the daemon.
+    LoopFailed = 10,
 }
 
 impl From<ExitCode> for std::process::ExitCode {
@@ -44,7 +47,8 @@ Exit codes:
   6  deadline passed without draining (spool run --once --timeout)
   7  lease lost (latched): another writer held the lease for 2 x TTL
   8  corrupt packs found (verify)
-  9  pack read back does not match its checksum (cat); nothing written";
+  9  pack read back does not match its checksum (cat); nothing written
+ 10  the service loop failed (a panic): spool run stopped, restart it";
 
 /// Maps an error to its exit code by looking for the typed errors of the
 /// library crates in its chain.
@@ -71,6 +75,7 @@ pub fn exit_code_of(err: &anyhow::Error) -> ExitCode {
                 spool_service::Error::Lock(l) => lock_code(l),
                 spool_service::Error::Sink { source, .. } => core_code(source),
                 spool_service::Error::FlushTimeout { .. } => Some(ExitCode::Deadline),
+                spool_service::Error::LoopFailed { .. } => Some(ExitCode::LoopFailed),
                 spool_service::Error::Config(_) => Some(ExitCode::Usage),
                 _ => None,
             }

@@ -81,6 +81,7 @@ the directories of producers that died. The main commands:
   spool verify DIR           validate packs without the lock (exit 8 if corrupt)
   spool recover DIR          take the lock, sweep temp files, quarantine corrupt packs
   spool unblock DIR          clear a blocked mark after fixing its cause
+  spool requeue DIR          turn rejected packs back into ready ones after fixing the cause
   spool lock owner DIR       who holds a directory
 
 Logs go to stderr, filtered by RUST_LOG (default `warn`, `info` for run),

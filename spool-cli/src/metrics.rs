@@ -81,6 +81,12 @@ impl Health {
                     .unwrap_or_default()
             ));
         }
+        if let Some(why) = &s.loop_failed {
+            return Some(format!("loop_failed: {why}"));
+        }
+        if let Some(r) = &s.destination_refused {
+            return Some(format!("destination refused: {r}"));
+        }
         let marker = (
             s.uploaded,
             s.indexed,
@@ -238,6 +244,18 @@ impl Collector for SnapshotCollector {
             "latched",
             "1 once a foreign lease outlived 2 x TTL (lease-gated work stopped).",
             s.latched as i64,
+        )?;
+        gauge(
+            e,
+            "destination_refused",
+            "1 while the store or catalog refuses the whole destination (401, 403, missing bucket); packs stay ready.",
+            s.destination_refused.is_some() as i64,
+        )?;
+        gauge(
+            e,
+            "loop_failed",
+            "1 once the service loop panicked (the daemon stops and exits 10).",
+            s.loop_failed.is_some() as i64,
         )?;
         gauge(
             e,

@@ -54,7 +54,7 @@ pub enum Error {
     #[error(
         "flush of {dir} did not drain within {timeout:?}: {ready} own ready pack(s) not uploaded, \
          {owed} pack(s) uploaded but not indexed (owed to the catalog), {cycles} cycle(s) run; \
-         last error: {last_error}"
+         last error: {last_error}; waiting on: {waiting_on}"
     )]
     FlushTimeout {
         /// The own directory.
@@ -69,6 +69,18 @@ pub enum Error {
         cycles: u64,
         /// The last error recorded, or `none`.
         last_error: String,
+        /// The catalog or store call in flight at the deadline, or `nothing`.
+        waiting_on: String,
+    },
+    /// The service loop (or its lease keeper) panicked: the service does no
+    /// more work. Stop it and start a new one (the daemon exits 10 so its
+    /// supervisor restarts it).
+    #[error("{why}; the service of {dir} does no more work: stop it and start a new one")]
+    LoopFailed {
+        /// The own directory.
+        dir: PathBuf,
+        /// The panic, as reported.
+        why: String,
     },
     /// The service was stopped (or never started).
     #[error("the service of {dir} is not running (stopped or not started)")]

@@ -148,6 +148,7 @@
 #![forbid(unsafe_code)]
 
 pub mod adoption;
+mod bound;
 pub mod config;
 pub mod engine;
 mod error;

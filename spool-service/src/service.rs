@@ -16,10 +16,22 @@ use spool_upload::{CancellationToken, Store, UploadItem, UploadQueue, Uploader};
 
 use crate::adoption::real_env::Env;
 use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
+use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
 use crate::snapshot::Snapshot;
 use crate::upload_path::{Owed, UploadPath};
 use crate::Error;
+
+/// How long stop waits for the loop to end (every call in it watches the
+/// stop token, so this is only reached by wedged local I/O).
+const STOP_LOOP_GRACE: Duration = Duration::from_secs(1);
+/// How long stop lets the lease keeper write its release tombstone.
+const STOP_LEASE_GRACE: Duration = Duration::from_millis(500);
+/// How long stop waits for blocking tasks when the runtime shuts down.
+const STOP_SHUTDOWN_GRACE: Duration = Duration::from_millis(250);
+
+/// A call in flight this long shows in the snapshot's `waiting_on`.
+const WAITING_SHOWN_AFTER: Duration = Duration::from_secs(1);
 
 /// What one cycle did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,6 +56,61 @@ struct Shared {
     /// cuts it so it can run its own cycle by its deadline).
     own_phase: Mutex<Option<CancellationToken>>,
     snapshot: Mutex<Snapshot>,
+    /// What the service waits on now (catalog or store call in flight).
+    inflight: InFlight,
+    /// The lease keeper's state, once started (its call in flight).
+    lease: Mutex<Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>>,
+    /// The loop (or a flush's cycle) panicked: its message. The service
+    /// does no more work; `spool run` exits 10.
+    loop_failed: Mutex<Option<String>>,
+}
+
+impl Shared {
+    /// Why the loop (or the lease keeper's task) failed, if it did.
+    fn loop_failed(&self) -> Option<String> {
+        if let Some(why) = self
+            .loop_failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Some(why);
+        }
+        let lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let why = lease.as_ref()?.borrow().task_failed.clone()?;
+        Some(format!("the lease keeper's task panicked: {why}"))
+    }
+
+    /// Records a caught panic of a cycle.
+    fn fail_loop(&self, payload: &(dyn std::any::Any + Send)) -> String {
+        let why = format!(
+            "the service loop of {} panicked: {}",
+            self.dir.display(),
+            spool_catalog::panic_message(payload)
+        );
+        tracing::error!(dir = %self.dir.display(), "{why}; the service does no more work (restart it)");
+        let mut slot = self.loop_failed.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(why).clone()
+    }
+
+    /// The catalog or store call the service (or its lease keeper) has been
+    /// waiting on for at least `min`, if any.
+    fn waiting_on(&self, min: Duration) -> Option<String> {
+        self.inflight.describe(min).or_else(|| {
+            let lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+            let st = lease.as_ref()?.borrow().clone();
+            let (what, since) = st.in_flight?;
+            let waited = since.elapsed();
+            (waited >= min).then(|| {
+                format!(
+                    "catalog {}: {what} (lease {}), waiting for {}",
+                    st.server,
+                    st.name,
+                    crate::bound::human(waited)
+                )
+            })
+        })
+    }
 }
 
 struct Core {
@@ -127,6 +194,9 @@ impl StorageService {
             cycles: AtomicU64::new(0),
             own_phase: Mutex::new(None),
             snapshot: Mutex::new(Snapshot::default()),
+            inflight: InFlight::default(),
+            lease: Mutex::new(None),
+            loop_failed: Mutex::new(None),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -242,6 +312,7 @@ impl StorageService {
             pending: Vec::new(),
             summaries: HashMap::new(),
             counters: Default::default(),
+            inflight: self.shared.inflight.clone(),
         };
         let core = Arc::new(tokio::sync::Mutex::new(Core {
             io,
@@ -253,6 +324,8 @@ impl StorageService {
             own_left: 0,
             registry: cfg.registry.clone(),
         }));
+        *self.shared.lease.lock().unwrap_or_else(|e| e.into_inner()) =
+            core.try_lock().ok().and_then(|c| c.io.lease.clone());
         let aw = Arc::new(AtomicWaker::new());
         let reader = cfg.registry.register_waker(Waker::Async(aw.clone()));
         let task = rt.spawn(run_loop(
@@ -314,15 +387,44 @@ impl StorageService {
                     .unwrap_or(snap.pending_index as usize),
                 cycles: shared.cycles.load(Ordering::SeqCst),
                 last_error: snap.last_error.unwrap_or_else(|| "none".into()),
+                waiting_on: shared
+                    .waiting_on(Duration::ZERO)
+                    .unwrap_or_else(|| "nothing".into()),
             }
         };
+        let failed = |why: String| Error::LoopFailed {
+            dir: shared.dir.clone(),
+            why,
+        };
+        if let Some(why) = shared.loop_failed() {
+            return Err(failed(why));
+        }
         rt.block_on(async {
+            use futures::FutureExt;
             let tdl = tokio::time::Instant::from_std(deadline);
             let Ok(mut c) = tokio::time::timeout_at(tdl, core.lock()).await else {
-                return Err(timeout_err(None));
+                return Err(shared
+                    .loop_failed()
+                    .map(failed)
+                    .unwrap_or_else(|| timeout_err(None)));
             };
+            if let Some(why) = shared.loop_failed() {
+                return Err(failed(why));
+            }
             loop {
-                let out = c.run_cycle(&shared, deadline, CycleMode::Flush).await;
+                let cycle =
+                    std::panic::AssertUnwindSafe(c.run_cycle(&shared, deadline, CycleMode::Flush))
+                        .catch_unwind()
+                        .await;
+                let out = match cycle {
+                    Ok(out) => out,
+                    Err(panic) => {
+                        let why = shared.fail_loop(panic.as_ref());
+                        c.let_go_of_siblings();
+                        c.publish(&shared);
+                        return Err(failed(why));
+                    }
+                };
                 if c.own_left == 0 && c.io.pending.is_empty() && !out.cut_short {
                     return Ok(true);
                 }
@@ -352,17 +454,36 @@ impl StorageService {
         let Some(rt) = self.runtime.take() else {
             return Ok(());
         };
+        let started = Instant::now();
         self.shared.stop.cancel();
         self.shared.wake.notify_one();
+        // Every catalog and store call watches the stop token, so the loop
+        // ends at once; what does not (a wedged filesystem) is abandoned
+        // after STOP_LOOP_GRACE, its adopted locks kept until exit.
+        let loop_dl = tokio::time::Instant::from_std(started + STOP_LOOP_GRACE);
         if let Some(task) = self.task.take() {
-            let _ = rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
+            if rt
+                .block_on(async { tokio::time::timeout_at(loop_dl, task).await })
+                .is_err()
+            {
+                tracing::warn!(dir = %self.shared.dir.display(), "the service loop did not end within {:?} of stop; abandoned (what it held is let go at exit){}", STOP_LOOP_GRACE,
+                    self.shared.inflight.describe(Duration::ZERO).map(|w| format!("; it was waiting on {w}")).unwrap_or_default());
+            }
         }
         if let Some(core) = self.core.take() {
-            let lease = rt.block_on(async { core.lock().await.lease_task.take() });
+            let lease = rt
+                .block_on(async { tokio::time::timeout_at(loop_dl, core.lock()).await })
+                .ok()
+                .and_then(|mut c| c.lease_task.take());
             if let Some(lease) = lease {
-                let _ = rt.block_on(async {
-                    tokio::time::timeout(Duration::from_secs(2), lease.stop()).await
-                });
+                // a tombstone if the catalog answers in time; else the lease
+                // lapses on its own after its TTL
+                if rt
+                    .block_on(async { tokio::time::timeout(STOP_LEASE_GRACE, lease.stop()).await })
+                    .is_err()
+                {
+                    tracing::warn!(dir = %self.shared.dir.display(), "the lease was not released within {STOP_LEASE_GRACE:?} of stop (catalog {} not answering): it lapses after its TTL", self.config.catalog.server());
+                }
             }
             if let Ok(core) = Arc::try_unwrap(core) {
                 let core = core.into_inner();
@@ -382,7 +503,7 @@ impl StorageService {
                 }
             }
         }
-        rt.shutdown_timeout(Duration::from_secs(1));
+        rt.shutdown_timeout(STOP_SHUTDOWN_GRACE);
         tracing::info!(dir = %self.shared.dir.display(), "storage service stopped");
         Ok(())
     }
@@ -396,6 +517,8 @@ impl StorageService {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         s.cycles = self.shared.cycles.load(Ordering::SeqCst);
+        s.waiting_on = self.shared.waiting_on(WAITING_SHOWN_AFTER);
+        s.loop_failed = self.shared.loop_failed();
         s
     }
 }
@@ -444,15 +567,34 @@ async fn run_loop(
         if shared.stop.is_cancelled() {
             break;
         }
-        let (out, next_due) = {
+        if shared.loop_failed().is_some() {
+            // a flush's cycle (or the lease keeper) failed: no more work
             let mut c = core.lock().await;
-            let out = c
-                .run_cycle(
-                    &shared,
-                    Instant::now() + Duration::from_secs(3600),
-                    CycleMode::Loop,
-                )
-                .await;
+            c.let_go_of_siblings();
+            c.publish(&shared);
+            return;
+        }
+        let (out, next_due) = {
+            use futures::FutureExt;
+            let mut c = core.lock().await;
+            let cycle = std::panic::AssertUnwindSafe(c.run_cycle(
+                &shared,
+                Instant::now() + Duration::from_secs(3600),
+                CycleMode::Loop,
+            ))
+            .catch_unwind()
+            .await;
+            let out = match cycle {
+                Ok(out) => out,
+                Err(panic) => {
+                    // SPEC §4.5: a panicked loop is never silent. Every
+                    // adopted lock is let go; the own claim is the engine's.
+                    shared.fail_loop(panic.as_ref());
+                    c.let_go_of_siblings();
+                    c.publish(&shared);
+                    return;
+                }
+            };
             (out, c.adopter.as_ref().and_then(|a| a.next_due()))
         };
         backoff = if out.failed {
@@ -518,7 +660,8 @@ impl Core {
                 flag.store(true, Ordering::SeqCst);
             })
         };
-        let mut out = self.own_work(&token, &flag).await;
+        let bound = Bound::new(deadline, token.clone());
+        let mut out = self.own_work(&bound, &flag).await;
         *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if mode == CycleMode::Loop && !token.is_cancelled() {
             let spool = self.io.own.clone();
@@ -528,7 +671,7 @@ impl Core {
         }
         watcher.abort();
         if mode == CycleMode::Loop {
-            let (steps, failed) = self.adopt(shared).await;
+            let (steps, failed) = self.adopt(shared, deadline).await;
             out.adoption_steps = steps;
             out.failed |= failed;
         }
@@ -536,13 +679,10 @@ impl Core {
         out
     }
 
-    async fn own_work(
-        &mut self,
-        cancel: &CancellationToken,
-        flag: &Arc<AtomicBool>,
-    ) -> CycleOutcome {
+    async fn own_work(&mut self, bound: &Bound, flag: &Arc<AtomicBool>) -> CycleOutcome {
+        let cancel = &bound.cancel;
         let mut out = CycleOutcome::default();
-        self.io.index_pending().await;
+        self.io.index_pending(bound).await;
         let spool = self.io.own.clone();
         let f = flag.clone();
         let listed = tokio::task::spawn_blocking(move || spool.scan(&f)).await;
@@ -603,7 +743,7 @@ impl Core {
                     }
                 }
             }
-            let results = self.io.upload(items, cancel).await;
+            let results = self.io.upload(items, bound).await;
             let results = queue.settle(results);
             let mut batch = Vec::new();
             for r in results {
@@ -624,6 +764,9 @@ impl Core {
                         left -= 1;
                     }
                     Some(f) if f.retryable => out.failed = true,
+                    // SPEC §5: a refusal of the whole destination never sets
+                    // a pack aside; the loop backs off and tries again
+                    Some(f) if f.destination_wide() => out.failed = true,
                     Some(f) => {
                         let spool = self.io.own.clone();
                         let why = f.error.to_string();
@@ -639,7 +782,7 @@ impl Core {
                     }
                 }
             }
-            self.io.index(batch).await;
+            self.io.index(batch, bound).await;
             if out.failed {
                 break;
             }
@@ -654,7 +797,7 @@ impl Core {
         out
     }
 
-    async fn adopt(&mut self, shared: &Shared) -> (usize, bool) {
+    async fn adopt(&mut self, shared: &Shared, deadline: Instant) -> (usize, bool) {
         let Some(mut adopter) = self.adopter.take() else {
             return (0, false);
         };
@@ -677,7 +820,7 @@ impl Core {
             key_dir: self.key_dir.clone(),
             own_dir: shared.dir.clone(),
             lock: self.lock.clone(),
-            cancel: token,
+            bound: Bound::new(deadline, token),
             cancel_flag: flag,
         };
         let report = adopter
@@ -707,7 +850,7 @@ impl Core {
                 key_dir: self.key_dir.clone(),
                 own_dir: shared.dir.clone(),
                 lock: self.lock.clone(),
-                cancel: token,
+                bound: Bound::new(Instant::now(), token),
                 cancel_flag: Arc::new(AtomicBool::new(true)),
             };
             let b = StepBudget {
@@ -722,14 +865,22 @@ impl Core {
             let _ = adopter.step(&mut env, &b).await;
             self.adopter = Some(adopter);
         }
-        // anything still held (defensive): let go whole
+        self.let_go_of_siblings();
+        self.publish(shared);
+    }
+
+    /// Lets go of every adopted sibling whole (stop, or a failed loop):
+    /// their packs stay for a successor.
+    fn let_go_of_siblings(&mut self) {
         for (dir, h) in self.io.held.drain() {
             drop(h.spool);
-            if let Err(e) = h.claim.release() {
-                tracing::warn!(dir = %dir.display(), "releasing adopted sibling on stop: {e}");
+            match h.claim.release() {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "let go of adopted sibling {}", dir.display())
+                }
+                Err(e) => tracing::warn!(dir = %dir.display(), "releasing adopted sibling: {e}"),
             }
         }
-        self.publish(shared);
     }
 
     fn publish(&self, shared: &Shared) {
@@ -778,6 +929,9 @@ impl Core {
                     .and_then(|s| s.last_error.as_ref())
                     .map(|e| format!("lease: {e}"))
             }),
+            waiting_on: None,
+            loop_failed: None,
+            destination_refused: self.io.refused(),
         };
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
     }

@@ -47,4 +47,16 @@ pub struct Snapshot {
     pub latched: bool,
     /// The last error recorded.
     pub last_error: Option<String>,
+    /// The catalog or store call in flight for more than a second, if any,
+    /// and for how long (`catalog X: indexing 4 pack(s), waiting for 12 s`):
+    /// the cause when nothing has failed yet. Live at each `snapshot()`.
+    pub waiting_on: Option<String>,
+    /// The store or catalog refuses the whole destination (401, 403, a
+    /// missing bucket, catalog credentials): what it said. Uploads to it
+    /// back off; every pack stays ready; cleared once one lands again.
+    pub destination_refused: Option<String>,
+    /// The service loop (or its lease keeper) panicked: the message. The
+    /// service does no more work and let go of every adopted sibling;
+    /// restart it (`spool run` exits 10).
+    pub loop_failed: Option<String>,
 }

@@ -10,8 +10,10 @@ use spool_catalog::{Catalog, LeaseGuard, LeaseState, PackRow};
 use spool_core::pack::now_ms;
 use spool_core::spool::Recovery;
 use spool_core::{PackId, PackSummary, ReadyPack, Spool};
-use spool_upload::{CancellationToken, UploadItem, UploadResult, Uploader};
+use spool_upload::{UploadItem, UploadResult, Uploader};
 use tokio::sync::watch;
+
+use crate::bound::{human, Bound, Cut, InFlight};
 
 /// A pack uploaded and not yet indexed, or about to be indexed.
 #[derive(Debug, Clone)]
@@ -45,6 +47,8 @@ pub(crate) struct UploadPath {
     pub(crate) pending: Vec<Owed>,
     pub(crate) summaries: HashMap<PackId, PackSummary>,
     pub(crate) counters: Counters,
+    /// What the path waits on now (the snapshot's `waiting_on`).
+    pub(crate) inflight: InFlight,
 }
 
 /// Counters the snapshot reports.
@@ -57,6 +61,12 @@ pub(crate) struct Counters {
     pub(crate) quarantined: u64,
     pub(crate) rejected: u64,
     pub(crate) last_error: Option<String>,
+    /// The store refuses the whole destination (401, 403, no such bucket):
+    /// what it said, until an upload lands again.
+    pub(crate) store_refused: Option<String>,
+    /// The catalog refuses the whole destination (credentials, permission):
+    /// what it said, until an index lands again.
+    pub(crate) catalog_refused: Option<String>,
 }
 
 impl UploadPath {
@@ -154,17 +164,55 @@ impl UploadPath {
         }
     }
 
-    /// Uploads one round.
+    /// Uploads one round, cut by the bound's cancel (which the caller fires
+    /// at its deadline too); a round cut at the deadline is reported.
     pub(crate) async fn upload(
         &mut self,
         items: Vec<UploadItem>,
-        cancel: &CancellationToken,
+        bound: &Bound,
     ) -> Vec<UploadResult> {
-        let results = self.uploader.upload_round(items, cancel).await;
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let store = self.uploader.store().description().to_string();
+        let n = items.len();
+        let started = std::time::Instant::now();
+        let results = {
+            let _busy = self
+                .inflight
+                .begin(format!("store {store}: uploading {n} pack(s)"));
+            self.uploader.upload_round(items, &bound.cancel).await
+        };
+        let cut = results
+            .iter()
+            .any(|r| r.outcome.failure().is_some_and(|f| f.cancelled));
+        if cut && std::time::Instant::now() >= bound.deadline {
+            self.note_error(format!(
+                "store {store} did not finish uploading {n} pack(s) within {} (the deadline of \
+                 this flush or cycle): they stay ready and go up next cycle",
+                human(started.elapsed())
+            ));
+        }
         for r in &results {
             match r.outcome.failure() {
-                None => self.counters.uploaded += 1,
+                None => {
+                    self.counters.uploaded += 1;
+                    self.counters.store_refused = None;
+                }
                 Some(f) if f.cancelled => self.counters.cancelled_uploads += 1,
+                Some(f) if f.destination_wide() => {
+                    self.counters.upload_failures += 1;
+                    let msg = format!(
+                        "store {store} refuses this destination ({}); uploads to it stop and back \
+                         off, every pack stays ready and goes up on its own once the cause is fixed",
+                        f.error
+                    );
+                    if self.counters.store_refused.is_none() {
+                        tracing::error!(dir = %self.own.dir().display(), "{msg}");
+                    }
+                    self.counters.store_refused = Some(msg.clone());
+                    self.counters.last_error = Some(msg);
+                }
                 Some(f) => {
                     self.counters.upload_failures += 1;
                     let msg = format!("upload of {} failed: {}", r.item.path.display(), f.error);
@@ -175,12 +223,15 @@ impl UploadPath {
         results
     }
 
-    /// Indexes `batch` (fenced where lease-gated) and removes the files of
-    /// what landed; what did not joins the pending index. Returns the ids
-    /// indexed.
-    pub(crate) async fn index(&mut self, batch: Vec<Owed>) -> Vec<PackId> {
+    /// Indexes `batch` (fenced where lease-gated) under `bound` and removes
+    /// the files of what landed; what did not — refused, failed, or cut by
+    /// the deadline or a stop — joins the pending index (owed, never lost,
+    /// counted once: only an answered `Ok` counts as indexed). Returns the
+    /// ids indexed.
+    pub(crate) async fn index(&mut self, batch: Vec<Owed>, bound: &Bound) -> Vec<PackId> {
         let mut done = Vec::new();
-        for chunk in batch.chunks(self.index_batch.max(1)) {
+        let mut chunks = batch.chunks(self.index_batch.max(1));
+        while let Some(chunk) = chunks.next() {
             let fence = match self.fence() {
                 Ok(f) => f,
                 Err(e) => {
@@ -190,8 +241,15 @@ impl UploadPath {
                 }
             };
             let rows: Vec<PackRow> = chunk.iter().map(|o| o.row.clone()).collect();
-            match self.catalog.index(&rows, fence.as_ref()).await {
-                Ok(()) => {
+            let server = self.catalog.server();
+            let what = format!("indexing {} pack(s)", chunk.len());
+            let answer = {
+                let _busy = self.inflight.begin(format!("catalog {server}: {what}"));
+                bound.run(self.catalog.index(&rows, fence.as_ref())).await
+            };
+            match answer {
+                Ok(Ok(())) => {
+                    self.counters.catalog_refused = None;
                     self.counters.indexed += chunk.len() as u64;
                     for o in chunk {
                         self.remove_file(o).await;
@@ -199,27 +257,55 @@ impl UploadPath {
                         done.push(o.pack.id);
                     }
                 }
-                Err(e) => {
-                    let msg = format!(
-                        "indexing {} pack(s) into {} failed (owed, retried next cycle): {e}",
-                        chunk.len(),
-                        self.catalog.server()
-                    );
+                Ok(Err(e)) => {
+                    if catalog_refuses(&e) {
+                        self.counters.catalog_refused =
+                            Some(format!("catalog {server} refuses this destination: {e}"));
+                    }
+                    let msg =
+                        format!("{what} into {server} failed (owed, retried next cycle): {e}");
                     self.note_error(msg);
                     self.pending.extend(chunk.iter().cloned());
+                    // the same refusal awaits every other chunk
+                    if !e.is_retryable() {
+                        for rest in chunks.by_ref() {
+                            self.pending.extend(rest.iter().cloned());
+                        }
+                    }
+                }
+                Err(cut) => {
+                    if let Cut::Deadline(waited) = cut {
+                        self.note_error(format!(
+                            "catalog {server} did not answer within {} while {what} (the \
+                             deadline of this flush or cycle): owed, indexed again next cycle",
+                            human(waited)
+                        ));
+                    }
+                    self.pending.extend(chunk.iter().cloned());
+                    for rest in chunks.by_ref() {
+                        self.pending.extend(rest.iter().cloned());
+                    }
                 }
             }
         }
         done
     }
 
-    /// Retries the pending index.
-    pub(crate) async fn index_pending(&mut self) {
-        if self.pending.is_empty() {
+    /// Retries the pending index under `bound`.
+    pub(crate) async fn index_pending(&mut self, bound: &Bound) {
+        if self.pending.is_empty() || bound.is_over() {
             return;
         }
         let batch = std::mem::take(&mut self.pending);
-        self.index(batch).await;
+        self.index(batch, bound).await;
+    }
+
+    /// The refusal of the destination (store first, then catalog), if any.
+    pub(crate) fn refused(&self) -> Option<String> {
+        self.counters
+            .store_refused
+            .clone()
+            .or_else(|| self.counters.catalog_refused.clone())
     }
 
     async fn remove_file(&mut self, o: &Owed) {
@@ -240,4 +326,15 @@ impl UploadPath {
             ));
         }
     }
+}
+
+/// A catalog failure that refuses the whole destination (credentials,
+/// permission, schema, an unknown setting), not one batch: a retryable
+/// failure or a fence is not one.
+fn catalog_refuses(e: &spool_catalog::Error) -> bool {
+    !e.is_retryable()
+        && !matches!(
+            e,
+            spool_catalog::Error::Fenced { .. } | spool_catalog::Error::InvalidRow { .. }
+        )
 }

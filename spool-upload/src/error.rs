@@ -138,6 +138,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the failure belongs to this one pack (a different object at
+    /// its key, a pack over the in-flight bound, staged bytes that changed):
+    /// the only failures that may set a pack aside. Every other
+    /// non-retryable failure (401, 403, a missing bucket, a bad request
+    /// every pack gets, a store that cannot be built) is destination-wide
+    /// (SPEC §5): uploads to that store stop and back off, every pack stays
+    /// ready.
+    pub fn is_pack_specific(&self) -> bool {
+        matches!(
+            self,
+            Error::Conflict { .. } | Error::TooLarge { .. } | Error::StagedMismatch { .. }
+        )
+    }
+
     /// Whether retrying later can help (SPEC §5). Retryable: timeouts,
     /// connection and TLS failures, 5xx, 429, a failed HEAD, a local read
     /// error, a cancel. Not retryable: 400/401/403/404, a different object at

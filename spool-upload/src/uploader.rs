@@ -111,6 +111,15 @@ pub struct UploadFailure {
     pub error: Error,
 }
 
+impl UploadFailure {
+    /// A refusal of the whole destination (401, 403, a missing bucket, a bad
+    /// request): not retryable, not cut, and not about this pack
+    /// ([`Error::is_pack_specific`]). The pack must stay ready.
+    pub fn destination_wide(&self) -> bool {
+        !self.retryable && !self.cancelled && !self.error.is_pack_specific()
+    }
+}
+
 /// Uploads staged packs to one [`Store`] (SPEC §5). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Uploader {

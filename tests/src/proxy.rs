@@ -40,6 +40,10 @@ pub enum ProxyAction {
     /// Read only this many bytes of the request body, then cut the
     /// connection (the request is not forwarded: it never arrived whole).
     CutRequestAfter(usize),
+    /// Read only this many bytes of the request body, then stop reading and
+    /// never answer (a store that stalls mid-body): the connection stays
+    /// open, unread, until the client closes it or the proxy stops.
+    StallRequestAfter(usize),
     /// Forward the request, then cut the connection after this many bytes
     /// of the response.
     CutResponseAfter(usize),
@@ -451,6 +455,13 @@ async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
                 if body.len() >= n {
                     shared.emit(ev(EventKind::CutRequest, &head.method, &head.path, n));
                     return;
+                }
+            }
+            if let Some(ProxyAction::StallRequestAfter(n)) = action {
+                if body.len() >= n {
+                    shared.emit(ev(EventKind::Stalled, &head.method, &head.path, n));
+                    // nothing read, nothing forwarded, nothing answered
+                    std::future::pending::<()>().await;
                 }
             }
             let end = match head.framing {

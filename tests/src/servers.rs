@@ -121,3 +121,59 @@ pub fn clickhouse_and_s3() -> Option<(String, String, String)> {
         crate::server_env("SPOOL_TEST_S3_BUCKET")?,
     ))
 }
+
+/// A fresh ClickHouse database and moto, each behind a fault proxy of its
+/// own ([`proxied_servers`]); the proxies run on `rt`.
+pub struct Proxied {
+    /// The runtime the proxies run on (also for the test's own async work).
+    pub rt: tokio::runtime::Runtime,
+    /// The fresh database's URL, straight to the server.
+    pub url: String,
+    /// The same URL through `ch_proxy`.
+    pub proxied_url: String,
+    /// The database's admin handle (to drop it afterwards).
+    pub admin: ClickHouseCatalog,
+    /// The proxy in front of ClickHouse.
+    pub ch_proxy: Arc<crate::proxy::Proxy>,
+    /// The proxy in front of moto.
+    pub s3_proxy: Arc<crate::proxy::Proxy>,
+    /// moto itself.
+    pub moto: Moto,
+}
+
+/// [`Proxied`] servers, or `None` (skipped) when their variables are not set.
+pub fn proxied_servers() -> Option<Proxied> {
+    let moto = moto()?;
+    let base = server_env("SPOOL_TEST_CLICKHOUSE_URL")?;
+    let (url, admin) = fresh_clickhouse(&base);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime for the proxies");
+    let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&url).expect("a ClickHouse URL") else {
+        unreachable!("fresh_clickhouse makes ClickHouse URLs")
+    };
+    let server = format!("{}:{}", t.host, t.port);
+    let ch_addr: SocketAddr = server.parse().expect("ClickHouse at IP:PORT");
+    let (ch_proxy, s3_proxy) = rt.block_on(async {
+        (
+            Arc::new(crate::proxy::Proxy::start(ch_addr).await.expect("proxy")),
+            Arc::new(
+                crate::proxy::Proxy::start(moto.addr())
+                    .await
+                    .expect("proxy"),
+            ),
+        )
+    });
+    let proxied_url = url.replace(&server, &ch_proxy.addr().to_string());
+    Some(Proxied {
+        rt,
+        url,
+        proxied_url,
+        admin,
+        ch_proxy,
+        s3_proxy,
+        moto,
+    })
+}

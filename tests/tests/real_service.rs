@@ -13,8 +13,7 @@ use spool_catalog::CatalogUrl;
 use spool_core::Destination;
 use spool_service::{Error, StorageService};
 use spool_tests::proxy::{EventKind, Proxy};
-use spool_tests::server_env;
-use spool_tests::servers::{fresh_clickhouse, moto, s3_object_store};
+use spool_tests::servers::{proxied_servers, s3_object_store};
 use spool_tests::service::{files, is_adopting, is_held, wait_for, Fixture};
 use spool_tests::upload_suite::prefix;
 
@@ -26,26 +25,11 @@ use spool_tests::upload_suite::prefix;
 /// back byte-equal from ClickHouse + moto.
 #[test]
 fn a_catalog_cut_at_the_first_upload_owes_one_sibling_and_keeps_the_other_whole() {
-    let Some(m) = moto() else { return };
-    let Some(base) = server_env("SPOOL_TEST_CLICKHOUSE_URL") else {
-        return;
-    };
-    let (url, admin) = fresh_clickhouse(&base);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let Some(sv) = proxied_servers() else { return };
+    let (url, m) = (sv.url.clone(), &sv.moto);
     let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&url).unwrap() else {
         unreachable!()
     };
-    let ch_addr = format!("{}:{}", t.host, t.port).parse().unwrap();
-    let (ch_proxy, s3_proxy) = rt.block_on(async {
-        (
-            Arc::new(Proxy::start(ch_addr).await.unwrap()),
-            Proxy::start(m.addr()).await.unwrap(),
-        )
-    });
     let p = prefix("service-catalog-cut");
     let dest = Destination {
         catalog_url: url.clone(),
@@ -56,22 +40,19 @@ fn a_catalog_cut_at_the_first_upload_owes_one_sibling_and_keeps_the_other_whole(
     };
     let fx = Fixture::with_backends(
         dest,
-        s3_object_store(&s3_proxy.url(), &m.bucket),
+        s3_object_store(&sv.s3_proxy.url(), &m.bucket),
         &p,
         spool_catalog::open(&url).unwrap(),
     );
-    let proxied_url = url.replace(
-        &format!("{}:{}", t.host, t.port),
-        &ch_proxy.addr().to_string(),
-    );
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        case(&fx, &proxied_url, &ch_proxy, &s3_proxy)
+        case(&fx, &sv.proxied_url, &sv.ch_proxy, &sv.s3_proxy)
     }));
-    rt.block_on(async {
-        fx.clear_store().await;
-        admin.testing_drop_database().await
-    })
-    .unwrap_or_else(|e| panic!("could not drop the test database of {url}: {e}"));
+    sv.rt
+        .block_on(async {
+            fx.clear_store().await;
+            sv.admin.testing_drop_database().await
+        })
+        .unwrap_or_else(|e| panic!("could not drop the test database of {url}: {e}"));
     if let Err(e) = outcome {
         std::panic::resume_unwind(e);
     }

@@ -392,6 +392,65 @@ fn run_latched_exits_7_naming_the_other_holder() {
     assert!(catalog_rows(root.path()).is_empty());
 }
 
+/// `run --once` beside another live service that holds the node's adopter
+/// lease: says so at once naming its holder, ships its own directory, and
+/// exits 0 saying who adopts the rest, without touching the sibling; with
+/// `--wait-for-siblings` it waits for them, bounded by `--timeout` (exit 6
+/// naming the holder).
+#[test]
+fn run_once_beside_the_lease_holder_exits_0_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    let kd = key_dir(root.path(), &[]);
+    let key = kd.file_name().unwrap().to_str().unwrap().to_string();
+    let sib = kd.join("r1-0000abcd");
+    let ids = stage(&sib, 2);
+    let url = format!(
+        "sqlite://{}/.catalog.db",
+        root.path().canonicalize().unwrap().display()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cat = spool_catalog::open(&url).unwrap();
+        let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(60)).unwrap();
+        let name = spool_catalog::LeaseScope::Node.lease_name(&key, &spool_lock::host_name());
+        let claim = cat
+            .acquire(&name, "otherhost:4242:/srv/spool/r9-00000009", &cfg)
+            .await
+            .unwrap();
+        assert!(matches!(claim, spool_catalog::LeaseClaim::Held(_)), "{claim:?}");
+    });
+    let t0 = Instant::now();
+    let out = run_once(root.path(), &["--lease-ttl", "5", "--timeout", "60"]);
+    let took = t0.elapsed();
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let all = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(
+        all.contains("held by pid 4242 on host otherhost")
+            && all.contains("adopts the dead siblings"),
+        "{all}"
+    );
+    assert_eq!(
+        ready(&sib),
+        ids.iter().cloned().collect(),
+        "the sibling is the holder's"
+    );
+
+    let t0 = Instant::now();
+    let out = run_once(
+        root.path(),
+        &["--lease-ttl", "5", "--timeout", "3", "--wait-for-siblings"],
+    );
+    assert_eq!(code(&out), 6, "{}", describe(&out));
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    let err = stderr(&out);
+    assert!(
+        err.contains("the adopter lease is held by pid 4242 on host otherhost"),
+        "{err}"
+    );
+    assert_eq!(ready(&sib), ids.into_iter().collect());
+}
+
 fn scrape(addr: &str) -> (u16, String) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -767,11 +826,13 @@ async fn wrong_clickhouse_credentials_time_out_and_never_leak_the_password() {
     assert_unheld(&sib);
 }
 
-/// Wrong S3 credentials (wiremock: HEAD 404, PUT 403 AccessDenied): the
-/// adopted sibling is blocked with its packs in place, and `run --once`
-/// exits 1 naming it and the reason.
+/// Wrong S3 credentials (wiremock: HEAD 404, PUT 403 AccessDenied): a
+/// refusal of the whole destination (SPEC §5), so the adopted sibling is
+/// never blocked nor any pack set aside: `run --once` backs off, times out
+/// (exit 6) saying the store refuses the destination, and the sibling is
+/// let go whole, unmarked, for the run after the credentials are fixed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_access_denied_blocks_the_sibling_and_exits_1_naming_it() {
+async fn s3_access_denied_never_blocks_the_sibling_and_times_out_naming_the_refusal() {
     use wiremock::matchers::method;
     use wiremock::{Mock, MockServer, ResponseTemplate};
     let server = MockServer::start().await;
@@ -799,7 +860,7 @@ async fn s3_access_denied_blocks_the_sibling_and_exits_1_naming_it() {
                     "run",
                     "--once",
                     "--timeout",
-                    "60",
+                    "5",
                     "--store",
                     store,
                     "--spool-root",
@@ -815,23 +876,22 @@ async fn s3_access_denied_blocks_the_sibling_and_exits_1_naming_it() {
     })
     .await
     .unwrap();
-    assert_eq!(code(&out), 1, "{}", describe(&out));
+    assert_eq!(code(&out), 6, "{}", describe(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("blocked")
-            && err.contains(&sib.display().to_string())
-            && err.contains("spool unblock"),
+        err.contains("refuses this destination") && err.contains("403"),
         "{err}"
     );
+    assert!(!err.contains("spool unblock"), "{err}");
     assert_eq!(ready(&sib), ids.into_iter().collect());
     let owner = spool_lock::read_owner(&sib).unwrap();
     assert!(!owner.held);
     assert!(
-        matches!(
+        !matches!(
             owner.record.map(|r| r.purpose),
             Some(spool_lock::Purpose::Blocked(_))
         ),
-        "marked blocked"
+        "never marked blocked"
     );
 }
 

@@ -84,8 +84,17 @@ fn an_own_pack_refused_for_good_is_rejected_and_adoption_proceeds() {
     let own = fx.claim(0);
     let mine = stage(own.dir(), 2);
     let bad = mine[0].0.to_hex();
-    fx.store
-        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))).key_contains(&bad));
+    // pack-specific (SPEC §5): a different object already at its key
+    let key = spool_upload::object_key(
+        &object_store::path::Path::from(fx.prefix.as_str()),
+        &mine[0].0,
+    );
+    block_on(
+        fx.store
+            .inner()
+            .put(&key, b"someone else's bytes".to_vec().into()),
+    )
+    .unwrap();
     let (dir, theirs) = fx.dead_sibling(1, 3);
     let svc = started(fx.config(own.dir()));
     adopted(&svc, &dir);

@@ -10,6 +10,7 @@ pub mod lock;
 pub mod ls;
 pub mod produce;
 pub mod recover;
+pub mod requeue;
 pub mod run;
 pub mod status;
 pub mod unblock;
@@ -61,6 +62,10 @@ pub enum Command {
     /// Clear a rank directory's blocked mark once its cause is fixed.
     #[command(long_about = unblock::LONG_ABOUT)]
     Unblock(unblock::Args),
+    /// Turn rejected (and, asked, quarantined-but-valid) packs back into
+    /// ready packs once their cause is fixed.
+    #[command(long_about = requeue::LONG_ABOUT)]
+    Requeue(requeue::Args),
 }
 
 /// Runs one subcommand.
@@ -77,6 +82,7 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
         Command::Ls(a) => ls::run(a, config_file),
         Command::Cat(a) => cat::run(a, config_file),
         Command::Unblock(a) => unblock::run(a),
+        Command::Requeue(a) => requeue::run(a),
     }
 }
 

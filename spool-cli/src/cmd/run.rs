@@ -38,9 +38,15 @@ pub struct Args {
     #[arg(long)]
     pub once: bool,
     /// With --once: give up after this long (exit 6, saying what is owed).
-    /// Default: no limit.
+    /// Default: `service.once_timeout` (10 min).
     #[arg(long, value_name = "SECS", requires = "once")]
     pub timeout: Option<String>,
+    /// With --once, while another live service holds the node's adopter
+    /// lease: wait (within the timeout) until that service has shipped the
+    /// dead siblings too, instead of exiting once the own directory is
+    /// drained.
+    #[arg(long, requires = "once")]
+    pub wait_for_siblings: bool,
     /// Print JSON lines on stdout (start, progress, result).
     #[arg(long)]
     pub json: bool,
@@ -53,8 +59,13 @@ pub struct Args {
 /// How a run ended.
 enum End {
     Drained,
+    /// Own directory drained; another live service holds the adopter lease
+    /// and adopts the rest.
+    LeftToHolder(Holder),
     Timeout,
     Latched,
+    /// The service loop panicked.
+    LoopFailed(String),
     Signal(nix::sys::signal::Signal),
 }
 
@@ -62,13 +73,14 @@ enum End {
 pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let cfg = crate::config::load(config_file, &args.config)?;
     cfg.spool_root()?;
+    // `--once` never waits without bound: --timeout, else service.once_timeout
     let timeout = match &args.timeout {
         Some(t) => Some(parse_duration(t).ok_or_else(|| {
             ConfigError(format!(
                 "--timeout {t:?}: expected a duration (seconds, or \"500ms\", \"30s\", \"2m\")"
             ))
         })?),
-        None => None,
+        None => args.once.then(|| keys::ONCE_TIMEOUT.get(&cfg)),
     };
     let progress_every = parse_duration(&args.progress_interval)
         .filter(|d| !d.is_zero())
@@ -116,6 +128,8 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut health = Health::new(keys::UNHEALTHY_AFTER.get(&cfg));
     let mut progress = args.once.then(|| Progress::new(&out, progress_every));
+    let mut told_holder = false;
+    let node_scope = keys::LEASE_SCOPE.get(&cfg) == spool_catalog::LeaseScope::Node;
     let end = loop {
         let snap = engine.service().snapshot();
         let unhealthy = health.judge(&snap);
@@ -130,13 +144,47 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         if snap.latched {
             break End::Latched;
         }
+        if let Some(why) = &snap.loop_failed {
+            break End::LoopFailed(why.clone());
+        }
         if let Some(p) = progress.as_mut() {
             p.tick(&snap, &key_dir, engine.dir());
+        }
+        // node scope only: in catalog scope nothing moves without the lease
+        // (a foreign holder there ends in the latch, exit 7)
+        let other = node_scope.then(|| other_adopter(&snap)).flatten();
+        if args.once && !told_holder {
+            if let Some(h) = &other {
+                told_holder = true;
+                out.event(
+                    json!({"event": "lease_held_elsewhere", "holder": h.raw, "host": h.host, "pid": h.pid}),
+                    || format!(
+                        "spool run: the node's adopter lease is held by {h}: that service adopts the dead \
+                         siblings; this run {}",
+                        if args.wait_for_siblings {
+                            "ships its own directory and waits (--wait-for-siblings, within --timeout) until they are shipped"
+                        } else {
+                            "ships only its own directory (--wait-for-siblings to wait for the rest)"
+                        }
+                    ),
+                );
+            }
         }
         // The published snapshot is from a cycle that started after the
         // service did once the counter has moved past 1.
         if args.once && snap.cycles >= 2 && drained(&snap) {
             break End::Drained;
+        }
+        // Siblings only the lease holder may adopt are not owed to this run.
+        if args.once && snap.cycles >= 2 && own_drained(&snap) && !snap.latched {
+            if let Some(h) = &other {
+                if !args.wait_for_siblings {
+                    break End::LeftToHolder(h.clone());
+                }
+                if Backlog::scan_with_adopting(&key_dir, engine.dir()).packs() == 0 {
+                    break End::Drained;
+                }
+            }
         }
         if timeout.is_some_and(|t| started.elapsed() >= t) {
             break End::Timeout;
@@ -187,6 +235,19 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 (ExitCode::Other, blocked_message(&snap))
             }
         }
+        End::LeftToHolder(h) => {
+            let backlog = Backlog::scan_with_adopting(&key_dir, &dir);
+            let snap = close(engine);
+            (
+                ExitCode::Ok,
+                format!(
+                    "own directory drained: {} pack(s) uploaded and indexed by this run; the node's \
+                     adopter lease is held by {h}, which adopts the dead siblings ({})",
+                    snap.indexed,
+                    backlog.describe()
+                ),
+            )
+        }
         End::Timeout => {
             let backlog = Backlog::scan(&key_dir, &dir);
             let snap = close(engine);
@@ -195,15 +256,33 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 format!(
                     "not drained within {}: {} own ready pack(s) not uploaded, {} pack(s) uploaded \
                      but not indexed (owed to the catalog), adoption {}; {}; {} pack(s) indexed by \
-                     this run; last error: {}. Nothing is lost: the packs stay in their spool \
-                     directories for the next run",
+                     this run; last error: {}; waiting on: {}{}. Nothing is lost: the packs stay \
+                     in their spool directories for the next run",
                     crate::config::Value::Secs(timeout.unwrap_or_default()),
                     snap.deferred,
                     snap.pending_index,
                     if snap.adoption_owed { "owed" } else { "not owed" },
                     backlog.describe(),
                     snap.indexed,
-                    snap.last_error.as_deref().unwrap_or("none")
+                    snap.last_error.as_deref().unwrap_or("none"),
+                    snap.waiting_on.as_deref().unwrap_or("nothing"),
+                    node_scope
+                        .then(|| other_adopter(&snap))
+                        .flatten()
+                        .map(|h| format!("; the adopter lease is held by {h}"))
+                        .unwrap_or_default()
+                ),
+            )
+        }
+        End::LoopFailed(why) => {
+            let snap = close(engine);
+            (
+                ExitCode::LoopFailed,
+                format!(
+                    "{why}: stopped after letting go of every adopted sibling ({} pack(s) indexed by \
+                     this run); nothing is lost, the packs stay in their spool directories. \
+                     Restart spool run (exit code 10 tells a supervisor to)",
+                    snap.indexed
                 ),
             )
         }
@@ -229,7 +308,12 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|p| p.into_inner())
         .snapshot
         .clone();
-    if server.is_some() && matches!(code, ExitCode::LeaseLost | ExitCode::Deadline) {
+    if server.is_some()
+        && matches!(
+            code,
+            ExitCode::LeaseLost | ExitCode::Deadline | ExitCode::LoopFailed
+        )
+    {
         // let the last state (latched, owed) be scraped; a signal cuts it short
         let _ = signals.recv_timeout(keys::METRICS_LINGER.get(&cfg));
     }
@@ -259,7 +343,55 @@ fn close(engine: spool_service::Engine) -> Snapshot {
 
 /// Drained for `--once`: nothing own left, nothing owed, no adoption owed.
 fn drained(s: &Snapshot) -> bool {
-    s.deferred == 0 && s.pending_index == 0 && !s.adoption_owed
+    own_drained(s) && !s.adoption_owed
+}
+
+/// No own ready pack left and nothing owed to the catalog.
+fn own_drained(s: &Snapshot) -> bool {
+    s.deferred == 0 && s.pending_index == 0
+}
+
+/// The holder of the node's adopter lease, from its lease row
+/// (`host:pid:dir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Holder {
+    raw: String,
+    host: String,
+    pid: Option<u32>,
+    dir: Option<String>,
+}
+
+impl Holder {
+    fn parse(raw: &str) -> Holder {
+        let mut it = raw.splitn(3, ':');
+        let host = it.next().unwrap_or_default().to_string();
+        let pid = it.next().and_then(|p| p.parse().ok());
+        let dir = it.next().map(str::to_string);
+        Holder {
+            raw: raw.to_string(),
+            host,
+            pid,
+            dir,
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.pid, &self.dir) {
+            (Some(pid), Some(dir)) => write!(f, "pid {pid} on host {} ({dir})", self.host),
+            (Some(pid), None) => write!(f, "pid {pid} on host {}", self.host),
+            _ => write!(f, "{:?}", self.raw),
+        }
+    }
+}
+
+/// Another live service holds the adopter lease (this one does not).
+fn other_adopter(s: &Snapshot) -> Option<Holder> {
+    if s.lease_held {
+        return None;
+    }
+    s.lease_holder.as_deref().map(Holder::parse)
 }
 
 fn blocked_message(snap: &Snapshot) -> String {
@@ -310,6 +442,9 @@ pub fn snapshot_json(s: &Snapshot) -> Value {
         "lease_holder": s.lease_holder,
         "latched": s.latched,
         "last_error": s.last_error,
+        "waiting_on": s.waiting_on,
+        "destination_refused": s.destination_refused,
+        "loop_failed": s.loop_failed,
     })
 }
 
@@ -347,6 +482,16 @@ struct Backlog {
 
 impl Backlog {
     fn scan(key_dir: &Path, own: &Path) -> Backlog {
+        Backlog::scan_inner(key_dir, own, false)
+    }
+
+    /// [`Backlog::scan`], also counting directories another process holds
+    /// as an adoption (what the lease holder is still shipping).
+    fn scan_with_adopting(key_dir: &Path, own: &Path) -> Backlog {
+        Backlog::scan_inner(key_dir, own, true)
+    }
+
+    fn scan_inner(key_dir: &Path, own: &Path, adopting: bool) -> Backlog {
         let mut dirs = Vec::new();
         let Ok(all) = siblings::rank_dirs(key_dir) else {
             return Backlog::default();
@@ -356,10 +501,17 @@ impl Backlog {
                 let Ok(probe) = siblings::probe(&dir) else {
                     continue;
                 };
+                // With `adopting`, a sibling another live service holds to
+                // adopt it is counted too (the lease holder drains it).
+                let adopted_elsewhere = adopting
+                    && matches!(
+                        probe.status.record.as_ref().map(|r| &r.purpose),
+                        Some(Purpose::Adopting)
+                    );
                 match probe.owner() {
-                    Owner::Live => continue, // never counted by anyone else
+                    Owner::Live if !adopted_elsewhere => continue, // never counted by anyone else
                     Owner::Blocked(_) => continue,
-                    Owner::Dead | Owner::HeldHere { .. } | Owner::NotOurs(_) => {}
+                    Owner::Live | Owner::Dead | Owner::HeldHere { .. } | Owner::NotOurs(_) => {}
                 }
             }
             let packs = count_ready(&dir);

@@ -137,6 +137,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ] {
                 println!("  {name:<12} {n} packs, {b} bytes");
             }
+            if counts.rejected.0 > 0 {
+                println!(
+                    "  rejected packs are kept until a person fixes their cause; then `spool requeue {}`",
+                    path.display()
+                );
+            }
         }
         return Ok(ExitCode::Ok);
     }
@@ -201,6 +207,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             rows.len()
         );
         print_root_table(&rows);
+        let with_rejected: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r["detail"]["rejected"]["count"].as_u64().unwrap_or(0) > 0)
+            .collect();
+        for r in with_rejected {
+            println!(
+                "{}: {} rejected pack(s) kept until a person fixes their cause; then `spool requeue {}`",
+                r["path"].as_str().unwrap_or_default(),
+                r["detail"]["rejected"]["count"],
+                r["path"].as_str().unwrap_or_default()
+            );
+        }
     }
     Ok(ExitCode::Ok)
 }

@@ -10,11 +10,12 @@ use spool_core::siblings::{self, Owner};
 use spool_core::spool::{RecoveryStep as CoreStep, SpoolConfig};
 use spool_core::{PackId, ReadyPack, Spool};
 use spool_lock::{LockMode, LockOptions};
-use spool_upload::{CancellationToken, UploadItem};
+use spool_upload::UploadItem;
 
 use crate::adoption::{
     AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
 };
+use crate::bound::Bound;
 use crate::upload_path::{Held, Owed, UploadPath};
 
 /// The environment of one adopting cycle.
@@ -23,8 +24,39 @@ pub(crate) struct Env<'a> {
     pub(crate) key_dir: PathBuf,
     pub(crate) own_dir: PathBuf,
     pub(crate) lock: LockOptions,
-    pub(crate) cancel: CancellationToken,
+    /// The cycle's deadline and stop's cancel, for every catalog call.
+    pub(crate) bound: Bound,
     pub(crate) cancel_flag: Arc<AtomicBool>,
+}
+
+/// An I/O failure of a take that no retry can fix from here: another
+/// user's files (EACCES, EPERM), a read-only filesystem (EROFS), a symlink
+/// loop or a path that is not a directory (ELOOP, ENOTDIR). Transient ones
+/// (EMFILE, EINTR, EIO, ...) are retried.
+fn is_permanent(e: &spool_lock::Error) -> bool {
+    let spool_lock::Error::Io { source, .. } = e else {
+        return false;
+    };
+    source.kind() == std::io::ErrorKind::PermissionDenied
+        || matches!(
+            source.raw_os_error(),
+            Some(
+                libc_codes::EACCES
+                    | libc_codes::EPERM
+                    | libc_codes::EROFS
+                    | libc_codes::ELOOP
+                    | libc_codes::ENOTDIR
+            )
+        )
+}
+
+/// The errno values [`is_permanent`] names (Linux).
+mod libc_codes {
+    pub(super) const EPERM: i32 = 1;
+    pub(super) const EACCES: i32 = 13;
+    pub(super) const ENOTDIR: i32 = 20;
+    pub(super) const EROFS: i32 = 30;
+    pub(super) const ELOOP: i32 = 40;
 }
 
 fn ready_of(p: &PackRef, dir: &Path) -> Option<ReadyPack> {
@@ -115,6 +147,14 @@ impl AdoptionEnv for Env<'_> {
                 Owner::Dead | Owner::NotOurs(_) => Probe::Dead,
             },
             Err(_) if !dir.exists() => Probe::Vanished,
+            // A transient failure (EMFILE, EINTR, EIO, ...) is no verdict:
+            // the take decides (it refuses a live owner, and fails
+            // retryably if the cause persists), so it is retried, never a
+            // permanent "not ours".
+            Err(e) if !is_permanent(&e) && matches!(e, spool_lock::Error::Io { .. }) => {
+                tracing::debug!(dir = %dir.display(), "probe failed transiently, the take decides: {e}");
+                Probe::Dead
+            }
             Err(e) => Probe::NotOurs(e.to_string()),
         }
     }
@@ -129,11 +169,16 @@ impl AdoptionEnv for Env<'_> {
             Err(e @ spool_lock::Error::HeldByThisProcess { .. }) => {
                 return Err(AdoptRefusal::Live(e.to_string()))
             }
-            Err(spool_lock::Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                return Err(AdoptRefusal::Unadoptable(source.to_string()))
+            Err(e @ spool_lock::Error::Io { .. }) if is_permanent(&e) => {
+                return Err(AdoptRefusal::Unadoptable(e.to_string()))
             }
+            // SPEC §7.1: a sibling that can never be taken from here is
+            // blocked once, never a reason to back the loop off
+            Err(
+                e @ (spool_lock::Error::SharedFilesystem { .. }
+                | spool_lock::Error::NestedUnderHeld { .. }
+                | spool_lock::Error::NoReplaceUnsupported { .. }),
+            ) => return Err(AdoptRefusal::Unadoptable(e.to_string())),
             Err(e) if !dir.exists() => {
                 tracing::debug!(dir = %dir.display(), "sibling vanished: {e}");
                 return Err(AdoptRefusal::Vanished);
@@ -263,7 +308,7 @@ impl AdoptionEnv for Env<'_> {
                 )),
             }
         }
-        let results = self.io.upload(items, &self.cancel).await;
+        let results = self.io.upload(items, &self.bound).await;
         let mut batch = Vec::new();
         for r in results {
             let Some((pref, ready)) = readies.remove(&r.item.pack_id) else {
@@ -277,6 +322,12 @@ impl AdoptionEnv for Env<'_> {
                 }
                 let outcome = if f.cancelled {
                     PackOutcome::Cancelled
+                } else if f.destination_wide() {
+                    // not this sibling's fault: never blocks it; retried
+                    PackOutcome::Failed {
+                        retryable: true,
+                        reason: format!("{}: {}", pref.path.display(), f.error),
+                    }
                 } else {
                     PackOutcome::Failed {
                         retryable: f.retryable,
@@ -309,7 +360,7 @@ impl AdoptionEnv for Env<'_> {
         }
         let ids = self
             .io
-            .index(batch.iter().map(|(_, o)| o.clone()).collect())
+            .index(batch.iter().map(|(_, o)| o.clone()).collect(), &self.bound)
             .await;
         for (pref, o) in batch {
             let outcome = if ids.contains(&o.pack.id) {

@@ -167,6 +167,16 @@ pub const CATALOG: Setting<Option<String>> = Setting::new(Key {
     help: "catalog URL (default: sqlite:///ROOT/.catalog.db)",
 });
 
+/// `catalog.request_timeout` (SPOOL_CATALOG_REQUEST_TIMEOUT).
+pub const CATALOG_REQUEST_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "catalog.request_timeout",
+    env: "SPOOL_CATALOG_REQUEST_TIMEOUT",
+    flag: None,
+    kind: SECS,
+    default: Some("30s"),
+    help: "bound on one catalog statement (connect, send, answer); every call is also cut by the enclosing flush or stop",
+});
+
 /// `destination.store` (SPOOL_STORE).
 pub const STORE: Setting<Option<String>> = Setting::new(Key {
     name: "destination.store",
@@ -279,6 +289,16 @@ pub const STOP_FLUSH_TIMEOUT: Setting<Duration> = Setting::new(Key {
     kind: SECS0,
     default: Some("10s"),
     help: "on SIGTERM/SIGINT, how long the last flush may take before the stop",
+});
+
+/// `service.once_timeout` (SPOOL_ONCE_TIMEOUT).
+pub const ONCE_TIMEOUT: Setting<Duration> = Setting::new(Key {
+    name: "service.once_timeout",
+    env: "SPOOL_ONCE_TIMEOUT",
+    flag: None,
+    kind: SECS,
+    default: Some("10m"),
+    help: "how long `spool run --once` may take before it gives up (exit 6) when --timeout is not given",
 });
 
 /// `service.unhealthy_after` (SPOOL_UNHEALTHY_AFTER).
@@ -449,6 +469,7 @@ pub const KEYS: &[&Key] = &[
     &MAX_BYTES.key,
     &ALLOW_SHARED_FILESYSTEM.key,
     &CATALOG.key,
+    &CATALOG_REQUEST_TIMEOUT.key,
     &STORE.key,
     &STORE_ID.key,
     &LEASE_SCOPE.key,
@@ -460,6 +481,7 @@ pub const KEYS: &[&Key] = &[
     &ADOPTION_SLICE.key,
     &INDEX_BATCH.key,
     &STOP_FLUSH_TIMEOUT.key,
+    &ONCE_TIMEOUT.key,
     &UNHEALTHY_AFTER.key,
     &UPLOAD_MAX_WORKERS.key,
     &UPLOAD_MAX_IN_FLIGHT_BYTES.key,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use object_store::memory::InMemory;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use spool_catalog::{Catalog, MemoryCatalog};
 use spool_core::spool::SpoolConfig;
 use spool_core::{claim_rank_dir, Destination, PackId, PackWriter, Spool};
@@ -174,8 +174,14 @@ fn a_non_retryable_own_pack_is_rejected_and_does_not_stall_the_loop() {
     let own = fx.claim(&fx.dest, 0);
     let ids = stage(own.dir(), 2);
     let bad = ids[0].to_hex();
-    fx.store
-        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))).key_contains(&bad));
+    // pack-specific: a different object already at its key
+    let key = spool_upload::object_key(&object_store::path::Path::default(), &ids[0]);
+    block_on(
+        fx.store
+            .inner()
+            .put(&key, b"someone else's bytes".to_vec().into()),
+    )
+    .unwrap();
     let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
     svc.start().unwrap();
     assert!(svc.flush(Duration::from_secs(20)).unwrap());
@@ -192,6 +198,78 @@ fn a_non_retryable_own_pack_is_rejected_and_does_not_stall_the_loop() {
         !own.release_and_remove_if_empty().unwrap(),
         "a dir with a rejected pack is kept"
     );
+}
+
+/// SPEC §5: a store that refuses the whole destination (403 on every PUT:
+/// wrong credentials) never sets a pack aside nor blocks a sibling: the
+/// service backs off, reports it (`destination_refused`, `last_error`), keeps
+/// every pack ready, and ships everything on its own once the store accepts
+/// again (here: the credentials fixed, the script cleared).
+#[test]
+fn a_destination_wide_refusal_keeps_every_pack_ready_and_ships_once_fixed() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let sib = fx.claim(&fx.dest, 1);
+    let sib_dir = sib.dir().to_path_buf();
+    stage(&sib_dir, 2);
+    sib.release().unwrap();
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))));
+    let mut c = fx.config(own.dir());
+    c.recheck_interval = Duration::from_millis(200);
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let s = svc.snapshot();
+            s.destination_refused.is_some() && s.upload_failures >= 4
+        }),
+        "the sibling's packs refused: {:?}",
+        svc.snapshot()
+    );
+    // own packs staged now meet the same refusal
+    stage(own.dir(), 2);
+    let before = svc.snapshot().upload_failures;
+    assert!(
+        wait_for(Duration::from_secs(20), || svc.snapshot().upload_failures
+            >= before + 4),
+        "{:?}",
+        svc.snapshot()
+    );
+    let snap = svc.snapshot();
+    let refused = snap.destination_refused.clone().unwrap();
+    assert!(
+        refused.contains("refuses this destination") && refused.contains("privileges"),
+        "{refused}"
+    );
+    assert_eq!(snap.rejected, 0, "{snap:?}");
+    assert!(snap.blocked_siblings.is_empty(), "{snap:?}");
+    assert_eq!(files(own.dir(), "ready"), 2);
+    assert_eq!(files(own.dir(), "rejected"), 0);
+    assert_eq!(files(&sib_dir, "ready") + files(&sib_dir, "rejected"), 2);
+    assert_eq!(files(&sib_dir, "rejected"), 0);
+    assert!(!matches!(
+        spool_lock::read_owner(&sib_dir)
+            .ok()
+            .and_then(|o| o.record)
+            .map(|r| r.purpose),
+        Some(spool_lock::Purpose::Blocked(_))
+    ));
+    // the operator fixes the credentials; nobody touches a file
+    fx.store.clear();
+    assert!(
+        wait_for(Duration::from_secs(20), || files(own.dir(), "ready") == 0
+            && !sib_dir.exists()),
+        "{:?}",
+        svc.snapshot()
+    );
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    let snap = svc.snapshot();
+    assert_eq!((snap.indexed, snap.rejected), (4, 0), "{snap:?}");
+    assert_eq!(snap.destination_refused, None, "{snap:?}");
+    assert_eq!(block_on(fx.catalog.count()).unwrap(), 4);
+    svc.stop().unwrap();
+    assert!(own.release_and_remove_if_empty().unwrap());
 }
 
 #[test]
@@ -351,6 +429,103 @@ mod serial {
         assert!(svc.snapshot().cycles > before);
         svc.stop().unwrap();
     }
+}
+
+/// A memory catalog whose `index()` panics: the service loop's bug.
+struct PanickingCatalog(Arc<MemoryCatalog>);
+
+#[async_trait::async_trait]
+impl Catalog for PanickingCatalog {
+    fn server(&self) -> String {
+        self.0.server()
+    }
+    async fn ensure_schema(&self) -> spool_catalog::Result<()> {
+        self.0.ensure_schema().await
+    }
+    async fn index(
+        &self,
+        _rows: &[spool_catalog::PackRow],
+        _fence: Option<&spool_catalog::LeaseGuard>,
+    ) -> spool_catalog::Result<()> {
+        panic!("index() exploded on purpose");
+    }
+    async fn get(&self, pack_id: &str) -> spool_catalog::Result<Option<spool_catalog::PackRow>> {
+        self.0.get(pack_id).await
+    }
+    async fn list_range(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+    ) -> spool_catalog::Result<Vec<spool_catalog::PackRow>> {
+        self.0.list_range(from_ms, to_ms).await
+    }
+    async fn count(&self) -> spool_catalog::Result<u64> {
+        self.0.count().await
+    }
+    async fn read_lease_head(&self, name: &str) -> spool_catalog::Result<spool_catalog::LeaseHead> {
+        self.0.read_lease_head(name).await
+    }
+    async fn append_claim(&self, claim: &spool_catalog::NewClaim) -> spool_catalog::Result<()> {
+        self.0.append_claim(claim).await
+    }
+    async fn read_claims(
+        &self,
+        name: &str,
+        term: u64,
+    ) -> spool_catalog::Result<Vec<spool_catalog::LeaseRecord>> {
+        self.0.read_claims(name, term).await
+    }
+    async fn lease_log(
+        &self,
+        name: &str,
+    ) -> spool_catalog::Result<Vec<spool_catalog::LeaseRecord>> {
+        self.0.lease_log(name).await
+    }
+}
+
+/// SPEC §4.5: a panicked loop is never silent. A catalog whose `index()`
+/// panics while a dead sibling is being adopted: the snapshot says
+/// `loop_failed` with the panic's message, the sibling's lock is let go with
+/// every pack in it, a flush refuses with `LoopFailed`, and stop is prompt.
+#[test]
+fn a_panic_in_the_loop_is_reported_and_lets_go_of_the_adopted_sibling() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let sib = fx.claim(&fx.dest, 1);
+    let sib_dir = sib.dir().to_path_buf();
+    stage(&sib_dir, 2);
+    sib.release().unwrap();
+    let mut c = fx.config(own.dir());
+    c.catalog = Arc::new(PanickingCatalog(fx.catalog.clone()));
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(20), || svc
+            .snapshot()
+            .loop_failed
+            .is_some()),
+        "{:?}",
+        svc.snapshot()
+    );
+    let why = svc.snapshot().loop_failed.unwrap();
+    assert!(why.contains("index() exploded on purpose"), "{why}");
+    assert!(
+        wait_for(Duration::from_secs(5), || !spool_lock::read_owner(&sib_dir)
+            .unwrap()
+            .held),
+        "the adopted sibling is let go"
+    );
+    assert_eq!(
+        files(&sib_dir, "ready"),
+        2,
+        "its packs stay for a successor"
+    );
+    let err = svc.flush(Duration::from_secs(5)).unwrap_err();
+    assert!(matches!(err, Error::LoopFailed { .. }), "{err}");
+    let t = Instant::now();
+    svc.stop().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(own.release_and_remove_if_empty().unwrap());
 }
 
 /// Issue 12 point 3: a pack hashed once at its first listing, whose bytes

@@ -1,0 +1,208 @@
+//! `spool requeue DIR`: turns packs set aside back into ready packs once a
+//! person fixed the cause — `<id>.rejected` (an own pack that failed for
+//! good, e.g. a different object at its key), and with `--quarantined` the
+//! `<id>.quarantined` packs that now validate. The directory's lock is held
+//! throughout (refused with exit 3 while anyone holds it), a ready pack is
+//! never replaced (a hard link to the new name, then the old one removed,
+//! then the directory fsynced), and it says what it changed.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use spool_core::PackId;
+use spool_lock::LockOptions;
+
+use crate::exit::{coded, ExitCode};
+
+/// Arguments of `spool requeue`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The spool (rank) directory.
+    pub dir: PathBuf,
+    /// Requeue `<id>.rejected` packs (the default when no kind is named).
+    #[arg(long)]
+    pub rejected: bool,
+    /// Requeue `<id>.quarantined` packs that validate now (each is hashed
+    /// first; one that still fails stays quarantined).
+    #[arg(long)]
+    pub quarantined: bool,
+    /// Print one JSON object: dir, requeued, kept (with why).
+    #[arg(long)]
+    pub json: bool,
+    /// Admit a shared (network) filesystem. Only for one used by one node.
+    #[arg(long)]
+    pub allow_shared_filesystem: bool,
+}
+
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
+Turn packs set aside back into ready packs, after a person fixed the cause.
+
+A service renames an own pack that failed for good to `<id>.rejected` (a
+different object already at its key, a pack over max_in_flight_bytes,
+staged bytes that changed) and a corrupt one to `<id>.quarantined`; both
+stay in the directory, counted, never uploaded. Once the cause is fixed
+(the conflicting object compared and removed, the bound raised), `spool
+requeue DIR` renames every `<id>.rejected` back to `<id>.ready`; with
+`--quarantined` it also requeues the quarantined packs that validate now
+(hashed first; one that still fails stays). The next service (or the
+adopter of a dead directory) uploads them.
+
+requeue takes the directory's lock while it works: refused (exit 3, naming
+the holder) while anyone holds it. A pack whose `<id>.ready` exists is left
+as it is. It says what it changed and what it kept.
+
+Examples:
+  spool status /var/lib/spool                          # shows rejected packs
+  spool requeue /var/lib/spool/3f2a9c01b7de/r3-8c1d22e0
+  spool requeue --quarantined --rejected DIR";
+
+/// One pack looked at.
+struct Seen {
+    from: PathBuf,
+    to: PathBuf,
+    kept: Option<String>,
+}
+
+/// `<id>.<ext>` files of `dir` and its `w<ordinal>/` subdirectories.
+fn set_aside(dir: &Path, ext: &str, out: &mut Vec<(PathBuf, PackId)>) -> Result<()> {
+    let rd = std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    for e in rd {
+        let e = e.with_context(|| format!("cannot read {}", dir.display()))?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            if spool_core::spool::parse_ordinal_dir(name).is_some() {
+                set_aside(&e.path(), ext, out)?;
+            }
+            continue;
+        }
+        if let Some(id) = name
+            .strip_suffix(ext)
+            .and_then(|stem| PackId::from_hex(stem).ok())
+        {
+            out.push((e.path(), id));
+        }
+    }
+    Ok(())
+}
+
+/// Renames `from` to `to` without ever replacing `to`, durably.
+fn requeue_one(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)?;
+    if let Some(parent) = to.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Runs `spool requeue`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let dir = &args.dir;
+    if !dir.is_dir() {
+        return Err(coded(
+            ExitCode::Other,
+            format!(
+                "spool directory {} does not exist (or is not a directory)",
+                dir.display()
+            ),
+        ));
+    }
+    let opts = LockOptions {
+        allow_shared_filesystem: args.allow_shared_filesystem,
+        ..LockOptions::default()
+    };
+    let claim = match spool_lock::acquire(dir, &opts) {
+        Ok(c) => c,
+        Err(e) if e.is_owned_by_another() => {
+            return Err(coded(
+                ExitCode::Owned,
+                format!(
+                    "{e}; nothing is requeued in a directory someone holds (its owner may be \
+                     working on it). Stop it, or check again with `spool status`"
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(
+                anyhow::Error::new(e).context(format!("cannot requeue in {}", dir.display()))
+            )
+        }
+    };
+    let rejected = args.rejected || !args.quarantined;
+    let mut seen = Vec::new();
+    let result = (|| -> Result<()> {
+        let mut found = Vec::new();
+        if rejected {
+            set_aside(dir, ".rejected", &mut found)?;
+        }
+        if args.quarantined {
+            set_aside(dir, ".quarantined", &mut found)?;
+        }
+        found.sort();
+        let never = AtomicBool::new(false);
+        for (from, id) in found {
+            let to = from.with_file_name(format!("{}.ready", id.to_hex()));
+            let quarantined = from.extension().is_some_and(|e| e == "quarantined");
+            let kept = if to.exists() {
+                Some(format!("{} already exists", to.display()))
+            } else if quarantined {
+                match spool_core::spool::validate_file(&from, id, &never) {
+                    Ok(_) => None,
+                    Err(e) => Some(format!("still does not validate: {e}")),
+                }
+            } else {
+                None
+            };
+            let kept = match kept {
+                Some(k) => Some(k),
+                None => requeue_one(&from, &to)
+                    .err()
+                    .map(|e| format!("cannot rename it to {}: {e}", to.display())),
+            };
+            seen.push(Seen { from, to, kept });
+        }
+        Ok(())
+    })();
+    let released = claim.release();
+    result?;
+    released.with_context(|| format!("releasing the lock of {}", dir.display()))?;
+    let requeued: Vec<&Seen> = seen.iter().filter(|s| s.kept.is_none()).collect();
+    let kept: Vec<&Seen> = seen.iter().filter(|s| s.kept.is_some()).collect();
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "dir": dir,
+                "requeued": requeued.iter().map(|s| json!({"from": s.from, "to": s.to})).collect::<Vec<_>>(),
+                "kept": kept.iter().map(|s| json!({"path": s.from, "why": s.kept})).collect::<Vec<_>>(),
+            })
+        );
+    } else {
+        for s in &requeued {
+            println!("requeued {} -> {}", s.from.display(), s.to.display());
+        }
+        for s in &kept {
+            println!(
+                "kept {}: {}",
+                s.from.display(),
+                s.kept.as_deref().unwrap_or_default()
+            );
+        }
+        println!(
+            "{}: {} pack(s) requeued as ready, {} kept as they were{}",
+            dir.display(),
+            requeued.len(),
+            kept.len(),
+            if requeued.is_empty() {
+                ""
+            } else {
+                "; the next service (or adopter) uploads them"
+            }
+        );
+    }
+    Ok(ExitCode::Ok)
+}
