@@ -25,6 +25,16 @@ const SECRET_PARAMS: &[&str] = &[
 /// garbage around them are masked too. Anything without a scheme comes
 /// back unchanged.
 pub fn mask_url(s: &str) -> String {
+    // As a WHATWG parser reads it: leading and trailing C0 controls and
+    // spaces stripped, tabs and newlines removed anywhere (else a control
+    // character before `ws:` would hide the scheme from the masking while
+    // the parser still finds the password).
+    let s: String = s
+        .trim_matches(|c: char| c <= ' ')
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    let s = s.as_str();
     let Some(colon) = s.find(':') else {
         return s.to_string();
     };
@@ -133,5 +143,11 @@ mod tests {
             "clickhouse://h/db?pass%77ord=****&table_prefix=t"
         );
         assert_eq!(mask_url("host:8123"), "host:8123");
+        // Leading controls and embedded tabs do not hide a scheme.
+        assert_eq!(mask_url("\u{17}\u{17}ws:u:hunter2@h"), "ws:u:****@h");
+        assert_eq!(
+            mask_url("clickhouse://u:hun\tter2@h"),
+            "clickhouse://u:****@h"
+        );
     }
 }

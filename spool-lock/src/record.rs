@@ -88,7 +88,7 @@ impl OwnerRecord {
     /// purpose (a long `blocked:` reason) is cut at a character boundary,
     /// so what a reader parses is exactly what was written.
     pub fn render(&self) -> String {
-        let mut out = format!("host: {}\n", cut(&one_line(&self.host), 256));
+        let mut out = format!("host: {}\n", cut(&one_line(&self.host), 256).trim());
         if let Some(pid) = self.pid {
             out.push_str(&format!("pid: {pid}\n"));
         }
