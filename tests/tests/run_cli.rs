@@ -417,7 +417,10 @@ fn run_once_beside_the_lease_holder_exits_0_naming_it() {
             .acquire(&name, "otherhost:4242:/srv/spool/r9-00000009", &cfg)
             .await
             .unwrap();
-        assert!(matches!(claim, spool_catalog::LeaseClaim::Held(_)), "{claim:?}");
+        assert!(
+            matches!(claim, spool_catalog::LeaseClaim::Held(_)),
+            "{claim:?}"
+        );
     });
     let t0 = Instant::now();
     let out = run_once(root.path(), &["--lease-ttl", "5", "--timeout", "60"]);
