@@ -6,6 +6,8 @@
 //! exactly once. Black-box: `spool run` with its catalog stalled mid-drain
 //! exits within `service.stop_flush_timeout + 2 s` of SIGTERM.
 
+#![forbid(unsafe_code)]
+
 mod serial {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;

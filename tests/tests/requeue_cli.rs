@@ -1,6 +1,8 @@
 //! `spool requeue DIR`: the real binary on a directory staged by a real
 //! producer process, a real lock holder (`spool lock hold`) for the refusal.
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;

@@ -391,7 +391,19 @@ fn other_adopter(s: &Snapshot) -> Option<Holder> {
     if s.lease_held {
         return None;
     }
-    s.lease_holder.as_deref().map(Holder::parse)
+    let holder = Holder::parse(s.lease_holder.as_deref()?);
+    // Another *live* service only while its own rank directory is held (the
+    // product's one liveness rule, the flock): a holder on this host that
+    // was SIGKILLed leaves a lease that runs out within its TTL, and this
+    // run waits for that and adopts, as before. A holder elsewhere cannot
+    // be probed from here: its lease is taken at its word.
+    if let (Some(dir), true) = (&holder.dir, holder.host == spool_lock::host_name()) {
+        let live = spool_lock::read_owner(Path::new(dir)).is_ok_and(|o| o.held);
+        if !live {
+            return None;
+        }
+    }
+    Some(holder)
 }
 
 fn blocked_message(snap: &Snapshot) -> String {

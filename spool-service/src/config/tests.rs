@@ -200,6 +200,7 @@ fn the_file_schema_is_the_key_table() {
         [
             "spool",
             "destination",
+            "catalog",
             "lease",
             "service",
             "upload",
