@@ -63,10 +63,21 @@ impl PackId {
 
     /// A fresh id for the given time (milliseconds since the epoch; only the
     /// low 48 bits are kept) with 80 random bits.
+    ///
+    /// The random bits come from the operating system (`getrandom`), never
+    /// from a user-space generator: a process forked without exec (a
+    /// DataLoader worker) copies such a generator's state, so parent and
+    /// child would draw the same bits and, within one millisecond, mint the
+    /// same id for different packs — a conflict in the store that sets
+    /// both aside. (Found by spool-py's fork test.)
     pub fn with_timestamp(ms: u64) -> PackId {
         let mut bytes = [0u8; 16];
         bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
-        rand::Rng::fill(&mut rand::rng(), &mut bytes[6..]);
+        if rand::TryRngCore::try_fill_bytes(&mut rand::rngs::OsRng, &mut bytes[6..]).is_err() {
+            // No OS randomness (never seen on Linux): the thread generator
+            // is still unique across the threads of one process.
+            rand::Rng::fill(&mut rand::rng(), &mut bytes[6..]);
+        }
         PackId(bytes)
     }
 
