@@ -35,17 +35,23 @@ pub fn mask_url(s: &str) -> String {
         .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
         .collect();
     let s = s.as_str();
-    let Some(colon) = s.find(':') else {
-        return s.to_string();
+    let scheme_ok = |scheme: &str| {
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
     };
-    let scheme = &s[..colon];
-    if scheme.is_empty()
-        || !scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-    {
-        return s.to_string();
-    }
+    let colon = match s.find(':') {
+        Some(colon) if scheme_ok(&s[..colon]) => colon,
+        // Not a URL (a mistyped scheme, say): no authority to mask, but
+        // credential parameters after a `?` or `#` still are.
+        _ => {
+            return match s.find(['?', '#']) {
+                Some(q) => mask_params(s[..q].to_string(), &s[q..]),
+                None => s.to_string(),
+            }
+        }
+    };
     let after = &s[colon + 1..];
     let slashes = after.len() - after.trim_start_matches(['/', '\\']).len();
     let (head, rest) = s.split_at(colon + 1 + slashes);
@@ -61,7 +67,12 @@ pub fn mask_url(s: &str) -> String {
         }
         None => authority.to_string(),
     };
-    let mut out = format!("{head}{authority}");
+    mask_params(format!("{head}{authority}"), tail)
+}
+
+/// `out` followed by `tail` with the value of every credential parameter
+/// masked.
+fn mask_params(mut out: String, tail: &str) -> String {
     // The tail as segments between separators, each `name=value` whose
     // name is a credential masked; the separators are kept as spelled.
     let mut segment = String::new();
@@ -143,6 +154,11 @@ mod tests {
             "clickhouse://h/db?pass%77ord=****&table_prefix=t"
         );
         assert_eq!(mask_url("host:8123"), "host:8123");
+        // A mistyped scheme still masks its parameters (found by fuzzing).
+        assert_eq!(
+            mask_url("clic//ch/db?user=a&password=hunter2"),
+            "clic//ch/db?user=a&password=****"
+        );
         // Leading controls and embedded tabs do not hide a scheme.
         assert_eq!(mask_url("\u{17}\u{17}ws:u:hunter2@h"), "ws:u:****@h");
         assert_eq!(
