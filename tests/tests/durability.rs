@@ -34,6 +34,31 @@ fn first<'a>(trace: &'a [&'a str], pred: impl Fn(&str) -> bool) -> Option<(usize
     trace.iter().copied().enumerate().find(|(_, l)| pred(l))
 }
 
+/// The trace with every call strace split across threads (`pid call(args
+/// <unfinished ...>` … `pid <... call resumed>) = 0`) joined into one line,
+/// placed where it returned: a call counts as done where it finished.
+fn joined(text: &str) -> Vec<String> {
+    let mut pending: Vec<(String, String)> = Vec::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let pid = line.split_whitespace().next().unwrap_or("").to_string();
+        if let Some(start) = line.strip_suffix(" <unfinished ...>") {
+            pending.push((pid, start.to_string()));
+        } else if let Some(at) = line.find("resumed>") {
+            match pending.iter().position(|(p, _)| *p == pid) {
+                Some(i) => {
+                    let (_, start) = pending.remove(i);
+                    out.push(format!("{start}{}", &line[at + "resumed>".len()..]));
+                }
+                None => out.push(line.to_string()),
+            }
+        } else {
+            out.push(line.to_string());
+        }
+    }
+    out
+}
+
 /// `fsync(FD</path>)` or `fdatasync(FD</path>)` on exactly `path` (strace
 /// `-y` prints each descriptor's path), or on a file whose name starts with
 /// `name_prefix` inside `path`'s directory when `prefix` is set.
@@ -102,7 +127,8 @@ fn a_pack_is_unlinked_from_the_spool_only_after_its_object_and_directory_are_fsy
     let object_dir = object.parent().unwrap().to_path_buf();
 
     let text = std::fs::read_to_string(&trace_file).unwrap();
-    let trace: Vec<&str> = text.lines().collect();
+    let trace = joined(&text);
+    let trace: Vec<&str> = trace.iter().map(String::as_str).collect();
     let ready = format!("{id}.ready");
     let (unlink_at, unlink) = first(&trace, |l| {
         (l.contains("unlink(") || l.contains("unlinkat("))
