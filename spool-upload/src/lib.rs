@@ -12,19 +12,21 @@
 //! - **One key per pack, forever**: `<prefix>/v1/date=<YYYY-MM-DD>/<pack_id>.pack`,
 //!   the date being the UTC day of the id's timestamp ([`object_key`]).
 //!   Deterministic, unique, listable by day.
-//! - **Nothing is overwritten.** Before every attempt a HEAD of the key; an
-//!   object of the pack's size there is checked by one ranged GET of its last
-//!   `TRAILER_LEN` bytes (spool-core's trailer: id, length, SHA-256). Same id
-//!   and checksum → `Skipped`; anything else → `Error::Conflict`, not
-//!   retryable, and the object is left as it is. Single PUTs are
-//!   `PutMode::Create` where the store honours it ([`Store::conditional_create`];
-//!   object_store's S3, GCS, Azure, local and in-memory stores do), so a
-//!   racing or late PUT (a predecessor's, or a held-back request of our own)
-//!   is refused by the store, after which the uploader re-checks as above.
-//!   Multipart uploads have no conditional completion in object_store 0.14:
-//!   they rely on the HEAD just before them (two uploaders of the same pack
-//!   write the same bytes; a different pack under the same id is caught by
-//!   the other side's HEAD).
+//! - **Nothing is overwritten; one request per fresh pack.** A single PUT
+//!   to a store that honours `PutMode::Create` ([`Store::conditional_create`];
+//!   object_store's S3, GCS, Azure, local and in-memory stores do, and moto
+//!   and Azurite honour it — checked by the upload suite's conflict case) is
+//!   sent with no HEAD first (`If-None-Match: *` on S3). Only the store's
+//!   "it exists" (412 / 409 / `AlreadyExists`) leads to a HEAD and one
+//!   ranged GET of the object's last `TRAILER_LEN` bytes (spool-core's
+//!   trailer: id, length, SHA-256): same id and checksum → `Skipped`;
+//!   anything else → `Error::Conflict`, not retryable, and the object is
+//!   left as it is. A racing or late PUT (a predecessor's, or a held-back
+//!   request of our own) is refused the same way. Multipart uploads have
+//!   no conditional completion in object_store 0.14, and a store without
+//!   conditional create has no refusal to rely on: both HEAD the key before
+//!   every attempt (two uploaders of the same pack write the same bytes; a
+//!   different pack under the same id is caught by the other side's HEAD).
 //! - **No short objects.** A single PUT carries a `Content-Length` and lands
 //!   whole or not at all; a multipart upload becomes visible only at its
 //!   completion, which is sent only after every part went up and the bytes
@@ -128,7 +130,8 @@
 //! `"disable_oauth": true`. Objects are created through the emulator's JSON
 //! API (`uploadType=media`); object_store then HEADs them, reads the
 //! trailer with a ranged GET, reads them whole, lists and deletes them, and
-//! the uploader's preflight reports the same pack `Skipped` and a different
+//! the uploader's look-first path (a store taken without conditional
+//! create, since the emulator refuses object_store's PUT) reports the same pack `Skipped` and a different
 //! object at the key (same size, other checksum; or another size) a final
 //! conflict, leaving it untouched. Writes cannot be tested there:
 //! object_store's GCS client writes through the XML API (`PUT`, multipart

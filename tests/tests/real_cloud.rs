@@ -206,7 +206,18 @@ async fn gcs_reads_and_preflight_on_objects_made_through_the_json_api() {
         return;
     };
     let (store, url) = gcs_store(&g, &prefix("gcs-read"));
-    let up = Uploader::new(store.clone(), test_config()).unwrap();
+    // The emulator refuses object_store's media PUT (400 "invalid
+    // uploadType"), so the conditional create a fresh pack starts with
+    // cannot run here: the uploader is given the look-first path (HEAD +
+    // trailer read before any PUT), which is what this test is about.
+    let looking = Store::new(
+        store.object_store().clone(),
+        store.prefix().as_ref(),
+        url.clone(),
+        false,
+    )
+    .unwrap();
+    let up = Uploader::new(looking, test_config()).unwrap();
     let os = store.object_store();
     let dir = tempfile::tempdir().unwrap();
     let cancel = CancellationToken::new();
