@@ -232,7 +232,9 @@ pub fn claim_rank_dir(
     }
     lk::check_node_local(root, opts.allow_shared_filesystem)?;
     let key_dir = root.join(key);
-    std::fs::create_dir_all(&key_dir).map_err(|e| Error::io("create", &key_dir, e))?;
+    // Created with the spool's access (private by default) and fsynced; a
+    // refused claim removes what it created, while empty.
+    let created = lk::create_parents(&key_dir, &opts.access)?;
     let claim = loop {
         let incarnation = loop {
             let i: u32 = rand::random();
@@ -244,7 +246,13 @@ pub fn claim_rank_dir(
         if std::fs::symlink_metadata(&dir).is_ok() {
             continue; // an incarnation already used: draw again
         }
-        break lk::acquire(&dir, opts)?;
+        match lk::acquire(&dir, opts) {
+            Ok(claim) => break claim,
+            Err(e) => {
+                lk::remove_created(&created);
+                return Err(e.into());
+            }
+        }
     };
     match find_flat_packs(root, key) {
         Ok(Some(flat)) => tracing::warn!(root = %root.display(), "{flat}"),

@@ -180,6 +180,35 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// Only shared flocks hold the lock file (or the directory), and they
+    /// outlasted a take's wait for probes: a reader, not an owner (in
+    /// group mode, any member of the group can hold one). The take is
+    /// refused for now; an adopter tries again on a later pass.
+    #[error(
+        "spool directory {} cannot be taken now: {} is held shared by {} (a reader, not an \
+         owner; probes let go at once, this one did not); the take is retried on a later pass; \
+         stop that process (see /proc/locks), or make the spool private (spool.mode = \"0700\")",
+        dir.display(),
+        lock_path.display(),
+        pids_text(pids)
+    )]
+    HeldShared {
+        /// The spool directory.
+        dir: PathBuf,
+        /// The lock file (or the directory) held shared.
+        lock_path: PathBuf,
+        /// The pids `/proc/locks` names as holding it shared (may be empty
+        /// when it cannot tell).
+        pids: Vec<u32>,
+    },
+
+    /// A bad `spool.mode` / `spool.group`.
+    #[error("{why}")]
+    BadAccess {
+        /// What is wrong and what to do.
+        why: String,
+    },
+
     /// A test seam was asked for in a build without them.
     #[error(
         "this build has no test seams ({what}); they exist only in test builds \
@@ -200,6 +229,17 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+/// "pid 12 and pid 34", or "an unknown process".
+pub(crate) fn pids_text(pids: &[u32]) -> String {
+    if pids.is_empty() {
+        return "an unknown process".to_owned();
+    }
+    pids.iter()
+        .map(|p| format!("pid {p}"))
+        .collect::<Vec<_>>()
+        .join(" and ")
 }
 
 impl Error {

@@ -206,10 +206,10 @@ mod sys;
 pub use error::{Error, Holder};
 pub use fdinfo::held_by_this_process;
 pub use lock::{
-    acquire, clear_blocked, held_claims, is_staging_name, remove_stale_staging, try_adopt,
-    verify_held_by_caller, Claim, Unblocked,
+    acquire, clear_blocked, create_parents, held_claims, is_staging_name, remove_created,
+    remove_stale_staging, try_adopt, verify_held_by_caller, Claim, Unblocked,
 };
-pub use mode::{LockMode, LockOptions};
+pub use mode::{Access, LockMode, LockOptions, Sharing};
 pub use node_local::{check_node_local, shared_filesystem_name, SHARED_FILESYSTEMS};
 pub use probe::{is_nested_spool, lock_path, read_owner, OwnerStatus};
 pub use record::{OwnerRecord, Purpose};

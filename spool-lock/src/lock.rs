@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -13,7 +14,7 @@ use crate::probe::{held_spool, holder_of, read_owner, read_record};
 use crate::record::{OwnerRecord, Purpose};
 use crate::seams::{self, HookPoint};
 use crate::sys::RegFd;
-use crate::{host_name, random_u32, Error, LockOptions, LOCK_FILE_NAME};
+use crate::{host_name, random_u32, Access, Error, LockOptions, LOCK_FILE_NAME};
 
 /// How often a take retries a flock refused with `EWOULDBLOCK` when it
 /// cannot tell who holds the lock (`/proc/locks` unreadable or silent):
@@ -62,8 +63,9 @@ struct Taken {
 enum Holders {
     /// An exclusive flock: a real holder.
     Exclusive,
-    /// Only shared flocks: probes, which let go at once.
-    SharedOnly,
+    /// Only shared flocks: probes, which let go at once (or a reader that
+    /// does not: the pids, this process's left out).
+    SharedOnly(Vec<u32>),
     /// Nothing listed (the probe went away, /proc/locks unreadable, or an
     /// overlay filesystem listing another device).
     Unknown,
@@ -80,6 +82,7 @@ fn flock_holders(st: &libc::stat) -> Holders {
         st.st_ino
     );
     let mut found = false;
+    let mut pids = Vec::new();
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         // `->` marks a blocked waiter, not a holder.
@@ -90,18 +93,51 @@ fn flock_holders(st: &libc::stat) -> Holders {
             return Holders::Exclusive;
         }
         found = true;
+        if let Some(pid) = lock_line_pid(&words) {
+            if pid != std::process::id() && !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
     }
     if found {
-        Holders::SharedOnly
+        Holders::SharedOnly(pids)
     } else {
         Holders::Unknown
     }
 }
 
+/// The pid of a `/proc/locks` line (`1: FLOCK ADVISORY READ 4242 08:01:77 0 EOF`):
+/// the word after the access type.
+fn lock_line_pid(words: &[&str]) -> Option<u32> {
+    let at = words.iter().position(|w| *w == "READ" || *w == "WRITE")?;
+    words.get(at + 1)?.parse().ok()
+}
+
+/// The pids (other than this process) holding a shared flock on the inode
+/// `st` names, as `/proc/locks` says (empty when it cannot tell).
+pub(crate) fn shared_holders(st: &libc::stat) -> Vec<u32> {
+    match flock_holders(st) {
+        Holders::SharedOnly(pids) => pids,
+        _ => Vec::new(),
+    }
+}
+
+/// What [`flock_retrying`] ended with.
+enum Flocked {
+    /// The exclusive lock is ours.
+    Taken,
+    /// An exclusive holder has it (or refusals outlasted the retries
+    /// without `/proc/locks` naming anyone).
+    Held,
+    /// Only shared locks, and they outlasted the probe wait: the pids.
+    HeldShared(Vec<u32>),
+}
+
 /// `flock(LOCK_EX|LOCK_NB)`, retried while what refuses it is a probe's
-/// momentary shared lock: `Ok(false)` only when an exclusive holder exists
-/// (or the refusals outlast the retries).
-fn flock_retrying(fd: &RegFd, path: &Path) -> Result<bool, Error> {
+/// momentary shared lock. A shared lock that outlasts the probe wait is a
+/// reader that does not let go ([`Flocked::HeldShared`]), never mistaken
+/// for the owner the record names.
+fn flock_retrying(fd: &RegFd, path: &Path) -> Result<Flocked, Error> {
     let start = std::time::Instant::now();
     let mut unknown = 0;
     loop {
@@ -109,14 +145,15 @@ fn flock_retrying(fd: &RegFd, path: &Path) -> Result<bool, Error> {
             .try_flock(libc::LOCK_EX)
             .map_err(|e| Error::io("flock", path, e))?
         {
-            return Ok(true);
+            return Ok(Flocked::Taken);
         }
         let st = fd.fstat().map_err(|e| Error::io("fstat", path, e))?;
         match flock_holders(&st) {
-            Holders::Exclusive => return Ok(false),
-            Holders::SharedOnly if start.elapsed() < PROBE_WAIT_LIMIT => {}
+            Holders::Exclusive => return Ok(Flocked::Held),
+            Holders::SharedOnly(_) if start.elapsed() < PROBE_WAIT_LIMIT => {}
+            Holders::SharedOnly(pids) => return Ok(Flocked::HeldShared(pids)),
             Holders::Unknown if unknown < TAKE_RETRIES => unknown += 1,
-            _ => return Ok(false),
+            Holders::Unknown => return Ok(Flocked::Held),
         }
         std::thread::sleep(TAKE_RETRY_PAUSE);
     }
@@ -180,22 +217,32 @@ fn refusal_dir_held(dir: &Path) -> Error {
 /// Locks an existing directory in place: flock its lock file (creating it
 /// if missing), re-check it is still the file at the path, flock the
 /// directory, write the record. `Ok(None)` when the directory vanished.
-fn lock_in_place(dir: &Path, purpose: Purpose) -> Result<Option<Taken>, Error> {
-    lock_in_place_as(dir, Some(purpose))
+fn lock_in_place(dir: &Path, purpose: Purpose, access: &Access) -> Result<Option<Taken>, Error> {
+    lock_in_place_as(dir, Some(purpose), access)
 }
 
 /// [`lock_in_place`], writing the owner record only when `purpose` is
 /// given (`None` keeps the record there, for [`clear_blocked`], which must
 /// read the old record under the lock before it decides what to write).
-fn lock_in_place_as(dir: &Path, purpose: Option<Purpose>) -> Result<Option<Taken>, Error> {
+fn lock_in_place_as(
+    dir: &Path,
+    purpose: Option<Purpose>,
+    access: &Access,
+) -> Result<Option<Taken>, Error> {
     let lock_path = dir.join(LOCK_FILE_NAME);
     for _ in 0..REOPEN_LIMIT {
         let (file, created_file) = match RegFd::open(
             &lock_path,
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-            0o644,
+            access.file_mode(),
         ) {
-            Ok(fd) => (fd, true),
+            Ok(fd) => {
+                if let Err(e) = access.apply(fd.as_fd(), false) {
+                    let _ = std::fs::remove_file(&lock_path);
+                    return Err(Error::io("set the mode and group of", &lock_path, e));
+                }
+                (fd, true)
+            }
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                 match RegFd::open(
                     &lock_path,
@@ -211,9 +258,23 @@ fn lock_in_place_as(dir: &Path, purpose: Option<Purpose>) -> Result<Option<Taken
             Err(e) => return Err(Error::io("open", &lock_path, e)),
         };
         seams::run_hook(HookPoint::LockFileOpened, &lock_path);
-        if !flock_retrying(&file, &lock_path)? {
-            drop(file);
-            return Err(refusal_file_held(dir));
+        match flock_retrying(&file, &lock_path)? {
+            Flocked::Taken => {}
+            Flocked::Held => {
+                drop(file);
+                return Err(refusal_file_held(dir));
+            }
+            Flocked::HeldShared(pids) => {
+                if created_file {
+                    let _ = std::fs::remove_file(&lock_path);
+                }
+                drop(file);
+                return Err(Error::HeldShared {
+                    dir: dir.to_path_buf(),
+                    lock_path,
+                    pids,
+                });
+            }
         }
         // Re-check after lock: a remover may have unlinked (or replaced) the
         // file between our open and our flock; then we hold a lock nobody
@@ -231,7 +292,8 @@ fn lock_in_place_as(dir: &Path, purpose: Option<Purpose>) -> Result<Option<Taken
                 return Err(Error::io("open directory", dir, e));
             }
         };
-        if !flock_retrying(&dfd, dir)? {
+        let flocked = flock_retrying(&dfd, dir)?;
+        if !matches!(flocked, Flocked::Taken) {
             if created_file {
                 // Leave nothing behind: the file we added goes (we still
                 // hold it, and it is still the one at the path).
@@ -239,7 +301,14 @@ fn lock_in_place_as(dir: &Path, purpose: Option<Purpose>) -> Result<Option<Taken
             }
             drop(dfd);
             drop(file);
-            return Err(refusal_dir_held(dir));
+            return Err(match flocked {
+                Flocked::HeldShared(pids) => Error::HeldShared {
+                    dir: dir.to_path_buf(),
+                    lock_path: dir.to_path_buf(),
+                    pids,
+                },
+                _ => refusal_dir_held(dir),
+            });
         }
         if let Some(purpose) = purpose {
             file.overwrite(this_record(purpose).render().as_bytes())
@@ -290,7 +359,12 @@ enum Created {
 /// Creates `dir` with its lock already held: a staging copy
 /// `<parent>/.<name>.<8 hex>.creating` with both locks taken inside, renamed
 /// into place with `renameat2(RENAME_NOREPLACE)`, then the parent fsynced.
-fn create_locked(parent: &Path, name: &OsStr, purpose: Purpose) -> Result<Created, Error> {
+fn create_locked(
+    parent: &Path,
+    name: &OsStr,
+    purpose: Purpose,
+    access: &Access,
+) -> Result<Created, Error> {
     let dir = parent.join(name);
     let mut staging = PathBuf::new();
     for _ in 0..8 {
@@ -299,7 +373,7 @@ fn create_locked(parent: &Path, name: &OsStr, purpose: Purpose) -> Result<Create
             name.to_string_lossy(),
             random_u32()
         ));
-        match std::fs::create_dir(&candidate) {
+        match access.create_dir(&candidate) {
             Ok(()) => {
                 staging = candidate;
                 break;
@@ -324,16 +398,19 @@ fn create_locked(parent: &Path, name: &OsStr, purpose: Purpose) -> Result<Create
         let file = RegFd::open(
             &staging_lock,
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-            0o644,
+            access.file_mode(),
         )
         .map_err(|e| Error::io("create", &staging_lock, e))?;
+        access
+            .apply(file.as_fd(), false)
+            .map_err(|e| Error::io("set the mode and group of", &staging_lock, e))?;
         seams::run_hook(HookPoint::LockFileOpened, &staging_lock);
-        if !flock_retrying(&file, &staging_lock)? {
+        if !matches!(flock_retrying(&file, &staging_lock)?, Flocked::Taken) {
             return Err(refusal_file_held(&staging));
         }
         let dfd = RegFd::open(&staging, libc::O_RDONLY | libc::O_DIRECTORY, 0)
             .map_err(|e| Error::io("open directory", &staging, e))?;
-        if !flock_retrying(&dfd, &staging)? {
+        if !matches!(flock_retrying(&dfd, &staging)?, Flocked::Taken) {
             return Err(refusal_dir_held(&staging));
         }
         file.overwrite(this_record(purpose).render().as_bytes())
@@ -382,15 +459,75 @@ fn create_locked(parent: &Path, name: &OsStr, purpose: Purpose) -> Result<Create
             ));
         }
     }
-    parent_fd
-        .sync_all()
-        .map_err(|e| Error::io("fsync", parent, e))?;
+    if let Err(e) = sync_parent(&parent_fd, parent) {
+        // The new directory is in place but its entry may not be durable:
+        // do not hand out a claim on it, and never leave it behind unlocked
+        // (a lock-less empty directory reads as a dead sibling). Remove it
+        // while the lock is still held, then let go.
+        let _ = std::fs::remove_file(dir.join(LOCK_FILE_NAME));
+        let _ = std::fs::remove_dir(&dir);
+        held.close();
+        return Err(Error::io("fsync", parent, e));
+    }
     Ok(Created::Taken(Taken {
         dir,
         held,
         created_dir: true,
         created_file: true,
     }))
+}
+
+/// fsync of a parent directory (through the fault seam in test builds).
+fn sync_parent(fd: &std::fs::File, parent: &Path) -> io::Result<()> {
+    if seams::parent_fsync_fails(parent) {
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
+    fd.sync_all()
+}
+
+/// Creates the missing directories of `path` (with `access`), fsyncing the
+/// parent of each one created, so a claim's `<root>/<key>/` survives a
+/// crash. Returns the directories it created, outermost first; on an error
+/// it removes them again (while empty).
+pub fn create_parents(path: &Path, access: &Access) -> Result<Vec<PathBuf>, Error> {
+    let mut missing = Vec::new();
+    for p in path.ancestors() {
+        match std::fs::symlink_metadata(p) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(p.to_path_buf()),
+            Err(e) => return Err(Error::io("stat", p, e)),
+        }
+    }
+    let mut created = Vec::new();
+    for dir in missing.into_iter().rev() {
+        let result = match access.create_dir(&dir) {
+            Ok(()) => {
+                created.push(dir.clone());
+                let parent = dir.parent().unwrap_or(Path::new("/"));
+                std::fs::File::open(parent)
+                    .and_then(|f| sync_parent(&f, parent))
+                    .map_err(|e| Error::io("fsync", parent, e))
+            }
+            // Made by someone else meanwhile: theirs, not ours to remove.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+            Err(e) => Err(Error::io("create", &dir, e)),
+        };
+        if let Err(e) = result {
+            remove_created(&created);
+            return Err(e);
+        }
+    }
+    Ok(created)
+}
+
+/// Removes directories [`create_parents`] made, innermost first, each only
+/// while empty (`remove_dir` refuses otherwise).
+pub fn remove_created(created: &[PathBuf]) {
+    for dir in created.iter().rev() {
+        if std::fs::remove_dir(dir).is_err() {
+            break;
+        }
+    }
 }
 
 /// Which nesting directions a take checks.
@@ -490,7 +627,7 @@ pub fn acquire(dir: &Path, opts: &LockOptions) -> Result<Claim, Error> {
                     .canonicalize()
                     .map_err(|e| Error::io("resolve", &dir, e))?;
                 check_node_local(&dir, opts.allow_shared_filesystem)?;
-                if let Some(taken) = lock_in_place(&dir, Purpose::Claim)? {
+                if let Some(taken) = lock_in_place(&dir, Purpose::Claim, &opts.access)? {
                     return finish(taken, Nesting::Both);
                 }
             }
@@ -505,14 +642,29 @@ pub fn acquire(dir: &Path, opts: &LockOptions) -> Result<Claim, Error> {
                 let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
                     return Err(Error::io("create", &dir, e));
                 };
-                std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
-                let parent = parent
+                // Parents are created with the spool's access and fsynced;
+                // a refused take removes the ones it made (while empty).
+                let created = create_parents(parent, &opts.access)?;
+                let result = parent
                     .canonicalize()
-                    .map_err(|e| Error::io("resolve", parent, e))?;
-                check_node_local(&parent, opts.allow_shared_filesystem)?;
-                match create_locked(&parent, name, Purpose::Claim)? {
-                    Created::Taken(taken) => return finish(taken, Nesting::Both),
-                    Created::AlreadyExists => continue,
+                    .map_err(|e| Error::io("resolve", parent, e))
+                    .and_then(|parent| {
+                        check_node_local(&parent, opts.allow_shared_filesystem)?;
+                        create_locked(&parent, name, Purpose::Claim, &opts.access)
+                    });
+                match result {
+                    Ok(Created::Taken(taken)) => {
+                        let claimed = finish(taken, Nesting::Both);
+                        if claimed.is_err() {
+                            remove_created(&created);
+                        }
+                        return claimed;
+                    }
+                    Ok(Created::AlreadyExists) => continue,
+                    Err(e) => {
+                        remove_created(&created);
+                        return Err(e);
+                    }
                 }
             }
             Err(e) => return Err(Error::io("stat", &dir, e)),
@@ -537,7 +689,7 @@ pub fn try_adopt(dir: &Path, opts: &LockOptions) -> Result<Claim, Error> {
         .canonicalize()
         .map_err(|e| Error::io("resolve", dir, e))?;
     check_node_local(&dir, opts.allow_shared_filesystem)?;
-    match lock_in_place(&dir, Purpose::Adopting)? {
+    match lock_in_place(&dir, Purpose::Adopting, &opts.access)? {
         Some(taken) => finish(taken, Nesting::AncestorsOnly),
         None => Err(Error::io(
             "adopt",
@@ -611,7 +763,7 @@ pub fn clear_blocked(dir: &Path, opts: &LockOptions) -> Result<Unblocked, Error>
     if std::fs::symlink_metadata(&lock_path).is_err() {
         return Ok(Unblocked::NotBlocked { record: None });
     }
-    let Some(taken) = lock_in_place_as(&dir, None)? else {
+    let Some(taken) = lock_in_place_as(&dir, None, &opts.access)? else {
         return Err(Error::io(
             "unblock",
             &dir,
@@ -672,7 +824,7 @@ pub fn remove_stale_staging(parent: &Path, opts: &LockOptions) -> Result<Vec<Pat
         if !meta.is_dir() || age < opts.staging_max_age {
             continue;
         }
-        let taken = match lock_in_place(&path, Purpose::Adopting) {
+        let taken = match lock_in_place(&path, Purpose::Adopting, &opts.access) {
             Ok(Some(t)) => t,
             Ok(None) => continue,
             Err(e) => {

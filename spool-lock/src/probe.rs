@@ -30,6 +30,13 @@ pub struct OwnerStatus {
     pub lock_file_replaced: bool,
     /// A `.owner.lock` exists.
     pub lock_file_present: bool,
+    /// Other processes holding a *shared* flock on the lock file or the
+    /// directory right now (from `/proc/locks`; this process left out).
+    /// Usually a probe that lets go at once; one that stays (a reader in
+    /// group mode) makes takes wait and fail with
+    /// [`Error::HeldShared`] until it lets go. Empty when the lock is held
+    /// exclusively.
+    pub shared_by: Vec<u32>,
 }
 
 impl OwnerStatus {
@@ -49,6 +56,20 @@ pub(crate) fn holder_of(record: Option<&OwnerRecord>) -> Holder {
             pid: None,
             host: "unknown".to_owned(),
         },
+    }
+}
+
+/// The shared holders of a probed (not exclusively held) descriptor's inode.
+fn shared_by(held: bool, fd: &RegFd, into: &mut Vec<u32>) {
+    if held {
+        return;
+    }
+    if let Ok(st) = fd.fstat() {
+        for pid in crate::lock::shared_holders(&st) {
+            if !into.contains(&pid) {
+                into.push(pid);
+            }
+        }
     }
 }
 
@@ -82,14 +103,21 @@ pub(crate) fn read_record(fd: &RegFd) -> Option<OwnerRecord> {
 pub fn read_owner(dir: &Path) -> Result<OwnerStatus, Error> {
     let lock_path = dir.join(LOCK_FILE_NAME);
     let file = probe(&lock_path, false).map_err(|e| Error::io("probe lock file", &lock_path, e))?;
+    let mut shared = Vec::new();
     let (file_held, record, present) = match file {
-        Some((held, fd)) => (held, read_record(&fd), true),
+        Some((held, fd)) => {
+            shared_by(held, &fd, &mut shared);
+            (held, read_record(&fd), true)
+        }
         None => (false, None, false),
     };
     // Probe the directory too: a take holds both, and a lock file replaced
     // behind the owner's back leaves only the directory's lock in place.
     let dir_held = match probe(dir, true).map_err(|e| Error::io("probe directory", dir, e))? {
-        Some((held, _fd)) => held,
+        Some((held, fd)) => {
+            shared_by(held, &fd, &mut shared);
+            held
+        }
         None => {
             return Err(Error::io(
                 "probe directory",
@@ -103,6 +131,11 @@ pub fn read_owner(dir: &Path) -> Result<OwnerStatus, Error> {
         record,
         lock_file_replaced: dir_held && !file_held,
         lock_file_present: present,
+        shared_by: if file_held || dir_held {
+            Vec::new()
+        } else {
+            shared
+        },
     })
 }
 

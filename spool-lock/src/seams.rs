@@ -14,6 +14,10 @@
 //!   [`HookPoint`] for paths under a prefix: between a lock file's open and
 //!   its flock, and inside a release before its descriptors close.
 //!
+//! * **parent fsync failure**: [`testing::set_parent_fsync_fails`] makes
+//!   the fsync of a parent directory under a prefix fail with `EIO` (after
+//!   a create-locked rename, and after creating a missing parent).
+//!
 //! Seams are keyed by path prefix, so tests that use their own scratch
 //! directories do not see each other's seams even in one process. The
 //! fdinfo seam is process-wide; under it, answers come from the owner
@@ -47,6 +51,25 @@ pub mod testing {
     static FS_TYPES: Mutex<Vec<(PathBuf, u32)>> = Mutex::new(Vec::new());
     static HIDE_FDINFO_LOCKS: AtomicBool = AtomicBool::new(false);
     static HOOKS: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
+    static FSYNC_FAILS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+    /// Makes the fsync of every parent directory under `prefix` fail with
+    /// `EIO` (`false`: removes the fault).
+    pub fn set_parent_fsync_fails(prefix: &Path, fail: bool) {
+        let mut v = FSYNC_FAILS.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|p| p != prefix);
+        if fail {
+            v.push(prefix.to_path_buf());
+        }
+    }
+
+    pub(crate) fn parent_fsync_fails(path: &Path) -> bool {
+        FSYNC_FAILS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|p| path.starts_with(p))
+    }
 
     /// Every path under `prefix` reports statfs `f_type` `magic`.
     pub fn set_filesystem_type(prefix: &Path, magic: u32) {
@@ -121,6 +144,14 @@ pub(crate) fn filesystem_type(_path: &Path) -> Option<u32> {
 pub(crate) fn fdinfo_hides_locks() -> bool {
     #[cfg(any(test, feature = "testing"))]
     return testing::fdinfo_hides_locks();
+    #[cfg(not(any(test, feature = "testing")))]
+    false
+}
+
+/// Whether a seam makes the fsync of parent directory `path` fail.
+pub(crate) fn parent_fsync_fails(_path: &Path) -> bool {
+    #[cfg(any(test, feature = "testing"))]
+    return testing::parent_fsync_fails(_path);
     #[cfg(not(any(test, feature = "testing")))]
     false
 }

@@ -286,6 +286,15 @@ impl RegFd {
     }
 }
 
+impl std::os::fd::AsFd for RegFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: `fd` is open for as long as `self` lives (closed only in
+        // Drop, or by the fork child handler, after which a child's copy
+        // must not be used: callers check `is_live` before locking work).
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
+    }
+}
+
 impl Drop for RegFd {
     fn drop(&mut self) {
         if !self.is_live() {

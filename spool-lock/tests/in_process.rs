@@ -377,3 +377,116 @@ fn clear_blocked_clears_a_mark_once_and_leaves_anything_else_alone() {
     ));
     assert_eq!(std::fs::read(dir.join(LOCK_FILE_NAME)).unwrap(), text);
 }
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// SPEC §1 / issue 12 §5: what a take creates is private whatever the
+/// umask (0 here): missing parents and the directory 0700, the lock file
+/// 0600. The 0770 group mode is not narrowed by a umask of 077 either.
+#[test]
+fn a_take_creates_private_directories_and_lock_files_whatever_the_umask() {
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("root").join("key").join("r0-00000001");
+    let claim = acquire(&dir, &opts()).unwrap();
+    for d in [
+        tmp.path().join("root"),
+        tmp.path().join("root/key"),
+        dir.clone(),
+    ] {
+        assert_eq!(mode_of(&d), 0o700, "{}", d.display());
+    }
+    assert_eq!(mode_of(&dir.join(LOCK_FILE_NAME)), 0o600);
+    claim.release().unwrap();
+
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let group = LockOptions {
+        access: spool_lock::Access::parse(Some("0770"), None).unwrap(),
+        ..opts()
+    };
+    let dir = tmp.path().join("shared").join("r0-00000002");
+    let claim = acquire(&dir, &group).unwrap();
+    assert_eq!(mode_of(&tmp.path().join("shared")), 0o770);
+    assert_eq!(mode_of(&dir), 0o770);
+    assert_eq!(mode_of(&dir.join(LOCK_FILE_NAME)), 0o660);
+    claim.release().unwrap();
+    // A lock file added to an existing directory gets the mode too.
+    let existing = tmp.path().join("existing");
+    std::fs::create_dir(&existing).unwrap();
+    acquire(&existing, &opts()).unwrap().release().unwrap();
+    assert_eq!(mode_of(&existing.join(LOCK_FILE_NAME)), 0o600);
+}
+
+/// Issue 12 §8: a refused take removes what it created, the parents it
+/// made included (while empty).
+#[test]
+fn a_refused_take_removes_the_parents_it_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outer = tmp.path().join("outer");
+    let held = acquire(&outer, &opts()).unwrap();
+    let err = acquire(&outer.join("a/b/spool"), &opts()).unwrap_err();
+    assert!(matches!(err, Error::NestedUnderHeld { .. }), "{err}");
+    assert!(
+        !outer.join("a").exists(),
+        "the refused take left the parents it created"
+    );
+    held.release().unwrap();
+    // Parents that existed before are kept.
+    std::fs::create_dir_all(tmp.path().join("kept/x")).unwrap();
+    let held = acquire(&tmp.path().join("kept"), &opts()).unwrap();
+    acquire(&tmp.path().join("kept/x/y/spool"), &opts()).unwrap_err();
+    assert!(tmp.path().join("kept/x").is_dir());
+    assert!(!tmp.path().join("kept/x/y").exists());
+    held.release().unwrap();
+}
+
+/// Issue 12 §8: the parents a claim creates are fsynced (the fault seam
+/// fails the fsync of the new `root/`'s entry for `key/` and the take
+/// fails naming it), and the failed take leaves nothing it created.
+#[test]
+fn created_parents_are_fsynced_and_a_failed_fsync_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    testing::set_parent_fsync_fails(&root, true);
+    let err = acquire(&root.join("key/r0-00000001"), &opts()).unwrap_err();
+    testing::set_parent_fsync_fails(&root, false);
+    match &err {
+        Error::Io { op, path, .. } => {
+            assert_eq!((*op, path.as_path()), ("fsync", root.as_path()), "{err}")
+        }
+        other => panic!("expected the fsync of {} to fail: {other}", root.display()),
+    }
+    assert!(!root.exists(), "the failed take left {}", root.display());
+}
+
+/// Issue 12 §8: a failed parent fsync after the staging rename does not
+/// leave an unlocked new directory (which would read as a dead sibling):
+/// the take fails and the directory is gone.
+#[test]
+fn a_failed_parent_fsync_after_the_rename_leaves_no_unlocked_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("key");
+    std::fs::create_dir(&key).unwrap();
+    testing::set_parent_fsync_fails(&key, true);
+    let err = acquire(&key.join("r0-00000001"), &opts()).unwrap_err();
+    testing::set_parent_fsync_fails(&key, false);
+    assert!(matches!(&err, Error::Io { op: "fsync", .. }), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&key)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // And the name is free for the next take.
+    acquire(&key.join("r0-00000001"), &opts())
+        .unwrap()
+        .release()
+        .unwrap();
+}

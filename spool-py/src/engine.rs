@@ -174,6 +174,7 @@ fn service_opts(opts: &mut Opts<'_>, sc: &mut ServiceConfig) -> PyResult<Duratio
     sc.lock = LockOptions {
         allow_shared_filesystem: allow_shared,
         staging_max_age: sc.staging_max_age,
+        ..LockOptions::default()
     };
     Ok(opts
         .secs("close_flush_timeout", 0.0)?

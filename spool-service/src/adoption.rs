@@ -201,6 +201,11 @@ pub enum AdoptRefusal {
     Unadoptable(String),
     /// A transient failure (`EMFILE`, `EIO`, ...): try again after backoff.
     Retryable(String),
+    /// Only shared flocks hold its lock file or directory, and they outlast
+    /// a probe's (a reader in group mode, naming its pids): not an owner,
+    /// so never a block and never a backoff; taken again on a later pass
+    /// (SPEC §3, issue 12 §6).
+    HeldShared(String),
     /// The directory is gone.
     Vanished,
 }
@@ -556,6 +561,10 @@ pub struct CycleReport {
     /// Errors to record in `last_error`, oldest first.
     pub errors: Vec<String>,
 }
+
+/// How soon a sibling whose take met a lingering shared flock is tried
+/// again.
+pub const HELD_SHARED_RECHECK: Duration = Duration::from_secs(5);
 
 /// One sibling's state (SPEC §7.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1097,6 +1106,19 @@ impl Adopter {
                         self.siblings[i].state = SiblingState::ProbedLive {
                             recheck_at: self.recheck_at(now),
                         }
+                    }
+                    AdoptRefusal::HeldShared(why) => {
+                        // A later pass takes it once the reader lets go:
+                        // re-checked even when live siblings never are.
+                        let again = if self.config.recheck_interval.is_zero() {
+                            HELD_SHARED_RECHECK
+                        } else {
+                            self.config.recheck_interval.min(HELD_SHARED_RECHECK)
+                        };
+                        self.siblings[i].state = SiblingState::ProbedLive {
+                            recheck_at: Some(now + again),
+                        };
+                        step.error = Some(why);
                     }
                     AdoptRefusal::MarkedBlocked(reason) => {
                         self.siblings[i].state = SiblingState::MarkedBlocked {

@@ -109,6 +109,18 @@ pub enum Error {
         computed: String,
     },
 
+    /// The staged pack's trailer is damaged: unparseable (magic, version,
+    /// lengths), naming another pack or another length, or the file is
+    /// shorter than a trailer. The pack is corrupt (SPEC §2.5): nothing is
+    /// sent, and the service quarantines it like any other corrupt pack.
+    #[error("staged pack {path} is corrupt: {problem}; nothing was uploaded and the pack must be quarantined (`spool verify` shows it)")]
+    CorruptTrailer {
+        /// The staged pack.
+        path: PathBuf,
+        /// What is wrong with the trailer.
+        problem: String,
+    },
+
     /// Reading the staged pack failed.
     #[error("cannot read staged pack {path}: {source}")]
     ReadStaged {
@@ -169,14 +181,19 @@ impl Error {
             | Error::TooLarge { .. }
             | Error::StagedMismatch { .. }
             | Error::ChecksumMismatch { .. }
+            | Error::CorruptTrailer { .. }
             | Error::LocalDir { .. } => false,
         }
     }
 
     /// Whether the staged pack itself is corrupt (its bytes do not match
-    /// its checksum): the pack is quarantined, not rejected.
+    /// its checksum, or its trailer is damaged): the pack is quarantined,
+    /// not rejected (SPEC §2.5, §4.2).
     pub fn is_corrupt(&self) -> bool {
-        matches!(self, Error::ChecksumMismatch { .. })
+        matches!(
+            self,
+            Error::ChecksumMismatch { .. } | Error::CorruptTrailer { .. }
+        )
     }
 }
 

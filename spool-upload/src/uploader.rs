@@ -593,6 +593,14 @@ fn mismatch(item: &UploadItem, problem: String) -> Error {
     }
 }
 
+/// A damaged trailer: the pack is corrupt (quarantined, not rejected).
+fn corrupt_trailer(item: &UploadItem, problem: String) -> Error {
+    Error::CorruptTrailer {
+        path: item.path.clone(),
+        problem,
+    }
+}
+
 /// Re-checks a staged file against what was staged: its size, and a trailer
 /// naming its id and its length. Returns the trailer and its bytes.
 async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER_LEN])> {
@@ -615,7 +623,7 @@ async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER
         ));
     }
     if size < TRAILER_LEN as u64 {
-        return Err(mismatch(
+        return Err(corrupt_trailer(
             item,
             format!("it is {size} bytes, shorter than a trailer"),
         ));
@@ -627,9 +635,10 @@ async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER
     file.read_exact(&mut bytes)
         .await
         .map_err(|source| read_err(&item.path, source))?;
-    let trailer = Trailer::parse(&bytes).map_err(|e| mismatch(item, e.to_string()))?;
+    let trailer = Trailer::parse(&bytes)
+        .map_err(|e| corrupt_trailer(item, format!("its trailer is damaged ({e})")))?;
     if trailer.id != item.pack_id {
-        return Err(mismatch(
+        return Err(corrupt_trailer(
             item,
             format!(
                 "its trailer names pack {}, not {}",
@@ -638,7 +647,7 @@ async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER
         ));
     }
     if trailer.total_len != size {
-        return Err(mismatch(
+        return Err(corrupt_trailer(
             item,
             format!(
                 "its trailer says {} bytes, the file has {size}",
@@ -891,6 +900,44 @@ mod tests {
             assert_eq!(fault.open_multipart_uploads(), 0, "aborted");
         } else {
             assert_eq!(fault.calls(Op::Put), 0, "never PUT");
+        }
+    }
+
+    /// SPEC §2.5: a pack whose trailer is damaged (its magic, the pack id
+    /// it names, the length it gives, or a file shorter than a trailer) is
+    /// corrupt: it fails as corrupt (so it is quarantined, not rejected)
+    /// and nothing is sent.
+    #[tokio::test]
+    async fn a_pack_with_a_damaged_trailer_is_corrupt_and_never_sent() {
+        for (what, damage) in [("magic", 0usize), ("id", 12), ("length", 30)] {
+            let dir = tempfile::tempdir().unwrap();
+            let id = PackId::generate();
+            let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+            w.push_record(b"rec");
+            let mut body = w.finish();
+            let at = body.len() - TRAILER_LEN + damage;
+            body[at] ^= 0x5a;
+            let path = dir.path().join(format!("{id}.ready"));
+            std::fs::write(&path, &body).unwrap();
+            let item = UploadItem {
+                path,
+                pack_id: id,
+                size: body.len() as u64,
+            };
+            let fault = Arc::new(crate::testing::FaultStore::new(Arc::new(
+                object_store::memory::InMemory::new(),
+            )));
+            let store = Store::new(fault.clone(), "p", "memory", true).unwrap();
+            let up = Uploader::new(store, UploadConfig::default()).unwrap();
+            let r = up.upload_one(item, &CancellationToken::new()).await;
+            let f = r.outcome.failure().expect("a damaged trailer fails");
+            assert!(
+                f.corrupt && !f.retryable && !f.cancelled,
+                "{what}: {f:?} {}",
+                f.error
+            );
+            assert!(f.error.to_string().contains("quarantined"), "{}", f.error);
+            assert_eq!(fault.calls(crate::testing::Op::Put), 0, "{what}: never PUT");
         }
     }
 

@@ -360,3 +360,193 @@ fn a_forked_child_and_its_parent_never_mint_the_same_pack_id() {
         ids.len() - distinct.len()
     );
 }
+
+/// A rank directory with two packs (one at the top, one under `w1/`),
+/// claimed under `root` with `access`, staged and released (dead). Returns
+/// (key dir, rank dir, top pack, worker pack).
+fn dead_rank_dir(root: &Path, access: spool_lock::Access) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let opts = spool_lock::LockOptions {
+        access,
+        ..spool_lock::LockOptions::default()
+    };
+    spool_lock::create_parents(root, &access).unwrap();
+    let claim = spool_core::claim_rank_dir(root, "0123456789ab", 0, &opts).unwrap();
+    let config = SpoolConfig {
+        lock: opts,
+        ..SpoolConfig::default()
+    };
+    let spool = Spool::open_claimed(claim, &config).unwrap();
+    let mut staged = Vec::new();
+    for ordinal in [None, Some(1)] {
+        let id = PackId::generate();
+        let mut pw = spool_core::PackWriter::new(id, 0);
+        pw.push_record(b"secret");
+        staged.push(spool.stage(ordinal, id, &pw.finish()).unwrap().path);
+    }
+    let dir = spool.dir().to_path_buf();
+    spool.into_claim().unwrap().release().unwrap();
+    let key = dir.parent().unwrap().to_path_buf();
+    (key, dir, staged[0].clone(), staged[1].clone())
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// A child that dropped to `nobody` with `gid` as its only group tries to
+/// read `pack` and hold shared flocks on `dir`'s lock file and directory.
+/// The caller kills and waits for it.
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits
+fn intruder(dir: &Path, pack: &Path, gid: u32) -> (Child, Vec<String>) {
+    let mut child = helper()
+        .args([
+            "intrude",
+            "65534",
+            &gid.to_string(),
+            dir.to_str().unwrap(),
+            pack.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "intruder ended: {lines:?}"
+        );
+        let line = line.trim().to_string();
+        if line == "holding" {
+            return (child, lines);
+        }
+        lines.push(line);
+    }
+}
+
+/// Issue 12 §5: private by default. Whatever the umask (0 here), rank
+/// directories, key directories and worker subdirectories are 0700,
+/// packs and lock files 0600; another local user (a privilege-dropped
+/// child) cannot read a pack, cannot open or flock `.owner.lock` or the
+/// directory, and so cannot stall an adopter, which takes the directory
+/// at once beside it.
+#[test]
+fn private_by_default_another_user_cannot_read_lock_or_stall_adoption() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: needs root to drop privileges in the child");
+        return;
+    }
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = tmp.path().join("root");
+    let (key, dir, pack, worker_pack) = dead_rank_dir(&root, spool_lock::Access::default());
+    for d in [&root, &key, &dir, &dir.join("w1")] {
+        assert_eq!(mode_of(d), 0o700, "{}", d.display());
+    }
+    for f in [&pack, &worker_pack, &dir.join(".owner.lock")] {
+        assert_eq!(mode_of(f), 0o600, "{}", f.display());
+    }
+    // Even with the path made reachable, the rank directory's own modes
+    // keep the intruder out.
+    for d in [&root, &key] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (mut child, said) = intruder(&dir, &pack, 65534);
+    assert_eq!(said, ["pack denied", "lockfile denied", "dir denied"]);
+    let start = Instant::now();
+    let claim = spool_lock::try_adopt(&dir, &spool_lock::LockOptions::default()).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    claim.release().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Issue 12 §5 and §6: group mode. `spool.mode = "0750"` with a group
+/// gives directories 0750 and files 0640 of that group (the umask cannot
+/// narrow them): a member reads packs, and can hold a shared flock on the
+/// lock file and the directory. That delays a take, never blocks it for
+/// good: the take is refused naming the reader's pid ("held shared by pid
+/// N", also in `spool status`), and succeeds once the reader lets go.
+#[test]
+fn group_mode_a_members_shared_flock_delays_adoption_and_is_named() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: needs root to drop privileges in the child");
+        return;
+    }
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = tmp.path().join("root");
+    let group = 65534u32;
+    let access = spool_lock::Access::parse(Some("0750"), Some(&group.to_string())).unwrap();
+    let (key, dir, pack, worker_pack) = dead_rank_dir(&root, access);
+    use std::os::unix::fs::MetadataExt;
+    for d in [&root, &key, &dir, &dir.join("w1")] {
+        assert_eq!(mode_of(d), 0o750, "{}", d.display());
+        assert_eq!(
+            std::fs::metadata(d).unwrap().gid(),
+            group,
+            "{}",
+            d.display()
+        );
+    }
+    for f in [&pack, &worker_pack, &dir.join(".owner.lock")] {
+        assert_eq!(mode_of(f), 0o640, "{}", f.display());
+        assert_eq!(
+            std::fs::metadata(f).unwrap().gid(),
+            group,
+            "{}",
+            f.display()
+        );
+    }
+    let (mut child, said) = intruder(&dir, &pack, group);
+    assert_eq!(said, ["pack ok", "lockfile shared", "dir shared"]);
+    let pid = child.id();
+    let status = spool_lock::read_owner(&dir).unwrap();
+    assert!(!status.held);
+    assert_eq!(status.shared_by, vec![pid]);
+    let start = Instant::now();
+    let err = spool_lock::try_adopt(&dir, &spool_lock::LockOptions::default()).unwrap_err();
+    let waited = start.elapsed();
+    assert!(
+        matches!(&err, spool_lock::Error::HeldShared { pids, .. } if pids == &vec![pid]),
+        "{err}"
+    );
+    assert!(
+        !err.is_owned_by_another(),
+        "a reader is not an owner: {err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("held shared by pid {pid}")),
+        "{err}"
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "the take waited {waited:?}"
+    );
+    let o = spool_tests::output(spool_tests::spool().args(["status", root.to_str().unwrap()]));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("held shared by pid {pid}")),
+        "{}",
+        spool_tests::describe(&o)
+    );
+    // Nothing left behind by the refused take; the reader goes, the take
+    // succeeds.
+    assert!(dir.join(".owner.lock").exists());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let claim = spool_lock::try_adopt(&dir, &spool_lock::LockOptions::default()).unwrap();
+    claim.release().unwrap();
+}

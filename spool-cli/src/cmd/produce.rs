@@ -201,15 +201,24 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     // budget per incarnation. (With --serve the engine's service spool
     // does the same.)
     spool.charge_dead_siblings = args.spool_root.is_some();
-    spool.max_bytes = match args.max_bytes {
-        Some(n) => Some(n),
-        None => match crate::config::load(config_file, &Default::default()) {
-            Ok(cfg) => crate::config::keys::MAX_BYTES.get(&cfg),
-            Err(err) => {
-                eprintln!("spool: {err}");
-                return Ok(ExitCode::Usage);
-            }
-        },
+    let cfg = match crate::config::load(config_file, &Default::default()) {
+        Ok(cfg) => cfg,
+        Err(err) => {
+            eprintln!("spool: {err}");
+            return Ok(ExitCode::Usage);
+        }
+    };
+    spool.max_bytes = args
+        .max_bytes
+        .or_else(|| crate::config::keys::MAX_BYTES.get(&cfg));
+    // What it creates is private unless spool.mode / spool.group say
+    // otherwise (SPEC §1).
+    spool.lock.access = match cfg.access() {
+        Ok(access) => access,
+        Err(err) => {
+            eprintln!("spool: {err}");
+            return Ok(ExitCode::Usage);
+        }
     };
     let sink_config = SinkConfig {
         spool,
@@ -286,7 +295,7 @@ fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyho
             args.catalog.as_deref().unwrap_or_default(),
         )?;
     }
-    std::fs::create_dir_all(root)
+    spool_lock::create_parents(root, &sink_config.spool.lock.access)
         .with_context(|| format!("cannot create the spool root {}", root.display()))?;
     let opened = crate::dest::open(
         root,

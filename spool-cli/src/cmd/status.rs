@@ -63,6 +63,7 @@ fn owner_json(dir: &Path) -> Result<Value> {
         "purpose": record.map(|r| r.purpose.to_string()),
         "lock_file_present": st.lock_file_present,
         "lock_file_replaced": st.lock_file_replaced,
+        "held_shared_by": st.shared_by,
     }))
 }
 
@@ -83,12 +84,31 @@ fn owner_text(o: &Value) -> String {
         _ => "no owner record".to_string(),
     };
     let purpose = o["purpose"].as_str().unwrap_or("-");
-    match o["state"].as_str() {
+    let text = match o["state"].as_str() {
         Some("live") => format!("owned by {who} ({purpose})"),
         Some("blocked") => format!("not owned; {purpose} (last {who})"),
         _ if o["lock_file_present"] == json!(false) => "not owned (no lock file)".into(),
         _ => format!("not owned (last {who})"),
+    };
+    match held_shared_text(o) {
+        Some(shared) => {
+            format!("{text}; {shared} (a reader, not an owner: adoption retries until it lets go)")
+        }
+        None => text,
     }
+}
+
+/// `held shared by pid N` when a reader's shared flock (group mode) holds
+/// the lock file or directory of an unowned directory: adopters cannot
+/// take it until it lets go, and retry.
+fn held_shared_text(o: &Value) -> Option<String> {
+    let pids: Vec<String> = o["held_shared_by"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_u64)
+        .map(|p| format!("pid {p}"))
+        .collect();
+    (!pids.is_empty()).then(|| format!("held shared by {}", pids.join(" and ")))
 }
 
 /// Rank directories directly under `dir`.
@@ -180,7 +200,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .as_str()
             .and_then(|p| p.strip_prefix("blocked:"))
             .filter(|_| owner["state"] == "blocked")
-            .map(|r| r.trim().to_owned());
+            .map(|r| r.trim().to_owned())
+            .or_else(|| held_shared_text(&owner));
         rows.push(json!({
             "key": key,
             "dir": d.file_name().map(|n| n.to_string_lossy().into_owned()),

@@ -60,3 +60,42 @@ pub fn dead_sibling_bytes(dir: &Path) -> u64 {
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC §4.2, case by case: charged are dead siblings this process
+    /// could take and empty, and siblings it holds as an adoption; not
+    /// charged are another live process's, a claim this process keeps,
+    /// blocked ones and another user's. (The same cases on real
+    /// directories and processes: `spool/tests.rs::charge_dead_siblings_every_case`
+    /// and `tests/tests/spool_processes.rs::another_users_sibling_is_not_charged`.)
+    #[test]
+    fn every_case_of_the_dead_sibling_charge() {
+        use SiblingCharge::*;
+        let table = [
+            (Dead, true),
+            (AdoptedHere, true),
+            (LiveElsewhere, false),
+            (KeptClaim, false),
+            (Blocked, false),
+            (NotOurs, false),
+        ];
+        for (case, charged) in table {
+            assert_eq!(case.charged(), charged, "{case:?}");
+        }
+    }
+
+    /// A sibling that is not a rank directory's sibling, or a directory
+    /// outside the layout, is charged nothing.
+    #[test]
+    fn outside_the_layout_nothing_is_charged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let plain = tmp.path().join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        std::fs::create_dir(tmp.path().join("other")).unwrap();
+        std::fs::write(tmp.path().join("other").join("x.ready"), [0u8; 10]).unwrap();
+        assert_eq!(dead_sibling_bytes(&plain), 0);
+    }
+}

@@ -134,7 +134,7 @@ impl Spool {
             None => self.dir.clone(),
             Some(k) => {
                 let sub = self.dir.join(ordinal_dir_name(k));
-                match std::fs::create_dir(&sub) {
+                match self.config.lock.access.create_dir(&sub) {
                     Ok(()) => fsync_dir(&self.dir)?,
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                         let m = std::fs::symlink_metadata(&sub)
@@ -159,14 +159,25 @@ impl Spool {
         };
         let ready = target.join(format!("{id}.ready"));
         let temp = target.join(format!(".{id}.{:08x}.open", rand::random::<u32>()));
+        let access = self.config.lock.access;
         let mut file = match OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o644)
+            .mode(access.file_mode())
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&temp)
         {
-            Ok(f) => f,
+            // Private (or the group mode asked for) whatever the umask: the
+            // mode and group are set on the descriptor before a byte is
+            // written, and the published pack is this very inode.
+            Ok(f) => match access.apply(std::os::fd::AsFd::as_fd(&f), false) {
+                Ok(()) => f,
+                Err(e) => {
+                    drop(f);
+                    let _ = std::fs::remove_file(&temp);
+                    return Err(Error::io("set the mode and group of", &temp, e));
+                }
+            },
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(Error::DirectoryVanished { dir: target })
             }

@@ -166,6 +166,9 @@ impl AdoptionEnv for Env<'_> {
         let claim = match spool_lock::try_adopt(dir, &self.lock) {
             Ok(c) => c,
             Err(e) if e.is_owned_by_another() => return Err(AdoptRefusal::Live(e.to_string())),
+            Err(e @ spool_lock::Error::HeldShared { .. }) => {
+                return Err(AdoptRefusal::HeldShared(e.to_string()))
+            }
             Err(e @ spool_lock::Error::HeldByThisProcess { .. }) => {
                 return Err(AdoptRefusal::Live(e.to_string()))
             }

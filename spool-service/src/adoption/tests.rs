@@ -878,6 +878,40 @@ fn a_take_refused_as_live_goes_back_to_probed_live() {
     assert_eq!(state(&a, &d).name(), "probed-live");
 }
 
+/// Issue 12 §6: a reader's lingering shared flock (group mode) delays a
+/// take; it is reported (the step's error names the pid), never blocks
+/// the sibling and never backs the loop off, and a later pass takes it —
+/// even with live siblings never re-checked (interval 0).
+#[test]
+fn a_take_refused_by_a_shared_reader_is_retried_on_a_later_pass() {
+    let mut env = Fake::new();
+    let d = env.add(1, 3);
+    env.take_script.push_back(AdoptRefusal::HeldShared(
+        "spool directory X cannot be taken now: X/.owner.lock is held shared by pid 4242".into(),
+    ));
+    let mut a = adopter_with(|c| c.recheck_interval = Duration::ZERO);
+    let (steps, _) = run_to_pause(&mut a, &mut env);
+    let refused = steps
+        .iter()
+        .find(|s| matches!(s.action, Action::TakeRefused(AdoptRefusal::HeldShared(_))))
+        .expect("the take was refused");
+    assert_ne!(refused.flow, Flow::Failed, "no backoff for a reader's lock");
+    assert!(
+        refused
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("held shared by pid 4242"),
+        "{refused:?}"
+    );
+    assert_eq!(state(&a, &d).name(), "probed-live");
+    assert!(a.snapshot().blocked_siblings.is_empty());
+    env.advance(HELD_SHARED_RECHECK);
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d), SiblingState::Drained { removed: true });
+    assert_no_violations(&env);
+}
+
 #[test]
 fn siblings_that_appear_later_are_found_by_the_periodic_listing() {
     let mut env = Fake::new();

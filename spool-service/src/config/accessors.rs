@@ -10,7 +10,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use spool_catalog::Catalog;
 use spool_core::Destination;
-use spool_lock::LockOptions;
+use spool_lock::{Access, LockOptions};
 use spool_upload::{ClientConfig, UploadConfig};
 
 use super::keys;
@@ -87,12 +87,23 @@ impl super::Config {
         }
     }
 
-    /// The lock options (the shared-filesystem override, the staging age).
-    pub fn lock_options(&self) -> LockOptions {
-        LockOptions {
+    /// The access new spool directories and files get (`spool.mode`,
+    /// `spool.group`).
+    pub fn access(&self) -> Result<Access, ConfigError> {
+        let mode = keys::MODE.get(self);
+        let group = keys::GROUP.get(self);
+        Access::parse(Some(&mode), group.as_deref())
+            .map_err(|e| ConfigError(format!("spool.mode / spool.group: {e}")))
+    }
+
+    /// The lock options (the shared-filesystem override, the staging age,
+    /// the access of what a take creates).
+    pub fn lock_options(&self) -> Result<LockOptions, ConfigError> {
+        Ok(LockOptions {
             allow_shared_filesystem: keys::ALLOW_SHARED_FILESYSTEM.get(self),
             staging_max_age: keys::STAGING_MAX_AGE.get(self),
-        }
+            access: self.access()?,
+        })
     }
 
     /// The [`ServiceConfig`] of a service under the spool root, adoption on,
@@ -120,7 +131,7 @@ impl super::Config {
         sc.upload = self.upload()?;
         sc.index_batch = keys::INDEX_BATCH.get(self) as usize;
         sc.adopt = true;
-        sc.lock = self.lock_options();
+        sc.lock = self.lock_options()?;
         sc.max_bytes = keys::MAX_BYTES.get(self);
         Ok(sc)
     }

@@ -157,6 +157,26 @@ pub const ALLOW_SHARED_FILESYSTEM: Setting<bool> = Setting::new(Key {
     help: "accept a network filesystem (only one used by this node alone)",
 });
 
+/// `spool.mode` (SPOOL_MODE).
+pub const MODE: Setting<String> = Setting::new(Key {
+    name: "spool.mode",
+    env: "SPOOL_MODE",
+    flag: None,
+    kind: Kind::AccessMode,
+    default: Some("0700"),
+    help: "modes of new spool directories (files: the same without x): 0700 private; 0750 the group reads packs; 0770 the group can also adopt (a daemon of another user)",
+});
+
+/// `spool.group` (SPOOL_GROUP).
+pub const GROUP: Setting<Option<String>> = Setting::new(Key {
+    name: "spool.group",
+    env: "SPOOL_GROUP",
+    flag: None,
+    kind: Kind::Group,
+    default: None,
+    help: "group given to new spool directories and files (needs spool.mode 0750 or 0770; this process must be a member; unset: the creator's group)",
+});
+
 /// `destination.catalog` (SPOOL_CATALOG).
 pub const CATALOG: Setting<Option<String>> = Setting::new(Key {
     name: "destination.catalog",
@@ -468,6 +488,8 @@ pub const KEYS: &[&Key] = &[
     &RANK.key,
     &MAX_BYTES.key,
     &ALLOW_SHARED_FILESYSTEM.key,
+    &MODE.key,
+    &GROUP.key,
     &CATALOG.key,
     &CATALOG_REQUEST_TIMEOUT.key,
     &STORE.key,

@@ -42,6 +42,10 @@ pub enum Kind {
     LeaseScope,
     /// `IP:PORT`.
     Addr,
+    /// A spool access mode: `"0700"`, `"0750"` or `"0770"`.
+    AccessMode,
+    /// A group name on this host, or a numeric gid.
+    Group,
 }
 
 impl Kind {
@@ -71,6 +75,8 @@ impl Kind {
             Kind::Bool => "true or false".into(),
             Kind::LeaseScope => "node or catalog".into(),
             Kind::Addr => "a socket address IP:PORT, e.g. 127.0.0.1:9464".into(),
+            Kind::AccessMode => "\"0700\" (private), \"0750\" (the group reads) or \"0770\" (the group also adopts)".into(),
+            Kind::Group => "a group name of this host (see /etc/group) or a numeric gid".into(),
         }
     }
 }
@@ -212,6 +218,16 @@ pub fn parse_value(k: &Key, raw: &str, source: &Source) -> Result<Value, ConfigE
                 .parse()
                 .map_err(|_| bad("is not an address IP:PORT"))?,
         ),
+        Kind::AccessMode => {
+            let sharing: spool_lock::Sharing =
+                raw_t.parse().map_err(|_| bad("is not an access mode"))?;
+            Value::Text(sharing.to_string())
+        }
+        Kind::Group => {
+            spool_lock::Access::parse(Some("0750"), Some(raw_t))
+                .map_err(|e| bad(&format!("is refused: {e}")))?;
+            Value::Text(raw_t.to_string())
+        }
     })
 }
 

@@ -18,6 +18,11 @@
 //! - `fork-ids N`: mint one pack id, fork (no exec, as a DataLoader worker
 //!   is made), and mint N ids with one timestamp in both parent and child,
 //!   printing `id <hex>` for each.
+//! - `intrude UID GID DIR PACK`: drop to UID with GID as its only group,
+//!   then try what another local user might: read PACK (`pack ok|denied`),
+//!   open DIR/.owner.lock and hold a shared flock on it (`lockfile
+//!   shared|busy|denied`), the same on DIR (`dir shared|busy|denied`);
+//!   print `holding` and keep whatever it got until killed.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
@@ -129,6 +134,42 @@ fn main() {
                 "dead_sibling_bytes {}",
                 spool.usage().dead_sibling_bytes
             ));
+        }
+        "intrude" => {
+            let uid: u32 = a(1).parse().unwrap();
+            let gid: u32 = a(2).parse().unwrap();
+            let dir = Path::new(a(3));
+            let gid = nix::unistd::Gid::from_raw(gid);
+            nix::unistd::setgroups(&[gid]).unwrap();
+            nix::unistd::setgid(gid).unwrap();
+            nix::unistd::setuid(nix::unistd::Uid::from_raw(uid)).unwrap();
+            let pack = std::fs::read(a(4));
+            say(if pack.is_ok() {
+                "pack ok"
+            } else {
+                "pack denied"
+            });
+            let mut kept = Vec::new();
+            for (what, path) in [
+                ("lockfile", dir.join(spool_lock::LOCK_FILE_NAME)),
+                ("dir", dir.to_path_buf()),
+            ] {
+                match std::fs::File::open(&path) {
+                    Err(_) => say(&format!("{what} denied")),
+                    Ok(f) => match f.try_lock_shared() {
+                        Ok(()) => {
+                            say(&format!("{what} shared"));
+                            kept.push(f);
+                        }
+                        Err(_) => say(&format!("{what} busy")),
+                    },
+                }
+            }
+            say("holding");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                let _ = &kept;
+            }
         }
         "hold" => {
             let claim = spool_lock::acquire(Path::new(a(1)), &LockOptions::default()).unwrap();
