@@ -314,10 +314,20 @@ impl Uploader {
         cancel: &CancellationToken,
     ) -> Result<Done> {
         let (trailer, trailer_bytes) = read_staged_trailer(item).await?;
-        if let Some(done) = self.preflight(item, key, &trailer, cancel).await? {
-            return Ok(done);
+        let multipart = item.size > self.inner.config.multipart_threshold;
+        // One request per fresh pack: a single PUT to a store that honours
+        // `PutMode::Create` goes up with no HEAD first; only the store's
+        // "it exists" leads to the HEAD + trailer read (in `put_single`).
+        // A multipart upload (no conditional complete in object_store) or a
+        // store without conditional create looks first, so it never
+        // replaces an object.
+        let one_request = !multipart && self.inner.store.conditional_create();
+        if !one_request {
+            if let Some(done) = self.preflight(item, key, &trailer, cancel).await? {
+                return Ok(done);
+            }
         }
-        if item.size > self.inner.config.multipart_threshold {
+        if multipart {
             self.put_multipart(item, key, &trailer, &trailer_bytes, cancel)
                 .await
         } else {

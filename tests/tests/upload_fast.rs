@@ -132,7 +132,9 @@ async fn statuses_503_429_500_and_transport_failures_are_retried() {
 
 #[tokio::test]
 async fn a_failed_head_is_retryable_and_nothing_is_put_meanwhile() {
-    let (fake, store) = new_fake();
+    // A store without conditional create looks before it puts.
+    let fake = FaultStore::new(Arc::new(InMemory::new()));
+    let store = Store::new(Arc::new(fake.clone()), "p", "fake://", false).unwrap();
     fake.script(Rule::new(Op::Head, Action::Fail(Injected::Status(500))));
     let r = one(&store, quick(3), 10_000).await;
     let f = r.outcome.failure().expect("fails");
@@ -150,7 +152,6 @@ async fn a_lost_put_answer_is_resolved_by_the_conditional_create() {
     let (item, bytes) = write_pack(dir.path(), 10_000);
     let key = spool_upload::object_key(store.prefix(), &item.pack_id);
     fake.inner().put(&key, bytes.clone().into()).await.unwrap();
-    fake.script(Rule::new(Op::Head, Action::Fail(Injected::Status(404))).times(1));
     let up = Uploader::new(store.clone(), quick(3)).unwrap();
     let r = up.upload_one(item, &CancellationToken::new()).await;
     assert!(
@@ -159,6 +160,11 @@ async fn a_lost_put_answer_is_resolved_by_the_conditional_create() {
         r.outcome
     );
     assert_eq!(keys(&store).await.len(), 1);
+    assert_eq!(
+        (fake.calls(Op::Put), fake.calls(Op::Head)),
+        (1, 1),
+        "the PUT first, the HEAD only after its refusal"
+    );
 }
 
 #[tokio::test]
@@ -367,7 +373,7 @@ mod serial {
     async fn refusing_store_reports_retryable_after_the_attempts_in_the_expected_time() {
         let (fake, store) = new_fake();
         fake.script(Rule::new(
-            Op::Head,
+            Op::Put,
             Action::Fail(Injected::ConnectionRefused),
         ));
         let dir = tempfile::tempdir().unwrap();
@@ -390,6 +396,6 @@ mod serial {
             assert!(f.retryable && !f.cancelled && f.attempts == 4, "{f:?}");
             assert!(r.item.path.exists());
         }
-        assert_eq!(fake.calls(Op::Head), 12);
+        assert_eq!(fake.calls(Op::Put), 12);
     }
 }

@@ -17,6 +17,17 @@ use wiremock::matchers::{header_exists, method};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn store(server: &MockServer, client_retries: usize, timeout: Duration) -> Store {
+    store_with(server, client_retries, timeout, true)
+}
+
+/// A store on the mock; `conditional_create: false` is a store taken not to
+/// honour `If-None-Match`, which looks (HEAD) before every PUT.
+fn store_with(
+    server: &MockServer,
+    client_retries: usize,
+    timeout: Duration,
+    conditional_create: bool,
+) -> Store {
     let s3 = AmazonS3Builder::new()
         .with_endpoint(server.uri())
         .with_bucket_name("bucket")
@@ -40,7 +51,7 @@ fn store(server: &MockServer, client_retries: usize, timeout: Duration) -> Store
         )
         .build()
         .unwrap();
-    Store::new(Arc::new(s3), "p", server.uri(), true).unwrap()
+    Store::new(Arc::new(s3), "p", server.uri(), conditional_create).unwrap()
 }
 
 fn cfg(attempts: u32) -> UploadConfig {
@@ -139,13 +150,45 @@ async fn a_failed_head_is_retryable_a_forbidden_one_is_not() {
             .await;
         let dir = tempfile::tempdir().unwrap();
         let (item, _) = write_pack(dir.path(), 5000);
-        let up = Uploader::new(store(&server, 0, Duration::from_secs(5)), cfg(3)).unwrap();
+        let store = store_with(&server, 0, Duration::from_secs(5), false);
+        let up = Uploader::new(store, cfg(3)).unwrap();
         let r = up.upload_one(item, &CancellationToken::new()).await;
         let f = r.outcome.failure().expect("fails");
         assert_eq!(f.retryable, retryable, "HEAD {status}: {}", f.error);
         assert_eq!(count(&server, "HEAD").await, heads);
         assert_eq!(count(&server, "PUT").await, 0, "no PUT after a failed HEAD");
     }
+}
+
+/// A fresh pack costs one request: a PUT with `If-None-Match: *` and no
+/// HEAD before it (the store honours conditional create).
+#[tokio::test]
+async fn a_fresh_pack_is_one_conditional_put_and_no_head() {
+    let server = MockServer::start().await;
+    Mock::given(method("PUT"))
+        .respond_with(ResponseTemplate::new(200).insert_header("ETag", "\"e\""))
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (item, _) = write_pack(dir.path(), 5000);
+    let up = Uploader::new(store(&server, 0, Duration::from_secs(5)), cfg(3)).unwrap();
+    let r = up.upload_one(item, &CancellationToken::new()).await;
+    assert!(
+        matches!(r.outcome, UploadOutcome::Uploaded { attempts: 1, .. }),
+        "{:?}",
+        r.outcome
+    );
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 1, "one request: {requests:?}");
+    assert_eq!(requests[0].method.as_str(), "PUT");
+    assert_eq!(
+        requests[0]
+            .headers
+            .get("if-none-match")
+            .and_then(|v| v.to_str().ok()),
+        Some("*"),
+        "the one PUT is a conditional create"
+    );
 }
 
 /// 412 / 409 on the conditional PUT: the key is taken. The uploader reads
@@ -161,12 +204,8 @@ async fn put_412_and_409_with_another_object_there_are_conflicts() {
         let (item, ours) = write_pack_with(dir.path(), id, 5000, 1);
         let (_, theirs) = write_pack_with(other.path(), id, 5000, 2);
         assert_eq!(ours.len(), theirs.len());
-        // Nothing at the first HEAD; the object shows up by the second.
-        Mock::given(method("HEAD"))
-            .respond_with(ResponseTemplate::new(404))
-            .up_to_n_times(1)
-            .mount(&server)
-            .await;
+        // The PUT goes first (no HEAD); the HEAD after its 412 / 409 finds
+        // the other pack.
         Mock::given(method("HEAD"))
             .respond_with(
                 ResponseTemplate::new(200)

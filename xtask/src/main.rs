@@ -36,7 +36,7 @@ fn main() -> Result<()> {
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
                  bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
-                 mutants [CRATE...]                            cargo-mutants per crate into mutants/ (hours; not in CI)"
+                 mutants [CRATE...] [--shard K/N] [--file G]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)"
             );
             std::process::exit(2);
         }
