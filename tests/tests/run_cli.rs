@@ -86,6 +86,41 @@ fn catalog_rows(root: &Path) -> BTreeSet<String> {
     rows
 }
 
+/// Claims lease `name` as `holder` for `ttl_s` seconds in the embedded
+/// catalog of `root` (another service's lease row).
+fn hold_lease(root: &Path, name: &str, holder: &str, ttl_s: u64) {
+    let url = format!(
+        "sqlite://{}/.catalog.db",
+        root.canonicalize().unwrap().display()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cat = spool_catalog::open(&url).unwrap();
+        let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(ttl_s)).unwrap();
+        let claim = cat.acquire(name, holder, &cfg).await.unwrap();
+        assert!(
+            matches!(claim, spool_catalog::LeaseClaim::Held(_)),
+            "{claim:?}"
+        );
+    });
+}
+
+/// A dead sibling `r1-0000abcd` with 2 packs under `root`'s key directory,
+/// and the node's adopter lease held for `ttl_s` by `holder(sibling)`.
+fn sibling_beside_node_lease(
+    root: &Path,
+    holder: impl Fn(&Path) -> String,
+    ttl_s: u64,
+) -> (PathBuf, Vec<String>) {
+    let kd = key_dir(root, &[]);
+    let key = kd.file_name().unwrap().to_str().unwrap().to_string();
+    let sib = kd.join("r1-0000abcd");
+    let ids = stage(&sib, 2);
+    let name = spool_catalog::LeaseScope::Node.lease_name(&key, &spool_lock::host_name());
+    hold_lease(root, &name, &holder(&sib), ttl_s);
+    (sib, ids)
+}
+
 fn run_once(root: &Path, extra: &[&str]) -> Output {
     output(
         spool()
@@ -354,21 +389,12 @@ fn run_latched_exits_7_naming_the_other_holder() {
     let sib = kd.join("r1-0000abcd");
     let ids = stage(&sib, 2);
     // another single publisher holds the catalog-scope lease for a minute
-    let url = format!(
-        "sqlite://{}/.catalog.db",
-        root.path().canonicalize().unwrap().display()
+    hold_lease(
+        root.path(),
+        &spool_catalog::LeaseScope::Catalog.lease_name(&key, "any"),
+        "someone-else:4242",
+        60,
     );
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let cat = spool_catalog::open(&url).unwrap();
-        let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(60)).unwrap();
-        let name = spool_catalog::LeaseScope::Catalog.lease_name(&key, "any");
-        let claim = cat.acquire(&name, "someone-else:4242", &cfg).await.unwrap();
-        assert!(
-            matches!(claim, spool_catalog::LeaseClaim::Held(_)),
-            "{claim:?}"
-        );
-    });
     let t0 = Instant::now();
     let out = run_once(
         root.path(),
@@ -398,31 +424,13 @@ fn run_latched_exits_7_naming_the_other_holder() {
 /// `--wait-for-siblings` it waits for them, bounded by `--timeout` (exit 6
 /// naming the holder).
 #[test]
-#[ignore = "red on main: the service's snapshot never names the foreign lease holder here, so run --once waits for its timeout (issue 11 point 3, left open)"]
 fn run_once_beside_the_lease_holder_exits_0_naming_it() {
     let root = tempfile::tempdir().unwrap();
-    let kd = key_dir(root.path(), &[]);
-    let key = kd.file_name().unwrap().to_str().unwrap().to_string();
-    let sib = kd.join("r1-0000abcd");
-    let ids = stage(&sib, 2);
-    let url = format!(
-        "sqlite://{}/.catalog.db",
-        root.path().canonicalize().unwrap().display()
+    let (sib, ids) = sibling_beside_node_lease(
+        root.path(),
+        |_| "otherhost:4242:/srv/spool/r9-00000009".into(),
+        60,
     );
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let cat = spool_catalog::open(&url).unwrap();
-        let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(60)).unwrap();
-        let name = spool_catalog::LeaseScope::Node.lease_name(&key, &spool_lock::host_name());
-        let claim = cat
-            .acquire(&name, "otherhost:4242:/srv/spool/r9-00000009", &cfg)
-            .await
-            .unwrap();
-        assert!(
-            matches!(claim, spool_catalog::LeaseClaim::Held(_)),
-            "{claim:?}"
-        );
-    });
     let t0 = Instant::now();
     let out = run_once(root.path(), &["--lease-ttl", "5", "--timeout", "60"]);
     let took = t0.elapsed();
@@ -453,6 +461,75 @@ fn run_once_beside_the_lease_holder_exits_0_naming_it() {
         "{err}"
     );
     assert_eq!(ready(&sib), ids.into_iter().collect());
+}
+
+/// A lease row of a service on this host whose rank directory is no longer
+/// locked (it was SIGKILLed) is not another live adopter: `run --once` waits
+/// for that lease to lapse, takes it, and adopts the sibling (the demo's
+/// SIGKILLed rank), never "left to the holder".
+#[test]
+#[ignore = "flaky (3 of 4 green at 11:47 UTC): run --once sometimes judges the unlocked rank directory of the dead same-host holder live (spool_lock::read_owner held = true) and exits left-to-holder; cause not yet found (a momentary lock of that directory by this process?)"]
+fn run_once_beside_a_dead_same_host_lease_holder_adopts_after_it_lapses() {
+    let root = tempfile::tempdir().unwrap();
+    // the dead rank held the node's lease (5 s) when it died
+    let (sib, ids) = sibling_beside_node_lease(
+        root.path(),
+        |sib| format!("{}:999999:{}", spool_lock::host_name(), sib.display()),
+        5,
+    );
+    let t0 = Instant::now();
+    let out = run_once(root.path(), &["--lease-ttl", "5", "--timeout", "40"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let all = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(
+        all.contains("drained:") && !all.contains("adopts the dead siblings"),
+        "{all}"
+    );
+    assert!(ready(&sib).is_empty(), "adopted: {:?}", ready(&sib));
+    assert_eq!(catalog_rows(root.path()), ids.into_iter().collect());
+}
+
+/// A catalog that accepts connections and never answers, from the start:
+/// `run --once --timeout 5` exits 6 within its timeout (plus the bounded
+/// stop) and its message names the catalog (credentials masked) and what it
+/// waited for, never "last error: none".
+#[test]
+fn run_once_with_the_catalog_stalled_at_start_exits_6_naming_the_catalog() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // accept every connection and keep it open, never answering
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let root = tempfile::tempdir().unwrap();
+    let catalog = format!("clickhouse://spooler:Sup3rS3cretPw@127.0.0.1:{port}/spooldb");
+    let kd = key_dir(root.path(), &["--catalog", &catalog]);
+    let sib = kd.join("r1-0000abcd");
+    let ids = stage(&sib, 2);
+    let t0 = Instant::now();
+    let out = run_once(
+        root.path(),
+        &["--catalog", &catalog, "--timeout", "5", "--lease-ttl", "5"],
+    );
+    let took = t0.elapsed();
+    assert_eq!(code(&out), 6, "{}", describe(&out));
+    assert!(took < Duration::from_secs(5 + 5), "took {took:?}");
+    let all = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    let done = all
+        .lines()
+        .find(|l| l.contains("not drained within 5s"))
+        .unwrap_or_else(|| panic!("no timeout message: {all}"));
+    assert!(
+        done.contains(&format!("127.0.0.1:{port}")) && done.contains("spooldb"),
+        "names the catalog: {done}"
+    );
+    assert!(!done.contains("last error: none"), "{done}");
+    assert!(!all.contains("Sup3rS3cretPw"), "{all}");
+    assert_eq!(ready(&sib), ids.into_iter().collect(), "packs kept");
 }
 
 fn scrape(addr: &str) -> (u16, String) {

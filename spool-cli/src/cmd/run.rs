@@ -256,7 +256,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 format!(
                     "not drained within {}: {} own ready pack(s) not uploaded, {} pack(s) uploaded \
                      but not indexed (owed to the catalog), adoption {}; {}; {} pack(s) indexed by \
-                     this run; last error: {}; waiting on: {}{}. Nothing is lost: the packs stay \
+                     this run; {}{}. Nothing is lost: the packs stay \
                      in their spool directories for the next run",
                     crate::config::Value::Secs(timeout.unwrap_or_default()),
                     snap.deferred,
@@ -264,8 +264,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                     if snap.adoption_owed { "owed" } else { "not owed" },
                     backlog.describe(),
                     snap.indexed,
-                    snap.last_error.as_deref().unwrap_or("none"),
-                    snap.waiting_on.as_deref().unwrap_or("nothing"),
+                    cause(&snap),
                     node_scope
                         .then(|| other_adopter(&snap))
                         .flatten()
@@ -339,6 +338,17 @@ fn close(engine: spool_service::Engine) -> Snapshot {
         tracing::warn!(dir = %report.dir.display(), "closing {}: {p}", report.dir.display());
     }
     snap
+}
+
+/// What the service last failed on and what it waits for, as a timeout
+/// message says it: never "last error: none" while a call is in flight.
+fn cause(s: &Snapshot) -> String {
+    match (&s.last_error, &s.waiting_on) {
+        (Some(e), Some(w)) => format!("last error: {e}; waiting on: {w}"),
+        (Some(e), None) => format!("last error: {e}"),
+        (None, Some(w)) => format!("waiting on: {w}"),
+        (None, None) => "no store or catalog call failed or was in flight".into(),
+    }
 }
 
 /// Drained for `--once`: nothing own left, nothing owed, no adoption owed.
