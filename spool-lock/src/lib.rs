@@ -193,6 +193,8 @@ compile_error!(
 
 mod error;
 mod fdinfo;
+#[cfg(any(test, feature = "testing"))]
+mod fork_testing;
 mod lock;
 mod mode;
 mod node_local;

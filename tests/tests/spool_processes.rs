@@ -341,3 +341,22 @@ fn a_dead_rank_directory_under_a_flat_root_is_left_alone() {
     assert_eq!(files(&rank), before);
     spool.into_claim().unwrap().release().unwrap();
 }
+
+/// A process forked without exec (a DataLoader worker) and its parent, both
+/// minting ids within one millisecond, never mint the same id: the random
+/// bits come from the OS, not from a generator whose state fork copies.
+#[test]
+fn a_forked_child_and_its_parent_never_mint_the_same_pack_id() {
+    let out = helper().args(["fork-ids", "500"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let ids: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("id ")).collect();
+    assert_eq!(ids.len(), 1000, "both sides report: {text}");
+    let distinct: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        ids.len(),
+        "parent and child minted {} ids twice",
+        ids.len() - distinct.len()
+    );
+}

@@ -183,12 +183,8 @@ fn crate_roots() -> Vec<PathBuf> {
 fn unsafe_is_forbidden_in_every_crate_but_spool_locks_library() {
     let roots = crate_roots();
     assert!(roots.len() > 20, "found only {roots:?}");
-    // spool-lock's FFI, and its cross-process test helper, which forks and
-    // probes descriptors in the child (not moved out yet).
-    let allowed = [
-        Path::new("spool-lock/src/lib.rs"),
-        Path::new("spool-lock/src/bin/spool-lock-helper.rs"),
-    ];
+    // spool-lock's FFI (its test helpers fork through spool_lock::testing).
+    let allowed = [Path::new("spool-lock/src/lib.rs")];
     let missing: Vec<_> = roots
         .iter()
         .filter(|p| !allowed.contains(&p.as_path()))
@@ -247,6 +243,38 @@ fn every_source_file_starts_with_a_module_doc() {
         })
         .collect();
     assert!(missing.is_empty(), "files without a //! doc: {missing:?}");
+}
+
+/// Inline unit-test modules longer than this move to `<module>/tests.rs`.
+const MAX_INLINE_TEST_LINES: usize = 400;
+
+#[test]
+fn unit_tests_follow_one_convention() {
+    // A module that is a directory (`foo.rs` beside `foo/`) keeps its unit
+    // tests in `foo/tests.rs`; any other file keeps them inline at its end,
+    // and an inline module that grows past the limit moves out.
+    let mut wrong = Vec::new();
+    for p in rust_files() {
+        if !p.components().any(|c| c.as_os_str() == "src") {
+            continue;
+        }
+        let text = read(&p);
+        let Some(start) = text.lines().position(|l| l.starts_with("mod tests {")) else {
+            continue;
+        };
+        let is_dir_module = root().join(p.with_extension("")).is_dir();
+        let inline = text.lines().count() - start;
+        if is_dir_module {
+            wrong.push(format!(
+                "{}: a directory module with inline tests (move them to {}/tests.rs)",
+                p.display(),
+                p.with_extension("").display()
+            ));
+        } else if inline > MAX_INLINE_TEST_LINES {
+            wrong.push(format!("{}: {inline} lines of inline tests (over {MAX_INLINE_TEST_LINES}: make it a directory module with tests.rs)", p.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 /// The contents of the one-line string literals of `text` (not raw, not

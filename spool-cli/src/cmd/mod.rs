@@ -1,7 +1,11 @@
 //! The subcommands. Each module owns one command's arguments and its run
 //! function; `run` dispatches.
 
-use crate::exit::ExitCode;
+use std::path::Path;
+
+use spool_lock::LockOptions;
+
+use crate::exit::{coded, ExitCode};
 
 pub mod cat;
 pub mod config;
@@ -138,3 +142,24 @@ Examples:
   spool config show
   spool config show --config /etc/spool/spool.toml
   SPOOL_LEASE_TTL=60s spool config show --json | jq '.keys[] | select(.key == \"lease.ttl\")'";
+
+/// The lock options of a command that works on one existing spool
+/// directory, refusing (exit 1) a `dir` that is not a directory.
+pub(crate) fn existing_spool_dir(
+    dir: &Path,
+    allow_shared_filesystem: bool,
+) -> anyhow::Result<LockOptions> {
+    if !dir.is_dir() {
+        return Err(coded(
+            ExitCode::Other,
+            format!(
+                "spool directory {} does not exist (or is not a directory)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(LockOptions {
+        allow_shared_filesystem,
+        ..LockOptions::default()
+    })
+}

@@ -12,7 +12,6 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 use serde_json::json;
 use spool_core::PackId;
-use spool_lock::LockOptions;
 
 use crate::exit::{coded, ExitCode};
 
@@ -102,19 +101,7 @@ fn requeue_one(from: &Path, to: &Path) -> std::io::Result<()> {
 /// Runs `spool requeue`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let dir = &args.dir;
-    if !dir.is_dir() {
-        return Err(coded(
-            ExitCode::Other,
-            format!(
-                "spool directory {} does not exist (or is not a directory)",
-                dir.display()
-            ),
-        ));
-    }
-    let opts = LockOptions {
-        allow_shared_filesystem: args.allow_shared_filesystem,
-        ..LockOptions::default()
-    };
+    let opts = super::existing_spool_dir(dir, args.allow_shared_filesystem)?;
     let claim = match spool_lock::acquire(dir, &opts) {
         Ok(c) => c,
         Err(e) if e.is_owned_by_another() => {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use serde_json::json;
-use spool_lock::{LockOptions, OwnerRecord, Unblocked};
+use spool_lock::{OwnerRecord, Unblocked};
 
 use crate::exit::{coded, ExitCode};
 
@@ -59,19 +59,7 @@ fn who(record: &OwnerRecord) -> String {
 /// Runs `spool unblock`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let dir = &args.dir;
-    if !dir.is_dir() {
-        return Err(coded(
-            ExitCode::Other,
-            format!(
-                "spool directory {} does not exist (or is not a directory)",
-                dir.display()
-            ),
-        ));
-    }
-    let opts = LockOptions {
-        allow_shared_filesystem: args.allow_shared_filesystem,
-        ..LockOptions::default()
-    };
+    let opts = super::existing_spool_dir(dir, args.allow_shared_filesystem)?;
     let outcome = match spool_lock::clear_blocked(dir, &opts) {
         Ok(o) => o,
         Err(e) if e.is_owned_by_another() => {

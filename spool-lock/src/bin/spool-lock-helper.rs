@@ -19,6 +19,10 @@
 //! * `watch PARENT N` — list PARENT over and over, probing every entry not
 //!   yet seen held; print `unheld <name>` and exit 1 on one seen unheld,
 //!   `ok` once N have been seen held.
+//!
+//! Its forks go through `spool_lock::testing`, so it has no `unsafe`.
+
+#![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -26,7 +30,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spool_lock::{acquire, read_owner, testing, try_adopt, HookPoint, LockOptions};
+use spool_lock::testing::{self, ChildProbe};
+use spool_lock::{acquire, read_owner, try_adopt, HookPoint, LockOptions};
 
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
@@ -41,62 +46,6 @@ fn wait_for_eof() {
     }
 }
 
-/// Async-signal-safe write of `child <pid> <suffix>\n` from a fork child.
-fn child_report(suffix: &[u8]) {
-    let mut buf = [0u8; 128];
-    let mut n = 0;
-    for &b in b"child " {
-        buf[n] = b;
-        n += 1;
-    }
-    // SAFETY: getpid is async-signal-safe.
-    let mut pid = unsafe { libc::getpid() } as u32;
-    let mut digits = [0u8; 10];
-    let mut d = 0;
-    loop {
-        digits[d] = b'0' + (pid % 10) as u8;
-        d += 1;
-        pid /= 10;
-        if pid == 0 {
-            break;
-        }
-    }
-    while d > 0 {
-        d -= 1;
-        buf[n] = digits[d];
-        n += 1;
-    }
-    for &b in suffix.iter().take(buf.len() - n - 1) {
-        buf[n] = b;
-        n += 1;
-    }
-    buf[n] = b'\n';
-    n += 1;
-    // SAFETY: write(2) to stdout from a valid buffer; async-signal-safe.
-    unsafe {
-        libc::write(1, buf.as_ptr().cast(), n);
-    }
-}
-
-/// Forks; the child reports and pauses forever (until SIGKILLed). Returns
-/// the child's pid in the parent.
-fn fork_worker(suffix: &'static [u8]) -> i32 {
-    // SAFETY: the child only calls async-signal-safe functions
-    // (getpid, write, pause) before it is killed.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        child_report(suffix);
-        loop {
-            // SAFETY: pause is async-signal-safe.
-            unsafe {
-                libc::pause();
-            }
-        }
-    }
-    assert!(pid > 0, "fork failed");
-    pid
-}
-
 /// A thread that forks a worker each time it is asked, and answers once
 /// the fork returned in the parent.
 fn forker() -> (mpsc::Sender<()>, mpsc::Receiver<i32>) {
@@ -104,7 +53,7 @@ fn forker() -> (mpsc::Sender<()>, mpsc::Receiver<i32>) {
     let (done_tx, done_rx) = mpsc::channel::<i32>();
     std::thread::spawn(move || {
         for () in ask_rx {
-            let pid = fork_worker(b"");
+            let pid = testing::fork_paused_child(ChildProbe::Nothing);
             let _ = done_tx.send(pid);
         }
     });
@@ -181,31 +130,7 @@ fn main() {
         }
         "hold-fork" => {
             let claim = acquire(&dir, &opts).unwrap();
-            let fds = claim.raw_descriptors().unwrap();
-            // SAFETY: the child calls only async-signal-safe functions:
-            // fcntl, getpid, write, pause (and reads an atomic).
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                let closed = fds
-                    .iter()
-                    // SAFETY: F_GETFD only queries a descriptor number.
-                    .all(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1);
-                let held = claim.is_held();
-                let suffix: &[u8] = match (closed, held) {
-                    (true, false) => b" closed=1 held=0",
-                    (true, true) => b" closed=1 held=1",
-                    (false, false) => b" closed=0 held=0",
-                    (false, true) => b" closed=0 held=1",
-                };
-                child_report(suffix);
-                std::mem::forget(claim);
-                loop {
-                    // SAFETY: pause is async-signal-safe.
-                    unsafe {
-                        libc::pause();
-                    }
-                }
-            }
+            let pid = testing::fork_paused_child(ChildProbe::Claim(&claim));
             say(&format!("forked {pid}"));
             say(&format!(
                 "held {} {}",

@@ -15,6 +15,9 @@
 //!   open DIR (take) with charge_dead_siblings, print
 //!   `dead_sibling_bytes <n>`.
 //! - `hold DIR`: acquire DIR, print `held`, sleep until killed.
+//! - `fork-ids N`: mint one pack id, fork (no exec, as a DataLoader worker
+//!   is made), and mint N ids with one timestamp in both parent and child,
+//!   printing `id <hex>` for each.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
@@ -134,6 +137,20 @@ fn main() {
                 std::thread::sleep(std::time::Duration::from_secs(60));
                 let _ = &claim;
             }
+        }
+        "fork-ids" => {
+            let n: usize = a(1).parse().unwrap();
+            let _warm = PackId::generate();
+            let ms = PackId::generate().timestamp_ms();
+            let side = spool_lock::testing::fork_single_threaded().unwrap();
+            // One write(2) a line (well under PIPE_BUF), so the two
+            // processes' lines never mix.
+            for _ in 0..n {
+                say(&format!("id {}", PackId::with_timestamp(ms).to_hex()));
+            }
+            // The parent exits without waiting: a reader of stdout sees EOF
+            // once both sides have exited.
+            let _ = side;
         }
         other => {
             eprintln!("unknown command {other}");
