@@ -9,10 +9,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use spool_catalog::LeaseScope;
-use spool_lock::LockOptions;
-use spool_service::{Engine as CoreEngine, EngineConfig, ServiceConfig};
-use spool_upload::{ClientConfig, Store};
+use spool_service::Engine as CoreEngine;
 
 use crate::errors;
 use crate::live::{self, Closable};
@@ -122,116 +119,50 @@ pub struct Engine {
     cell: Arc<EngineCell>,
 }
 
-/// Reads the engine's options into a service configuration.
-fn service_opts(opts: &mut Opts<'_>, sc: &mut ServiceConfig) -> PyResult<Duration> {
-    if let Some(scope) = opts.choice("lease_scope", &["node", "catalog"])? {
-        sc.lease_scope = if scope == "node" {
-            LeaseScope::Node
-        } else {
-            LeaseScope::Catalog
-        };
-    }
-    if let Some(v) = opts.secs("lease_ttl", 3.0)? {
-        sc.lease_ttl = v;
-    }
-    if let Some(v) = opts.secs("poll_interval", 0.001)? {
-        sc.poll_interval = v;
-    }
-    if let Some(v) = opts.secs("recheck_interval", 0.0)? {
-        sc.recheck_interval = v;
-    }
-    if let Some(v) = opts.secs("max_backoff", 0.001)? {
-        sc.max_backoff = v;
-    }
-    if let Some(v) = opts.secs("staging_max_age", 0.0)? {
-        sc.staging_max_age = v;
-    }
-    if let Some(v) = opts.secs("adoption_slice", 0.001)? {
-        sc.adoption_slice = v;
-    }
-    if let Some(v) = opts.uint("index_batch", 1)? {
-        sc.index_batch = usize::try_from(v).unwrap_or(usize::MAX);
-    }
-    if let Some(v) = opts.flag("adopt")? {
-        sc.adopt = v;
-    }
-    if let Some(v) = opts.uint("upload_max_workers", 1)? {
-        sc.upload.max_workers = usize::try_from(v).unwrap_or(usize::MAX);
-    }
-    if let Some(v) = opts.uint("upload_max_in_flight_bytes", 1)? {
-        sc.upload.max_in_flight_bytes = v;
-    }
-    if let Some(v) = opts.uint("upload_max_attempts", 1)? {
-        sc.upload.max_attempts = u32::try_from(v).unwrap_or(u32::MAX);
-    }
-    if let Some(v) = opts.uint("upload_multipart_threshold", 1)? {
-        sc.upload.multipart_threshold = v;
-    }
-    if let Some(v) = opts.secs("upload_backoff_max", 0.0)? {
-        sc.upload.backoff_max = v;
-    }
-    let allow_shared = opts.flag("allow_shared_filesystem")?.unwrap_or(false);
-    sc.lock = LockOptions {
-        allow_shared_filesystem: allow_shared,
-        staging_max_age: sc.staging_max_age,
-        ..LockOptions::default()
-    };
-    Ok(opts
-        .secs("close_flush_timeout", 0.0)?
-        .unwrap_or(Duration::from_secs(30)))
-}
-
 #[pymethods]
 impl Engine {
     /// Starts an engine under the spool root `root` (which must exist).
     /// `store` and `catalog` are URLs (`s3://bucket/prefix`,
     /// `clickhouse://host:8123/db`, ...), by default the embedded
     /// `file://ROOT/.store` and `sqlite:///ROOT/.catalog.db`, as for `spool
-    /// run`; `rank` defaults to `$RANK` (else 0). Options: `store_id`,
-    /// `lease_scope`, `lease_ttl`, `poll_interval`, `recheck_interval`,
-    /// `max_backoff`, `staging_max_age`, `adoption_slice`, `index_batch`,
-    /// `adopt`, `upload_max_workers`, `upload_max_in_flight_bytes`,
-    /// `upload_max_attempts`, `upload_multipart_threshold`,
-    /// `upload_backoff_max`, `allow_shared_filesystem`,
-    /// `close_flush_timeout` (seconds as numbers).
+    /// run`; `rank` defaults to `$RANK` (else 0).
+    ///
+    /// The configuration is the command's: `config` names the TOML file
+    /// (default `$SPOOL_CONFIG`, else `./spool.toml` if present), the
+    /// `SPOOL_*` variables apply, and every key is also a keyword argument
+    /// ranking with the command's flags: `lease.ttl` as `lease_ttl`,
+    /// `service.poll_interval` as `poll_interval`, `upload.max_workers` as
+    /// `upload_max_workers`, `spool.max_bytes` as `max_bytes` (see
+    /// `spool config show`). Values are what the file takes (seconds as
+    /// numbers or `"500ms"`, sizes as numbers or `"64MiB"`). Two options
+    /// are the engine's own: `adopt` (default True: adopt dead siblings
+    /// when holding the node's lease) and `close_flush_timeout` (seconds
+    /// `close()` lets the service drain, default 30).
     #[new]
-    #[pyo3(signature = (root, store=None, catalog=None, rank=None, store_id="default", **options))]
+    #[pyo3(signature = (root=None, store=None, catalog=None, rank=None, *, config=None, **options))]
     fn new(
         py: Python<'_>,
-        root: PathBuf,
-        store: Option<String>,
-        catalog: Option<String>,
-        rank: Option<u64>,
-        store_id: &str,
+        root: Option<Bound<'_, PyAny>>,
+        store: Option<Bound<'_, PyAny>>,
+        catalog: Option<Bound<'_, PyAny>>,
+        rank: Option<Bound<'_, PyAny>>,
+        config: Option<PathBuf>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Engine> {
-        let dest = crate::dest::resolve(py, &root, store, catalog, store_id)?;
-        let client = ClientConfig {
-            allow_http: crate::dest::allow_http(),
-            ..ClientConfig::default()
-        };
-        let store =
-            Store::from_url(&dest.store_url, &client).map_err(|e| errors::upload(py, &e))?;
-        let catalog =
-            spool_catalog::open(&dest.catalog_url).map_err(|e| errors::catalog(py, &e))?;
-        let mut sc = ServiceConfig::new(
-            &dest.root,
-            dest.destination,
-            store.object_store().clone(),
-            catalog,
-        );
-        sc.store_prefix = store.prefix().as_ref().to_string();
-        sc.conditional_create = store.conditional_create();
         let mut opts = Opts::new(py, "Engine()", options);
-        let close_flush_timeout = service_opts(&mut opts, &mut sc)?;
+        let args = crate::config::arguments(&mut opts, [root, store, catalog, rank])?;
+        let adopt = opts.flag("adopt")?;
+        let close_flush_timeout = opts
+            .secs("close_flush_timeout", 0.0)?
+            .unwrap_or(Duration::from_secs(30));
         opts.finish()?;
-        let config = EngineConfig {
-            spool_root: dest.root,
-            rank: rank.unwrap_or_else(spool_core::rank_from_env),
-            service: sc,
-            sinks: Vec::new(),
-            close_flush_timeout,
-        };
+        let cfg = crate::config::load(py, config, &args)?;
+        let mut config = py
+            .detach(|| cfg.engine_config(close_flush_timeout))
+            .map_err(|e| errors::service(py, &e))?;
+        if let Some(adopt) = adopt {
+            config.service.adopt = adopt;
+        }
         let engine = py
             .detach(move || CoreEngine::start(config))
             .map_err(|e| errors::service(py, &e))?;
@@ -273,7 +204,7 @@ impl Engine {
             }
         }
         let mut opts = Opts::new(py, "Engine.sink()", options);
-        let mut so = sink::sink_opts(&mut opts, false)?;
+        let mut so = sink::sink_opts(&mut opts, sink::Place::Engine)?;
         opts.finish()?;
         so.config.ordinal = ordinal;
         let cell = self.cell.clone();
@@ -327,8 +258,10 @@ impl Engine {
                 .unbind())
         };
         match result {
+            // Latched: nothing more is shipped for this process's lifetime,
+            // even when nothing is owed right now.
+            Ok(_) if snap.latched => Err(lease_lost(py, &self.cell.dir, &snap)),
             Ok(true) => Ok(true.into_pyobject(py)?.to_owned().into_any().unbind()),
-            Ok(false) if snap.latched => Err(lease_lost(py, &self.cell.dir, &snap)),
             Ok(false) => undrained(
                 snap.deferred,
                 snap.pending_index,

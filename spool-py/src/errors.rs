@@ -199,9 +199,9 @@ pub fn service(py: Python<'_>, err: &spool_service::Error) -> PyErr {
         E::Core(e) => core(py, e),
         E::Lock(e) => lock(py, e),
         E::Sink { source, .. } => core(py, source),
-        E::InvalidConfig { .. } => config(py, err.to_string()),
-        E::Catalog(spool_catalog::Error::InvalidConfig(_)) => config(py, err.to_string()),
-        E::Upload(spool_upload::Error::InvalidConfig(_)) => config(py, err.to_string()),
+        E::InvalidConfig { .. } | E::Config(_) => config(py, err.to_string()),
+        E::Upload(e) => upload(py, e),
+        E::Catalog(e) => catalog(py, e),
         E::FlushTimeout { dir, ready, .. } => raise(
             py,
             "DeadlineError",

@@ -26,7 +26,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod dest;
+mod config;
 mod engine;
 mod errors;
 mod live;
@@ -47,5 +47,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(readers::fetch, m)?)?;
     m.add_function(wrap_pyfunction!(live::_close_at_exit, m)?)?;
     m.add("COLUMNS", readers::COLUMNS.to_vec())?;
+    m.add("CONFIG_KEYS", config::argument_names())?;
     Ok(())
 }

@@ -13,7 +13,7 @@ pub struct Opts<'py> {
     py: Python<'py>,
     what: &'static str,
     dict: Option<Bound<'py, PyDict>>,
-    known: Vec<&'static str>,
+    known: Vec<String>,
 }
 
 impl<'py> Opts<'py> {
@@ -27,8 +27,10 @@ impl<'py> Opts<'py> {
         }
     }
 
-    fn take(&mut self, name: &'static str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.known.push(name);
+    /// Takes the value of `name` (None when absent or `None`), counting
+    /// it as a known option.
+    pub fn take(&mut self, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.known.push(name.to_string());
         let Some(d) = &self.dict else { return Ok(None) };
         let v = d.get_item(name)?;
         if v.is_some() {
@@ -113,6 +115,7 @@ impl<'py> Opts<'py> {
         let left: Vec<String> = d.keys().iter().map(|k| k.to_string()).collect();
         let mut known = self.known.clone();
         known.sort_unstable();
+        known.dedup();
         Err(errors::config(
             self.py,
             format!(

@@ -13,6 +13,8 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use spool_catalog::{Catalog as CoreCatalog, PackRow};
 use spool_core::pack::{PackId, PackReader};
 
+use spool_service::config::keys;
+
 use crate::errors;
 
 /// The columns of a catalog row, in order (SPEC §6.1).
@@ -212,35 +214,34 @@ impl Catalog {
 
 /// Reads pack `pack_id` back (see `spool.fetch`).
 #[pyfunction]
-#[pyo3(signature = (pack_id, catalog=None, store=None, root=None))]
+#[pyo3(signature = (pack_id, catalog=None, store=None, root=None, *, config=None))]
 pub fn fetch(
     py: Python<'_>,
     pack_id: &str,
-    catalog: Option<String>,
-    store: Option<String>,
-    root: Option<PathBuf>,
+    catalog: Option<Bound<'_, PyAny>>,
+    store: Option<Bound<'_, PyAny>>,
+    root: Option<Bound<'_, PyAny>>,
+    config: Option<PathBuf>,
 ) -> PyResult<Records> {
     let id = PackId::from_hex(pack_id).map_err(|e| errors::core(py, &e))?;
-    let (catalog_url, store_url) = match (&root, catalog, store) {
-        (_, Some(c), Some(s)) => (c, s),
-        (Some(root), c, s) => {
-            let d = crate::dest::resolve(py, root, s, c, "default")?;
-            (d.catalog_url, d.store_url)
-        }
-        _ => {
-            return Err(errors::config(
-                py,
-                "fetch() needs catalog= and store= URLs, or root= for the embedded ones",
-            ))
-        }
-    };
-    let client = spool_upload::ClientConfig {
-        allow_http: crate::dest::allow_http(),
-        ..spool_upload::ClientConfig::default()
-    };
-    let store =
-        spool_upload::Store::from_url(&store_url, &client).map_err(|e| errors::upload(py, &e))?;
-    let cat = spool_catalog::open(&catalog_url).map_err(|e| errors::catalog(py, &e))?;
+    let mut args = Vec::new();
+    for (key, v) in [
+        (&keys::ROOT.key, root),
+        (&keys::STORE.key, store),
+        (&keys::CATALOG.key, catalog),
+    ] {
+        args.extend(crate::config::named(key, v)?);
+    }
+    let cfg = crate::config::load(py, config, &args)?;
+    let (catalog_url, store_url) = cfg
+        .catalog_url()
+        .and_then(|c| Ok((c, cfg.store_url()?)))
+        .map_err(|e| errors::config(py, format!("fetch(): {e}")))?;
+    let store = spool_upload::Store::from_url(&store_url, &cfg.client())
+        .map_err(|e| errors::upload(py, &e))?;
+    let cat =
+        spool_catalog::open_with_timeout(&catalog_url, keys::CATALOG_REQUEST_TIMEOUT.get(&cfg))
+            .map_err(|e| errors::catalog(py, &e))?;
     let rt = runtime(py)?;
     let hex_id = id.to_hex();
     let row = py

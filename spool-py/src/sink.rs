@@ -18,7 +18,8 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyByteArrayMethods, PyBytes, PyDict, PyMemoryView};
 use spool_core::sink::{AdmissionPolicy, Sink as CoreSink, SinkConfig};
-use spool_lock::{LockMode, LockOptions};
+use spool_lock::LockMode;
+use spool_service::config::keys;
 
 use crate::errors;
 use crate::live::{self, Closable};
@@ -134,19 +135,33 @@ pub struct Sink {
     pub(crate) cell: Arc<SinkCell>,
 }
 
-/// The sink options every constructor takes, read from keyword arguments.
+/// Where a sink is opened, which decides the options it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `engine.sink()`: the budget and lock options are the engine's.
+    Engine,
+    /// `Sink.claim()`: the budget (`max_bytes`), the lock options and the
+    /// destination come from the configuration keys.
+    Claim,
+    /// `Sink.open(dir)`: a plain directory; `max_bytes` and
+    /// `allow_shared_filesystem` are its own options.
+    Open,
+}
+
+/// The sink options read from keyword arguments.
 pub struct SinkOpts {
     /// The sink configuration (lock fields set by the caller).
     pub config: SinkConfig,
-    /// `allow_shared_filesystem` (standalone sinks).
+    /// `allow_shared_filesystem` ([`Place::Open`]).
     pub allow_shared_filesystem: bool,
 }
 
 /// Reads the sink options: `ordinal`, `seal_bytes`, `seal_records`,
 /// `seal_age`, `buffer_bytes`, `admission` (`"block"`, `"refuse"`),
-/// `admission_timeout`, `release_flush_timeout`, `max_bytes`,
-/// `charge_dead_siblings`, and with `standalone` `allow_shared_filesystem`.
-pub fn sink_opts(opts: &mut Opts<'_>, standalone: bool) -> PyResult<SinkOpts> {
+/// `admission_timeout`, `release_flush_timeout`, outside an engine
+/// `charge_dead_siblings` (default True for [`Place::Claim`]), and for [`Place::Open`] `max_bytes` and
+/// `allow_shared_filesystem`.
+pub fn sink_opts(opts: &mut Opts<'_>, place: Place) -> PyResult<SinkOpts> {
     let mut c = SinkConfig::default();
     if let Some(k) = opts.uint("ordinal", 0)? {
         c.ordinal = Some(u32::try_from(k).unwrap_or(u32::MAX));
@@ -173,17 +188,20 @@ pub fn sink_opts(opts: &mut Opts<'_>, standalone: bool) -> PyResult<SinkOpts> {
     if let Some(v) = opts.secs("release_flush_timeout", 0.0)? {
         c.release_flush_timeout = v;
     }
-    if let Some(v) = opts.uint("max_bytes", 1)? {
-        c.spool.max_bytes = Some(v);
+    if place != Place::Engine {
+        // A claimed rank directory charges its dead siblings by default,
+        // as `spool produce --spool-root` does (SPEC §4.2).
+        c.spool.charge_dead_siblings = opts
+            .flag("charge_dead_siblings")?
+            .unwrap_or(place == Place::Claim);
     }
-    if let Some(v) = opts.flag("charge_dead_siblings")? {
-        c.spool.charge_dead_siblings = v;
+    let mut allow_shared_filesystem = false;
+    if place == Place::Open {
+        if let Some(v) = opts.uint("max_bytes", 1)? {
+            c.spool.max_bytes = Some(v);
+        }
+        allow_shared_filesystem = opts.flag("allow_shared_filesystem")?.unwrap_or(false);
     }
-    let allow_shared_filesystem = if standalone {
-        opts.flag("allow_shared_filesystem")?.unwrap_or(false)
-    } else {
-        false
-    };
     Ok(SinkOpts {
         config: c,
         allow_shared_filesystem,
@@ -265,33 +283,35 @@ impl Sink {
     /// it, with no service: its packs are shipped by whichever service
     /// holds the node's adopter lease (`spool run`) once this sink is
     /// closed or its process exits. `rank` defaults to `$RANK` (else 0).
+    /// The destination, `max_bytes` (the directory's budget, dead siblings
+    /// charged), `allow_shared_filesystem` and `staging_max_age` come from
+    /// the configuration as for `spool.Engine` (`config=`, `SPOOL_*`, or
+    /// keyword arguments); the other keyword arguments are sink options.
     #[staticmethod]
-    #[pyo3(signature = (root, store=None, catalog=None, rank=None, store_id="default", **options))]
+    #[pyo3(signature = (root=None, store=None, catalog=None, rank=None, *, config=None, **options))]
     fn claim(
         py: Python<'_>,
-        root: PathBuf,
-        store: Option<String>,
-        catalog: Option<String>,
-        rank: Option<u64>,
-        store_id: &str,
+        root: Option<Bound<'_, PyAny>>,
+        store: Option<Bound<'_, PyAny>>,
+        catalog: Option<Bound<'_, PyAny>>,
+        rank: Option<Bound<'_, PyAny>>,
+        config: Option<PathBuf>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<Sink>> {
         let mut opts = Opts::new(py, "Sink.claim()", options);
-        let so = sink_opts(&mut opts, true)?;
+        let args = crate::config::arguments(&mut opts, [root, store, catalog, rank])?;
+        let so = sink_opts(&mut opts, Place::Claim)?;
         opts.finish()?;
-        let dest = crate::dest::resolve(py, &root, store, catalog, store_id)?;
-        let key = dest
-            .destination
-            .catalog_key()
-            .map_err(|e| errors::core(py, &e))?;
-        let rank = rank.unwrap_or_else(spool_core::rank_from_env);
+        let cfg = crate::config::load(py, config, &args)?;
+        let (key, _) = cfg.key_dir().map_err(|e| errors::service(py, &e))?;
+        let root = cfg
+            .existing_spool_root()
+            .map_err(|e| errors::config(py, e.0))?;
+        let rank = keys::RANK.get(&cfg);
         let mut config = so.config;
-        config.spool.lock = LockOptions {
-            allow_shared_filesystem: so.allow_shared_filesystem,
-            ..LockOptions::default()
-        };
+        config.spool.lock = cfg.lock_options().map_err(|e| errors::config(py, e.0))?;
+        config.spool.max_bytes = keys::MAX_BYTES.get(&cfg);
         let lock = config.spool.lock.clone();
-        let root = dest.root;
         let sink = py
             .detach(move || {
                 let claim = spool_core::layout::claim_rank_dir(&root, &key, rank, &lock)?;
@@ -311,7 +331,7 @@ impl Sink {
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<Sink>> {
         let mut opts = Opts::new(py, "Sink.open()", options);
-        let so = sink_opts(&mut opts, true)?;
+        let so = sink_opts(&mut opts, Place::Open)?;
         opts.finish()?;
         let mut config = so.config;
         config.spool.lock_mode = LockMode::Take;

@@ -2,10 +2,14 @@
 local-directory store), and the exceptions, each raised by a real cause."""
 
 import os
+import shutil
 import signal
 import socket
+import sqlite3
+import subprocess
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -104,7 +108,7 @@ def test_bad_options_are_value_errors_naming_the_option(root):
         spool.Sink.open(str(root / "d"), sael_records=1)
     with pytest.raises(spool.ConfigError, match="admission='maybe'.*block, refuse"):
         spool.Sink.open(str(root / "d"), admission="maybe")
-    with pytest.raises(spool.ConfigError, match="lease_ttl=1"):
+    with pytest.raises(spool.ConfigError, match=r"lease\.ttl \(argument lease_ttl\)"):
         spool.Engine(root=str(root), lease_ttl=1)
     with pytest.raises(spool.ConfigError, match="catalog"):
         spool.Engine(root=str(root), catalog="mysql://nope")
@@ -258,3 +262,165 @@ def test_a_write_blocked_by_admission_lets_other_threads_run(tmp_path):
     assert count > 100_000, count
     with pytest.raises(spool.DeadlineError):
         sink.close()
+
+
+# ------------------------------------------------- errors from real causes
+
+
+@pytest.fixture
+def fuse_dir(tmp_path):
+    """A directory on a real FUSE mount (bindfs over a scratch directory):
+    a filesystem spool-lock refuses. Skipped where FUSE cannot be mounted,
+    failed instead when SPOOL_REQUIRE_FUSE=1 (`cargo xtask test` sets it)."""
+    def unavailable(why):
+        if os.environ.get("SPOOL_REQUIRE_FUSE") == "1":
+            pytest.fail(f"SPOOL_REQUIRE_FUSE=1 but {why}")
+        pytest.skip(why)
+
+    bindfs = shutil.which("bindfs")
+    if not bindfs:
+        unavailable("bindfs is not installed (apt-get install bindfs)")
+    src, mnt = tmp_path / "backing", tmp_path / "fuse"
+    src.mkdir()
+    mnt.mkdir()
+    made = subprocess.run([bindfs, str(src), str(mnt)], capture_output=True, text=True)
+    if made.returncode != 0:
+        unavailable(f"bindfs could not mount a FUSE filesystem: {made.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        for umount in (["fusermount", "-u"], ["fusermount3", "-u"], ["umount"]):
+            if shutil.which(umount[0]) and subprocess.run([*umount, str(mnt)]).returncode == 0:
+                break
+
+
+def test_shared_filesystem_error_for_a_root_on_fuse(fuse_dir):
+    with pytest.raises(spool.SharedFilesystemError) as e:
+        spool.Engine(root=str(fuse_dir))
+    assert e.value.filesystem == "FUSE", e.value.filesystem
+    assert e.value.path.startswith(str(fuse_dir)), e.value.path
+    assert "allow_shared_filesystem" in str(e.value)
+    with pytest.raises(spool.SharedFilesystemError):
+        spool.Sink.claim(root=str(fuse_dir))
+    with pytest.raises(spool.SharedFilesystemError):
+        spool.Sink.open(str(fuse_dir / "plain"))
+    # ...and the override admits it (only for a filesystem this node alone
+    # uses; FUSE has no renameat2(RENAME_NOREPLACE), so the directory is made first).
+    (fuse_dir / "plain").mkdir()
+    with spool.Sink.open(str(fuse_dir / "plain"), allow_shared_filesystem=True,
+                         seal_records=1) as sink:
+        sink.write(b"on fuse")
+    assert [list(spool.read_pack(str(p))) for p in (fuse_dir / "plain").glob("*.ready")] == [
+        [b"on fuse"]]
+
+
+def lease_table(db):
+    (name,) = db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%lease'").fetchone()
+    return name
+
+
+def test_lease_lost_error_when_the_catalogs_lease_is_taken_over(root):
+    engine = spool.Engine(root=str(root), lease_scope="catalog", lease_ttl=5, adopt=False,
+                          poll_interval=0.05, close_flush_timeout=0.5)
+    try:
+        engine.sink(seal_records=1).write(b"before")
+        assert engine.flush(timeout=20) is True, "catalog scope: drained only under the lease"
+        assert engine.snapshot()["lease_held"]
+        # Another publisher takes the lease over: a claim of the next term,
+        # live for ten minutes, appended to the catalog's lease table.
+        db = sqlite3.connect(str(root / ".catalog.db"))
+        table = lease_table(db)
+        name, term = db.execute(
+            f'SELECT name, max(term) FROM "{table}" GROUP BY name').fetchone()
+        now = int(time.time() * 1000)
+        db.execute(f'INSERT INTO "{table}" VALUES (?, ?, ?, ?, ?, ?)',
+                   (name, term + 1, str(uuid.uuid4()), "someone-else:4242", now, now + 600_000))
+        db.commit()
+        db.close()
+        # The keeper sees the foreign claim at its next renewal (ttl/3) and
+        # latches once it has outlived 2 x ttl: then flush raises, even with
+        # nothing owed (nothing more will ever be shipped by this engine).
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, engine.snapshot()
+            try:
+                engine.flush(timeout=1)
+            except spool.LeaseLostError as e:
+                assert "someone-else:4242" in str(e) and "latched" in str(e), str(e)
+                break
+        assert engine.snapshot()["latched"]
+        engine.sink().write(b"after")
+        with pytest.raises(spool.LeaseLostError):
+            engine.flush(timeout=1)
+    finally:
+        engine.close()
+
+
+def test_full_error_charges_a_dead_siblings_bytes_in_the_layout(root):
+    # A producer in its own process leaves a rank directory with packs and exits.
+    child = python(
+        """
+        import sys, spool
+        with spool.Sink.claim(root=sys.argv[1], rank=1, seal_records=1) as s:
+            for i in range(4):
+                s.write(b"d" * 1000)
+        """,
+        root,
+    )
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    sink = spool.Sink.claim(root=str(root), rank=0, max_bytes=3000, seal_records=1,
+                            buffer_bytes=5000, admission="refuse", release_flush_timeout=0.2)
+    try:
+        sink.write(b"x" * 100)
+        with pytest.raises(spool.DeadlineError):
+            sink.flush(timeout=0.5)
+        full = sink.stats()["spool_full"]
+        assert full["budget"] == 3000 and full["dead_sibling_bytes"] > 4000, full
+        with pytest.raises(spool.FullError) as e:
+            for _ in range(10_000):  # until the buffer is full too
+                sink.write(b"y" * 1000)
+        assert e.value.dead_sibling_bytes > 4000 and e.value.budget == 3000, vars(e.value)
+        assert e.value.used is not None and e.value.path == str(sink.dir)
+    finally:
+        with pytest.raises(spool.DeadlineError):
+            sink.close()
+
+
+# ------------------------------------------------- optional pandas / pyarrow
+
+
+def optional(module):
+    """`module` if importable; else skipped, or failed when
+    SPOOL_REQUIRE_OPTIONAL=1 (`cargo xtask test` installs both and sets it)."""
+    if os.environ.get("SPOOL_REQUIRE_OPTIONAL") == "1":
+        return __import__(module)
+    return pytest.importorskip(module)
+
+
+def catalog_with_rows(root, n):
+    with spool.Engine(root=str(root), adopt=False) as engine:
+        sink = engine.sink(seal_records=1)
+        for i in range(n):
+            sink.write(b"row-%d" % i)
+    return spool.Catalog(f"sqlite://{root}/.catalog.db")
+
+
+def test_rows_to_pandas(root):
+    pandas = optional("pandas")
+    rows = catalog_with_rows(root, 3).ls()
+    df = rows.to_pandas()
+    assert isinstance(df, pandas.DataFrame)
+    assert list(df.columns) == list(spool.COLUMNS) and len(df) == 3
+    assert sorted(df["pack_id"]) == sorted(r["pack_id"] for r in rows)
+    assert df["records"].sum() == 3
+
+
+def test_rows_to_arrow(root):
+    pyarrow = optional("pyarrow")
+    rows = catalog_with_rows(root, 2).ls(limit=2)
+    table = rows.to_arrow()
+    assert isinstance(table, pyarrow.Table)
+    assert table.num_rows == 2 and table.column_names == list(spool.COLUMNS)
+    assert sorted(table.column("pack_id").to_pylist()) == sorted(r["pack_id"] for r in rows)

@@ -6,6 +6,7 @@ left, and every record the producer reported durable is read back."""
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import time
@@ -47,6 +48,48 @@ def test_sigkill_mid_stream_then_spool_run_once_adopts_every_durable_pack(root):
     assert want <= got, f"{len(want - got)} durable records lost"
     key_dir = next(p for p in root.iterdir() if not p.name.startswith("."))
     assert list(key_dir.iterdir()) == [], "every rank directory drained and removed"
+
+
+def test_sigkill_of_a_sink_only_producer_every_durable_pack_is_shipped_byte_equal(root):
+    # A Sink.claim producer (no service: nothing leaves its directory
+    # before adoption) reports each pack it made durable; SIGKILL mid-stream.
+    child = python(
+        """
+        import sys, spool
+        sink = spool.Sink.claim(root=sys.argv[1], seal_records=40)
+        print("dir", sink.dir, flush=True)
+        i = 0
+        while True:
+            for _ in range(40):
+                sink.write(b"rec-%08d" % i)
+                i += 1
+            sink.flush(timeout=10)
+            print("durable", sink.stats()["last_staged"], flush=True)
+        """,
+        root,
+    )
+    first = child.stdout.readline().split()
+    assert first[0] == "dir", (first, child.stderr.read() if not first else "")
+    d = pathlib.Path(first[1])
+    reported = []
+    while len(reported) < 30:
+        line = child.stdout.readline().split()
+        assert line and line[0] == "durable", (line, child.stderr.read() if not line else "")
+        reported.append(line[1])
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    on_disk = {p.name[: -len(".ready")]: p.read_bytes() for p in d.glob("*.ready")}
+    assert set(reported) <= set(on_disk), "a pack reported durable is not in the directory"
+    done = run_spool("run", "--once", "--timeout", "60", "--spool-root", root)
+    assert done.returncode == 0, done.stderr
+    assert not d.exists(), "adopted, drained and removed"
+    cat = spool.Catalog(f"sqlite://{root}/.catalog.db")
+    for pack_id, data in on_disk.items():
+        row = cat.get(pack_id)
+        assert row is not None, f"durable pack {pack_id} not indexed"
+        shipped = (root / ".store" / row["object_key"]).read_bytes()
+        assert shipped == data, f"pack {pack_id} differs from what was durable"
+        assert list(spool.fetch(pack_id, root=str(root))) == list(spool.read_pack(data))
 
 
 def test_fork_children_never_keep_the_parents_lock(root):

@@ -148,9 +148,9 @@ pub async fn conflict_is_final_and_leaves_the_object(make: MakeStore<'_>) {
     }
 }
 
-/// A staged file that no longer matches its listing (another size, a
-/// trailer naming another pack) is refused, not retryable, and nothing is
-/// put.
+/// A staged file that no longer matches its listing (another size) is
+/// refused, and one whose trailer is damaged (naming another pack, a broken
+/// magic) is corrupt; neither is retryable, and nothing is put.
 pub async fn changed_staged_bytes_are_refused(make: MakeStore<'_>) {
     let dir = tempfile::tempdir().unwrap();
     let store = make(&prefix("staged"));
@@ -171,14 +171,24 @@ pub async fn changed_staged_bytes_are_refused(make: MakeStore<'_>) {
     let results = up
         .upload_round(vec![item, item2, item3], &CancellationToken::new())
         .await;
-    for r in results {
+    for (i, r) in results.iter().enumerate() {
         let f = r.outcome.failure().expect("refused");
         assert!(!f.retryable, "{}", f.error);
-        assert!(
-            matches!(f.error, Error::StagedMismatch { .. }),
-            "{}",
-            f.error
-        );
+        if i == 0 {
+            // The file changed since it was listed: the listing is stale.
+            assert!(
+                matches!(f.error, Error::StagedMismatch { .. }),
+                "{}",
+                f.error
+            );
+        } else {
+            // A damaged trailer is a corrupt pack (SPEC §2.5): quarantined.
+            assert!(
+                matches!(f.error, Error::CorruptTrailer { .. }) && f.corrupt,
+                "{}",
+                f.error
+            );
+        }
     }
     assert!(keys(&store).await.is_empty());
 }

@@ -399,9 +399,9 @@ fn mode_of(path: &Path) -> u32 {
 
 /// A child that dropped to `nobody` with `gid` as its only group tries to
 /// read `pack` and hold shared flocks on `dir`'s lock file and directory.
-/// The caller kills and waits for it.
-#[allow(clippy::zombie_processes)] // returned to the caller, which waits
-fn intruder(dir: &Path, pack: &Path, gid: u32) -> (Child, Vec<String>) {
+/// Killed and reaped when dropped, so a failing assertion never leaves it
+/// holding its locks.
+fn intruder(dir: &Path, pack: &Path, gid: u32) -> (spool_tests::KillOnDrop, Vec<String>) {
     let mut child = helper()
         .args([
             "intrude",
@@ -413,6 +413,7 @@ fn intruder(dir: &Path, pack: &Path, gid: u32) -> (Child, Vec<String>) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut child = spool_tests::KillOnDrop(child);
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut lines = Vec::new();
     loop {

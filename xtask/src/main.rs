@@ -34,7 +34,7 @@ fn main() -> Result<()> {
                  commands:\n  \
                  test [--fast-only] [--real-only] [--no-lint]   fmt, clippy, fast tier, real-server tier\n  \
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
-                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service) into BENCHMARKS.md\n  \
+                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
                  mutants [CRATE...] [--shard K/N] [--file G]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)"
             );
@@ -135,23 +135,51 @@ fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
-/// The Python binding's tests (`spool-py/tests`, pytest): makes the
-/// virtualenv `TARGET/xtask/py-venv` with maturin and pytest from PyPI when
-/// missing, builds and installs the extension into it (`maturin develop`,
-/// the dev profile, so it reuses the workspace's build), and runs the tests
-/// selected by the marker expression `markers` with `env` added. pytest's
-/// own exit code decides: a run that collects no test (exit 5) fails.
+/// What the Python tests' virtualenv holds (from PyPI): the build backend,
+/// pytest, and the optional readers `Rows.to_pandas()` / `to_arrow()` use,
+/// so CI runs those tests instead of skipping them.
+const PY_TEST_PACKAGES: &[&str] = &["maturin>=1.9.4,<2", "pytest", "pandas", "pyarrow"];
+
+/// The Python tests' virtualenv: `$SPOOL_PY_VENV`, else
+/// `TARGET/xtask/py-venv`, made (or completed) with [`PY_TEST_PACKAGES`]
+/// when they are not all there (a stamp file lists what was installed).
+fn python_test_venv(root: &Path) -> Result<PathBuf> {
+    let venv = std::env::var_os("SPOOL_PY_VENV")
+        .map_or_else(|| target_dir(root).join("xtask/py-venv"), PathBuf::from);
+    let stamp = venv.join(".spool-test-packages");
+    let want = PY_TEST_PACKAGES.join("\n");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
+        if venv.join("bin/pip").exists() {
+            run(Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check"])
+                .args(PY_TEST_PACKAGES))
+            .with_context(|| format!("installing the test packages into {}", venv.display()))?;
+        } else {
+            let _ = std::fs::remove_dir_all(&venv);
+            servers::python_venv(
+                &venv,
+                PY_TEST_PACKAGES,
+                "maturin, pytest, pandas and pyarrow",
+            )?;
+        }
+        std::fs::write(&stamp, &want)?;
+    }
+    Ok(venv)
+}
+
+/// The Python binding's tests (`spool-py/tests`, pytest) in the
+/// virtualenv of [`python_test_venv`]: builds and installs the extension
+/// into it (`maturin develop`, the dev profile, so it reuses the
+/// workspace's build), and runs the tests selected by the marker
+/// expression `markers` with `env` added. The shared-filesystem test needs
+/// a FUSE mount (bindfs, installed here) and the optional readers pandas
+/// and pyarrow: both are required (`SPOOL_REQUIRE_FUSE`,
+/// `SPOOL_REQUIRE_OPTIONAL`), never skipped. pytest's own exit code
+/// decides: a run that collects no test (exit 5) fails.
 fn python_tests(root: &Path, markers: &str, env: &[(String, String)]) -> Result<()> {
     let target = target_dir(root);
-    let venv = target.join("xtask/py-venv");
-    if !venv.join("bin/maturin").exists() || !venv.join("bin/pytest").exists() {
-        let _ = std::fs::remove_dir_all(&venv);
-        servers::python_venv(
-            &venv,
-            &["maturin>=1.9.4,<2", "pytest"],
-            "maturin and pytest",
-        )?;
-    }
+    let venv = python_test_venv(root)?;
+    install_missing(&["bindfs"])?;
     let path = format!(
         "{}:{}",
         venv.join("bin").display(),
@@ -164,7 +192,9 @@ fn python_tests(root: &Path, markers: &str, env: &[(String, String)]) -> Result<
     let mut cmd = Command::new(venv.join("bin/python"));
     cmd.args(["-m", "pytest", "-q", "-m", markers, "spool-py/tests"])
         .env("PATH", &path)
-        .env("SPOOL_BIN", target.join("debug/spool"));
+        .env("SPOOL_BIN", target.join("debug/spool"))
+        .env("SPOOL_REQUIRE_FUSE", "1")
+        .env("SPOOL_REQUIRE_OPTIONAL", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -215,12 +245,14 @@ const BENCH_CASES: &[(&str, &str, Needs)] = &[
     ("service", "service-drain-small", Needs::Both),
     ("service", "service-drain-large", Needs::Both),
     ("service", "service-latency", Needs::Both),
+    ("python", "python", Needs::Nothing),
 ];
 
 /// `cargo xtask bench [--quick] [GROUP...]`: builds `spool-bench` with
 /// `--release`, installs the peers that are missing (rclone, openssl),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
-/// `service`; all by default) with the servers it needs, prints a table
+/// `service`, `python`; all by default; `python` first builds the extension
+/// with `--release` into the test virtualenv) with the servers it needs, prints a table
 /// per group, and writes the figures into BENCHMARKS.md (not with
 /// `--quick`, whose sizes only smoke-test the benchmarks). Scratch data
 /// lives in `target/bench-data/` (same disk as the workspace) and is
@@ -233,11 +265,11 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         .filter(|a| !a.starts_with("--"))
         .collect();
     if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
-        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service]...");
+        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|python]...");
     }
     for g in &groups {
         if !BENCH_CASES.iter().any(|(group, _, _)| group == g) {
-            bail!("unknown benchmark group {g:?}; groups: core, upload, catalog, service");
+            bail!("unknown benchmark group {g:?}; groups: core, upload, catalog, service, python");
         }
     }
     let cases: Vec<_> = BENCH_CASES
@@ -265,7 +297,32 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         "--bin",
         "spool-bench",
     ]))?;
-    let bin = root.join("target/release/spool-bench");
+    let bin = target_dir(root).join("release/spool-bench");
+    // The python case runs spool-py/bench/bench.py in the test virtualenv
+    // with a --release build of the extension.
+    let python = if cases.iter().any(|(g, _, _)| *g == "python") {
+        let venv = python_test_venv(root)?;
+        run(Command::new(venv.join("bin/maturin"))
+            .args([
+                "develop",
+                "--release",
+                "--locked",
+                "-m",
+                "spool-py/Cargo.toml",
+            ])
+            .env("VIRTUAL_ENV", &venv)
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    venv.join("bin").display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            ))?;
+        Some(venv.join("bin/python"))
+    } else {
+        None
+    };
     let scratch = root.join("target/bench-data");
     let results = root.join("target/bench-results.jsonl");
     if scratch.exists() {
@@ -294,6 +351,9 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
                 .arg(case);
             for (k, v) in servers.iter().flat_map(|s| s.env.iter()) {
                 cmd.env(k, v);
+            }
+            if let Some(python) = &python {
+                cmd.env("SPOOL_BENCH_PYTHON", python);
             }
             let r = run(&mut cmd);
             drop(servers); // stopped before the next case starts fresh ones

@@ -380,14 +380,15 @@ fn the_literal_scanner_sees_what_it_should() {
     assert_eq!(lits, ["it is   lost", "ok"]);
 }
 
-/// The test names TESTING.md lists: every `` `path::name` `` in its table.
+/// The test names TESTING.md lists: every `` `path::name` `` in its table
+/// (Rust `.rs` files and pytest `.py` files).
 fn testing_md_tests() -> Vec<(String, String)> {
     let text = read(Path::new("TESTING.md"));
     let mut out = Vec::new();
     for row in text.lines().filter(|l| l.starts_with('|')) {
         for cell in row.split('`').skip(1).step_by(2) {
             if let Some((file, name)) = cell.rsplit_once("::") {
-                if file.ends_with(".rs") {
+                if file.ends_with(".rs") || file.ends_with(".py") {
                     out.push((file.to_string(), name.to_string()));
                 }
             }
@@ -407,7 +408,10 @@ fn every_test_testing_md_names_exists() {
     let mut missing = Vec::new();
     for (file, name) in tests {
         let path = Path::new(&file);
-        let found = root().join(path).is_file() && read(path).contains(&format!("fn {name}("));
+        // a Rust `fn` or a pytest `def`
+        let keyword = if file.ends_with(".py") { "def" } else { "fn" };
+        let found =
+            root().join(path).is_file() && read(path).contains(&format!("{keyword} {name}("));
         if !found {
             missing.push(format!("{file}::{name}"));
         }

@@ -42,6 +42,8 @@ __all__ = [
     "Catalog",
     "Rows",
     "Undrained",
+    "COLUMNS",
+    "CONFIG_KEYS",
     "read_pack",
     "fetch",
     "Error",
@@ -57,6 +59,11 @@ __all__ = [
 
 #: The columns of a catalog row, in the catalog's order.
 COLUMNS = _native.COLUMNS
+
+#: Every configuration key as ``(keyword-argument name, key name)``, in the
+#: order ``spool config show`` prints them: ``("lease_ttl", "lease.ttl")``.
+#: :class:`Engine` and :meth:`Sink.claim` take each as a keyword argument.
+CONFIG_KEYS = _native.CONFIG_KEYS
 
 
 class Rows(List[Dict[str, Any]]):
@@ -119,13 +126,15 @@ class Catalog:
 
 
 def fetch(pack_id: str, catalog: Optional[str] = None, store: Optional[str] = None,
-          root: Optional[str] = None) -> Iterator[bytes]:
+          root: Optional[str] = None, *, config: Optional[str] = None) -> Iterator[bytes]:
     """Reads pack ``pack_id`` back from the store (its row from the
     catalog), checks it as ``spool cat`` does (the pack's own validation and
     the row's checksum and size; :class:`CorruptPackError` otherwise), and
     iterates its records. ``root`` stands for the embedded catalog and
-    store under a spool root."""
-    return _native.fetch(pack_id, catalog, store, root)
+    store under a spool root; what is not given comes from the
+    configuration as for ``spool cat`` (``config``, else ``$SPOOL_CONFIG``
+    or ``./spool.toml``; ``SPOOL_CATALOG``, ``SPOOL_STORE``, ``SPOOL_ROOT``)."""
+    return _native.fetch(pack_id, catalog, store, root, config=config)
 
 
 _atexit.register(_native._close_at_exit)

@@ -2,37 +2,88 @@
 from ``spool-py/src`` by maturin). Import these names from ``spool``."""
 
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Literal, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Literal, Optional, Tuple, Union
+
+from typing_extensions import TypedDict, Unpack
 
 from ._types import Undrained
 
 _Bytes = Union[bytes, bytearray, memoryview, Any]  # anything with the buffer protocol
 _Path = Union[str, "os.PathLike[str]"]
+_Secs = Union[float, str]  # seconds, or "500ms", "30s", "2m", "1h"
+_Size = Union[int, str]  # bytes, or "64MiB", "1GB"
 
 COLUMNS: List[str]
+
+class _ConfigKeys(TypedDict, total=False):
+    """Every configuration key (``spool.CONFIG_KEYS``) as a keyword argument,
+    spelled as in the TOML file (``spool config show`` lists them)."""
+
+    max_bytes: _Size
+    allow_shared_filesystem: bool
+    catalog_request_timeout: _Secs
+    store_id: str
+    lease_scope: Literal["node", "catalog"]
+    lease_ttl: _Secs
+    poll_interval: _Secs
+    recheck_interval: _Secs
+    max_backoff: _Secs
+    staging_max_age: _Secs
+    adoption_slice: _Secs
+    index_batch: int
+    stop_flush_timeout: _Secs
+    once_timeout: _Secs
+    unhealthy_after: _Secs
+    upload_max_workers: int
+    upload_max_in_flight_bytes: _Size
+    upload_multipart_threshold: _Size
+    upload_part_size: _Size
+    upload_part_concurrency: int
+    upload_max_attempts: int
+    upload_backoff_initial: _Secs
+    upload_backoff_max: _Secs
+    client_connect_timeout: _Secs
+    client_request_timeout: _Secs
+    client_max_retries: int
+    client_retry_timeout: _Secs
+    client_allow_http: bool
+    metrics_addr: str
+    metrics_linger: _Secs
+
+class _ClaimOptions(_ConfigKeys, total=False):
+    """``Sink.claim``'s keyword arguments: the keys and the sink options."""
+
+    ordinal: Optional[int]
+    seal_bytes: int
+    seal_records: int
+    seal_age: float
+    buffer_bytes: int
+    admission: Literal["block", "refuse"]
+    admission_timeout: float
+    release_flush_timeout: float
+    charge_dead_siblings: bool
+
+class _EngineOptions(_ConfigKeys, total=False):
+    """``Engine``'s keyword arguments: the keys and the engine's own."""
+
+    adopt: bool
+    close_flush_timeout: float
+
+#: Every configuration key as (keyword-argument name, key name).
+CONFIG_KEYS: List[Tuple[str, str]]
 
 class Sink:
     """A producer's handle on a spool directory (see the Rust docs)."""
 
     @staticmethod
     def claim(
-        root: _Path,
+        root: Optional[_Path] = ...,
         store: Optional[str] = ...,
         catalog: Optional[str] = ...,
         rank: Optional[int] = ...,
-        store_id: str = ...,
         *,
-        ordinal: Optional[int] = ...,
-        seal_bytes: int = ...,
-        seal_records: int = ...,
-        seal_age: float = ...,
-        buffer_bytes: int = ...,
-        admission: Literal["block", "refuse"] = ...,
-        admission_timeout: float = ...,
-        release_flush_timeout: float = ...,
-        max_bytes: int = ...,
-        charge_dead_siblings: bool = ...,
-        allow_shared_filesystem: bool = ...,
+        config: Optional[_Path] = ...,
+        **options: Unpack[_ClaimOptions],
     ) -> "Sink":
         """Claims a fresh rank directory under the layout and opens a
         sink-only producer on it."""
@@ -81,32 +132,18 @@ class Engine:
 
     def __init__(
         self,
-        root: _Path,
+        root: Optional[_Path] = ...,
         store: Optional[str] = ...,
         catalog: Optional[str] = ...,
         rank: Optional[int] = ...,
-        store_id: str = ...,
         *,
-        lease_scope: Literal["node", "catalog"] = ...,
-        lease_ttl: float = ...,
-        poll_interval: float = ...,
-        recheck_interval: float = ...,
-        max_backoff: float = ...,
-        staging_max_age: float = ...,
-        adoption_slice: float = ...,
-        index_batch: int = ...,
-        adopt: bool = ...,
-        upload_max_workers: int = ...,
-        upload_max_in_flight_bytes: int = ...,
-        upload_max_attempts: int = ...,
-        upload_multipart_threshold: int = ...,
-        upload_backoff_max: float = ...,
-        allow_shared_filesystem: bool = ...,
-        close_flush_timeout: float = ...,
+        config: Optional[_Path] = ...,
+        **options: Unpack[_EngineOptions],
     ) -> None: ...
     def sink(self, ordinal: Optional[int] = ..., **options: Any) -> Sink:
-        """The attached sink of this ordinal, or a new one with these
-        options (those of ``Sink.open``)."""
+        """The attached sink of this ordinal, or a new one with these sink
+        options (those of ``Sink.open`` but ``max_bytes`` and
+        ``allow_shared_filesystem``, which are the engine's)."""
     def flush(self, timeout: float = 30.0) -> Union[Literal[True], Undrained]:
         """True when drained, else the owed figures."""
     def snapshot(self) -> Dict[str, Any]:
@@ -144,7 +181,7 @@ def read_pack(source: Union[_Path, _Bytes]) -> Records:
     """Validates a pack (path or bytes) whole, then iterates its records."""
 
 def fetch(pack_id: str, catalog: Optional[str] = ..., store: Optional[str] = ...,
-          root: Optional[_Path] = ...) -> Records:
+          root: Optional[_Path] = ..., *, config: Optional[_Path] = ...) -> Records:
     """Reads a pack back from the store, checked against its catalog row."""
 
 def _close_at_exit() -> None: ...

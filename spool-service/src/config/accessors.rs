@@ -6,16 +6,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use object_store::ObjectStore;
 use spool_catalog::Catalog;
 use spool_core::Destination;
 use spool_lock::{Access, LockOptions};
-use spool_upload::{ClientConfig, UploadConfig};
+use spool_upload::{ClientConfig, Store, UploadConfig};
 
 use super::keys;
 use super::{destination, ConfigError, ServiceConfig};
-use crate::Error;
+use crate::{EngineConfig, Error};
 
 impl super::Config {
     /// The spool root (absolute), or an error saying how to give one.
@@ -26,6 +27,19 @@ impl super::Config {
                     .into(),
             )
         })
+    }
+
+    /// The spool root, which must be an existing directory.
+    pub fn existing_spool_root(&self) -> Result<PathBuf, ConfigError> {
+        let root = self.spool_root()?;
+        if !root.is_dir() {
+            return Err(ConfigError(format!(
+                "spool root {} does not exist (or is not a directory): create it (mkdir -p {0}) \
+                 or fix --spool-root / SPOOL_ROOT / spool.root",
+                root.display()
+            )));
+        }
+        Ok(root)
     }
 
     /// The store URL (as given).
@@ -134,5 +148,33 @@ impl super::Config {
         sc.lock = self.lock_options()?;
         sc.max_bytes = keys::MAX_BYTES.get(self);
         Ok(sc)
+    }
+
+    /// The [`EngineConfig`] of an engine with no sink under the spool root
+    /// (which must be an existing directory), its store and catalog opened
+    /// from the destination's URLs with the client settings (`client.*`)
+    /// and `catalog.request_timeout`: what `spool run` and spool-py's
+    /// `spool.Engine` start. Nothing is claimed yet.
+    pub fn engine_config(&self, close_flush_timeout: Duration) -> Result<EngineConfig, Error> {
+        let root = self.existing_spool_root()?;
+        self.destination()?; // a bad destination is refused before anything is opened
+        let store = Store::from_url(&self.store_url()?, &self.client())?;
+        let catalog = spool_catalog::open_with_timeout(
+            &self.catalog_url()?,
+            keys::CATALOG_REQUEST_TIMEOUT.get(self),
+        )?;
+        let service = self.service_config(
+            store.object_store().clone(),
+            store.prefix().as_ref().to_string(),
+            store.conditional_create(),
+            catalog,
+        )?;
+        Ok(EngineConfig {
+            spool_root: root,
+            rank: keys::RANK.get(self),
+            service,
+            sinks: Vec::new(),
+            close_flush_timeout,
+        })
     }
 }

@@ -41,6 +41,29 @@ impl Key {
     pub fn field(&self) -> &'static str {
         self.name.split_once('.').map_or(self.name, |(_, f)| f)
     }
+
+    /// The key as an embedder's keyword argument (spool-py's
+    /// `spool.Engine(lease_ttl=5)`): the field alone for the sections
+    /// [`PLAIN_ARGUMENT_SECTIONS`] (`spool.root` → `root`,
+    /// `service.poll_interval` → `poll_interval`), else `section_field`
+    /// (`lease.ttl` → `lease_ttl`, `upload.max_workers` →
+    /// `upload_max_workers`). Unique over [`KEYS`] (a unit test checks).
+    pub fn argument_name(&self) -> String {
+        if PLAIN_ARGUMENT_SECTIONS.contains(&self.section()) {
+            self.field().to_string()
+        } else {
+            self.name.replace('.', "_")
+        }
+    }
+}
+
+/// The sections whose keys are keyword arguments by their field alone
+/// ([`Key::argument_name`]).
+pub const PLAIN_ARGUMENT_SECTIONS: &[&str] = &["spool", "destination", "service"];
+
+/// Looks a key up by its keyword-argument name ([`Key::argument_name`]).
+pub fn key_for_argument(name: &str) -> Option<&'static Key> {
+    KEYS.iter().copied().find(|k| k.argument_name() == name)
 }
 
 /// A key whose resolved value is a `T`: `Option<_>` for keys that may be

@@ -27,6 +27,9 @@ pub enum Source {
     File(PathBuf),
     /// A flag (its spelling).
     Flag(String),
+    /// An embedder's keyword argument (its name, e.g. `lease_ttl` of
+    /// spool-py's `spool.Engine(lease_ttl=5)`); ranks with the flags.
+    Argument(String),
 }
 
 impl fmt::Display for Source {
@@ -37,6 +40,7 @@ impl fmt::Display for Source {
             Source::Env(v) => write!(f, "env {v}"),
             Source::File(p) => write!(f, "file {}", p.display()),
             Source::Flag(s) => write!(f, "flag {s}"),
+            Source::Argument(s) => write!(f, "argument {s}"),
         }
     }
 }
@@ -52,6 +56,9 @@ pub struct FlagValue {
     pub raw: String,
     /// The flag's spelling.
     pub flag: String,
+    /// Given as an embedder's keyword argument named `flag`, not on the
+    /// command line ([`FlagValue::argument`]).
+    pub argument: bool,
 }
 
 impl FlagValue {
@@ -61,6 +68,18 @@ impl FlagValue {
             key,
             raw: raw.into(),
             flag: key.flag.unwrap_or("--set").to_string(),
+            argument: false,
+        }
+    }
+
+    /// A value for a key given as an embedder's keyword argument (its
+    /// [`Key::argument_name`]); refusals name it as `argument NAME`.
+    pub fn argument(key: &'static Key, raw: impl Into<String>) -> FlagValue {
+        FlagValue {
+            key,
+            raw: raw.into(),
+            flag: key.argument_name(),
+            argument: true,
         }
     }
 
@@ -77,6 +96,7 @@ impl FlagValue {
             key,
             raw: value.to_string(),
             flag: format!("--set {}", key.name),
+            argument: false,
         })
     }
 }
@@ -154,7 +174,12 @@ impl Config {
             }
         }
         for f in flags {
-            set(f.key, &f.raw, Source::Flag(f.flag.clone()))?;
+            let source = if f.argument {
+                Source::Argument(f.flag.clone())
+            } else {
+                Source::Flag(f.flag.clone())
+            };
+            set(f.key, &f.raw, source)?;
         }
         // Derived values: from other variables, when no source set the key.
         let (rank, rank_var) = derived_rank(env);

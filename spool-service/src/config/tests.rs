@@ -211,3 +211,39 @@ fn the_file_schema_is_the_key_table() {
     let e = load(Some("ttl = 3\n"), &[], Vec::new()).unwrap_err();
     assert!(e.0.contains("ttl") && e.0.contains("known keys"), "{e}");
 }
+
+#[test]
+fn every_key_has_a_unique_argument_name_that_finds_it() {
+    let mut seen = std::collections::HashSet::new();
+    for k in KEYS {
+        let name = k.argument_name();
+        assert!(seen.insert(name.clone()), "argument name {name} twice");
+        assert!(
+            name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+            "{name} is not a Python identifier"
+        );
+        assert_eq!(keys::key_for_argument(&name).map(|f| f.name), Some(k.name));
+    }
+    assert_eq!(keys::ROOT.key.argument_name(), "root");
+    assert_eq!(keys::LEASE_TTL.key.argument_name(), "lease_ttl");
+    assert_eq!(keys::POLL_INTERVAL.key.argument_name(), "poll_interval");
+}
+
+#[test]
+fn an_argument_wins_over_the_file_and_is_named_in_refusals() {
+    let file = "[lease]\nttl = 10\n";
+    let flags = vec![FlagValue::argument(&keys::LEASE_TTL.key, "20")];
+    let c = load(Some(file), &[("SPOOL_LEASE_TTL", "15")], flags).unwrap();
+    assert_eq!(keys::LEASE_TTL.get(&c), Duration::from_secs(20));
+    assert_eq!(
+        c.source(&keys::LEASE_TTL.key),
+        Some(&Source::Argument("lease_ttl".into()))
+    );
+    let flags = vec![FlagValue::argument(&keys::UPLOAD_MAX_WORKERS.key, "0")];
+    let e = load(None, &[], flags).unwrap_err();
+    assert!(
+        e.0.contains("upload.max_workers (argument upload_max_workers)")
+            && e.0.contains("allowed: a whole number"),
+        "{e}"
+    );
+}

@@ -23,6 +23,7 @@
 
 mod catalog;
 mod core;
+mod python;
 mod report;
 mod service;
 mod upload;
@@ -219,6 +220,7 @@ fn run(args: &[String]) -> Result<()> {
             "service-drain-small" => service::drain(&ctx, service::Shape::Small)?,
             "service-drain-large" => service::drain(&ctx, service::Shape::Large)?,
             "service-latency" => service::latency(&ctx)?,
+            "python" => python::run(&ctx)?,
             other => bail!("unknown case {other}"),
         }
     }

@@ -11,6 +11,7 @@ pub const GROUPS: &[(&str, &str)] = &[
     ("upload", "spool-upload (issue 4)"),
     ("catalog", "spool-catalog (issue 5)"),
     ("service", "spool-service (issue 6)"),
+    ("python", "spool-py (issue 14)"),
 ];
 
 /// One measured figure, with its baseline when it has one.
