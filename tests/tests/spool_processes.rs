@@ -402,7 +402,7 @@ fn mode_of(path: &Path) -> u32 {
 /// Killed and reaped when dropped, so a failing assertion never leaves it
 /// holding its locks.
 fn intruder(dir: &Path, pack: &Path, gid: u32) -> (spool_tests::KillOnDrop, Vec<String>) {
-    let mut child = helper()
+    let child = helper()
         .args([
             "intrude",
             "65534",
