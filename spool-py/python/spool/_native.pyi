@@ -21,6 +21,8 @@ class _ConfigKeys(TypedDict, total=False):
 
     max_bytes: _Size
     allow_shared_filesystem: bool
+    mode: Literal["0700", "0750", "0770"]
+    group: str
     catalog_request_timeout: _Secs
     store_id: str
     lease_scope: Literal["node", "catalog"]
