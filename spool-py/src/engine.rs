@@ -74,18 +74,7 @@ impl EngineCell {
 
 impl Drop for EngineCell {
     fn drop(&mut self) {
-        if std::process::id() != self.owner {
-            // A forked child's copy: its runtime threads and sink threads
-            // are the parent's. Never run the engine's close here.
-            if let Some(engine) = self
-                .engine
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take()
-            {
-                std::mem::forget(engine);
-            }
-        }
+        crate::live::forget_in_fork_child(self.owner, self.engine.get_mut());
     }
 }
 

@@ -27,6 +27,21 @@ pub trait Closable: Send + Sync {
     fn is_engine(&self) -> bool;
 }
 
+/// In a fork child (`owner` is another pid), forgets the Rust state in
+/// `state` instead of dropping it: its destructor would wait on threads that
+/// did not survive the fork (spool-lock's atfork handler already closed the
+/// child's lock descriptors).
+pub fn forget_in_fork_child<T>(owner: u32, state: std::sync::LockResult<&mut Option<T>>) {
+    if std::process::id() != owner {
+        if let Some(inherited) = state
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            std::mem::forget(inherited);
+        }
+    }
+}
+
 static LIVE: Mutex<Vec<Weak<dyn Closable>>> = Mutex::new(Vec::new());
 
 /// Remembers `obj` for the exit-time close.

@@ -92,20 +92,7 @@ impl SinkCell {
 
 impl Drop for SinkCell {
     fn drop(&mut self) {
-        if std::process::id() != self.owner {
-            // A forked child's copy: the staging thread is the parent's and
-            // did not survive the fork; running the sink's destructor here
-            // would wait on it. Forget it (the child's lock copies are
-            // already closed by spool-lock's atfork handler).
-            if let Some(sink) = self
-                .sink
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take()
-            {
-                std::mem::forget(sink);
-            }
-        }
+        crate::live::forget_in_fork_child(self.owner, self.sink.get_mut());
     }
 }
 
