@@ -385,8 +385,7 @@ mod serial {
         assert_eq!(tree(kept.dir()), kept_before, "the kept claim is untouched");
         // the count is refreshed by the recheck after the adoption, not by it
         assert!(
-            wait_for(Duration::from_secs(5), || svc.snapshot().live_siblings
-                == 1),
+            wait_for(Duration::from_secs(5), || svc.snapshot().live_siblings == 1),
             "{:?}",
             svc.snapshot()
         );
