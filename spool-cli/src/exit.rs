@@ -50,63 +50,73 @@ Exit codes:
   9  pack read back does not match its checksum (cat); nothing written
  10  the service loop failed (a panic): spool run stopped, restart it";
 
-/// Maps an error to its exit code by looking for the typed errors of the
-/// library crates in its chain.
+/// Maps an error to its exit code by walking its chain for the typed errors
+/// of the library crates. Their wrapping variants keep the inner error as
+/// their `source`, so each crate's error is matched on its own variants
+/// only: the first link that has a code decides.
 pub fn exit_code_of(err: &anyhow::Error) -> ExitCode {
-    for cause in err.chain() {
-        if let Some(code) = cause.downcast_ref::<ExitCode>() {
-            return *code;
-        }
-        if cause.is::<spool_service::config::ConfigError>() {
-            return ExitCode::Usage;
-        }
-        if let Some(c) = cause.downcast_ref::<Coded>() {
-            return c.code;
-        }
-        let code = if let Some(e) = cause.downcast_ref::<spool_core::Error>() {
-            core_code(e)
-        } else if let Some(l) = cause.downcast_ref::<spool_lock::Error>() {
-            lock_code(l)
-        } else if let Some(s) = cause.downcast_ref::<spool_service::Error>() {
-            // The service's wrapping variants are transparent: their inner
-            // error is not in the chain, so look inside here.
-            match s {
-                spool_service::Error::Core(e) => core_code(e),
-                spool_service::Error::Lock(l) => lock_code(l),
-                spool_service::Error::Sink { source, .. } => core_code(source),
-                spool_service::Error::FlushTimeout { .. } => Some(ExitCode::Deadline),
-                spool_service::Error::LoopFailed { .. } => Some(ExitCode::LoopFailed),
-                spool_service::Error::Config(_) => Some(ExitCode::Usage),
-                _ => None,
+    err.chain().find_map(code_of).unwrap_or(ExitCode::Other)
+}
+
+/// The exit code one link of a chain stands for, if any.
+fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<ExitCode> {
+    if let Some(code) = cause.downcast_ref::<ExitCode>() {
+        return Some(*code);
+    }
+    if let Some(c) = cause.downcast_ref::<Coded>() {
+        return Some(c.code);
+    }
+    if cause.is::<spool_service::config::ConfigError>() {
+        return Some(ExitCode::Usage);
+    }
+    // a boxed one too (spool-service's `Sink` boxes it for size)
+    let core = cause
+        .downcast_ref::<spool_core::Error>()
+        .or_else(|| cause.downcast_ref::<Box<spool_core::Error>>().map(|b| &**b));
+    if let Some(e) = core {
+        return match e {
+            spool_core::Error::Full { .. } | spool_core::Error::SpoolFull { .. } => {
+                Some(ExitCode::Full)
             }
+            _ => None,
+        };
+    }
+    if let Some(l) = cause.downcast_ref::<spool_lock::Error>() {
+        return if l.is_owned_by_another() {
+            Some(ExitCode::Owned)
+        } else if l.is_shared_filesystem() {
+            Some(ExitCode::SharedFilesystem)
         } else {
             None
         };
-        if let Some(code) = code {
-            return code;
-        }
     }
-    ExitCode::Other
+    if let Some(s) = cause.downcast_ref::<spool_service::Error>() {
+        return match s {
+            spool_service::Error::FlushTimeout { .. } => Some(ExitCode::Deadline),
+            spool_service::Error::LoopFailed { .. } => Some(ExitCode::LoopFailed),
+            _ => None,
+        };
+    }
+    None
 }
 
-fn core_code(e: &spool_core::Error) -> Option<ExitCode> {
-    match e {
-        spool_core::Error::Full { .. } | spool_core::Error::SpoolFull { .. } => {
-            Some(ExitCode::Full)
+/// The message of an error and its causes, joined by `": "` as anyhow's
+/// `{:#}` does, leaving out a cause whose message the text so far already
+/// ends with: the library errors show their source's message in their own
+/// (`"open /x: Permission denied"`, a wrapping variant's `"{0}"`), and a
+/// person should read it once.
+pub fn message_of(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let line = cause.to_string();
+        if text.is_empty() {
+            text = line;
+        } else if !text.ends_with(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
         }
-        spool_core::Error::Lock(l) => lock_code(l),
-        _ => None,
     }
-}
-
-fn lock_code(l: &spool_lock::Error) -> Option<ExitCode> {
-    if l.is_owned_by_another() {
-        Some(ExitCode::Owned)
-    } else if l.is_shared_filesystem() {
-        Some(ExitCode::SharedFilesystem)
-    } else {
-        None
-    }
+    text
 }
 
 impl std::fmt::Display for ExitCode {
@@ -141,4 +151,93 @@ pub fn coded(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
         code,
         message: message.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+    use std::path::PathBuf;
+
+    fn owned() -> spool_lock::Error {
+        spool_lock::Error::OwnedByOther {
+            dir: PathBuf::from("/spool/r0-aa"),
+            holder: spool_lock::Holder {
+                pid: Some(4242),
+                host: "node7".into(),
+            },
+            lock_path: PathBuf::from("/spool/r0-aa/.owner.lock"),
+        }
+    }
+
+    fn full() -> spool_core::Error {
+        spool_core::Error::SpoolFull {
+            dir: PathBuf::from("/spool/r0-aa"),
+            used: 10,
+            budget: 8,
+            dead_sibling_bytes: 0,
+            buffered: 1,
+            buffer_bytes: 4,
+        }
+    }
+
+    #[test]
+    fn the_code_is_found_through_every_wrapping_layer() {
+        let cases: Vec<(anyhow::Error, ExitCode)> = vec![
+            (anyhow::Error::new(owned()), ExitCode::Owned),
+            (
+                anyhow::Error::new(spool_core::Error::Lock(owned())),
+                ExitCode::Owned,
+            ),
+            (
+                anyhow::Error::new(spool_service::Error::Core(spool_core::Error::Lock(owned())))
+                    .context("cannot start"),
+                ExitCode::Owned,
+            ),
+            (
+                anyhow::Error::new(spool_service::Error::Lock(owned())),
+                ExitCode::Owned,
+            ),
+            (
+                anyhow::Error::new(spool_service::Error::Sink {
+                    dir: PathBuf::from("/spool/r0-aa"),
+                    index: 1,
+                    source: Box::new(full()),
+                }),
+                ExitCode::Full,
+            ),
+            (
+                anyhow::Error::new(spool_service::Error::Config(
+                    spool_service::config::ConfigError("bad key".into()),
+                )),
+                ExitCode::Usage,
+            ),
+            (anyhow::anyhow!("something else"), ExitCode::Other),
+        ];
+        for (err, code) in cases {
+            assert_eq!(exit_code_of(&err), code, "{err:#}");
+        }
+    }
+
+    #[test]
+    fn a_chain_is_printed_once_whatever_its_layers() {
+        let inner = owned().to_string();
+        let err = anyhow::Error::new(spool_service::Error::Core(spool_core::Error::Lock(owned())));
+        assert_eq!(
+            message_of(&err),
+            inner,
+            "each wrapper repeats it: said once"
+        );
+        let err = Err::<(), _>(spool_service::Error::Lock(owned()))
+            .context("cannot claim")
+            .unwrap_err();
+        assert_eq!(message_of(&err), format!("cannot claim: {inner}"));
+        let io = spool_lock::Error::Io {
+            op: "open",
+            path: PathBuf::from("/spool/x"),
+            source: std::io::Error::from_raw_os_error(13),
+        };
+        let text = message_of(&anyhow::Error::new(io));
+        assert_eq!(text.matches("denied").count(), 1, "{text}");
+    }
 }

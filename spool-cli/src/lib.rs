@@ -105,7 +105,7 @@ where
         Ok(code) => code.into(),
         Err(err) => {
             let code = exit::exit_code_of(&err);
-            eprintln!("spool: {err:#}");
+            eprintln!("spool: {}", exit::message_of(&err));
             code.into()
         }
     }

@@ -202,7 +202,7 @@ pub enum Error {
     },
     /// The owner lock refused or failed (another owner, nesting, a shared
     /// filesystem, held_by_caller without the lock...).
-    #[error(transparent)]
+    #[error("{0}")]
     Lock(#[from] spool_lock::Error),
     /// The spool directory (or its worker subdirectory's parent) does not
     /// exist: it was removed. A stage never recreates it.

@@ -152,6 +152,9 @@ use std::time::{Duration, Instant};
 
 use spool_core::RankDirName;
 
+pub use cause::Cause;
+
+mod cause;
 pub(crate) mod real_env;
 #[cfg(test)]
 mod tests;
@@ -182,7 +185,7 @@ pub enum Probe {
     MarkedBlocked(String),
     /// The directory or its lock file cannot be opened by this process
     /// (another user's, `EACCES`): it can never be adopted from here.
-    NotOurs(String),
+    NotOurs(Cause),
     /// The directory is gone.
     Vanished,
 }
@@ -193,19 +196,19 @@ pub enum AdoptRefusal {
     /// Its lock is held (it came alive, or the lock file was replaced behind a
     /// live owner's back and the directory's own lock is held). Names the
     /// holder when known.
-    Live(String),
+    Live(Cause),
     /// Its owner record says `blocked: <why>`.
     MarkedBlocked(String),
     /// It can never be taken from here: another user's lock file, a held
     /// ancestor spool, an unreadable directory. Blocks the sibling.
-    Unadoptable(String),
+    Unadoptable(Cause),
     /// A transient failure (`EMFILE`, `EIO`, ...): try again after backoff.
-    Retryable(String),
+    Retryable(Cause),
     /// Only shared flocks hold its lock file or directory, and they outlast
     /// a probe's (a reader in group mode, naming its pids): not an owner,
     /// so never a block and never a backoff; taken again on a later pass
     /// (SPEC §3, issue 12 §6).
-    HeldShared(String),
+    HeldShared(Cause),
     /// The directory is gone.
     Vanished,
 }
@@ -218,9 +221,9 @@ pub enum RecoveryFailure {
     /// the cut.
     Cancelled,
     /// A transient failure: the lock is kept and the step is retried later.
-    Retryable(String),
+    Retryable(Cause),
     /// The directory cannot be opened or read by this process: blocks it.
-    Unopenable(String),
+    Unopenable(Cause),
 }
 
 /// One pack's validation ([`AdoptionEnv::continue_recovery`]).
@@ -254,8 +257,9 @@ pub enum PackOutcome {
     Failed {
         /// Whether a later attempt may succeed.
         retryable: bool,
-        /// The failure, naming the pack and the limit or host.
-        reason: String,
+        /// The failure, naming the limit or host (the machine names the
+        /// pack).
+        reason: Cause,
     },
     /// The service's cancel cut it. It stays in the spool, uploaded or not.
     Cancelled,
@@ -1118,7 +1122,7 @@ impl Adopter {
                         self.siblings[i].state = SiblingState::ProbedLive {
                             recheck_at: Some(now + again),
                         };
-                        step.error = Some(why);
+                        step.error = Some(why.to_string());
                     }
                     AdoptRefusal::MarkedBlocked(reason) => {
                         self.siblings[i].state = SiblingState::MarkedBlocked {
@@ -1380,17 +1384,17 @@ impl Adopter {
         &mut self,
         env: &mut E,
         i: usize,
-        reason: String,
+        reason: impl fmt::Display,
     ) -> String {
         let dir = self.siblings[i].dir.clone();
-        env.mark_blocked(&dir, &reason).await;
+        env.mark_blocked(&dir, &reason.to_string()).await;
         env.release(&dir).await;
         self.block_unheld(i, reason)
     }
 
     /// Blocks a sibling this adopter does not hold. Returns the message for
     /// `last_error`.
-    fn block_unheld(&mut self, i: usize, reason: String) -> String {
+    fn block_unheld(&mut self, i: usize, reason: impl fmt::Display) -> String {
         let s = &mut self.siblings[i];
         let msg = format!(
             "sibling spool directory {} is blocked from adoption: {reason}; its packs stay in place. \
@@ -1399,7 +1403,9 @@ impl Adopter {
             s.dir.display()
         );
         tracing::warn!(dir = %s.dir.display(), "{msg}");
-        s.state = SiblingState::Blocked { reason };
+        s.state = SiblingState::Blocked {
+            reason: reason.to_string(),
+        };
         msg
     }
 

@@ -1,4 +1,12 @@
 //! The service's one error type.
+//!
+//! A variant that wraps another crate's error shows that error's message
+//! (`#[error("{0}")]`) and keeps it as its `source`, so a caller walking
+//! the chain (the `spool` command's exit codes, `anyhow`) finds the inner
+//! typed error itself; none is transparent, which would hide
+//! the wrapper's own layer from the chain. Printing a chain therefore
+//! skips a link whose message the previous one already ends with (see
+//! `spool-cli`'s `exit::message_of`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,7 +24,7 @@ pub enum Error {
     /// value or file ([`crate::config`]): the message names it, where it
     /// came from and what is allowed.
     #[error("{0}")]
-    Config(crate::config::ConfigError),
+    Config(#[from] crate::config::ConfigError),
     /// Adoption is on but the own directory is not a rank directory of the
     /// layout under its own destination's catalog key.
     #[error(
@@ -31,16 +39,16 @@ pub enum Error {
         key: String,
     },
     /// A spool-core failure (layout, spool, sink).
-    #[error(transparent)]
+    #[error("{0}")]
     Core(#[from] spool_core::Error),
     /// A spool-lock failure.
-    #[error(transparent)]
+    #[error("{0}")]
     Lock(#[from] spool_lock::Error),
     /// A spool-upload failure (bad upload configuration).
-    #[error(transparent)]
+    #[error("{0}")]
     Upload(#[from] spool_upload::Error),
     /// A spool-catalog failure (bad lease configuration).
-    #[error(transparent)]
+    #[error("{0}")]
     Catalog(#[from] spool_catalog::Error),
     /// The service's own runtime or loop thread could not be made.
     #[error("cannot start the service runtime for {dir}: {source}")]
@@ -54,7 +62,8 @@ pub enum Error {
     #[error(
         "flush of {dir} did not drain within {timeout:?}: {ready} own ready pack(s) not uploaded, \
          {owed} pack(s) uploaded but not indexed (owed to the catalog), {cycles} cycle(s) run; \
-         last error: {last_error}; waiting on: {waiting_on}"
+         {}",
+        flush_cause(last_error.as_deref(), waiting_on.as_deref())
     )]
     FlushTimeout {
         /// The own directory.
@@ -67,10 +76,10 @@ pub enum Error {
         owed: usize,
         /// Cycles the service has run.
         cycles: u64,
-        /// The last error recorded, or `none`.
-        last_error: String,
-        /// The catalog or store call in flight at the deadline, or `nothing`.
-        waiting_on: String,
+        /// The last error recorded, if any.
+        last_error: Option<String>,
+        /// The catalog or store call in flight at the deadline, if any.
+        waiting_on: Option<String>,
     },
     /// The service loop (or its lease keeper) panicked: the service does no
     /// more work. Stop it and start a new one (the daemon exits 10 so its
@@ -95,13 +104,57 @@ pub enum Error {
         dir: PathBuf,
         /// Which sink (0-based).
         index: usize,
-        /// Why (boxed: spool-core's error is large).
+        /// Why (boxed: spool-core's error is large; a chain walker finds
+        /// it as `Box<spool_core::Error>`).
         source: Box<spool_core::Error>,
     },
 }
 
-impl From<crate::config::ConfigError> for Error {
-    fn from(e: crate::config::ConfigError) -> Self {
-        Error::Config(e)
+/// What a [`Error::FlushTimeout`] says of its cause: the call it waited on,
+/// the last failure, or that nothing failed (the work did not fit).
+fn flush_cause(last_error: Option<&str>, waiting_on: Option<&str>) -> String {
+    match (waiting_on, last_error) {
+        (Some(w), Some(e)) => format!("waiting on {w}; last error: {e}"),
+        (Some(w), None) => format!("waiting on {w}"),
+        (None, Some(e)) => format!("last error: {e}"),
+        (None, None) => "no store or catalog call failed or was waiting at the deadline: the \
+                         work did not fit in the timeout (a longer one drains it)"
+            .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(last_error: Option<&str>, waiting_on: Option<&str>) -> String {
+        Error::FlushTimeout {
+            dir: PathBuf::from("/spool/r0-aa"),
+            timeout: Duration::from_secs(1),
+            ready: 2,
+            owed: 3,
+            cycles: 4,
+            last_error: last_error.map(String::from),
+            waiting_on: waiting_on.map(String::from),
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn a_flush_timeout_says_its_cause_and_never_none() {
+        let w = "catalog ch:8123: indexing 3 pack(s), waiting for 1 s";
+        let e = "store s3://b refuses this destination: 403";
+        let both = timeout(Some(e), Some(w));
+        assert!(both.contains(w) && both.contains(e), "{both}");
+        assert!(timeout(None, Some(w)).ends_with(&format!("waiting on {w}")));
+        assert!(timeout(Some(e), None).ends_with(&format!("last error: {e}")));
+        let neither = timeout(None, None);
+        assert!(
+            neither.contains("no store or catalog call failed"),
+            "{neither}"
+        );
+        for m in [both, neither] {
+            assert!(!m.contains("none") && !m.contains("nothing"), "{m}");
+        }
     }
 }

@@ -386,10 +386,8 @@ impl StorageService {
                     .map(|c| c.io.pending.len())
                     .unwrap_or(snap.pending_index as usize),
                 cycles: shared.cycles.load(Ordering::SeqCst),
-                last_error: snap.last_error.unwrap_or_else(|| "none".into()),
-                waiting_on: shared
-                    .waiting_on(Duration::ZERO)
-                    .unwrap_or_else(|| "nothing".into()),
+                last_error: snap.last_error,
+                waiting_on: shared.waiting_on(Duration::ZERO),
             }
         };
         let failed = |why: String| Error::LoopFailed {

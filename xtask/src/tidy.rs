@@ -233,6 +233,23 @@ fn no_anyhow_in_a_library() {
 }
 
 #[test]
+fn no_transparent_error_variant() {
+    // spelled in pieces, so this file does not find itself
+    let needle = ["#[error(", "transparent)]"].concat();
+    let hits: Vec<_> = rust_files()
+        .into_iter()
+        .filter(|p| read(p).contains(needle.as_str()))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        hits.is_empty(),
+        "a wrapping error variant shows its inner message and keeps it as its source \
+         (#[error(\"{{0}}\")] with #[from] or #[source]), so the chain holds the inner typed \
+         error; a transparent one hides it (exit codes would re-match inner variants): {hits:?}"
+    );
+}
+
+#[test]
 fn every_source_file_starts_with_a_module_doc() {
     let missing: Vec<_> = rust_files()
         .into_iter()

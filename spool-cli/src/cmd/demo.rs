@@ -121,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outcome = match result {
         Ok(o) => o,
         Err(err) => {
-            eprintln!("spool demo: {err:#}");
+            eprintln!("spool demo: {}", crate::exit::message_of(&err));
             eprintln!("spool demo: logs kept in {}", logs.display());
             let _ = scratch.keep();
             return Ok(ExitCode::Other);

@@ -382,7 +382,10 @@ fn close(target: Target) -> ExitCode {
 
 /// The exit code and message of a failed open.
 fn report_open(err: &anyhow::Error) -> ExitCode {
-    eprintln!("spool: cannot open the sink: {err:#}");
+    eprintln!(
+        "spool: cannot open the sink: {}",
+        crate::exit::message_of(err)
+    );
     crate::exit::exit_code_of(err)
 }
 
@@ -396,15 +399,10 @@ fn synthetic_record(pack: u64, i: u64, len: usize) -> Vec<u8> {
     record
 }
 
-/// Prints `err` and picks its exit code: 3 owned by another process, 4
-/// shared filesystem, 5 spool full, else 1.
+/// Prints `err` and picks its exit code ([`crate::exit::exit_code_of`]: 3
+/// owned by another process, 4 shared filesystem, 5 spool full, else 1).
 fn report(err: spool_core::Error, what: &str) -> anyhow::Result<ExitCode> {
-    let code = match &err {
-        spool_core::Error::Lock(lock) if lock.is_owned_by_another() => ExitCode::Owned,
-        spool_core::Error::Lock(lock) if lock.is_shared_filesystem() => ExitCode::SharedFilesystem,
-        spool_core::Error::Full { .. } | spool_core::Error::SpoolFull { .. } => ExitCode::Full,
-        _ => ExitCode::Other,
-    };
-    eprintln!("spool: {what}: {err}");
-    Ok(code)
+    let err = anyhow::Error::new(err);
+    eprintln!("spool: {what}: {}", crate::exit::message_of(&err));
+    Ok(crate::exit::exit_code_of(&err))
 }

@@ -10,10 +10,10 @@ use spool_core::siblings::{self, Owner};
 use spool_core::spool::{RecoveryStep as CoreStep, SpoolConfig};
 use spool_core::{PackId, ReadyPack, Spool};
 use spool_lock::{LockMode, LockOptions};
-use spool_upload::UploadItem;
+use spool_upload::{UploadItem, UploadOutcome};
 
 use crate::adoption::{
-    AdoptRefusal, AdoptionEnv, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
+    AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
 };
 use crate::bound::Bound;
 use crate::upload_path::{Held, Owed, UploadPath};
@@ -155,7 +155,7 @@ impl AdoptionEnv for Env<'_> {
                 tracing::debug!(dir = %dir.display(), "probe failed transiently, the take decides: {e}");
                 Probe::Dead
             }
-            Err(e) => Probe::NotOurs(e.to_string()),
+            Err(e) => Probe::NotOurs(e.into()),
         }
     }
 
@@ -165,15 +165,15 @@ impl AdoptionEnv for Env<'_> {
         }
         let claim = match spool_lock::try_adopt(dir, &self.lock) {
             Ok(c) => c,
-            Err(e) if e.is_owned_by_another() => return Err(AdoptRefusal::Live(e.to_string())),
+            Err(e) if e.is_owned_by_another() => return Err(AdoptRefusal::Live(e.into())),
             Err(e @ spool_lock::Error::HeldShared { .. }) => {
-                return Err(AdoptRefusal::HeldShared(e.to_string()))
+                return Err(AdoptRefusal::HeldShared(e.into()))
             }
             Err(e @ spool_lock::Error::HeldByThisProcess { .. }) => {
-                return Err(AdoptRefusal::Live(e.to_string()))
+                return Err(AdoptRefusal::Live(e.into()))
             }
             Err(e @ spool_lock::Error::Io { .. }) if is_permanent(&e) => {
-                return Err(AdoptRefusal::Unadoptable(e.to_string()))
+                return Err(AdoptRefusal::Unadoptable(e.into()))
             }
             // SPEC §7.1: a sibling that can never be taken from here is
             // blocked once, never a reason to back the loop off
@@ -181,12 +181,12 @@ impl AdoptionEnv for Env<'_> {
                 e @ (spool_lock::Error::SharedFilesystem { .. }
                 | spool_lock::Error::NestedUnderHeld { .. }
                 | spool_lock::Error::NoReplaceUnsupported { .. }),
-            ) => return Err(AdoptRefusal::Unadoptable(e.to_string())),
+            ) => return Err(AdoptRefusal::Unadoptable(e.into())),
             Err(e) if !dir.exists() => {
                 tracing::debug!(dir = %dir.display(), "sibling vanished: {e}");
                 return Err(AdoptRefusal::Vanished);
             }
-            Err(e) => return Err(AdoptRefusal::Retryable(e.to_string())),
+            Err(e) => return Err(AdoptRefusal::Retryable(e.into())),
         };
         let config = SpoolConfig {
             lock_mode: LockMode::HeldByCaller,
@@ -208,17 +208,16 @@ impl AdoptionEnv for Env<'_> {
             }
             Err(e) => {
                 let _ = claim.release();
-                Err(AdoptRefusal::Unadoptable(e.to_string()))
+                Err(AdoptRefusal::Unadoptable(e.into()))
             }
         }
     }
 
     async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<PackRef>, RecoveryFailure> {
         let Some(held) = self.io.held.get_mut(dir) else {
-            return Err(RecoveryFailure::Unopenable(format!(
-                "{} is not held",
-                dir.display()
-            )));
+            return Err(RecoveryFailure::Unopenable(
+                format!("{} is not held", dir.display()).into(),
+            ));
         };
         let spool = held.spool.clone();
         let flag = self.cancel_flag.clone();
@@ -235,16 +234,15 @@ impl AdoptionEnv for Env<'_> {
                 Ok(list.iter().map(pack_ref).collect())
             }
             Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
-            Err(e) => Err(RecoveryFailure::Retryable(e.to_string())),
+            Err(e) => Err(RecoveryFailure::Retryable(e.into())),
         }
     }
 
     async fn continue_recovery(&mut self, dir: &Path) -> Result<ValidationStep, RecoveryFailure> {
         let Some(held) = self.io.held.get_mut(dir) else {
-            return Err(RecoveryFailure::Unopenable(format!(
-                "{} is not held",
-                dir.display()
-            )));
+            return Err(RecoveryFailure::Unopenable(
+                format!("{} is not held", dir.display()).into(),
+            ));
         };
         let Some(mut rec) = held.recovery.take() else {
             return Ok(ValidationStep::Done);
@@ -256,8 +254,9 @@ impl AdoptionEnv for Env<'_> {
             (rec, r)
         })
         .await;
-        let Ok((rec, r)) = joined else {
-            return Err(RecoveryFailure::Retryable("validation task failed".into()));
+        let (rec, r) = match joined {
+            Ok(done) => done,
+            Err(e) => return Err(RecoveryFailure::Retryable(e.into())),
         };
         if let Some(h) = self.io.held.get_mut(dir) {
             h.recovery = Some(rec);
@@ -280,7 +279,7 @@ impl AdoptionEnv for Env<'_> {
             }
             Ok(None) => Ok(ValidationStep::Done),
             Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
-            Err(e) => Err(RecoveryFailure::Retryable(e.to_string())),
+            Err(e) => Err(RecoveryFailure::Retryable(e.into())),
         }
     }
 
@@ -306,7 +305,7 @@ impl AdoptionEnv for Env<'_> {
                     p.clone(),
                     PackOutcome::Failed {
                         retryable: false,
-                        reason: format!("{} is not a pack file name", p.path.display()),
+                        reason: format!("{} is not a pack file name", p.path.display()).into(),
                     },
                 )),
             }
@@ -317,7 +316,7 @@ impl AdoptionEnv for Env<'_> {
             let Some((pref, ready)) = readies.remove(&r.item.pack_id) else {
                 continue;
             };
-            if let Some(f) = r.outcome.failure() {
+            if let UploadOutcome::Failed(f) = r.outcome {
                 if f.corrupt {
                     if let Some(spool) = self.io.held.get(dir).map(|h| h.spool.clone()) {
                         self.io.quarantine(spool, &ready, f.error.to_string()).await;
@@ -325,16 +324,12 @@ impl AdoptionEnv for Env<'_> {
                 }
                 let outcome = if f.cancelled {
                     PackOutcome::Cancelled
-                } else if f.destination_wide() {
-                    // not this sibling's fault: never blocks it; retried
-                    PackOutcome::Failed {
-                        retryable: true,
-                        reason: format!("{}: {}", pref.path.display(), f.error),
-                    }
                 } else {
+                    // a destination-wide refusal is not this sibling's
+                    // fault: never blocks it; retried
                     PackOutcome::Failed {
-                        retryable: f.retryable,
-                        reason: format!("{}: {}", pref.path.display(), f.error),
+                        retryable: f.retryable || f.destination_wide(),
+                        reason: Cause::new(f.error),
                     }
                 };
                 out.push((pref, outcome));
@@ -356,7 +351,7 @@ impl AdoptionEnv for Env<'_> {
                     pref,
                     PackOutcome::Failed {
                         retryable: true,
-                        reason: e.to_string(),
+                        reason: e.into(),
                     },
                 )),
             }

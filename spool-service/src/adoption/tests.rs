@@ -289,7 +289,7 @@ impl AdoptionEnv for Fake {
                 Probe::Live
             }
             Some(d) if d.live => Probe::Live,
-            Some(d) if d.not_ours.is_some() => Probe::NotOurs(d.not_ours.clone().unwrap()),
+            Some(d) if d.not_ours.is_some() => Probe::NotOurs(d.not_ours.clone().unwrap().into()),
             Some(d) if d.marked.is_some() => Probe::MarkedBlocked(d.marked.clone().unwrap()),
             Some(_) => Probe::Dead,
         }
@@ -319,7 +319,7 @@ impl AdoptionEnv for Fake {
             return Err(r);
         }
         if let Some(r) = d.not_ours {
-            return Err(AdoptRefusal::Unadoptable(r));
+            return Err(AdoptRefusal::Unadoptable(r.into()));
         }
         if let Some(r) = d.marked {
             return Err(AdoptRefusal::MarkedBlocked(r));
