@@ -272,6 +272,73 @@ pub mod testing {
             },
         }
     }
+
+    /// A catalog whose `index()` panics (the message names it as on
+    /// purpose) and which passes every other call to the catalog inside:
+    /// a bug in the service loop, for the tests of SPEC §4.5.
+    pub struct PanicOnIndex(pub Arc<dyn Catalog>);
+
+    #[async_trait::async_trait]
+    impl Catalog for PanicOnIndex {
+        fn server(&self) -> String {
+            self.0.server()
+        }
+        async fn ensure_schema(&self) -> crate::Result<()> {
+            self.0.ensure_schema().await
+        }
+        async fn index(
+            &self,
+            _rows: &[crate::PackRow],
+            _fence: Option<&crate::LeaseGuard>,
+        ) -> crate::Result<()> {
+            panic!("index() exploded on purpose");
+        }
+        async fn get(&self, pack_id: &str) -> crate::Result<Option<crate::PackRow>> {
+            self.0.get(pack_id).await
+        }
+        async fn list_range(&self, from_ms: u64, to_ms: u64) -> crate::Result<Vec<crate::PackRow>> {
+            self.0.list_range(from_ms, to_ms).await
+        }
+        async fn count(&self) -> crate::Result<u64> {
+            self.0.count().await
+        }
+        async fn read_lease_head(&self, name: &str) -> crate::Result<crate::LeaseHead> {
+            self.0.read_lease_head(name).await
+        }
+        async fn append_claim(&self, claim: &crate::NewClaim) -> crate::Result<()> {
+            self.0.append_claim(claim).await
+        }
+        async fn read_claims(
+            &self,
+            name: &str,
+            term: u64,
+        ) -> crate::Result<Vec<crate::LeaseRecord>> {
+            self.0.read_claims(name, term).await
+        }
+        async fn lease_log(&self, name: &str) -> crate::Result<Vec<crate::LeaseRecord>> {
+            self.0.lease_log(name).await
+        }
+    }
+
+    static PANIC_ON_INDEX: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// From now on, every catalog [`open`](crate::open) makes in this
+    /// process is wrapped in [`PanicOnIndex`] (the `spool-with-seams`
+    /// helper's `--panic-on-index`).
+    pub fn panic_on_index() {
+        PANIC_ON_INDEX.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `catalog`, wrapped in [`PanicOnIndex`] if [`panic_on_index`] was
+    /// called.
+    pub(crate) fn seamed(catalog: Arc<dyn Catalog>) -> Arc<dyn Catalog> {
+        if PANIC_ON_INDEX.load(std::sync::atomic::Ordering::SeqCst) {
+            Arc::new(PanicOnIndex(catalog))
+        } else {
+            catalog
+        }
+    }
 }
 
 /// Opens the catalog a URL names. Nothing is contacted until the first
@@ -289,6 +356,14 @@ pub fn open_with_timeout(
     url: &str,
     request_timeout: std::time::Duration,
 ) -> Result<Arc<dyn Catalog>> {
+    let catalog = open_backend(url, request_timeout)?;
+    #[cfg(any(test, feature = "testing"))]
+    let catalog = testing::seamed(catalog);
+    Ok(catalog)
+}
+
+/// The backend `url` names, unwrapped.
+fn open_backend(url: &str, request_timeout: std::time::Duration) -> Result<Arc<dyn Catalog>> {
     match CatalogUrl::parse(url)? {
         #[cfg(feature = "clickhouse")]
         CatalogUrl::ClickHouse(t) => Ok(Arc::new(

@@ -468,7 +468,6 @@ fn run_once_beside_the_lease_holder_exits_0_naming_it() {
 /// for that lease to lapse, takes it, and adopts the sibling (the demo's
 /// SIGKILLed rank), never "left to the holder".
 #[test]
-#[ignore = "flaky (3 of 4 green at 11:47 UTC): run --once sometimes judges the unlocked rank directory of the dead same-host holder live (spool_lock::read_owner held = true) and exits left-to-holder; cause not yet found (a momentary lock of that directory by this process?)"]
 fn run_once_beside_a_dead_same_host_lease_holder_adopts_after_it_lapses() {
     let root = tempfile::tempdir().unwrap();
     // the dead rank held the node's lease (5 s) when it died
@@ -1039,6 +1038,52 @@ mod serial {
         assert_eq!(ready(&sib), ids.into_iter().collect(), "packs kept whole");
         assert_unheld(&sib);
         assert!(!own.exists(), "the daemon's empty own directory is removed");
+    }
+
+    /// SPEC §4.5 black-box: `spool run` (through `spool-with-seams
+    /// --panic-on-index`, whose catalog's `index()` panics) adopting a dead
+    /// sibling: `/healthz` says 503 `loop_failed` naming the panic, the
+    /// daemon exits 10 within a bounded stop, the sibling is let go with
+    /// every pack in it.
+    #[test]
+    fn a_panicked_loop_makes_spool_run_exit_10_and_let_go_of_the_sibling() {
+        let root = tempfile::tempdir().unwrap();
+        let kd = key_dir(root.path(), &[]);
+        let sib = kd.join("r1-0000abcd");
+        let ids = stage(&sib, 2);
+        let mut child = KillOnDrop(
+            spool_tests::spool_with_seams(&["--panic-on-index"])
+                .args(["run", "--json", "--metrics-addr", "127.0.0.1:0"])
+                .arg("--spool-root")
+                .arg(root.path())
+                .env("SPOOL_METRICS_LINGER", "3s")
+                .env("SPOOL_STOP_FLUSH_TIMEOUT", "2s")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let rx = lines(&mut child);
+        let first = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        let started: Value = serde_json::from_str(&first).unwrap();
+        let addr = started["metrics_addr"].as_str().unwrap().to_string();
+        let t = Instant::now();
+        let mut body = String::new();
+        wait_until("/healthz 503 loop_failed", Duration::from_secs(20), || {
+            let (s, b) = healthz(&addr);
+            body = b;
+            s == 503 && body.contains("loop_failed")
+        });
+        assert!(body.contains("index() exploded on purpose"), "{body}");
+        // stop_flush_timeout 2 s + the 3 s linger for the scrape + margin
+        let st = wait_exit(&mut child, Duration::from_secs(20));
+        let took = t.elapsed();
+        let err = child_stderr(&mut child);
+        assert_eq!(st.code(), Some(10), "{err}");
+        assert!(err.contains("index() exploded on purpose"), "{err}");
+        assert!(took < Duration::from_secs(2 + 3 + 3), "exit took {took:?}");
+        assert_eq!(ready(&sib), ids.into_iter().collect(), "packs kept whole");
+        assert_unheld(&sib);
     }
 
     /// SIGTERM after the daemon drained: exit 0 at once, nothing left.

@@ -406,10 +406,17 @@ fn other_adopter(s: &Snapshot) -> Option<Holder> {
     // product's one liveness rule, the flock): a holder on this host that
     // was SIGKILLed leaves a lease that runs out within its TTL, and this
     // run waits for that and adopts, as before. A holder elsewhere cannot
-    // be probed from here: its lease is taken at its word.
+    // be probed from here: its lease is taken at its word. Held by this
+    // very process (this run is adopting the dead holder's directory, or
+    // its adoption is probing it right now) is not another live service.
     if let (Some(dir), true) = (&holder.dir, holder.host == spool_lock::host_name()) {
-        let live = spool_lock::read_owner(Path::new(dir)).is_ok_and(|o| o.held);
-        if !live {
+        // Twice, a moment apart: a probe of this process's adoption holds
+        // the lock for an instant and may be closed before it is seen.
+        let live = || siblings::probe(Path::new(dir)).is_ok_and(|p| p.owner() == Owner::Live);
+        if !(live() && {
+            std::thread::sleep(Duration::from_millis(50));
+            live()
+        }) {
             return None;
         }
     }

@@ -431,58 +431,6 @@ mod serial {
     }
 }
 
-/// A memory catalog whose `index()` panics: the service loop's bug.
-struct PanickingCatalog(Arc<MemoryCatalog>);
-
-#[async_trait::async_trait]
-impl Catalog for PanickingCatalog {
-    fn server(&self) -> String {
-        self.0.server()
-    }
-    async fn ensure_schema(&self) -> spool_catalog::Result<()> {
-        self.0.ensure_schema().await
-    }
-    async fn index(
-        &self,
-        _rows: &[spool_catalog::PackRow],
-        _fence: Option<&spool_catalog::LeaseGuard>,
-    ) -> spool_catalog::Result<()> {
-        panic!("index() exploded on purpose");
-    }
-    async fn get(&self, pack_id: &str) -> spool_catalog::Result<Option<spool_catalog::PackRow>> {
-        self.0.get(pack_id).await
-    }
-    async fn list_range(
-        &self,
-        from_ms: u64,
-        to_ms: u64,
-    ) -> spool_catalog::Result<Vec<spool_catalog::PackRow>> {
-        self.0.list_range(from_ms, to_ms).await
-    }
-    async fn count(&self) -> spool_catalog::Result<u64> {
-        self.0.count().await
-    }
-    async fn read_lease_head(&self, name: &str) -> spool_catalog::Result<spool_catalog::LeaseHead> {
-        self.0.read_lease_head(name).await
-    }
-    async fn append_claim(&self, claim: &spool_catalog::NewClaim) -> spool_catalog::Result<()> {
-        self.0.append_claim(claim).await
-    }
-    async fn read_claims(
-        &self,
-        name: &str,
-        term: u64,
-    ) -> spool_catalog::Result<Vec<spool_catalog::LeaseRecord>> {
-        self.0.read_claims(name, term).await
-    }
-    async fn lease_log(
-        &self,
-        name: &str,
-    ) -> spool_catalog::Result<Vec<spool_catalog::LeaseRecord>> {
-        self.0.lease_log(name).await
-    }
-}
-
 /// SPEC §4.5: a panicked loop is never silent. A catalog whose `index()`
 /// panics while a dead sibling is being adopted: the snapshot says
 /// `loop_failed` with the panic's message, the sibling's lock is let go with
@@ -496,7 +444,7 @@ fn a_panic_in_the_loop_is_reported_and_lets_go_of_the_adopted_sibling() {
     stage(&sib_dir, 2);
     sib.release().unwrap();
     let mut c = fx.config(own.dir());
-    c.catalog = Arc::new(PanickingCatalog(fx.catalog.clone()));
+    c.catalog = Arc::new(spool_catalog::testing::PanicOnIndex(fx.catalog.clone()));
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
     assert!(

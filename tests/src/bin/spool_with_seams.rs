@@ -3,13 +3,15 @@
 //! ask for. The shipped `spool` binary has none of these options.
 //!
 //! ```text
-//! spool-with-seams [--pause-before-publish FILE] [--test-filesystem-type HEX] SPOOL-ARGS...
+//! spool-with-seams [--pause-before-publish FILE] [--test-filesystem-type HEX] [--panic-on-index] SPOOL-ARGS...
 //! ```
 //!
 //! - `--pause-before-publish FILE`: every stage pauses before its publish
 //!   until FILE exists (spool-core's seam);
 //! - `--test-filesystem-type HEX`: every path is on the filesystem with this
-//!   statfs magic, e.g. `0x6969` (NFS; spool-lock's seam).
+//!   statfs magic, e.g. `0x6969` (NFS; spool-lock's seam);
+//! - `--panic-on-index`: every catalog's `index()` panics (spool-catalog's
+//!   seam): a bug in the service loop.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -18,6 +20,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mut args: Vec<OsString> = std::env::args_os().collect();
+    while args.get(1).and_then(|a| a.to_str()) == Some("--panic-on-index") {
+        spool_catalog::testing::panic_on_index();
+        args.remove(1);
+    }
     while let (Some(opt), Some(value)) = (args.get(1), args.get(2)) {
         let value = value.clone();
         match opt.to_str() {
