@@ -4,9 +4,183 @@
 //! returns within 2 s and `stop()` within 2 s, the packs stay (owed or
 //! ready, never lost) and a successor with the servers back indexes each
 //! exactly once. Black-box: `spool run` with its catalog stalled mid-drain
-//! exits within `service.stop_flush_timeout + 2 s` of SIGTERM.
+//! exits within `service.stop_flush_timeout + 2 s` of SIGTERM. A refusal
+//! of the whole destination (a bucket that does not exist) keeps every pack
+//! ready and ships everything by itself once the bucket is made.
 
 #![forbid(unsafe_code)]
+
+/// `spool run` against a moto bucket that does not exist yet (NoSuchBucket:
+/// a refusal of the whole destination, SPEC §5): a dead sibling's packs all
+/// stay `.ready`, the sibling is never blocked, `/healthz` says 503 naming
+/// the store; then the bucket is made (a plain PUT, as an operator's fix)
+/// and every pack arrives byte-equal and indexed, the sibling is gone and
+/// `/healthz` says 200, with no person touching a file.
+#[test]
+fn a_missing_bucket_keeps_every_pack_ready_and_ships_all_once_it_exists() {
+    use spool_tests::{describe, output, spool, KillOnDrop};
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let Some(moto) = spool_tests::servers::moto() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let healthz = |addr: &str| {
+        rt.block_on(spool_tests::http::request(addr, "GET", "/healthz"))
+            .unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let bucket = format!("late-{}", std::process::id());
+    let store = format!("s3://{bucket}/packs");
+    let flags = |cmd: &mut std::process::Command| {
+        cmd.arg("--spool-root")
+            .arg(&root)
+            .args(["--store", &store])
+            .env("AWS_ENDPOINT", moto.endpoint.as_str())
+            .env("SPOOL_MAX_BACKOFF", "1s")
+            .env("SPOOL_UNHEALTHY_AFTER", "1s")
+            .env("SPOOL_RECHECK_INTERVAL", "1s");
+    };
+    let (sib, staged) = dead_sibling(&flags, 6);
+
+    let mut run = spool();
+    run.args(["run", "--json", "--metrics-addr", "127.0.0.1:0"]);
+    flags(&mut run);
+    // stderr to a file: a pipe nobody reads would fill with the refusals
+    // logged and stall the daemon on its own log line
+    let log = std::fs::File::create(tmp.path().join("run.log")).unwrap();
+    let mut child = KillOnDrop(
+        run.stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        // read to the end, so the daemon never writes to a closed pipe
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let started: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let addr = started["metrics_addr"].as_str().unwrap().to_string();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (status, body) = healthz(&addr);
+        if status == 503 {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/healthz never turned 503 with the bucket missing: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(body.contains(&bucket), "/healthz names the store: {body}");
+    // several backoffs later: nothing set aside, nothing blocked
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        spool_tests::ready_files(&sib),
+        staged,
+        "every pack stays ready"
+    );
+    let owner = spool_lock::read_owner(&sib).unwrap();
+    assert!(
+        !matches!(
+            owner.record.map(|r| r.purpose),
+            Some(spool_lock::Purpose::Blocked(_))
+        ),
+        "the sibling is never marked blocked"
+    );
+
+    let host = moto
+        .endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let (status, made) = rt
+        .block_on(spool_tests::http::request(
+            &host,
+            "PUT",
+            &format!("/{bucket}"),
+        ))
+        .unwrap();
+    assert_eq!(status, 200, "moto made no bucket {bucket}: {made}");
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sib.exists() || healthz(&addr).0 != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing shipped within 30 s of the fix: {:?} left, /healthz {:?}",
+            spool_tests::ready_files(&sib).len(),
+            healthz(&addr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let objects = spool_tests::servers::s3_object_store(&moto.endpoint, &bucket);
+    for (id, bytes) in &staged {
+        let got = rt
+            .block_on(async {
+                use object_store::ObjectStoreExt;
+                let id = spool_core::PackId::from_hex(id).unwrap();
+                let p = spool_upload::object_key(&object_store::path::Path::from("packs"), &id);
+                objects.get(&p).await?.bytes().await
+            })
+            .unwrap_or_else(|e| panic!("pack {id} is not in the store: {e}"));
+        assert_eq!(&got[..], &bytes[..], "pack {id} arrived changed");
+    }
+    let out = output(spool().args(["ls", "--json", "--spool-root"]).arg(&root));
+    assert!(out.status.success(), "{}", describe(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for id in staged.keys() {
+        assert!(listed.contains(id.as_str()), "{id} not indexed: {listed}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.0.wait();
+}
+
+/// A dead producer's rank directory `r1-0000abcd` under the key directory
+/// the command's `flags` name (`spool config show`), with `packs` packs of
+/// 4 KiB staged by `spool produce`: its path and its ready files.
+fn dead_sibling(
+    flags: &dyn Fn(&mut std::process::Command),
+    packs: usize,
+) -> (
+    std::path::PathBuf,
+    std::collections::HashMap<String, Vec<u8>>,
+) {
+    use spool_tests::{describe, output, spool};
+    let mut show = spool();
+    show.args(["config", "show", "--json"]);
+    flags(&mut show);
+    let out = output(&mut show);
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key_dir = std::path::PathBuf::from(v["derived"]["key_dir"].as_str().unwrap());
+    let sib = key_dir.join("r1-0000abcd");
+    std::fs::create_dir_all(&key_dir).unwrap();
+    let n = packs.to_string();
+    let out = output(
+        spool()
+            .args(["produce", "--packs", &n, "--pack-bytes", "4096", "--dir"])
+            .arg(&sib),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let staged = spool_tests::ready_files(&sib);
+    assert_eq!(staged.len(), packs);
+    (sib, staged)
+}
 
 mod serial {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -233,7 +407,7 @@ mod serial {
     fn spool_run_with_its_catalog_stalled_mid_drain_exits_in_time_on_sigterm() {
         use nix::sys::signal::{kill, Signal};
         use nix::unistd::Pid;
-        use spool_tests::{describe, output, spool, KillOnDrop};
+        use spool_tests::{spool, KillOnDrop};
         use std::process::Stdio;
 
         let Some(s) = proxied_servers() else { return };
@@ -250,23 +424,7 @@ mod serial {
                 .env("SPOOL_STOP_FLUSH_TIMEOUT", "3s")
                 .env("SPOOL_RECHECK_INTERVAL", "1s");
         };
-        let mut show = spool();
-        show.args(["config", "show", "--json"]);
-        flags(&mut show);
-        let out = output(&mut show);
-        assert!(out.status.success(), "{}", describe(&out));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let key_dir = std::path::PathBuf::from(v["derived"]["key_dir"].as_str().unwrap());
-        let sib = key_dir.join("r1-0000abcd");
-        std::fs::create_dir_all(&key_dir).unwrap();
-        let out = output(
-            spool()
-                .args(["produce", "--packs", "40", "--pack-bytes", "4096", "--dir"])
-                .arg(&sib),
-        );
-        assert!(out.status.success(), "{}", describe(&out));
-        let staged = spool_tests::ready_files(&sib);
-        assert_eq!(staged.len(), 40);
+        let (sib, staged) = super::dead_sibling(&flags, 40);
         // the catalog stops answering once the first adopted pack is PUT
         let ch = s.ch_proxy.clone();
         let fired = Arc::new(AtomicBool::new(false));
