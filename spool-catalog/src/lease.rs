@@ -420,6 +420,13 @@ pub struct LeaseState {
     /// The keeper's task panicked (its message): the lease is not kept any
     /// more; the service reports it as a failed loop.
     pub task_failed: Option<String>,
+    /// Renewals that kept a holding (each a claim that landed).
+    pub renewals: u64,
+    /// The longest time from one claim of a holding to its next renewal
+    /// (both measured at the claim's start): `renew_interval` plus however
+    /// late the keeper got to run. A keeper starved by blocked runtime
+    /// workers shows here before its lease lapses.
+    pub max_renewal_gap: Option<std::time::Duration>,
 }
 
 impl LeaseState {
@@ -567,6 +574,9 @@ impl LeaseKeeper {
                 .max(now + self.config.renew_interval.min(Duration::from_secs(1)));
             match self.bounded("renew the lease", until, Some(&g)).await {
                 Ok(LeaseClaim::Held(g2)) => {
+                    let gap = g2.claimed_at.saturating_duration_since(g.claimed_at);
+                    self.state.renewals += 1;
+                    self.state.max_renewal_gap = self.state.max_renewal_gap.max(Some(gap));
                     self.state.guard = Some(g2);
                     self.state.last_error = None;
                     return self.state.clone();

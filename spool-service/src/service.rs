@@ -199,7 +199,7 @@ impl StorageService {
             loop_failed: Mutex::new(None),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(config.runtime_workers.max(1))
             .thread_name("spool-service")
             .enable_all()
             .build()
@@ -418,7 +418,7 @@ impl StorageService {
                     Ok(out) => out,
                     Err(panic) => {
                         let why = shared.fail_loop(panic.as_ref());
-                        c.let_go_of_siblings();
+                        c.let_go_of_siblings().await;
                         c.publish(&shared);
                         return Err(failed(why));
                     }
@@ -517,6 +517,17 @@ impl StorageService {
         s.cycles = self.shared.cycles.load(Ordering::SeqCst);
         s.waiting_on = self.shared.waiting_on(WAITING_SHOWN_AFTER);
         s.loop_failed = self.shared.loop_failed();
+        if let Some(rx) = self
+            .shared
+            .lease
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let st = rx.borrow();
+            s.lease_renewals = st.renewals;
+            s.max_renewal_gap = st.max_renewal_gap;
+        }
         s
     }
 }
@@ -568,7 +579,7 @@ async fn run_loop(
         if shared.loop_failed().is_some() {
             // a flush's cycle (or the lease keeper) failed: no more work
             let mut c = core.lock().await;
-            c.let_go_of_siblings();
+            c.let_go_of_siblings().await;
             c.publish(&shared);
             return;
         }
@@ -588,7 +599,7 @@ async fn run_loop(
                     // SPEC §4.5: a panicked loop is never silent. Every
                     // adopted lock is let go; the own claim is the engine's.
                     shared.fail_loop(panic.as_ref());
-                    c.let_go_of_siblings();
+                    c.let_go_of_siblings().await;
                     c.publish(&shared);
                     return;
                 }
@@ -863,22 +874,14 @@ impl Core {
             let _ = adopter.step(&mut env, &b).await;
             self.adopter = Some(adopter);
         }
-        self.let_go_of_siblings();
+        self.let_go_of_siblings().await;
         self.publish(shared);
     }
 
     /// Lets go of every adopted sibling whole (stop, or a failed loop):
     /// their packs stay for a successor.
-    fn let_go_of_siblings(&mut self) {
-        for (dir, h) in self.io.held.drain() {
-            drop(h.spool);
-            match h.claim.release() {
-                Ok(()) => {
-                    tracing::info!(dir = %dir.display(), "let go of adopted sibling {}", dir.display())
-                }
-                Err(e) => tracing::warn!(dir = %dir.display(), "releasing adopted sibling: {e}"),
-            }
-        }
+    async fn let_go_of_siblings(&mut self) {
+        crate::adoption::real_env::release_all(self.io.held.drain().collect()).await;
     }
 
     fn publish(&self, shared: &Shared) {
@@ -919,6 +922,8 @@ impl Core {
             lease_held: lease.as_ref().is_some_and(|s| s.held()),
             lease_holder: lease.as_ref().and_then(|s| s.foreign_holder.clone()),
             latched: lease.as_ref().is_some_and(|s| s.latched),
+            lease_renewals: lease.as_ref().map_or(0, |s| s.renewals),
+            max_renewal_gap: lease.as_ref().and_then(|s| s.max_renewal_gap),
             // the lease keeper's failure talking to the catalog counts too (a
             // daemon that cannot get the lease says why)
             last_error: c.last_error.clone().or_else(|| {

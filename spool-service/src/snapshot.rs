@@ -43,6 +43,14 @@ pub struct Snapshot {
     pub lease_held: bool,
     /// The foreign holder last seen, if any.
     pub lease_holder: Option<String>,
+    /// Renewals of this service's lease holding so far (live at each
+    /// `snapshot()`).
+    pub lease_renewals: u64,
+    /// The longest time from one claim of the lease to its next renewal
+    /// (`ttl / 3` plus how late the lease keeper ran; SPEC §2.6: blocking
+    /// file system work never runs on the service's async workers, so this
+    /// stays near `ttl / 3`). Live at each `snapshot()`.
+    pub max_renewal_gap: Option<std::time::Duration>,
     /// A foreign lease outlived 2 x TTL: lease-gated work stopped for good.
     pub latched: bool,
     /// The last error recorded.

@@ -345,6 +345,17 @@ impl HelperChild {
         HelperChild { child, out }
     }
 
+    /// Runs `cmd` (a helper wrapped in another command: `unshare`, ...),
+    /// its stdout read like [`HelperChild::spawn_bin`]'s.
+    pub fn spawn_command(mut cmd: Command) -> HelperChild {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn a wrapped helper");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        HelperChild { child, out }
+    }
+
     /// Reads lines until one starts with `prefix`; returns it.
     pub fn expect_line(&mut self, prefix: &str) -> String {
         loop {

@@ -22,6 +22,57 @@ use spool_tests::service::{
 };
 use spool_upload::testing::{Action, Injected, Op, Rule};
 
+/// The service-helper's report: `blocked` (with its 3 packs) blocked and
+/// left in place, `adopted` adopted and removed, own packs at their pace.
+fn blocked_one_adopted_the_other(child: &mut HelperChild, blocked: &Path, adopted: &Path) {
+    let line = child.expect_line("blocked ");
+    assert_eq!(line, format!("blocked {}", blocked.display()));
+    assert_eq!(child.expect_line("adopted_spools "), "adopted_spools 1");
+    assert_eq!(child.expect_line("adoption_owed "), "adoption_owed false");
+    assert_own_packs_ship_at_pace(child);
+    child.expect_line("done");
+    assert_eq!(files(blocked, "ready"), 3, "its packs stay in place");
+    assert!(!adopted.exists(), "the other dead sibling was adopted");
+}
+
+/// In the service-helper's SQLite catalog `db`: every pack of `adopted`
+/// indexed, none of `blocked`.
+fn assert_indexed_and_not(db: PathBuf, adopted: &[Staged], blocked: &[Staged]) {
+    let catalog = spool_catalog::SqliteCatalog::new(db, "spool_").unwrap();
+    block_on(async {
+        for (id, _) in adopted {
+            assert!(catalog.get(&id.to_hex()).await.unwrap().is_some());
+        }
+        for (id, _) in blocked {
+            assert!(catalog.get(&id.to_hex()).await.unwrap().is_none());
+        }
+    });
+}
+
+/// The service-helper's report after a sibling was blocked: the loop did
+/// not back off (registry wakes on, at least 8 cycles in 3 s), each own
+/// pack staged one at a time was indexed within a second, a flush drained
+/// at once.
+fn assert_own_packs_ship_at_pace(child: &mut HelperChild) {
+    let cycles: u64 = child.expect_line("cycles_in_3s ")["cycles_in_3s ".len()..]
+        .parse()
+        .unwrap();
+    assert!(
+        cycles >= 8,
+        "only {cycles} cycles in 3 s: the loop backed off"
+    );
+    let ship: u64 = child.expect_line("own_ship_ms ")["own_ship_ms ".len()..]
+        .parse()
+        .unwrap();
+    assert!(
+        ship < 1000,
+        "an own pack took {ship} ms to ship beside the blocked sibling (the registry wake is off?)"
+    );
+    let flush = child.expect_line("flush_ms ");
+    let ms: u64 = flush.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(flush.ends_with("Ok(true)") && ms < 1000, "{flush}");
+}
+
 fn started(c: spool_service::ServiceConfig) -> StorageService {
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
@@ -302,32 +353,106 @@ mod serial {
                 "30",
             ],
         );
-        let blocked = child.expect_line("blocked ");
-        assert_eq!(blocked, format!("blocked {}", roots.display()));
-        assert_eq!(child.expect_line("adopted_spools "), "adopted_spools 1");
-        assert_eq!(child.expect_line("adoption_owed "), "adoption_owed false");
-        let cycles: u64 = child.expect_line("cycles_in_3s ")["cycles_in_3s ".len()..]
-            .parse()
-            .unwrap();
+        blocked_one_adopted_the_other(&mut child, &roots, &nobodys);
+        assert_indexed_and_not(db, &nobody_packs, &root_packs);
+    }
+
+    /// Issue 11 §8, EROFS: a sibling on a read-only mount (a read-only
+    /// bind mount over it, in a private mount namespace of the service's
+    /// process) can be probed but never taken: it is blocked once with its
+    /// packs in place, the cycle is not failed (no backoff) and own packs
+    /// keep shipping at their pace, while the other dead sibling is adopted.
+    #[test]
+    fn a_sibling_on_a_read_only_mount_is_blocked_once_and_own_packs_keep_shipping() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipped: needs root for a mount namespace");
+            return;
+        }
+        let fx = Fixture::new();
+        let (ro, ro_packs) = fx.dead_sibling(1, 3);
+        let (rw, rw_packs) = fx.dead_sibling(2, 2);
+        let (store, db) = (fx.root.join("store"), fx.root.join("catalog"));
+        for d in [&store, &db] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let db = db.join("c.db");
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg(r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@""#)
+            .arg("sh")
+            .arg(&ro)
+            .arg(spool_tests::service::helper_bin("service-helper"))
+            .args(["serve-as", "-"])
+            .arg(&fx.root)
+            .arg("a")
+            .arg(&store)
+            .arg(&db)
+            .arg("30");
+        let mut child = HelperChild::spawn_command(cmd);
+        blocked_one_adopted_the_other(&mut child, &ro, &rw);
+        assert_indexed_and_not(db, &rw_packs, &ro_packs);
+    }
+
+    /// Issue 11 §8, ELOOP: a sibling whose `.owner.lock` is a symlink (the
+    /// lock is opened `O_NOFOLLOW`) is blocked once, the symlink and its
+    /// packs left alone; the loop does not back off and own packs staged
+    /// meanwhile ship within a second each (the registry wakes stay on).
+    #[test]
+    fn a_sibling_whose_lock_file_is_a_symlink_is_blocked_once_and_own_packs_keep_shipping() {
+        let fx = Fixture::new();
+        let own = fx.claim(0);
+        let (looped, _) = fx.dead_sibling(1, 3);
+        let lock = looped.join(spool_lock::LOCK_FILE_NAME);
+        std::fs::remove_file(&lock).unwrap();
+        std::os::unix::fs::symlink(spool_lock::LOCK_FILE_NAME, &lock).unwrap();
+        let (dead, _) = fx.dead_sibling(2, 2);
+        let mut c = fx.config(own.dir());
+        // a backoff would show: no wakes, and few cycles
+        c.max_backoff = Duration::from_secs(10);
+        let registry = c.registry.clone();
+        let svc = started(c);
         assert!(
-            cycles >= 8,
-            "only {cycles} cycles in 3 s: the loop backed off"
+            wait_for(Duration::from_secs(10), || {
+                let s = svc.snapshot();
+                s.blocked_siblings == vec![looped.clone()] && !dead.exists()
+            }),
+            "{:?}",
+            svc.snapshot()
         );
-        let flush = child.expect_line("flush_ms ");
-        let ms: u64 = flush.split(' ').nth(1).unwrap().parse().unwrap();
-        assert!(flush.ends_with("Ok(true)") && ms < 1000, "{flush}");
-        child.expect_line("done");
-        assert_eq!(files(&roots, "ready"), 3, "its packs stay in place");
-        assert!(!nobodys.exists(), "nobody's own dead sibling was adopted");
-        let catalog = spool_catalog::SqliteCatalog::new(db, "spool_").unwrap();
-        block_on(async {
-            for (id, _) in &nobody_packs {
-                assert!(catalog.get(&id.to_hex()).await.unwrap().is_some());
-            }
-            for (id, _) in &root_packs {
-                assert!(catalog.get(&id.to_hex()).await.unwrap().is_none());
-            }
-        });
+        let why = svc.snapshot().last_error.unwrap_or_default();
+        assert!(
+            why.contains(&looped.display().to_string()),
+            "the block names the directory: {why}"
+        );
+        let cycles = svc.snapshot().cycles;
+        std::thread::sleep(Duration::from_secs(3));
+        let ran = svc.snapshot().cycles - cycles;
+        assert!(ran >= 8, "only {ran} cycles in 3 s: the loop backed off");
+        let spool = svc.spool().unwrap().clone();
+        for i in 0..5 {
+            let before = svc.snapshot().indexed;
+            let id = spool_core::PackId::generate();
+            let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+            w.push_record(format!("own {i}").as_bytes());
+            let t = Instant::now();
+            spool.stage(None, id, &w.finish()).unwrap();
+            registry.notify(spool.dir());
+            assert!(
+                wait_for(Duration::from_secs(1), || svc.snapshot().indexed > before),
+                "own pack {i} not shipped within 1 s beside the blocked sibling: {:?}",
+                svc.snapshot()
+            );
+            assert!(t.elapsed() < Duration::from_secs(1));
+        }
+        assert_eq!(files(&looped, "ready"), 3, "its packs stay in place");
+        assert!(
+            std::fs::symlink_metadata(&lock)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the symlink is left alone"
+        );
+        assert_eq!(svc.snapshot().blocked_siblings, vec![looped.clone()]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::adoption::{
     AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
 };
 use crate::bound::Bound;
+use crate::offload::blocking;
 use crate::upload_path::{Held, Owed, UploadPath};
 
 /// The environment of one adopting cycle.
@@ -114,10 +115,15 @@ impl AdoptionEnv for Env<'_> {
     }
 
     async fn list_siblings(&mut self) -> Result<Vec<PathBuf>, String> {
-        let mut out = siblings::rank_dirs(&self.key_dir)
-            .map_err(|e| format!("listing {}: {e}", self.key_dir.display()))?;
-        out.retain(|p| *p != self.own_dir);
-        Ok(out)
+        let (key_dir, own_dir) = (self.key_dir.clone(), self.own_dir.clone());
+        blocking(move || {
+            let mut out = siblings::rank_dirs(&key_dir)
+                .map_err(|e| format!("listing {}: {e}", key_dir.display()))?;
+            out.retain(|p| *p != own_dir);
+            Ok(out)
+        })
+        .await
+        .unwrap_or_else(|| Err(format!("listing {}: cut by stop", self.key_dir.display())))
     }
 
     async fn remove_stale_staging_copies(&mut self, older_than: Duration) -> usize {
@@ -125,92 +131,43 @@ impl AdoptionEnv for Env<'_> {
             staging_max_age: older_than,
             ..self.lock.clone()
         };
-        match spool_lock::remove_stale_staging(&self.key_dir, &opts) {
-            Ok(v) => v.len(),
-            Err(e) => {
-                tracing::warn!(dir = %self.key_dir.display(), "stale staging cleanup: {e}");
-                0
-            }
-        }
+        let key_dir = self.key_dir.clone();
+        blocking(
+            move || match spool_lock::remove_stale_staging(&key_dir, &opts) {
+                Ok(v) => v.len(),
+                Err(e) => {
+                    tracing::warn!(dir = %key_dir.display(), "stale staging cleanup: {e}");
+                    0
+                }
+            },
+        )
+        .await
+        .unwrap_or(0)
     }
 
     async fn probe(&mut self, dir: &Path) -> Probe {
-        if !dir.exists() {
-            return Probe::Vanished;
-        }
-        // A sibling this very process holds (a kept claim) is live too.
-        match siblings::probe(dir) {
-            Ok(p) => match p.owner() {
-                Owner::Live | Owner::HeldHere { .. } => Probe::Live,
-                Owner::Blocked(why) => Probe::MarkedBlocked(why),
-                // `try_adopt` finds out whether it can be taken and opened.
-                Owner::Dead | Owner::NotOurs(_) => Probe::Dead,
-            },
-            Err(_) if !dir.exists() => Probe::Vanished,
-            // A transient failure (EMFILE, EINTR, EIO, ...) is no verdict:
-            // the take decides (it refuses a live owner, and fails
-            // retryably if the cause persists), so it is retried, never a
-            // permanent "not ours".
-            Err(e) if !is_permanent(&e) && matches!(e, spool_lock::Error::Io { .. }) => {
-                tracing::debug!(dir = %dir.display(), "probe failed transiently, the take decides: {e}");
-                Probe::Dead
-            }
-            Err(e) => Probe::NotOurs(e.into()),
-        }
+        let d = dir.to_path_buf();
+        // cut by stop: no verdict; the adopter is letting go anyway
+        blocking(move || probe_sync(&d))
+            .await
+            .unwrap_or(Probe::Dead)
     }
 
     async fn try_adopt(&mut self, dir: &Path) -> Result<(), AdoptRefusal> {
-        if !dir.exists() {
-            return Err(AdoptRefusal::Vanished);
-        }
-        let claim = match spool_lock::try_adopt(dir, &self.lock) {
-            Ok(c) => c,
-            Err(e) if e.is_owned_by_another() => return Err(AdoptRefusal::Live(e.into())),
-            Err(e @ spool_lock::Error::HeldShared { .. }) => {
-                return Err(AdoptRefusal::HeldShared(e.into()))
-            }
-            Err(e @ spool_lock::Error::HeldByThisProcess { .. }) => {
-                return Err(AdoptRefusal::Live(e.into()))
-            }
-            Err(e @ spool_lock::Error::Io { .. }) if is_permanent(&e) => {
-                return Err(AdoptRefusal::Unadoptable(e.into()))
-            }
-            // SPEC §7.1: a sibling that can never be taken from here is
-            // blocked once, never a reason to back the loop off
-            Err(
-                e @ (spool_lock::Error::SharedFilesystem { .. }
-                | spool_lock::Error::NestedUnderHeld { .. }
-                | spool_lock::Error::NoReplaceUnsupported { .. }),
-            ) => return Err(AdoptRefusal::Unadoptable(e.into())),
-            Err(e) if !dir.exists() => {
-                tracing::debug!(dir = %dir.display(), "sibling vanished: {e}");
-                return Err(AdoptRefusal::Vanished);
-            }
-            Err(e) => return Err(AdoptRefusal::Retryable(e.into())),
-        };
-        let config = SpoolConfig {
-            lock_mode: LockMode::HeldByCaller,
-            lock: self.lock.clone(),
-            ..SpoolConfig::default()
-        };
-        match Spool::open(claim.dir(), &config) {
-            Ok(spool) => {
-                tracing::info!(dir = %dir.display(), "adopting dead sibling {}", dir.display());
-                self.io.held.insert(
-                    dir.to_path_buf(),
-                    Held {
-                        claim,
-                        spool: Arc::new(spool),
-                        recovery: None,
-                    },
-                );
-                Ok(())
-            }
-            Err(e) => {
-                let _ = claim.release();
-                Err(AdoptRefusal::Unadoptable(e.into()))
-            }
-        }
+        let (d, lock) = (dir.to_path_buf(), self.lock.clone());
+        let (claim, spool) = blocking(move || take_sync(&d, lock))
+            .await
+            .unwrap_or_else(|| Err(AdoptRefusal::Retryable("cut by stop".into())))?;
+        tracing::info!(dir = %dir.display(), "adopting dead sibling {}", dir.display());
+        self.io.held.insert(
+            dir.to_path_buf(),
+            Held {
+                claim,
+                spool: Arc::new(spool),
+                recovery: None,
+            },
+        );
+        Ok(())
     }
 
     async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<PackRef>, RecoveryFailure> {
@@ -372,42 +329,151 @@ impl AdoptionEnv for Env<'_> {
     }
 
     async fn other_files(&mut self, dir: &Path) -> Option<String> {
-        match describe_other_files(dir, true) {
-            Ok(d) => d,
-            Err(e) => Some(format!("cannot look into {}: {e}", dir.display())),
-        }
+        let d = dir.to_path_buf();
+        blocking(move || match describe_other_files(&d, true) {
+            Ok(found) => found,
+            Err(e) => Some(format!("cannot look into {}: {e}", d.display())),
+        })
+        .await
+        .unwrap_or_else(|| Some(format!("{}: the look was cut by stop", dir.display())))
     }
 
     async fn mark_blocked(&mut self, dir: &Path, reason: &str) {
-        if let Some(h) = self.io.held.get(dir) {
-            if let Err(e) = h.claim.mark_blocked(reason) {
-                tracing::warn!(dir = %dir.display(), "marking blocked: {e}");
+        let Some(h) = self.io.held.remove(dir) else {
+            return;
+        };
+        let (d, reason) = (dir.to_path_buf(), reason.to_string());
+        let back = blocking(move || {
+            if let Err(e) = h.claim.mark_blocked(&reason) {
+                tracing::warn!(dir = %d.display(), "marking blocked: {e}");
             }
+            h
+        })
+        .await;
+        // (None: the runtime is going down; the claim is kept until exit)
+        if let Some(h) = back {
+            self.io.held.insert(dir.to_path_buf(), h);
         }
     }
 
     async fn release(&mut self, dir: &Path) {
         if let Some(h) = self.io.held.remove(dir) {
-            drop(h.spool);
-            if let Err(e) = h.claim.release() {
-                tracing::warn!(dir = %dir.display(), "releasing adopted sibling: {e}");
-            }
+            release_all(vec![(dir.to_path_buf(), h)]).await;
         }
     }
 
     async fn release_and_remove_if_empty(&mut self, dir: &Path) -> bool {
-        match self.io.held.remove(dir) {
-            Some(h) => {
-                drop(h.spool);
-                match h.claim.release_and_remove_if_empty() {
-                    Ok(removed) => removed,
-                    Err(e) => {
-                        tracing::warn!(dir = %dir.display(), "releasing drained sibling: {e}");
-                        false
-                    }
+        let Some(h) = self.io.held.remove(dir) else {
+            return false;
+        };
+        let d = dir.to_path_buf();
+        blocking(move || {
+            drop(h.spool);
+            match h.claim.release_and_remove_if_empty() {
+                Ok(removed) => removed,
+                Err(e) => {
+                    tracing::warn!(dir = %d.display(), "releasing drained sibling: {e}");
+                    false
                 }
             }
-            None => false,
+        })
+        .await
+        .unwrap_or(false)
+    }
+}
+
+/// Lets go of adopted siblings whole, on the blocking pool (a release
+/// rewrites and fsyncs the owner record): their packs stay for a successor.
+pub(crate) async fn release_all(held: Vec<(PathBuf, Held)>) {
+    if held.is_empty() {
+        return;
+    }
+    blocking(move || {
+        for (dir, h) in held {
+            drop(h.spool);
+            match h.claim.release() {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "let go of adopted sibling {}", dir.display())
+                }
+                Err(e) => tracing::warn!(dir = %dir.display(), "releasing adopted sibling: {e}"),
+            }
+        }
+    })
+    .await;
+}
+
+/// [`AdoptionEnv::probe`]'s work: `read_owner` and, for a held lock, the
+/// `/proc/self/fd` walk that tells a kept claim of this process.
+fn probe_sync(dir: &Path) -> Probe {
+    if !dir.exists() {
+        return Probe::Vanished;
+    }
+    // A sibling this very process holds (a kept claim) is live too.
+    match siblings::probe(dir) {
+        Ok(p) => match p.owner() {
+            Owner::Live | Owner::HeldHere { .. } => Probe::Live,
+            Owner::Blocked(why) => Probe::MarkedBlocked(why),
+            // `try_adopt` finds out whether it can be taken and opened.
+            Owner::Dead | Owner::NotOurs(_) => Probe::Dead,
+        },
+        Err(_) if !dir.exists() => Probe::Vanished,
+        // A transient failure (EMFILE, EINTR, EIO, ...) is no verdict:
+        // the take decides (it refuses a live owner, and fails
+        // retryably if the cause persists), so it is retried, never a
+        // permanent "not ours".
+        Err(e) if !is_permanent(&e) && matches!(e, spool_lock::Error::Io { .. }) => {
+            tracing::debug!(dir = %dir.display(), "probe failed transiently, the take decides: {e}");
+            Probe::Dead
+        }
+        Err(e) => Probe::NotOurs(e.into()),
+    }
+}
+
+/// [`AdoptionEnv::try_adopt`]'s work: spool-lock's take (its retries wait
+/// out a probe's momentary shared flock, up to a second) and `Spool::open`
+/// of the sibling (its reconcile lists every file in it).
+fn take_sync(dir: &Path, lock: LockOptions) -> Result<(spool_lock::Claim, Spool), AdoptRefusal> {
+    if !dir.exists() {
+        return Err(AdoptRefusal::Vanished);
+    }
+    let claim = match spool_lock::try_adopt(dir, &lock) {
+        Ok(c) => c,
+        Err(e) if e.is_owned_by_another() => return Err(AdoptRefusal::Live(e.into())),
+        Err(e @ spool_lock::Error::HeldShared { .. }) => {
+            return Err(AdoptRefusal::HeldShared(e.into()))
+        }
+        Err(e @ spool_lock::Error::HeldByThisProcess { .. }) => {
+            return Err(AdoptRefusal::Live(e.into()))
+        }
+        Err(e @ spool_lock::Error::Io { .. }) if is_permanent(&e) => {
+            return Err(AdoptRefusal::Unadoptable(e.into()))
+        }
+        // SPEC §7.1: a sibling that can never be taken from here is
+        // blocked once, never a reason to back the loop off
+        Err(
+            e @ (spool_lock::Error::SharedFilesystem { .. }
+            | spool_lock::Error::NestedUnderHeld { .. }
+            | spool_lock::Error::NoReplaceUnsupported { .. }),
+        ) => return Err(AdoptRefusal::Unadoptable(e.into())),
+        Err(e) if !dir.exists() => {
+            tracing::debug!(dir = %dir.display(), "sibling vanished: {e}");
+            return Err(AdoptRefusal::Vanished);
+        }
+        Err(e) => return Err(AdoptRefusal::Retryable(e.into())),
+    };
+    let config = SpoolConfig {
+        lock_mode: LockMode::HeldByCaller,
+        lock,
+        ..SpoolConfig::default()
+    };
+    match Spool::open(claim.dir(), &config) {
+        Ok(spool) => Ok((claim, spool)),
+        Err(e) => {
+            let _ = claim.release();
+            Err(AdoptRefusal::Unadoptable(e.into()))
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

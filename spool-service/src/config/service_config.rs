@@ -61,6 +61,12 @@ pub struct ServiceConfig {
     /// With adoption on (the layout), what dead siblings hold is charged
     /// too (`charge_dead_siblings`, SPEC §4.2).
     pub max_bytes: Option<u64>,
+    /// Worker threads of the service's own tokio runtime (at least 1;
+    /// default 2). Blocking file system work never runs on them (it goes to
+    /// the blocking pool), so even one keeps the lease renewed; the tests
+    /// run with one so that any blocking call on a worker shows as a late
+    /// renewal.
+    pub runtime_workers: usize,
 }
 
 impl ServiceConfig {
@@ -95,6 +101,7 @@ impl ServiceConfig {
             lock_mode: LockMode::Take,
             lock: LockOptions::default(),
             max_bytes: None,
+            runtime_workers: 2,
         }
     }
 }
@@ -113,6 +120,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("adopt", &self.adopt)
             .field("lock_mode", &self.lock_mode)
             .field("max_bytes", &self.max_bytes)
+            .field("runtime_workers", &self.runtime_workers)
             .finish_non_exhaustive()
     }
 }

@@ -351,6 +351,152 @@ fn a_dead_sibling_is_adopted_and_removed_a_live_one_is_left_alone() {
 mod serial {
     use super::*;
 
+    /// A child process killed (and reaped) on drop, so a failed test never
+    /// leaves it holding a lock (or the cargo lock's descriptor).
+    struct Reader(std::process::Child);
+
+    impl Drop for Reader {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A reader holding a shared flock on `dir`'s lock file (one process:
+    /// `sh` keeps the descriptor `flock` locked and becomes `sleep`).
+    fn shared_reader(dir: &Path) -> Reader {
+        let lock = dir.join(spool_lock::LOCK_FILE_NAME);
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec 9<"$1" && flock -s 9 && echo locked && exec sleep 600"#)
+            .arg("sh")
+            .arg(&lock)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut reader = Reader(child);
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(reader.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked", "{}", lock.display());
+        reader
+    }
+
+    /// Writes `n` small sealed packs straight into `dir` (no fsync: the
+    /// test only needs the files).
+    fn write_packs(dir: &Path, n: usize) {
+        use std::os::unix::fs::OpenOptionsExt;
+        for i in 0..n {
+            let id = PackId::generate();
+            let mut w = PackWriter::new(id, spool_core::pack::now_ms());
+            w.push_record(format!("record {i}").as_bytes());
+            let path = dir.join(format!("{}.ready", id.to_hex()));
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .unwrap();
+            std::io::Write::write_all(&mut f, &w.finish()).unwrap();
+        }
+    }
+
+    /// Issue 11 §7: no blocking file system work on the async workers. On
+    /// a runtime of one worker (where any blocking call stalls every task)
+    /// the service lists, validates and drains a dead sibling of 100 000
+    /// small packs (`Spool::open` of it reconciles every file), and takes
+    /// five siblings a reader holds shared (each take waits out the shared
+    /// flock for a second, spool-lock's retry), while its lease keeper renews
+    /// on time throughout: no renewal more than `ttl / 3 + 1 s` after the
+    /// previous one.
+    #[test]
+    fn lease_renewals_stay_on_time_while_a_sibling_of_100k_packs_is_adopted() {
+        const PACKS: usize = 100_000;
+        let base = Path::new("/dev/shm");
+        let root = if base.is_dir() {
+            tempfile::tempdir_in(base).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let fx = Fixture {
+            root: root.path().canonicalize().unwrap(),
+            _root: root,
+            ..Fixture::new()
+        };
+        let own = fx.claim(&fx.dest, 0);
+        let big = fx.claim(&fx.dest, 1);
+        let big_dir = big.dir().to_path_buf();
+        let t = Instant::now();
+        write_packs(&big_dir, PACKS);
+        eprintln!("wrote {PACKS} packs in {:?}", t.elapsed());
+        big.release().unwrap();
+        let mut readers = Vec::new();
+        for rank in 2..7 {
+            let c = fx.claim(&fx.dest, rank);
+            let dir = c.dir().to_path_buf();
+            stage(&dir, 1);
+            c.release().unwrap();
+            readers.push(shared_reader(&dir));
+        }
+        let mut c = fx.config(own.dir());
+        c.runtime_workers = 1;
+        c.lease_ttl = Duration::from_secs(5);
+        // live siblings are never probed again; the shared-held ones are
+        // taken again every 5 s, all five in a row
+        c.recheck_interval = Duration::ZERO;
+        c.adoption_slice = Duration::from_secs(6);
+        c.upload.max_workers = 32;
+        let ttl = c.lease_ttl;
+        let mut svc = StorageService::new(c).unwrap();
+        let t = Instant::now();
+        svc.start().unwrap();
+        assert!(
+            wait_for(Duration::from_secs(60), || !big_dir.exists()),
+            "the sibling of {PACKS} packs was not drained: {:?}",
+            svc.snapshot()
+        );
+        let drained = t.elapsed();
+        // the shared-held siblings are taken (and refused) once the big one
+        // is done, one after the other, and again every 5 s; then two more
+        // renewals are due
+        assert!(
+            wait_for(Duration::from_secs(20), || svc.snapshot().live_siblings
+                == 5),
+            "the shared-held siblings were not all taken: {:?}",
+            svc.snapshot()
+        );
+        std::thread::sleep(Duration::from_secs(4));
+        let snap = svc.snapshot();
+        eprintln!(
+            "drained in {drained:?}; renewals {}, max gap {:?}",
+            snap.lease_renewals, snap.max_renewal_gap
+        );
+        assert_eq!(snap.adopted_packs, PACKS as u64, "{snap:?}");
+        assert!(
+            snap.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("shared")),
+            "the shared-held siblings were taken and refused: {snap:?}"
+        );
+        let floor = (drained.as_secs() + 4) / 2;
+        assert!(
+            snap.lease_renewals >= floor,
+            "only {} renewals in {drained:?} + 4 s: {snap:?}",
+            snap.lease_renewals
+        );
+        let bound = ttl / 3 + Duration::from_secs(1);
+        let gap = snap.max_renewal_gap.expect("renewed");
+        assert!(
+            gap <= bound,
+            "a lease renewal came {gap:?} after the previous one (bound {bound:?}): \
+             something blocked the service's async worker"
+        );
+        svc.stop().unwrap();
+        drop(readers);
+    }
+
     #[test]
     fn start_is_bounded_and_flush_returns_by_its_deadline_with_the_store_stalled() {
         let fx = Fixture::new();

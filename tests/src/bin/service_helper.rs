@@ -10,8 +10,11 @@
 //! (200 ms poll, 10 s max backoff). Once a sibling is blocked and every
 //! other one adopted (or after SECONDS) it prints, one per line: `blocked
 //! <dir>` for each blocked sibling, `adopted_spools <n>`, `adoption_owed
-//! <bool>`, `cycles_in_3s <n>`, `flush_ms <n>` (a flush's duration)
-//! and `done`, then stops the service and releases its directory.
+//! <bool>`, `cycles_in_3s <n>`, `own_ship_ms <n>` (the longest of five
+//! own packs staged one at a time, from its stage to its index: the loop
+//! woken by the registry, not backing off), `flush_ms <n>` (a flush's
+//! duration) and `done`, then stops the service and releases its
+//! directory.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
@@ -65,7 +68,8 @@ fn main() {
     c.lease_ttl = Duration::from_secs(10);
     c.poll_interval = Duration::from_millis(200);
     c.max_backoff = Duration::from_secs(10);
-    c.registry = Arc::new(spool_core::registry::Registry::new());
+    let registry = Arc::new(spool_core::registry::Registry::new());
+    c.registry = registry.clone();
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
     let t = Instant::now();
@@ -87,6 +91,22 @@ fn main() {
         "cycles_in_3s {}",
         svc.snapshot().cycles - s.cycles
     ));
+    let own = svc.spool().unwrap().clone();
+    let mut slowest = Duration::ZERO;
+    for i in 0..5 {
+        let before = svc.snapshot().indexed;
+        let id = spool_core::PackId::generate();
+        let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+        w.push_record(format!("own record {i}").as_bytes());
+        let t = Instant::now();
+        own.stage(None, id, &w.finish()).unwrap();
+        registry.notify(own.dir());
+        while svc.snapshot().indexed == before && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        slowest = slowest.max(t.elapsed());
+    }
+    say(&format!("own_ship_ms {}", slowest.as_millis()));
     let f = Instant::now();
     let drained = svc.flush(Duration::from_secs(10));
     say(&format!("flush_ms {} {drained:?}", f.elapsed().as_millis()));
