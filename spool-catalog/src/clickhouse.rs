@@ -57,7 +57,7 @@ struct ChPackRow {
     source_host: String,
     source_pid: u32,
     rank_dir: String,
-    ordinal: u32,
+    ordinal: Option<u32>,
     created_at_ms: u64,
     indexed_at_ms: u64,
 }
@@ -344,16 +344,18 @@ impl ClickHouseCatalog {
                 advice: "it was written by a newer spool; upgrade this spool, or point it at another database or table_prefix",
             });
         }
-        if found != 0 && found < SCHEMA_VERSION {
-            return Err(Error::SchemaVersion {
-                server,
-                found,
-                expected: SCHEMA_VERSION,
-                advice: "this spool has no migration from it; migrate by hand or point at another table_prefix",
-            });
-        }
         self.execute("create the packs table", &t.create_packs())
             .await?;
+        if found == 1 {
+            // Version 1 → 2: `ordinal` becomes nullable; idempotent, so a
+            // concurrent or interrupted migration is simply run again.
+            self.execute(
+                "migrate the packs table from schema version 1 (nullable ordinal)",
+                &t.migrate_v1_ordinal(),
+            )
+            .await?;
+            tracing::info!(server = %server, "migrated the catalog from schema version 1 to {SCHEMA_VERSION}");
+        }
         self.execute("create the lease table", &t.create_lease())
             .await?;
         let cols: Vec<ColumnRow> = self
@@ -376,7 +378,7 @@ impl ClickHouseCatalog {
         ] {
             check_columns(&server, &table, expected, by_table.get(&table))?;
         }
-        if found == 0 {
+        if found < SCHEMA_VERSION {
             self.execute(
                 "write the schema-version row",
                 &t.insert_schema_version(SCHEMA_VERSION),
@@ -615,6 +617,43 @@ impl ClickHouseCatalog {
         self.execute(
             "write a schema version (test)",
             &self.tables.insert_schema_version(version),
+        )
+        .await
+    }
+
+    /// Test seam: the catalog as a version-1 build made it; see
+    /// [`crate::testing::create_v1`].
+    pub async fn testing_create_v1(&self, rows: &[PackRow]) -> Result<()> {
+        let t = &self.tables;
+        self.execute("create the catalog database", &t.create_database())
+            .await?;
+        self.execute("create the schema-version table", &t.create_schema_table())
+            .await?;
+        self.execute("create the v1 packs table (test)", &t.v1_create_packs())
+            .await?;
+        self.execute("create the lease table", &t.create_lease())
+            .await?;
+        self.execute(
+            "write the v1 schema-version row (test)",
+            &t.insert_schema_version(1),
+        )
+        .await?;
+        if !rows.is_empty() {
+            self.execute("insert v1 rows (test)", &t.v1_insert(rows))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Test seam: the highest schema-version row (0: none), unchecked.
+    pub async fn testing_schema_version(&self) -> Result<u32> {
+        let client = &self.connect().await?.client;
+        self.run(
+            "read the schema version (test)",
+            self.request_timeout,
+            client
+                .query(&self.tables.select_schema_version())
+                .fetch_one::<u32>(),
         )
         .await
     }

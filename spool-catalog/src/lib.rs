@@ -17,8 +17,21 @@
 //!   table with other columns is refused ([`Error::SchemaVersion`],
 //!   [`Error::SchemaMismatch`]) before anything is read or written. Every
 //!   install step is idempotent (`CREATE ... IF NOT EXISTS`, a version row
-//!   that two installers may both write), so version 1 needs no
-//!   serialisation; a future migration must take the catalog-scope lease.
+//!   that two installers may both write), so it needs no serialisation.
+//! - **Schema versions.** Version 2 (this build) makes `ordinal` nullable
+//!   (`None`: a sink without an ordinal, distinct from `w0/`'s `Some(0)`).
+//!   A version-1 catalog is migrated in place the first time this build
+//!   opens it, keeping every row readable (old rows keep the ordinal they
+//!   were written with): ClickHouse runs `ALTER TABLE <prefix>packs MODIFY
+//!   COLUMN ordinal Nullable(UInt32)` (accepted by 18.16, and a no-op when
+//!   repeated), SQLite rebuilds the packs table without `NOT NULL` in one
+//!   `BEGIN IMMEDIATE` transaction, the fake just relabels; then the
+//!   version-2 row is written. Each step is idempotent, so two services
+//!   migrating at once need no lease, and a crash mid-way migrates again
+//!   on the next open. Upgrade note: a version-1 process that was already
+//!   running reads the nullable column with its old row layout; stop old
+//!   readers (`spool ls`, Python) before the first version-2 service starts
+//!   on a ClickHouse catalog, or restart them after.
 //! - **At most one holder of a lease term, and a deposed holder writes
 //!   nothing.** The lease (SPEC §6.2) is an append-only claim log in
 //!   `<prefix>lease(name, term, lease_id, holder, acquired_at_ms,
@@ -166,7 +179,7 @@ pub use crate::target::{
 };
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Most rows one index statement carries; larger batches are split (each
 /// statement fenced on its own).
@@ -235,41 +248,94 @@ pub trait Catalog: Send + Sync {
 pub mod testing {
     use super::*;
 
+    /// The backend a URL names, reached past the trait.
+    enum Backend {
+        #[cfg(feature = "clickhouse")]
+        ClickHouse(Box<ClickHouseCatalog>),
+        #[cfg(feature = "sqlite")]
+        Sqlite(SqliteCatalog),
+        Memory(Arc<MemoryCatalog>),
+    }
+
+    /// The backend of `url`; `None` for an unnamed `memory://` (a fresh
+    /// fake nobody else can reach); a backend this build lacks is refused.
+    fn backend(url: &str) -> Result<Option<Backend>> {
+        // Used only by the arms of a backend this build leaves out.
+        #[allow(unused_variables)]
+        let not_built = |reason: &str| Error::BackendNotBuilt {
+            url: redact::mask_url(url),
+            reason: reason.into(),
+        };
+        Ok(Some(match CatalogUrl::parse(url)? {
+            #[cfg(feature = "clickhouse")]
+            CatalogUrl::ClickHouse(t) => Backend::ClickHouse(Box::new(ClickHouseCatalog::new(t))),
+            #[cfg(not(feature = "clickhouse"))]
+            CatalogUrl::ClickHouse(_) => {
+                return Err(not_built(
+                    "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)",
+                ))
+            }
+            #[cfg(feature = "sqlite")]
+            CatalogUrl::Sqlite { path, table_prefix } => {
+                Backend::Sqlite(SqliteCatalog::new(path, &table_prefix)?)
+            }
+            #[cfg(not(feature = "sqlite"))]
+            CatalogUrl::Sqlite { .. } => {
+                return Err(not_built(
+                    "this build has no SQLite catalog (cargo feature `sqlite` is off)",
+                ))
+            }
+            CatalogUrl::Memory { name: Some(n) } => Backend::Memory(MemoryCatalog::shared(&n)),
+            CatalogUrl::Memory { name: None } => return Ok(None),
+        }))
+    }
+
+    /// Creates the catalog at `url` as a version-1 build did — the frozen
+    /// version-1 DDL, its version row, and `rows` written as version 1
+    /// wrote them (`ordinal` NOT NULL: a `None` is refused) — without
+    /// touching it through this build's schema check, so the migration is
+    /// tested on a real old catalog. Nothing else may use the catalog
+    /// first (the fake: a fresh `memory://NAME`).
+    pub async fn create_v1(url: &str, rows: &[PackRow]) -> Result<()> {
+        if let Some(r) = rows.iter().find(|r| r.ordinal.is_none()) {
+            return Err(Error::InvalidRow {
+                pack_id: r.pack_id.clone(),
+                reason: "schema version 1 has no \"no ordinal\"".into(),
+            });
+        }
+        match backend(url)? {
+            #[cfg(feature = "clickhouse")]
+            Some(Backend::ClickHouse(c)) => c.testing_create_v1(rows).await,
+            #[cfg(feature = "sqlite")]
+            Some(Backend::Sqlite(c)) => c.testing_create_v1(rows).await,
+            Some(Backend::Memory(c)) => c.testing_create_v1(rows),
+            None => Ok(()),
+        }
+    }
+
+    /// The highest schema-version row of the catalog at `url`, read
+    /// without the schema check (0: none).
+    pub async fn schema_version(url: &str) -> Result<u32> {
+        match backend(url)? {
+            #[cfg(feature = "clickhouse")]
+            Some(Backend::ClickHouse(c)) => c.testing_schema_version().await,
+            #[cfg(feature = "sqlite")]
+            Some(Backend::Sqlite(c)) => c.testing_schema_version().await,
+            Some(Backend::Memory(c)) => Ok(c.testing_schema_version()),
+            None => Ok(0),
+        }
+    }
+
     /// Writes a schema-version row into the catalog at `url` (the refusal
     /// of a newer schema is tested with it).
     pub async fn set_schema_version(url: &str, version: u32) -> Result<()> {
-        match CatalogUrl::parse(url)? {
+        match backend(url)? {
             #[cfg(feature = "clickhouse")]
-            CatalogUrl::ClickHouse(t) => {
-                ClickHouseCatalog::new(t)
-                    .testing_set_schema_version(version)
-                    .await
-            }
-            #[cfg(not(feature = "clickhouse"))]
-            CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
-                url: redact::mask_url(url),
-                reason: "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)"
-                    .into(),
-            }),
+            Some(Backend::ClickHouse(c)) => c.testing_set_schema_version(version).await,
             #[cfg(feature = "sqlite")]
-            CatalogUrl::Sqlite { path, table_prefix } => {
-                SqliteCatalog::new(path, &table_prefix)?
-                    .testing_set_schema_version(version)
-                    .await
-            }
-            #[cfg(not(feature = "sqlite"))]
-            CatalogUrl::Sqlite { .. } => Err(Error::BackendNotBuilt {
-                url: redact::mask_url(url),
-                reason: "this build has no SQLite catalog (cargo feature `sqlite` is off)".into(),
-            }),
-            CatalogUrl::Memory { name } => match name {
-                Some(n) => {
-                    MemoryCatalog::shared(&n)
-                        .testing_set_schema_version(version)
-                        .await
-                }
-                None => Ok(()),
-            },
+            Some(Backend::Sqlite(c)) => c.testing_set_schema_version(version).await,
+            Some(Backend::Memory(c)) => c.testing_set_schema_version(version).await,
+            None => Ok(()),
         }
     }
 

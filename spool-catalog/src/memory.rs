@@ -112,6 +112,9 @@ impl MemoryCatalog {
         match inner.schema_version {
             None => inner.schema_version = Some(SCHEMA_VERSION),
             Some(SCHEMA_VERSION) => {}
+            // The migration from version 1: its rows already read as
+            // version 2 (their ordinal is `Some`), only the label changes.
+            Some(1) => inner.schema_version = Some(SCHEMA_VERSION),
             Some(found) => {
                 return Err(Error::SchemaVersion {
                     server: self.name.clone(),
@@ -241,6 +244,24 @@ impl Catalog for MemoryCatalog {
 
 #[cfg(any(test, feature = "testing"))]
 impl MemoryCatalog {
+    /// Test seam: makes this catalog a version-1 one holding `rows`; see
+    /// [`crate::testing::create_v1`].
+    pub fn testing_create_v1(&self, rows: &[PackRow]) -> Result<()> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.schema_version = Some(1);
+        for r in rows {
+            r.validate()?;
+            inner.packs.insert(r.pack_id.clone(), r.clone());
+        }
+        Ok(())
+    }
+
+    /// Test seam: the schema version, without the schema check (0: none).
+    pub fn testing_schema_version(&self) -> u32 {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.schema_version.unwrap_or(0)
+    }
+
     /// Test seam: writes a schema-version row (to test refusals); see
     /// [`crate::testing::set_schema_version`].
     pub async fn testing_set_schema_version(&self, version: u32) -> Result<()> {

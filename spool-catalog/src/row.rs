@@ -22,14 +22,21 @@ pub struct PackRow {
     pub bytes: u64,
     /// Number of records in the pack.
     pub records: u64,
-    /// Host the pack was staged on.
+    /// Host of the producer that staged the pack: the owner record of the
+    /// directory it was staged in (an adopter carries the dead producer's,
+    /// never its own); `unknown` when that record named no host.
     pub source_host: String,
-    /// Pid of the process that staged it.
+    /// Pid of the producer that staged it (from the same owner record, in
+    /// that producer's pid namespace); 0 when the record named no pid.
     pub source_pid: u32,
     /// The rank directory it was staged in (`r<rank>-<incarnation>`).
     pub rank_dir: String,
-    /// The sink's worker ordinal within its process.
-    pub ordinal: u32,
+    /// The sink's worker ordinal within its process: `Some(k)` for a pack
+    /// staged under `w<k>/`, `None` for one staged in the rank directory
+    /// itself (a sink without an ordinal). Rows of schema version 1 keep
+    /// the `Some(0)` they were written with (that version could not say
+    /// "none").
+    pub ordinal: Option<u32>,
     /// When the pack was created (milliseconds since the epoch, from its id).
     pub created_at_ms: u64,
     /// When the row was written (server clock, milliseconds since the epoch).

@@ -24,7 +24,7 @@ pub(crate) const PACKS_SCHEMA: &[(&str, &str)] = &[
     ("source_host", "String"),
     ("source_pid", "UInt32"),
     ("rank_dir", "String"),
-    ("ordinal", "UInt32"),
+    ("ordinal", "Nullable(UInt32)"),
     ("created_at_ms", "UInt64"),
     ("indexed_at_ms", "UInt64"),
 ];
@@ -120,6 +120,56 @@ impl Tables {
         )
     }
 
+    /// The migration from schema version 1: `ordinal` becomes nullable
+    /// (old rows keep their value). Idempotent: on a column that already is
+    /// `Nullable(UInt32)` the server changes nothing (checked on 18.16).
+    pub(crate) fn migrate_v1_ordinal(&self) -> String {
+        format!(
+            "ALTER TABLE {} MODIFY COLUMN ordinal Nullable(UInt32)",
+            self.packs()
+        )
+    }
+
+    /// Version 1's packs table, frozen (`ordinal UInt32`): the migration
+    /// tests create it.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn v1_create_packs(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal UInt32, created_at_ms UInt64, indexed_at_ms UInt64) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id",
+            self.packs()
+        )
+    }
+
+    /// Rows as version 1 wrote them (a `None` ordinal cannot be: 0).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn v1_insert(&self, rows: &[PackRow]) -> String {
+        let values: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                    quote(&r.pack_id),
+                    quote(&r.object_key),
+                    quote(&r.store_id),
+                    quote(&r.sha256),
+                    r.bytes,
+                    r.records,
+                    quote(&r.source_host),
+                    r.source_pid,
+                    quote(&r.rank_dir),
+                    r.ordinal.unwrap_or(0),
+                    r.created_at_ms,
+                    r.indexed_at_ms,
+                )
+            })
+            .collect();
+        format!(
+            "INSERT INTO {} ({PACK_COLUMNS}) VALUES {}",
+            self.packs(),
+            values.join(", ")
+        )
+    }
+
     pub(crate) fn select_schema_version(&self) -> String {
         format!("SELECT max(version) FROM {}", self.schema())
     }
@@ -175,7 +225,12 @@ impl Tables {
             ("source_host", array(rows, |r| quote(&r.source_host))),
             ("source_pid", array(rows, |r| r.source_pid.to_string())),
             ("rank_dir", array(rows, |r| quote(&r.rank_dir))),
-            ("ordinal", array(rows, |r| r.ordinal.to_string())),
+            (
+                "ordinal",
+                array(rows, |r| {
+                    r.ordinal.map_or_else(|| "NULL".into(), |o| o.to_string())
+                }),
+            ),
             (
                 "created_at_ms",
                 array(rows, |r| r.created_at_ms.to_string()),
@@ -190,7 +245,7 @@ impl Tables {
             .map(|(name, _)| format!("{name}_a AS {name}"))
             .collect();
         let mut sql = format!(
-            "INSERT INTO {} ({PACK_COLUMNS}) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, toUInt32(ordinal), toUInt64(created_at_ms), {NOW_MS} FROM (SELECT {}) ARRAY JOIN {}",
+            "INSERT INTO {} ({PACK_COLUMNS}) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), {NOW_MS} FROM (SELECT {}) ARRAY JOIN {}",
             self.packs(),
             arrays.join(", "),
             joins.join(", ")
@@ -324,7 +379,7 @@ mod tests {
             source_host: "node1".into(),
             source_pid: 4242,
             rank_dir: "r0-0badcafe".into(),
-            ordinal: 0,
+            ordinal: Some(0),
             created_at_ms: 1795965709123,
             indexed_at_ms: 0,
         }
@@ -349,7 +404,11 @@ mod tests {
         );
         assert_eq!(
             t.create_packs(),
-            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal UInt32, created_at_ms UInt64, indexed_at_ms UInt64) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id"
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id"
+        );
+        assert_eq!(
+            t.migrate_v1_ordinal(),
+            "ALTER TABLE `spooldb`.`p_packs` MODIFY COLUMN ordinal Nullable(UInt32)"
         );
         assert_eq!(
             t.create_lease(),
@@ -404,18 +463,23 @@ mod tests {
     #[test]
     fn golden_index_unfenced_and_fenced() {
         let t = tables();
-        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, toUInt32(ordinal), toUInt64(created_at_ms), toUInt64(now()) * 1000 FROM (SELECT ";
+        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), toUInt64(now()) * 1000 FROM (SELECT ";
         let joins = ") ARRAY JOIN pack_id_a AS pack_id, object_key_a AS object_key, store_id_a AS store_id, sha256_a AS sha256, bytes_a AS bytes, records_a AS records, source_host_a AS source_host, source_pid_a AS source_pid, rank_dir_a AS rank_dir, ordinal_a AS ordinal, created_at_ms_a AS created_at_ms";
         assert_eq!(
             t.index_insert(&[row('a')], None),
             format!("{head}['aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'] AS pack_id_a, ['pre/v1/date=2026-11-29/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.pack'] AS object_key_a, ['default'] AS store_id_a, ['abababababababababababababababababababababababababababababababab'] AS sha256_a, [1048576] AS bytes_a, [1000] AS records_a, ['node1'] AS source_host_a, [4242] AS source_pid_a, ['r0-0badcafe'] AS rank_dir_a, [0] AS ordinal_a, [1795965709123] AS created_at_ms_a{joins}")
         );
-        let fenced = t.index_insert(&[row('a'), row('c')], Some(&guard()));
+        // A sink without an ordinal travels as NULL (never as 0, which is `w0/`).
+        let none = PackRow {
+            ordinal: None,
+            ..row('c')
+        };
+        let fenced = t.index_insert(&[row('a'), none], Some(&guard()));
         let (a, c) = ("a".repeat(32), "c".repeat(32));
         assert_eq!(
             fenced,
             format!(
-                "{head}['{a}', '{c}'] AS pack_id_a, ['pre/v1/date=2026-11-29/{a}.pack', 'pre/v1/date=2026-11-29/{c}.pack'] AS object_key_a, ['default', 'default'] AS store_id_a, ['abababababababababababababababababababababababababababababababab', 'abababababababababababababababababababababababababababababababab'] AS sha256_a, [1048576, 1048576] AS bytes_a, [1000, 1000] AS records_a, ['node1', 'node1'] AS source_host_a, [4242, 4242] AS source_pid_a, ['r0-0badcafe', 'r0-0badcafe'] AS rank_dir_a, [0, 0] AS ordinal_a, [1795965709123, 1795965709123] AS created_at_ms_a{joins} WHERE {} SETTINGS max_execution_time = 4",
+                "{head}['{a}', '{c}'] AS pack_id_a, ['pre/v1/date=2026-11-29/{a}.pack', 'pre/v1/date=2026-11-29/{c}.pack'] AS object_key_a, ['default', 'default'] AS store_id_a, ['abababababababababababababababababababababababababababababababab', 'abababababababababababababababababababababababababababababababab'] AS sha256_a, [1048576, 1048576] AS bytes_a, [1000, 1000] AS records_a, ['node1', 'node1'] AS source_host_a, [4242, 4242] AS source_pid_a, ['r0-0badcafe', 'r0-0badcafe'] AS rank_dir_a, [0, NULL] AS ordinal_a, [1795965709123, 1795965709123] AS created_at_ms_a{joins} WHERE {} SETTINGS max_execution_time = 4",
                 tables().fence_predicate(&guard())
             )
         );

@@ -28,6 +28,30 @@ pub(crate) fn fence_sql(lease: &str) -> String {
     )
 }
 
+/// The packs table of schema version 2 (`ordinal` may be NULL).
+fn create_packs(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS \"{table}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL)"
+    )
+}
+
+/// The migration from schema version 1: SQLite cannot drop a `NOT NULL`
+/// in place, so the packs table is rebuilt (rows copied as they are, the
+/// time index recreated by the install) inside the install's transaction.
+fn migrate_v1(packs: &str) -> String {
+    let cols = PACK_COLUMN_LIST;
+    format!(
+        "{};\n\
+         INSERT INTO \"{packs}__v2\" ({cols}) SELECT {cols} FROM \"{packs}\";\n\
+         DROP TABLE \"{packs}\";\n\
+         ALTER TABLE \"{packs}__v2\" RENAME TO \"{packs}\";",
+        create_packs(&format!("{packs}__v2"))
+    )
+}
+
+/// The pack columns in table order.
+const PACK_COLUMN_LIST: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+
 struct Statements {
     schema: String,
     packs: String,
@@ -49,13 +73,14 @@ impl Statements {
         let lease = format!("{prefix}lease");
         let create = format!(
             "CREATE TABLE IF NOT EXISTS \"{schema}\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
-             CREATE TABLE IF NOT EXISTS \"{packs}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER NOT NULL, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);\n\
-             CREATE TABLE IF NOT EXISTS \"{lease}\" (name TEXT NOT NULL, term INTEGER NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL, acquired_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (name, term, lease_id));"
+             {};\n\
+             CREATE TABLE IF NOT EXISTS \"{lease}\" (name TEXT NOT NULL, term INTEGER NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL, acquired_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (name, term, lease_id));",
+            create_packs(&packs)
         );
         let create_index = format!(
             "CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms)"
         );
-        let cols = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+        let cols = PACK_COLUMN_LIST;
         let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms";
         let upsert_fenced = format!(
             "INSERT INTO \"{packs}\" ({cols}) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {NOW_MS} WHERE {} = 1 {upsert_tail}",
@@ -107,27 +132,28 @@ impl std::fmt::Debug for SqliteCatalog {
     }
 }
 
+/// The expected columns (name, declared type with its `NOT NULL`).
 const PACKS_COLUMNS: &[(&str, &str)] = &[
-    ("pack_id", "TEXT"),
-    ("object_key", "TEXT"),
-    ("store_id", "TEXT"),
-    ("sha256", "TEXT"),
-    ("bytes", "INTEGER"),
-    ("records", "INTEGER"),
-    ("source_host", "TEXT"),
-    ("source_pid", "INTEGER"),
-    ("rank_dir", "TEXT"),
+    ("pack_id", "TEXT NOT NULL"),
+    ("object_key", "TEXT NOT NULL"),
+    ("store_id", "TEXT NOT NULL"),
+    ("sha256", "TEXT NOT NULL"),
+    ("bytes", "INTEGER NOT NULL"),
+    ("records", "INTEGER NOT NULL"),
+    ("source_host", "TEXT NOT NULL"),
+    ("source_pid", "INTEGER NOT NULL"),
+    ("rank_dir", "TEXT NOT NULL"),
     ("ordinal", "INTEGER"),
-    ("created_at_ms", "INTEGER"),
-    ("indexed_at_ms", "INTEGER"),
+    ("created_at_ms", "INTEGER NOT NULL"),
+    ("indexed_at_ms", "INTEGER NOT NULL"),
 ];
 const LEASE_COLUMNS: &[(&str, &str)] = &[
-    ("name", "TEXT"),
-    ("term", "INTEGER"),
-    ("lease_id", "TEXT"),
-    ("holder", "TEXT"),
-    ("acquired_at_ms", "INTEGER"),
-    ("expires_at_ms", "INTEGER"),
+    ("name", "TEXT NOT NULL"),
+    ("term", "INTEGER NOT NULL"),
+    ("lease_id", "TEXT NOT NULL"),
+    ("holder", "TEXT NOT NULL"),
+    ("acquired_at_ms", "INTEGER NOT NULL"),
+    ("expires_at_ms", "INTEGER NOT NULL"),
 ];
 
 fn row_to_pack(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
@@ -141,7 +167,7 @@ fn row_to_pack(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
         source_host: r.get(6)?,
         source_pid: r.get::<_, i64>(7)? as u32,
         rank_dir: r.get(8)?,
-        ordinal: r.get::<_, i64>(9)? as u32,
+        ordinal: r.get::<_, Option<i64>>(9)?.map(|o| o as u32),
         created_at_ms: r.get::<_, i64>(10)? as u64,
         indexed_at_ms: r.get::<_, i64>(11)? as u64,
     })
@@ -275,17 +301,28 @@ fn open_and_install(
     } else {
         0
     };
-    if found > SCHEMA_VERSION || (found != 0 && found < SCHEMA_VERSION) {
+    if found > SCHEMA_VERSION {
         return Err(Fail::Ours(Error::SchemaVersion {
             server: shown,
             found,
             expected: SCHEMA_VERSION,
-            advice: if found > SCHEMA_VERSION {
-                "it was written by a newer spool; upgrade this spool, or point it at another file or table_prefix"
-            } else {
-                "this spool has no migration from it; point it at another file or table_prefix"
-            },
+            advice: "it was written by a newer spool; upgrade this spool, or point it at another file or table_prefix",
         }));
+    }
+    if found == 1 {
+        let have_packs: bool = tx
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [&s.packs],
+                |r| r.get::<_, i64>(0),
+            )
+            .purpose("look for the packs table")?
+            > 0;
+        if have_packs {
+            tx.execute_batch(&migrate_v1(&s.packs))
+                .purpose("migrate the packs table from schema version 1 (nullable ordinal)")?;
+            tracing::info!(path = %shown, "migrated the catalog from schema version 1 to {SCHEMA_VERSION}");
+        }
     }
     tx.execute_batch(&s.create).purpose("create the tables")?;
     for (table, want) in [(&s.packs, PACKS_COLUMNS), (&s.lease, LEASE_COLUMNS)] {
@@ -293,7 +330,17 @@ fn open_and_install(
             .prepare(&format!("PRAGMA table_info(\"{table}\")"))
             .purpose("read the table columns")?;
         let mut got: Vec<(String, String)> = st
-            .query_map([], |r| Ok((r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+            .query_map([], |r| {
+                let not_null = if r.get::<_, i64>(3)? != 0 {
+                    " NOT NULL"
+                } else {
+                    ""
+                };
+                Ok((
+                    r.get::<_, String>(1)?,
+                    format!("{}{not_null}", r.get::<_, String>(2)?),
+                ))
+            })
             .purpose("read the table columns")?
             .collect::<rusqlite::Result<_>>()
             .purpose("read the table columns")?;
@@ -322,7 +369,7 @@ fn open_and_install(
     }
     tx.execute_batch(&s.create_index)
         .purpose("create the time index")?;
-    if found == 0 {
+    if found < SCHEMA_VERSION {
         tx.execute(
             &format!(
                 "INSERT INTO \"{}\" (version, installed_at_ms) VALUES (?1, {NOW_MS})",
@@ -387,7 +434,7 @@ impl Catalog for SqliteCatalog {
                             r.source_host,
                             r.source_pid as i64,
                             r.rank_dir,
-                            r.ordinal as i64,
+                            r.ordinal.map(i64::from),
                             r.created_at_ms as i64,
                         ])
                         .purpose("insert a pack row")?;
@@ -529,6 +576,80 @@ impl Catalog for SqliteCatalog {
 
 #[cfg(any(test, feature = "testing"))]
 impl SqliteCatalog {
+    /// Test seam: the file as a version-1 build made it (its frozen DDL,
+    /// version row and rows); see [`crate::testing::create_v1`].
+    pub async fn testing_create_v1(&self, rows: &[PackRow]) -> Result<()> {
+        let (s, shown) = (self.sql.clone(), self.path.display().to_string());
+        let fail = |purpose: &'static str| {
+            let shown = shown.clone();
+            move |source| Error::Sqlite {
+                path: shown,
+                purpose,
+                source,
+            }
+        };
+        let c = Connection::open(&self.path).map_err(fail("open (test)"))?;
+        c.execute_batch(&format!(
+            "CREATE TABLE \"{schema}\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
+             CREATE TABLE \"{packs}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER NOT NULL, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);\n\
+             CREATE TABLE \"{lease}\" (name TEXT NOT NULL, term INTEGER NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL, acquired_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (name, term, lease_id));\n\
+             CREATE INDEX \"{packs}_by_created\" ON \"{packs}\" (created_at_ms);\n\
+             INSERT INTO \"{schema}\" (version, installed_at_ms) VALUES (1, 0);",
+            schema = s.schema,
+            packs = s.packs,
+            lease = s.lease,
+        ))
+        .map_err(fail("create the v1 schema (test)"))?;
+        for r in rows {
+            c.execute(
+                &format!(
+                    "INSERT INTO \"{}\" ({PACK_COLUMN_LIST}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    s.packs
+                ),
+                params![
+                    r.pack_id,
+                    r.object_key,
+                    r.store_id,
+                    r.sha256,
+                    r.bytes as i64,
+                    r.records as i64,
+                    r.source_host,
+                    r.source_pid as i64,
+                    r.rank_dir,
+                    r.ordinal.map_or(0, i64::from),
+                    r.created_at_ms as i64,
+                    r.indexed_at_ms as i64,
+                ],
+            )
+            .map_err(fail("insert a v1 row (test)"))?;
+        }
+        Ok(())
+    }
+
+    /// Test seam: the highest schema-version row (0: none), unchecked.
+    pub async fn testing_schema_version(&self) -> Result<u32> {
+        let shown = self.path.display().to_string();
+        let c = Connection::open(&self.path).map_err(|source| Error::Sqlite {
+            path: shown.clone(),
+            purpose: "open (test)",
+            source,
+        })?;
+        c.query_row(
+            &format!(
+                "SELECT coalesce(max(version), 0) FROM \"{}\"",
+                self.sql.schema
+            ),
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|v| v as u32)
+        .map_err(|source| Error::Sqlite {
+            path: shown,
+            purpose: "read the schema version (test)",
+            source,
+        })
+    }
+
     /// Test seam: writes a schema-version row (to test refusals); see
     /// [`crate::testing::set_schema_version`].
     pub async fn testing_set_schema_version(&self, version: u32) -> Result<()> {

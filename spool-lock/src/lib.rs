@@ -212,7 +212,7 @@ pub use lock::{
 pub use mode::{Access, LockMode, LockOptions, Sharing};
 pub use node_local::{check_node_local, shared_filesystem_name, SHARED_FILESYSTEMS};
 pub use probe::{is_nested_spool, lock_path, read_owner, OwnerStatus};
-pub use record::{OwnerRecord, Purpose};
+pub use record::{OwnerRecord, Producer, Purpose};
 pub use seams::set_filesystem_type_for_testing;
 #[cfg(any(test, feature = "testing"))]
 pub use seams::{testing, HookPoint};

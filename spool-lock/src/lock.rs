@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use crate::fdinfo::held_by_this_process;
 use crate::node_local::check_node_local;
 use crate::probe::{held_spool, holder_of, read_owner, read_record};
-use crate::record::{OwnerRecord, Purpose};
+use crate::record::{OwnerRecord, Producer, Purpose};
 use crate::seams::{self, HookPoint};
 use crate::sys::RegFd;
 use crate::{host_name, random_u32, Access, Error, LockOptions, LOCK_FILE_NAME};
@@ -56,6 +56,8 @@ struct Taken {
     held: Held,
     created_dir: bool,
     created_file: bool,
+    /// Who staged the directory's packs, as the record written says.
+    producer: Option<Producer>,
 }
 
 /// Who holds flocks on an inode, as `/proc/locks` says.
@@ -159,11 +161,22 @@ fn flock_retrying(fd: &RegFd, path: &Path) -> Result<Flocked, Error> {
     }
 }
 
-fn this_record(purpose: Purpose) -> OwnerRecord {
+/// This process's record, carrying `carried` (the producer an earlier
+/// record named, for every purpose but a fresh claim's).
+fn this_record(purpose: Purpose, carried: Option<Producer>) -> OwnerRecord {
     OwnerRecord {
         host: host_name(),
         pid: Some(std::process::id()),
         purpose,
+        carried,
+    }
+}
+
+/// This process as a producer.
+fn this_producer() -> Producer {
+    Producer {
+        host: host_name(),
+        pid: Some(std::process::id()),
     }
 }
 
@@ -310,8 +323,20 @@ fn lock_in_place_as(
                 _ => refusal_dir_held(dir),
             });
         }
+        // Read under the lock, before it is rewritten: whom the record
+        // names as the producer (a claim takes over; any other take
+        // carries the producer it found).
+        let previous = read_record(&file);
+        let producer = match &purpose {
+            Some(Purpose::Claim) => Some(this_producer()),
+            _ => previous.as_ref().and_then(OwnerRecord::producer),
+        };
         if let Some(purpose) = purpose {
-            file.overwrite(this_record(purpose).render().as_bytes())
+            let carried = match purpose {
+                Purpose::Claim => None,
+                _ => producer.clone(),
+            };
+            file.overwrite(this_record(purpose, carried).render().as_bytes())
                 .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
         }
         return Ok(Some(Taken {
@@ -319,6 +344,7 @@ fn lock_in_place_as(
             held: Held { file, dir: dfd },
             created_dir: false,
             created_file,
+            producer,
         }));
     }
     Err(Error::LockFileUnstable {
@@ -413,7 +439,7 @@ fn create_locked(
         if !matches!(flock_retrying(&dfd, &staging)?, Flocked::Taken) {
             return Err(refusal_dir_held(&staging));
         }
-        file.overwrite(this_record(purpose).render().as_bytes())
+        file.overwrite(this_record(purpose, None).render().as_bytes())
             .map_err(|e| Error::io("write owner record to", &staging_lock, e))?;
         dfd.sync().map_err(|e| Error::io("fsync", &staging, e))?;
         Ok(Held { file, dir: dfd })
@@ -474,6 +500,7 @@ fn create_locked(
         held,
         created_dir: true,
         created_file: true,
+        producer: Some(this_producer()),
     }))
 }
 
@@ -603,7 +630,7 @@ fn finish(taken: Taken, nesting: Nesting) -> Result<Claim, Error> {
         taken.held.close();
         return Err(refusal);
     }
-    Ok(Claim::register(taken.dir, taken.held))
+    Ok(Claim::register(taken.dir, taken.held, taken.producer))
 }
 
 fn absolute(dir: &Path) -> Result<PathBuf, Error> {
@@ -778,7 +805,11 @@ pub fn clear_blocked(dir: &Path, opts: &LockOptions) -> Result<Unblocked, Error>
             Purpose::Blocked(why) => {
                 let why = why.clone();
                 held.file
-                    .overwrite(this_record(Purpose::Claim).render().as_bytes())
+                    .overwrite(
+                        this_record(Purpose::Claim, previous.producer())
+                            .render()
+                            .as_bytes(),
+                    )
                     .and_then(|()| held.file.sync())
                     .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
                 tracing::info!(dir = %dir.display(), why, "cleared the blocked mark of spool directory {} (it said: {why})", dir.display());
@@ -874,17 +905,29 @@ pub struct Claim {
     dir: PathBuf,
     held: Option<Held>,
     id: u64,
+    producer: Option<Producer>,
 }
 
 impl Claim {
-    fn register(dir: PathBuf, held: Held) -> Claim {
+    fn register(dir: PathBuf, held: Held, producer: Option<Producer>) -> Claim {
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         claims().push((id, dir.clone()));
         Claim {
             dir,
             held: Some(held),
             id,
+            producer,
         }
+    }
+
+    /// Who staged the packs in this directory: this process for a claim
+    /// ([`acquire`]); for an adoption ([`try_adopt`]), the producer the
+    /// owner record named when the lock was taken (read under the lock,
+    /// carried across earlier adopters and `blocked` marks). `None` when
+    /// the record could not tell (missing, garbled, or an adopter's record
+    /// from a build that did not carry producers).
+    pub fn producer(&self) -> Option<&Producer> {
+        self.producer.as_ref()
     }
 
     fn unregister(&self) {
@@ -922,7 +965,7 @@ impl Claim {
         let held = self.live_held()?;
         held.file
             .overwrite(
-                this_record(Purpose::Blocked(why.to_owned()))
+                this_record(Purpose::Blocked(why.to_owned()), self.producer.clone())
                     .render()
                     .as_bytes(),
             )

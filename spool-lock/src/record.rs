@@ -7,7 +7,16 @@
 //! host: node17
 //! pid: 4242
 //! purpose: claim            (or `adopting`, or `blocked: <why>`)
+//! producer_host: node17     (only when the holder is not the producer)
+//! producer_pid: 4100
 //! ```
+//!
+//! The `producer_*` lines carry the provenance of the directory's packs
+//! across takes: a claim's holder is its producer; an adopter (and a
+//! `blocked` mark, and the clearing of one) rewrites the record but
+//! carries the producer it found, so catalog rows name the process that
+//! staged a pack, never the one that drained it (issue 12 §7). Readers
+//! that predate these lines ignore them as unknown keys.
 //!
 //! Parsing is defensive: unknown keys are ignored, a missing or garbled
 //! field reads as unknown, and nothing in the file can make a reader panic.
@@ -55,6 +64,15 @@ impl std::fmt::Display for Purpose {
     }
 }
 
+/// The process that staged a directory's packs: the holder of its claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Producer {
+    /// Its host name (`"unknown"` when the record has none).
+    pub host: String,
+    /// Its pid (in its own pid namespace), if the record has one.
+    pub pid: Option<u32>,
+}
+
 /// The owner record of a spool directory, as written by its (last) holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRecord {
@@ -64,6 +82,10 @@ pub struct OwnerRecord {
     pub pid: Option<u32>,
     /// Why it holds the lock.
     pub purpose: Purpose,
+    /// The producer carried over from an earlier record, when the holder
+    /// is not the producer (an adopter, a `blocked` mark); see
+    /// [`OwnerRecord::producer`].
+    pub carried: Option<Producer>,
 }
 
 /// Longest record read; anything past it is ignored.
@@ -83,6 +105,22 @@ fn one_line(s: &str) -> String {
 }
 
 impl OwnerRecord {
+    /// Who staged the directory's packs, as this record says: the carried
+    /// producer if any, else the holder itself when it holds a claim.
+    /// `None` when the record cannot tell (an adopter's record written
+    /// before producers were carried, or a purpose this build does not
+    /// know).
+    pub fn producer(&self) -> Option<Producer> {
+        match (&self.carried, &self.purpose) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Purpose::Claim) => Some(Producer {
+                host: self.host.clone(),
+                pid: self.pid,
+            }),
+            (None, _) => None,
+        }
+    }
+
     /// Renders the record as written into the lock file. The text always
     /// fits in the 4096 bytes a reader reads: a longer host or
     /// purpose (a long `blocked:` reason) is cut at a character boundary,
@@ -91,6 +129,17 @@ impl OwnerRecord {
         let mut out = format!("host: {}\n", cut(&one_line(&self.host), 256).trim());
         if let Some(pid) = self.pid {
             out.push_str(&format!("pid: {pid}\n"));
+        }
+        // The producer goes before the purpose, whose reason may be cut to
+        // fit: the provenance is never what is lost.
+        if let Some(p) = &self.carried {
+            out.push_str(&format!(
+                "producer_host: {}\n",
+                cut(&one_line(&p.host), 256).trim()
+            ));
+            if let Some(pid) = p.pid {
+                out.push_str(&format!("producer_pid: {pid}\n"));
+            }
         }
         let room = MAX_RECORD_BYTES - out.len() - "purpose: \n".len();
         let purpose = self.purpose.render();
@@ -104,6 +153,7 @@ impl OwnerRecord {
         let bytes = &bytes[..bytes.len().min(MAX_RECORD_BYTES)];
         let text = String::from_utf8_lossy(bytes);
         let (mut host, mut pid, mut purpose) = (None, None, None);
+        let (mut producer_host, mut producer_pid) = (None, None);
         let mut seen = false;
         for line in text.lines() {
             let Some((key, value)) = line.split_once(':') else {
@@ -127,6 +177,10 @@ impl OwnerRecord {
                     seen = true;
                     purpose = Some(Purpose::parse(value));
                 }
+                "producer_host" => producer_host = Some(value.to_owned()),
+                "producer_pid" => {
+                    producer_pid = value.parse::<u32>().ok().filter(|p| *p > 0);
+                }
                 _ => {}
             }
         }
@@ -139,6 +193,12 @@ impl OwnerRecord {
                 .unwrap_or_else(|| "unknown".to_owned()),
             pid,
             purpose: purpose.unwrap_or_else(|| Purpose::Unknown(String::new())),
+            carried: (producer_host.is_some() || producer_pid.is_some()).then(|| Producer {
+                host: producer_host
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| "unknown".to_owned()),
+                pid: producer_pid,
+            }),
         })
     }
 }
@@ -158,6 +218,7 @@ mod tests {
                 host: "node17".into(),
                 pid: Some(4242),
                 purpose: purpose.clone(),
+                carried: None,
             };
             let back = OwnerRecord::parse(rec.render().as_bytes()).unwrap();
             assert_eq!(back.host, "node17");
@@ -188,12 +249,18 @@ mod tests {
             host: "n1".into(),
             pid: Some(7),
             purpose: Purpose::Blocked("é".repeat(5000)),
+            carried: Some(Producer {
+                host: "n0".into(),
+                pid: Some(3),
+            }),
         };
         let text = long.render();
         assert!(text.len() <= MAX_RECORD_BYTES, "{} bytes", text.len());
         let back = OwnerRecord::parse(text.as_bytes()).unwrap();
         assert_eq!(back.render(), text);
         assert!(matches!(&back.purpose, Purpose::Blocked(w) if w.starts_with("éé")));
+        // The producer survives the cut.
+        assert_eq!(back.producer().and_then(|p| p.pid), Some(3));
         let big = vec![b'x'; 100_000];
         assert_eq!(OwnerRecord::parse(&big), None);
         // A lone carriage return reads as a space, as render writes it
@@ -203,5 +270,29 @@ mod tests {
         assert_eq!(OwnerRecord::parse(rec.render().as_bytes()), Some(rec));
         let rec = OwnerRecord::parse(b"host:\npid: -3\n").unwrap();
         assert_eq!((rec.host.as_str(), rec.pid), ("unknown", None));
+    }
+
+    #[test]
+    fn the_producer_is_the_claimant_or_the_carried_one() {
+        let claim = OwnerRecord::parse(b"host: n1\npid: 10\npurpose: claim\n").unwrap();
+        let p = claim.producer().unwrap();
+        assert_eq!((p.host.as_str(), p.pid), ("n1", Some(10)));
+        // An adopter's record without a carried producer cannot tell.
+        let adopting = OwnerRecord::parse(b"host: n1\npid: 20\npurpose: adopting\n").unwrap();
+        assert_eq!(adopting.producer(), None);
+        let carried = OwnerRecord {
+            carried: Some(p.clone()),
+            ..adopting
+        };
+        let back = OwnerRecord::parse(carried.render().as_bytes()).unwrap();
+        assert_eq!(back, carried);
+        assert_eq!(back.producer(), Some(p));
+        // A carried producer outranks the holder even under `claim` (an
+        // operator's `spool unblock` writes one).
+        let cleared = OwnerRecord {
+            purpose: Purpose::Claim,
+            ..back
+        };
+        assert_eq!(cleared.producer().and_then(|p| p.pid), Some(10));
     }
 }

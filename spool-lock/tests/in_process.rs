@@ -490,3 +490,73 @@ fn a_failed_parent_fsync_after_the_rename_leaves_no_unlocked_directory() {
         .release()
         .unwrap();
 }
+
+/// Issue 12 §7: an adoption names the directory's producer (the dead
+/// claimant the owner record names), never the adopter, and the producer
+/// survives an adopter's death, a `blocked` mark and its clearing.
+#[test]
+fn an_adoption_names_the_dead_producer_and_carries_it_across_takes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r0-0badcafe");
+    std::fs::create_dir(&dir).unwrap();
+    // A dead producer's record (a foreign pid and host: this process
+    // taking it must not show up as the producer).
+    std::fs::write(
+        dir.join(LOCK_FILE_NAME),
+        b"host: node-dead\npid: 999999\npurpose: claim\n",
+    )
+    .unwrap();
+    let producer_of = |claim: &spool_lock::Claim| {
+        let p = claim.producer().expect("the record names a producer");
+        (p.host.clone(), p.pid)
+    };
+    let dead = ("node-dead".to_string(), Some(999_999));
+
+    let first = try_adopt(&dir, &opts()).unwrap();
+    assert_eq!(producer_of(&first), dead);
+    // The record now names this adopter, carrying the producer.
+    let rec = read_owner(&dir).unwrap().record.unwrap();
+    assert_eq!(rec.purpose, Purpose::Adopting);
+    assert_eq!(rec.pid, Some(std::process::id()));
+    assert_eq!(rec.producer().map(|p| (p.host, p.pid)), Some(dead.clone()));
+    // The adopter "dies" (lets go without draining): the next adopter
+    // still finds the producer, not the first adopter.
+    first.release().unwrap();
+    let second = try_adopt(&dir, &opts()).unwrap();
+    assert_eq!(producer_of(&second), dead);
+    // A mark and its clearing carry it too.
+    second.mark_blocked("disk full").unwrap();
+    second.release().unwrap();
+    let blocked = read_owner(&dir).unwrap().record.unwrap();
+    assert_eq!(
+        blocked.producer().map(|p| (p.host, p.pid)),
+        Some(dead.clone())
+    );
+    assert!(matches!(
+        clear_blocked(&dir, &opts()).unwrap(),
+        Unblocked::Cleared { .. }
+    ));
+    let third = try_adopt(&dir, &opts()).unwrap();
+    assert_eq!(producer_of(&third), dead);
+    third.release().unwrap();
+
+    // A claim is its own producer.
+    let own = acquire(&tmp.path().join("r1-0badcafe"), &opts()).unwrap();
+    assert_eq!(
+        own.producer().map(|p| p.pid),
+        Some(Some(std::process::id()))
+    );
+    own.release().unwrap();
+    // A record that cannot tell (an adopter's, from before producers were
+    // carried): no producer, never the adopter's own pid.
+    let old = tmp.path().join("r2-0badcafe");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(
+        old.join(LOCK_FILE_NAME),
+        b"host: node-dead\npid: 999998\npurpose: adopting\n",
+    )
+    .unwrap();
+    let c = try_adopt(&old, &opts()).unwrap();
+    assert_eq!(c.producer(), None);
+    c.release().unwrap();
+}

@@ -424,3 +424,23 @@ def test_rows_to_arrow(root):
     assert isinstance(table, pyarrow.Table)
     assert table.num_rows == 2 and table.column_names == list(spool.COLUMNS)
     assert sorted(table.column("pack_id").to_pylist()) == sorted(r["pack_id"] for r in rows)
+
+
+def test_rows_name_the_producer_and_a_sink_without_an_ordinal_reads_none(root):
+    """Issue 12 §7 through the Python readers: a sink without an ordinal
+    reads back ``None`` (not 0, which is ``w0/``), ``sink(ordinal=0)``
+    reads 0, the producer's pid and host are this process's, and a
+    DataFrame carries the missing ordinal as a missing value."""
+    with spool.Engine(root=str(root), adopt=False) as engine:
+        engine.sink(seal_records=1).write(b"no ordinal")
+        engine.sink(ordinal=0, seal_records=1).write(b"worker zero")
+    rows = spool.Catalog(f"sqlite://{root}/.catalog.db").ls()
+    assert len(rows) == 2, rows
+    assert sorted(rows, key=lambda r: r["ordinal"] is not None)[0]["ordinal"] is None
+    assert sorted(r["ordinal"] for r in rows if r["ordinal"] is not None) == [0]
+    assert {r["source_pid"] for r in rows} == {os.getpid()}
+    assert {r["source_host"] for r in rows} == {socket.gethostname()}
+    pandas = optional("pandas")
+    df = rows.to_pandas()
+    assert df["ordinal"].isna().sum() == 1 and (df["ordinal"] == 0).sum() == 1
+    assert pandas.isna(df.loc[df["ordinal"].isna(), "ordinal"]).all()

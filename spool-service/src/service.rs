@@ -19,7 +19,7 @@ use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
 use crate::snapshot::Snapshot;
-use crate::upload_path::{Owed, UploadPath};
+use crate::upload_path::{Owed, Source, UploadPath};
 use crate::Error;
 
 /// How long stop waits for the loop to end (every call in it watches the
@@ -760,7 +760,10 @@ impl Core {
                 match r.outcome.failure() {
                     None => {
                         let s = self.io.summaries[&pack.id].clone();
-                        let row = self.io.row(&r, &s, self.io.own.dir(), pack.ordinal);
+                        let source = Source::this_process(&self.io.host);
+                        let row = self
+                            .io
+                            .row(&r, &s, self.io.own.dir(), pack.ordinal, &source);
                         let dir = self.io.own.dir().to_path_buf();
                         batch.push(Owed { row, pack, dir });
                         left -= 1;

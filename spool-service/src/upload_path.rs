@@ -24,6 +24,41 @@ pub(crate) struct Owed {
     pub(crate) dir: PathBuf,
 }
 
+/// Where a pack came from: the producer that staged it (SPEC §5: the
+/// catalog row's `source_host` / `source_pid`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) host: String,
+    /// 0 when the owner record named no pid.
+    pub(crate) pid: u32,
+}
+
+impl Source {
+    /// This process: the producer of its own directory's packs.
+    pub(crate) fn this_process(host: &str) -> Source {
+        Source {
+            host: host.to_string(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// An adopted directory's producer, as its owner record named it when
+    /// the adopter took the lock (never the adopter); `unknown` / 0 when
+    /// the record could not tell.
+    pub(crate) fn adopted(producer: Option<&spool_lock::Producer>) -> Source {
+        match producer {
+            Some(p) => Source {
+                host: p.host.clone(),
+                pid: p.pid.unwrap_or(0),
+            },
+            None => Source {
+                host: "unknown".into(),
+                pid: 0,
+            },
+        }
+    }
+}
+
 /// A sibling this service holds for adoption.
 pub(crate) struct Held {
     pub(crate) claim: spool_lock::Claim,
@@ -137,13 +172,15 @@ impl UploadPath {
         self.counters.quarantined += 1;
     }
 
-    /// The catalog row of an uploaded pack.
+    /// The catalog row of an uploaded pack staged in `dir` (under `w<k>/`
+    /// when `ordinal` is `Some(k)`) by `source`.
     pub(crate) fn row(
         &self,
         result: &UploadResult,
         summary: &PackSummary,
         dir: &Path,
         ordinal: Option<u32>,
+        source: &Source,
     ) -> PackRow {
         PackRow {
             pack_id: summary.id.to_hex(),
@@ -152,13 +189,13 @@ impl UploadPath {
             sha256: hex::encode(result.outcome.sha256().unwrap_or(summary.sha256)),
             bytes: summary.bytes,
             records: summary.records,
-            source_host: self.host.clone(),
-            source_pid: std::process::id(),
+            source_host: source.host.clone(),
+            source_pid: source.pid,
             rank_dir: dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            ordinal: ordinal.unwrap_or(0),
+            ordinal,
             created_at_ms: summary.created_ms,
             indexed_at_ms: now_ms(),
         }

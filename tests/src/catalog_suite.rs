@@ -45,7 +45,8 @@ pub fn row(n: u64, created_at_ms: u64) -> PackRow {
         source_host: "node-a".into(),
         source_pid: 4242,
         rank_dir: "r0-0badcafe".into(),
-        ordinal: (n % 3) as u32,
+        // every third row has no ordinal (a sink without one)
+        ordinal: (n % 3 != 2).then_some((n % 3) as u32),
         created_at_ms,
         indexed_at_ms: 0,
     }
@@ -322,7 +323,8 @@ pub async fn contested_term_has_at_most_one_holder(fx: Fixture) {
 /// or write.
 pub async fn newer_schema_version_refused(fx: Fixture) {
     fx.catalog.index(&[row(1, 1_000)], None).await.unwrap();
-    spool_catalog::testing::set_schema_version(&fx.url, 2)
+    let newer = spool_catalog::SCHEMA_VERSION + 1;
+    spool_catalog::testing::set_schema_version(&fx.url, newer)
         .await
         .unwrap();
     let fresh = (fx.reopen)();
@@ -330,17 +332,14 @@ pub async fn newer_schema_version_refused(fx: Fixture) {
     assert!(
         matches!(
             e,
-            Error::SchemaVersion {
-                found: 2,
-                expected: 1,
-                ..
-            }
+            Error::SchemaVersion { found, expected, .. }
+                if found == newer && expected == spool_catalog::SCHEMA_VERSION
         ),
         "{e}"
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("schema version 2") && msg.contains("upgrade"),
+        msg.contains(&format!("schema version {newer}")) && msg.contains("upgrade"),
         "{msg}"
     );
     assert!(msg.contains(&fresh.server()), "{msg}");
@@ -351,6 +350,81 @@ pub async fn newer_schema_version_refused(fx: Fixture) {
     ] {
         assert!(matches!(e, Error::SchemaVersion { .. }), "{e}");
     }
+}
+
+/// Issue 12 §7: a catalog of schema version 1 (made with version 1's own
+/// DDL, `ordinal` NOT NULL, and rows written as version 1 wrote them) is
+/// migrated when this build first opens it: the old rows read back as
+/// they were, a new row with no ordinal (and a producer's host and pid)
+/// reads back with `None` — distinct from an old row's `Some(0)` — the
+/// version row says 2, and opening it again changes nothing.
+pub async fn migration_from_v1_keeps_rows(fx: Fixture) {
+    let old: Vec<PackRow> = (0..3)
+        .map(|n| PackRow {
+            ordinal: Some(n as u32),
+            indexed_at_ms: 5_000 + n,
+            ..row(n, 1_000 + n)
+        })
+        .collect();
+    spool_catalog::testing::create_v1(&fx.url, &old)
+        .await
+        .unwrap();
+    assert_eq!(
+        spool_catalog::testing::schema_version(&fx.url)
+            .await
+            .unwrap(),
+        1
+    );
+    // Opening it runs the migration (once per catalog object).
+    fx.catalog.ensure_schema().await.unwrap();
+    assert_eq!(
+        spool_catalog::testing::schema_version(&fx.url)
+            .await
+            .unwrap(),
+        spool_catalog::SCHEMA_VERSION
+    );
+    for r in &old {
+        let got = fx.catalog.get(&r.pack_id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                &got.source_host,
+                got.source_pid,
+                got.ordinal,
+                got.bytes,
+                &got.sha256
+            ),
+            (&r.source_host, r.source_pid, r.ordinal, r.bytes, &r.sha256),
+            "an old row reads back as written"
+        );
+    }
+    let new = PackRow {
+        source_host: "node-producer".into(),
+        source_pid: 31337,
+        ordinal: None,
+        ..row(10, 2_000)
+    };
+    fx.catalog
+        .index(std::slice::from_ref(&new), None)
+        .await
+        .unwrap();
+    let fresh = (fx.reopen)();
+    fresh.ensure_schema().await.unwrap();
+    let got = fresh.get(&new.pack_id).await.unwrap().unwrap();
+    assert_eq!(got.ordinal, None, "no ordinal reads back as none, not 0");
+    assert_eq!(
+        (got.source_host.as_str(), got.source_pid),
+        ("node-producer", 31337)
+    );
+    let listed = fresh.list_range(0, u64::MAX).await.unwrap();
+    let ordinals: Vec<Option<u32>> = listed.iter().map(|r| r.ordinal).collect();
+    assert_eq!(ordinals, vec![Some(0), Some(1), Some(2), None]);
+    assert_eq!(fresh.count().await.unwrap(), 4);
+    assert_eq!(
+        spool_catalog::testing::schema_version(&fx.url)
+            .await
+            .unwrap(),
+        spool_catalog::SCHEMA_VERSION
+    );
 }
 
 /// (Timing; run in a `serial` module.) A holder that stops renewing loses

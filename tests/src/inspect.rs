@@ -62,7 +62,7 @@ pub fn pack_and_row(
         source_host: "node7".into(),
         source_pid: 4242,
         rank_dir: "r3-0badcafe".into(),
-        ordinal: 0,
+        ordinal: None,
         created_at_ms: created_ms,
         indexed_at_ms: 0,
     };

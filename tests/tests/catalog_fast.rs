@@ -65,6 +65,7 @@ both!(
     fence_and_reacquire,
     contested_term_has_at_most_one_holder,
     newer_schema_version_refused,
+    migration_from_v1_keeps_rows,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

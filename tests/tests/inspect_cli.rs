@@ -69,7 +69,12 @@ fn ls_lists_every_pack_as_a_table_and_filters_by_time_as_json() {
             .lines()
             .find(|l| l.starts_with(&p.id.to_hex()))
             .unwrap_or_else(|| panic!("{} missing in:\n{text}", p.id));
-        assert!(line.contains("node7 pid 4242 r3-0badcafe"), "{line}");
+        // HOST, PID, RANK DIR, then ORDINAL (`-`: the rows have none),
+        // right-aligned to its heading
+        assert!(
+            line.contains(&format!("  node7  4242  r3-0badcafe  {:>7}  ", "-")),
+            "{line}"
+        );
         assert!(line.contains(&p.row.object_key), "{line}");
     }
     // Oldest first.

@@ -1162,3 +1162,89 @@ fn the_example_config_file_is_accepted() {
     );
     assert_eq!(code(&out), 0, "{}", describe(&out));
 }
+
+/// Issue 12 §7, end to end: two real producers (`spool produce --hold`,
+/// one sink without an ordinal, one with `--ordinal 0`) stage packs and
+/// are SIGKILLed; `spool run --once` adopts their directories; the catalog
+/// rows name each dead producer's pid and host — never the adopter's —
+/// with a null ordinal for the sink without one and 0 for `w0/`, and
+/// `spool ls` shows host, pid and ordinal (`-` for none).
+#[test]
+fn adopted_rows_name_the_dead_producer_and_a_null_ordinal() {
+    let root = tempfile::tempdir().unwrap();
+    let kd = key_dir(root.path(), &[]);
+    fs::create_dir_all(&kd).unwrap();
+    let mut producers = Vec::new();
+    for (name, ordinal) in [("r1-0000aaaa", None), ("r2-0000bbbb", Some("0"))] {
+        let mut cmd = spool();
+        cmd.args(["produce", "--packs", "2", "--hold", "--dir"])
+            .arg(kd.join(name))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(k) = ordinal {
+            cmd.args(["--ordinal", k]);
+        }
+        let mut child = KillOnDrop(cmd.spawn().unwrap());
+        let rx = lines(&mut child);
+        let ids: Vec<String> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(30)).expect("staged"))
+            .collect();
+        let pid = child.id();
+        // SIGKILL: no release, no clean-up; the record stays as it wrote it.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        producers.push((name, pid, ids, ordinal.map(|k| k.parse::<u64>().unwrap())));
+    }
+    let out = run_once(root.path(), &["--timeout", "60"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let out = output(
+        spool()
+            .args(["ls", "--json", "--spool-root"])
+            .arg(root.path()),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let host = spool_lock::host_name();
+    for (name, pid, ids, ordinal) in &producers {
+        for id in ids {
+            let row = rows
+                .iter()
+                .find(|r| r["pack_id"] == id.as_str())
+                .unwrap_or_else(|| panic!("pack {id} of {name} not listed: {rows:?}"));
+            assert_eq!(row["rank_dir"], *name, "{row}");
+            assert_eq!(
+                row["source_pid"].as_u64(),
+                Some(u64::from(*pid)),
+                "the dead producer's pid, not the adopter's: {row}"
+            );
+            assert_eq!(row["source_host"], host.as_str(), "{row}");
+            assert_eq!(row["ordinal"].as_u64(), *ordinal, "{row}");
+            assert_eq!(row["ordinal"].is_null(), ordinal.is_none(), "{row}");
+        }
+    }
+    // The table: host, pid and ordinal columns, `-` for no ordinal.
+    let out = output(spool().args(["ls", "--spool-root"]).arg(root.path()));
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let head = text.lines().next().unwrap();
+    for h in ["HOST", "PID", "RANK DIR", "ORDINAL"] {
+        assert!(head.contains(h), "no {h} column: {text}");
+    }
+    for (name, pid, _, ordinal) in &producers {
+        let want = ordinal.map_or("-".to_string(), |k| k.to_string());
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(name)).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in lines {
+            // PID (right-aligned) then RANK DIR, then ORDINAL (right-aligned
+            // to its heading's width)
+            assert!(
+                line.contains(&format!(" {pid}  {name}  {want:>7}  ")),
+                "{line:?} in\n{text}"
+            );
+        }
+    }
+}

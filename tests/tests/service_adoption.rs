@@ -157,6 +157,90 @@ fn an_own_pack_refused_for_good_is_rejected_and_adoption_proceeds() {
     assert_eq!((snap.rejected, snap.adopted_spools), (1, 1), "{snap:?}");
 }
 
+/// Flips one byte of `path`'s trailer, `from_end` bytes before its end,
+/// in place (the same inode, as bit rot or a stray writer would).
+fn damage_trailer(path: &Path, from_end: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let at = f.metadata().unwrap().len() - from_end;
+    let mut b = [0u8];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&[b[0] ^ 0x5a]).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Issue 12, end to end on the service: a pack whose trailer was damaged
+/// after staging is quarantined — caught by validation when the damage
+/// came before the service saw it, by the upload's re-check when it came
+/// after (the store down, the pack already validated) — and never renamed
+/// `.rejected`, uploaded or indexed; the service keeps shipping the rest,
+/// and a pack staged afterwards.
+#[test]
+fn a_pack_whose_trailer_was_damaged_after_staging_is_quarantined_and_the_rest_ship() {
+    let fx = Fixture::new();
+    let own = fx.claim(0);
+    let packs = stage(own.dir(), 4);
+    let path = |i: usize| own.dir().join(format!("{}.ready", packs[i].0.to_hex()));
+    // Before the service starts: a byte of the trailer's pack id.
+    let trailer = spool_core::pack::TRAILER_LEN as u64;
+    damage_trailer(&path(0), trailer - 8);
+    // The store refuses every PUT until healed, so the others are
+    // validated (and their summaries kept) before anything lands.
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))));
+    let svc = started(fx.config(own.dir()));
+    assert!(
+        wait_for(Duration::from_secs(10), || fx.store.calls(Op::Put) >= 3),
+        "{:?}",
+        svc.snapshot()
+    );
+    // After validation: the last byte of its trailer's hash. Only the
+    // upload's re-check of the staged bytes can see this one.
+    damage_trailer(&path(1), 1);
+    fx.store.clear();
+    assert!(
+        svc.flush(Duration::from_secs(20)).unwrap(),
+        "{:?}",
+        svc.snapshot()
+    );
+    for (id, _) in &packs[..2] {
+        let hex = id.to_hex();
+        assert!(
+            own.dir().join(format!("{hex}.quarantined")).exists(),
+            "pack {hex} quarantined: {:?}",
+            tree(own.dir())
+        );
+        assert!(!own.dir().join(format!("{hex}.rejected")).exists());
+        assert!(!own.dir().join(format!("{hex}.ready")).exists());
+        assert!(!block_on(fx.indexed(id)), "a corrupt pack was indexed");
+        let key = spool_upload::object_key(&object_store::path::Path::from(fx.prefix.as_str()), id);
+        assert!(
+            block_on(fx.store.inner().head(&key)).is_err(),
+            "a corrupt pack was uploaded"
+        );
+    }
+    block_on(fx.read_back(&packs[2..]));
+    let snap = svc.snapshot();
+    assert_eq!(
+        (snap.quarantined, snap.rejected, snap.indexed),
+        (2, 0, 2),
+        "{snap:?}"
+    );
+    // The service keeps shipping.
+    let later = stage(own.dir(), 1);
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    block_on(fx.read_back(&later));
+    assert_eq!(files(own.dir(), "ready"), 0);
+    drop(svc);
+    own.release().unwrap();
+}
+
 #[test]
 fn destinations_sharing_a_root_never_adopt_each_others_directories() {
     let a = Fixture::new();

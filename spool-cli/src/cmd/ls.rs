@@ -26,7 +26,8 @@ pub struct Args {
     pub limit: Option<usize>,
     /// One JSON object per line per pack, with every catalog column
     /// (pack_id, object_key, store_id, sha256, bytes, records, source_host,
-    /// source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms).
+    /// source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms); a
+    /// sink without an ordinal has `"ordinal": null`.
     #[arg(long)]
     pub json: bool,
 }
@@ -43,7 +44,10 @@ destination.catalog, or the embedded one under spool.root. An SQLite
 catalog that does not exist is an error (ls never creates one).
 
 The table shows each pack's id, creation time (UTC), size, record count,
-where it came from (host, pid, rank directory) and its object key. A line
+where it came from — the producer's host and pid (from the owner record
+of the directory it was staged in, even when an adopter uploaded it), the
+rank directory and the sink's worker ordinal (`-` for a sink without one,
+`0` for w0/) — and its object key. A line
 on stderr says how many packs the window holds and how many the catalog
 holds in all.
 
@@ -111,54 +115,101 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     Ok(ExitCode::Ok)
 }
 
+/// The table's columns: heading, right-aligned.
+const TABLE: [(&str, bool); 9] = [
+    ("PACK ID", false),
+    ("CREATED", false),
+    ("SIZE", true),
+    ("RECORDS", true),
+    ("HOST", false),
+    ("PID", true),
+    ("RANK DIR", false),
+    ("ORDINAL", true),
+    ("OBJECT KEY", false),
+];
+
+/// One table line of a row: where it came from is the producer's host and
+/// pid (`-` when the owner record named none) and the sink's ordinal (`-`
+/// for a sink without one, `0` for `w0/`).
+fn cells(r: &PackRow) -> [String; 9] {
+    [
+        r.pack_id.clone(),
+        format_ms(r.created_at_ms),
+        human_bytes(r.bytes),
+        r.records.to_string(),
+        r.source_host.clone(),
+        match r.source_pid {
+            0 => "-".to_string(),
+            pid => pid.to_string(),
+        },
+        r.rank_dir.clone(),
+        r.ordinal.map_or_else(|| "-".to_string(), |k| k.to_string()),
+        r.object_key.clone(),
+    ]
+}
+
 fn print_table(out: &mut impl Write, rows: &[PackRow]) -> std::io::Result<()> {
-    let cells: Vec<[String; 6]> = rows
-        .iter()
-        .map(|r| {
-            [
-                r.pack_id.clone(),
-                format_ms(r.created_at_ms),
-                human_bytes(r.bytes),
-                r.records.to_string(),
-                format!("{} pid {} {}", r.source_host, r.source_pid, r.rank_dir),
-                r.object_key.clone(),
-            ]
-        })
-        .collect();
-    let head = [
-        "PACK ID",
-        "CREATED",
-        "SIZE",
-        "RECORDS",
-        "SOURCE",
-        "OBJECT KEY",
-    ];
-    let mut width = head.map(str::len);
+    let cells: Vec<[String; 9]> = rows.iter().map(cells).collect();
+    let mut width = TABLE.map(|(h, _)| h.chars().count());
     for row in &cells {
         for (w, c) in width.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let line = |out: &mut dyn Write, cols: [&str; 6]| {
-        writeln!(
-            out,
-            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:<w4$}  {}",
-            cols[0],
-            cols[1],
-            cols[2],
-            cols[3],
-            cols[4],
-            cols[5],
-            w0 = width[0],
-            w1 = width[1],
-            w2 = width[2],
-            w3 = width[3],
-            w4 = width[4],
-        )
+    let line = |out: &mut dyn Write, cols: [&str; 9]| {
+        let mut text = String::new();
+        for (i, c) in cols.iter().enumerate() {
+            if i + 1 == cols.len() {
+                text.push_str(c);
+            } else if TABLE[i].1 {
+                text.push_str(&format!("{c:>w$}  ", w = width[i]));
+            } else {
+                text.push_str(&format!("{c:<w$}  ", w = width[i]));
+            }
+        }
+        writeln!(out, "{text}")
     };
-    line(out, head)?;
+    line(out, TABLE.map(|(h, _)| h))?;
     for row in &cells {
-        line(out, [&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]])?;
+        line(out, std::array::from_fn(|i| row[i].as_str()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_host_pid_and_ordinal_with_a_dash_for_none() {
+        let row = PackRow {
+            pack_id: "a".repeat(32),
+            object_key: "p/v1/date=2026-11-29/x.pack".into(),
+            store_id: "default".into(),
+            sha256: "b".repeat(64),
+            bytes: 2048,
+            records: 3,
+            source_host: "node7".into(),
+            source_pid: 4100,
+            rank_dir: "r3-0badcafe".into(),
+            ordinal: None,
+            created_at_ms: 1_795_965_709_123,
+            indexed_at_ms: 0,
+        };
+        let w0 = PackRow {
+            ordinal: Some(0),
+            source_pid: 0,
+            ..row.clone()
+        };
+        assert_eq!(cells(&row)[4..8], ["node7", "4100", "r3-0badcafe", "-"]);
+        assert_eq!(cells(&w0)[4..8], ["node7", "-", "r3-0badcafe", "0"]);
+        let mut out = Vec::new();
+        print_table(&mut out, &[row, w0]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let head = text.lines().next().unwrap();
+        for h in ["HOST", "PID", "RANK DIR", "ORDINAL"] {
+            assert!(head.contains(h), "{text}");
+        }
+        assert_eq!(text.lines().count(), 3, "{text}");
+    }
 }

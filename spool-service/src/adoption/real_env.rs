@@ -17,7 +17,7 @@ use crate::adoption::{
 };
 use crate::bound::Bound;
 use crate::offload::blocking;
-use crate::upload_path::{Held, Owed, UploadPath};
+use crate::upload_path::{Held, Owed, Source, UploadPath};
 
 /// The environment of one adopting cycle.
 pub(crate) struct Env<'a> {
@@ -268,6 +268,9 @@ impl AdoptionEnv for Env<'_> {
             }
         }
         let results = self.io.upload(items, &self.bound).await;
+        // The dead producer named by the owner record at the take, never
+        // this adopter (issue 12 §7).
+        let source = Source::adopted(self.io.held.get(dir).and_then(|h| h.claim.producer()));
         let mut batch = Vec::new();
         for r in results {
             let Some((pref, ready)) = readies.remove(&r.item.pack_id) else {
@@ -294,7 +297,7 @@ impl AdoptionEnv for Env<'_> {
             }
             match self.io.summary(&ready, &self.cancel_flag).await {
                 Ok(s) => {
-                    let row = self.io.row(&r, &s, dir, ready.ordinal);
+                    let row = self.io.row(&r, &s, dir, ready.ordinal, &source);
                     batch.push((
                         pref,
                         Owed {

@@ -34,7 +34,7 @@ fn pack(holder: &str, round: u64, what: &str) -> PackRow {
         source_host: holder.into(),
         source_pid: std::process::id(),
         rank_dir: what.into(),
-        ordinal: 0,
+        ordinal: None,
         created_at_ms: 1_000 + round,
         indexed_at_ms: 0,
     }

@@ -46,7 +46,7 @@ fn values(rows: &[PackRow]) -> String {
                 q(&r.source_host),
                 r.source_pid,
                 q(&r.rank_dir),
-                r.ordinal,
+                r.ordinal.unwrap_or(0),
                 r.created_at_ms
             )
         })
@@ -131,7 +131,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     r.source_host,
                     r.source_pid as i64,
                     r.rank_dir,
-                    r.ordinal as i64,
+                    r.ordinal.map_or(0, i64::from),
                     r.created_at_ms as i64,
                     now
                 ])?;
