@@ -25,6 +25,15 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `spool-bench report --results RESULTS --write DOC`.
+fn report(bin: &Path, results: &Path, doc: &Path) {
+    run(Command::new(bin)
+        .args(["report", "--results"])
+        .arg(results)
+        .arg("--write")
+        .arg(doc));
+}
+
 #[test]
 fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     let bin = Path::new(env!("CARGO_BIN_EXE_spool-bench"));
@@ -61,11 +70,7 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
          <!-- bench:upload:begin -->\nold\n<!-- bench:upload:end -->\nkept\n",
     )
     .unwrap();
-    run(Command::new(bin)
-        .args(["report", "--results"])
-        .arg(&results)
-        .arg("--write")
-        .arg(&doc));
+    report(bin, &results, &doc);
     let text = std::fs::read_to_string(&doc).unwrap();
     assert!(text.contains("| upload 4 × 16 KiB to file://"), "{text}");
     assert!(
@@ -106,11 +111,7 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     }
     std::fs::write(&results, all).unwrap();
     std::fs::write(&doc, markers).unwrap();
-    run(Command::new(bin)
-        .args(["report", "--results"])
-        .arg(&results)
-        .arg("--write")
-        .arg(&doc));
+    report(bin, &results, &doc);
     let text = std::fs::read_to_string(&doc).unwrap();
     assert!(!text.contains("\nold\n"), "{text}");
     assert!(!text.contains("measured on its own"), "{text}");
