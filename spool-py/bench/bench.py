@@ -2,16 +2,20 @@
 bench python`` through spool-bench's ``python`` case, which measures the
 Rust sink beside it and turns these figures into BENCHMARKS.md rows.
 
-Usage: ``python bench.py SCRATCH_DIR SIZE`` (SIZE: Full, Quick or Smoke);
-prints one JSON object:
+Usage: ``python bench.py SCRATCH_DIR SIZE [PART]`` (SIZE: Full, Quick or
+Smoke; PART: ``calls``, the default, or ``big``); prints one JSON object.
+``calls`` gives:
 
 - ``write_ns`` / ``bytearray_ns``: nanoseconds per call of ``sink.write``
   on 100-byte ``bytes`` records, and of ``bytearray.extend`` appending the
   same records (best of 3 runs each, loops alike);
 - ``write_many_rps``: records per second of one ``sink.write_many`` call on
   a list of 100-byte records (best of 3);
-- ``mib_1mib_python``: MiB/s writing 1 MiB records with ``sink.write`` and
-  flushing (durable), on SCRATCH_DIR's disk.
+
+``big`` gives ``mib_1mib_python``: MiB/s writing 1 MiB records with
+``sink.write`` and flushing (durable), on SCRATCH_DIR's disk. spool-bench
+runs it in rounds alternating with the Rust sink doing the same, after a
+``sync``, so both meet the disk in the same state.
 """
 
 import json
@@ -59,6 +63,7 @@ def per_call(scratch, n):
             write(r)
         best_sink = min(best_sink, time.perf_counter() - t)
         s.close()
+        shutil.rmtree(s.dir)
     return best_sink / len(records) * 1e9, best_ba / len(records) * 1e9
 
 
@@ -71,6 +76,7 @@ def write_many(scratch, n):
         assert s.write_many(records) == len(records)
         best = min(best, time.perf_counter() - t)
         s.close()
+        shutil.rmtree(s.dir)
     return len(records) / best
 
 
@@ -83,21 +89,27 @@ def big(scratch, n):
     s.flush(timeout=300)
     took = time.perf_counter() - t
     s.close()
+    shutil.rmtree(s.dir)  # as the Rust round removes its own
     return n / took
 
 
 def main():
     scratch, size = sys.argv[1], sys.argv[2]
+    part = sys.argv[3] if len(sys.argv) > 3 else "calls"
     n = SIZES[size]
     os.makedirs(scratch, exist_ok=True)
-    write_ns, bytearray_ns = per_call(scratch, n["small"])
-    out = dict(
-        small=n["small"], many=n["many"], big=n["big"],
-        write_ns=write_ns, bytearray_ns=bytearray_ns,
-        write_many_rps=write_many(scratch, n["many"]),
-        mib_1mib_python=big(scratch, n["big"]),
-        python=sys.version.split()[0],
-    )
+    if part == "big":
+        out = dict(big=n["big"], mib_1mib_python=big(scratch, n["big"]))
+    elif part == "calls":
+        write_ns, bytearray_ns = per_call(scratch, n["small"])
+        out = dict(
+            small=n["small"], many=n["many"],
+            write_ns=write_ns, bytearray_ns=bytearray_ns,
+            write_many_rps=write_many(scratch, n["many"]),
+            python=sys.version.split()[0],
+        )
+    else:
+        sys.exit(f"unknown part {part!r}: calls or big")
     print(json.dumps(out))
 
 

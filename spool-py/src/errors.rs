@@ -57,22 +57,17 @@ pub fn lock(py: Python<'_>, err: &spool_lock::Error) -> PyErr {
     use spool_lock::Error as E;
     let msg = err.to_string();
     match err {
-        E::OwnedByOther { dir, holder, .. } => owned(py, msg, holder.pid, &holder.host, dir),
+        E::OwnedByOther { dir, holder, .. } => owned(py, msg, holder.pid, Some(&holder.host), dir),
         E::HeldByThisProcess { dir, pid, .. } => {
-            owned(py, msg, Some(*pid), &spool_lock::host_name(), dir)
+            owned(py, msg, Some(*pid), Some(&spool_lock::host_name()), dir)
         }
-        E::NestedUnderHeld { outer, holder, .. } => owned(py, msg, holder.pid, &holder.host, outer),
-        E::ContainsHeld { inner, holder, .. } => owned(py, msg, holder.pid, &holder.host, inner),
-        E::LockFileReplaced { dir, .. } => raise(
-            py,
-            "OwnedError",
-            msg,
-            &[
-                ("pid", Attr::None),
-                ("host", Attr::None),
-                ("path", path(dir)),
-            ],
-        ),
+        E::NestedUnderHeld { outer, holder, .. } => {
+            owned(py, msg, holder.pid, Some(&holder.host), outer)
+        }
+        E::ContainsHeld { inner, holder, .. } => {
+            owned(py, msg, holder.pid, Some(&holder.host), inner)
+        }
+        E::LockFileReplaced { dir, .. } => owned(py, msg, None, None, dir),
         E::SharedFilesystem {
             path: p, fs_name, ..
         } => raise(
@@ -89,11 +84,12 @@ pub fn lock(py: Python<'_>, err: &spool_lock::Error) -> PyErr {
     }
 }
 
+/// `spool.OwnedError`: the holder's pid and host when known, the directory.
 fn owned(
     py: Python<'_>,
     msg: String,
     pid: Option<u32>,
-    host: &str,
+    host: Option<&str>,
     dir: &std::path::Path,
 ) -> PyErr {
     raise(
@@ -102,7 +98,7 @@ fn owned(
         msg,
         &[
             ("pid", opt(pid)),
-            ("host", Attr::S(host.to_string())),
+            ("host", host.map_or(Attr::None, |h| Attr::S(h.to_string()))),
             ("path", path(dir)),
         ],
     )
@@ -120,16 +116,12 @@ pub fn core(py: Python<'_>, err: &spool_core::Error) -> PyErr {
             budget,
             dead_sibling_bytes,
             ..
-        } => raise(
+        } => full(
             py,
-            "FullError",
             msg,
-            &[
-                ("used", Attr::U(*used)),
-                ("budget", Attr::U(*budget)),
-                ("dead_sibling_bytes", Attr::U(*dead_sibling_bytes)),
-                ("path", path(dir)),
-            ],
+            dir,
+            Some((*used, *budget, *dead_sibling_bytes)),
+            None,
         ),
         E::SpoolFull {
             dir,
@@ -138,34 +130,19 @@ pub fn core(py: Python<'_>, err: &spool_core::Error) -> PyErr {
             dead_sibling_bytes,
             buffered,
             buffer_bytes,
-        } => raise(
+        } => full(
             py,
-            "FullError",
             msg,
-            &[
-                ("used", Attr::U(*used)),
-                ("budget", Attr::U(*budget)),
-                ("dead_sibling_bytes", Attr::U(*dead_sibling_bytes)),
-                ("buffered", Attr::U(*buffered)),
-                ("buffer_bytes", Attr::U(*buffer_bytes)),
-                ("path", path(dir)),
-            ],
+            dir,
+            Some((*used, *budget, *dead_sibling_bytes)),
+            Some((*buffered, *buffer_bytes)),
         ),
         E::SinkBufferFull {
             dir,
             buffered,
             buffer_bytes,
             ..
-        } => raise(
-            py,
-            "FullError",
-            msg,
-            &[
-                ("buffered", Attr::U(*buffered)),
-                ("buffer_bytes", Attr::U(*buffer_bytes)),
-                ("path", path(dir)),
-            ],
-        ),
+        } => full(py, msg, dir, None, Some((*buffered, *buffer_bytes))),
         E::FlushTimeout {
             dir, packs, bytes, ..
         } => raise(
@@ -192,6 +169,33 @@ pub fn core(py: Python<'_>, err: &spool_core::Error) -> PyErr {
     }
 }
 
+/// `spool.FullError` with the figures its cause has: the spool's (`used`,
+/// `budget`, `dead_sibling_bytes`) and the sink buffer's (`buffered`,
+/// `buffer_bytes`).
+fn full(
+    py: Python<'_>,
+    msg: String,
+    dir: &std::path::Path,
+    spool: Option<(u64, u64, u64)>,
+    buffer: Option<(u64, u64)>,
+) -> PyErr {
+    let mut attrs = vec![("path", path(dir))];
+    if let Some((used, budget, dead)) = spool {
+        attrs.extend([
+            ("used", Attr::U(used)),
+            ("budget", Attr::U(budget)),
+            ("dead_sibling_bytes", Attr::U(dead)),
+        ]);
+    }
+    if let Some((buffered, buffer_bytes)) = buffer {
+        attrs.extend([
+            ("buffered", Attr::U(buffered)),
+            ("buffer_bytes", Attr::U(buffer_bytes)),
+        ]);
+    }
+    raise(py, "FullError", msg, &attrs)
+}
+
 /// spool-service's failures.
 pub fn service(py: Python<'_>, err: &spool_service::Error) -> PyErr {
     use spool_service::Error as E;
@@ -207,6 +211,17 @@ pub fn service(py: Python<'_>, err: &spool_service::Error) -> PyErr {
             "DeadlineError",
             err.to_string(),
             &[("packs", Attr::U(*ready as u64)), ("path", path(dir))],
+        ),
+        E::PackMismatch {
+            pack_id, offset, ..
+        } => raise(
+            py,
+            "CorruptPackError",
+            err.to_string(),
+            &[
+                ("offset", offset.map_or(Attr::None, Attr::U)),
+                ("pack", Attr::S(pack_id.clone())),
+            ],
         ),
         _ => plain(py, err.to_string()),
     }

@@ -1,19 +1,19 @@
 //! The readers: `read_pack` (a pack file or bytes, validated, then its
 //! records), `Catalog` (rows of the index) and `fetch` (a pack read back
-//! from the store, checked against its catalog row as `spool cat` checks
-//! it).
+//! from the store by spool-service's `fetch_pack`, the check `spool cat`
+//! makes).
 
 use std::io::{Cursor, Read};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use object_store::ObjectStoreExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use spool_catalog::{Catalog as CoreCatalog, PackRow};
 use spool_core::pack::{PackId, PackReader};
 
 use spool_service::config::keys;
+use spool_service::fetch::fetch_pack;
 
 use crate::errors;
 
@@ -243,48 +243,11 @@ pub fn fetch(
         spool_catalog::open_with_timeout(&catalog_url, keys::CATALOG_REQUEST_TIMEOUT.get(&cfg))
             .map_err(|e| errors::catalog(py, &e))?;
     let rt = runtime(py)?;
-    let hex_id = id.to_hex();
-    let row = py
-        .detach(|| rt.block_on(cat.get(&hex_id)))
-        .map_err(|e| errors::catalog(py, &e))?
-        .ok_or_else(|| {
-            errors::plain(
-                py,
-                format!("pack {hex_id} is not in catalog {}", cat.server()),
-            )
-        })?;
-    let key = object_store::path::Path::from(row.object_key.as_str());
-    let got: Result<Vec<u8>, object_store::Error> = py.detach(|| {
-        rt.block_on(async {
-            let got = store.object_store().get(&key).await?;
-            Ok(got.bytes().await?.to_vec())
-        })
-    });
-    let bytes = got.map_err(|e| {
-        errors::plain(
-            py,
-            format!(
-                "cannot read pack {hex_id} from store {} at key {key}: {e}",
-                store.description()
-            ),
-        )
-    })?;
-    let origin = format!("{hex_id} (store {} key {key})", store.description());
-    let summary = py
-        .detach(|| spool_core::pack::validate_bytes(&bytes, Some(id)))
-        .map_err(|e| errors::core(py, &e.for_pack(&origin)))?;
-    let sha = hex::encode(summary.sha256);
-    if sha != row.sha256 || summary.bytes != row.bytes {
-        return Err(errors::raise(
-            py,
-            "CorruptPackError",
-            format!(
-                "pack {origin} does not match its catalog row: the catalog says sha256 {} and {} \
-                 bytes, the object has sha256 {sha} and {} bytes",
-                row.sha256, row.bytes, summary.bytes
-            ),
-            &[("pack", errors::Attr::S(origin.clone()))],
-        ));
-    }
-    records(py, bytes, &summary)
+    // The one library read-back (also `spool cat`'s): row, object,
+    // validation, the row's checksum and size.
+    let mut out = Cursor::new(Vec::new());
+    let fetched = py
+        .detach(|| rt.block_on(fetch_pack(cat.as_ref(), &store, id, &mut out)))
+        .map_err(|e| errors::service(py, &e))?;
+    records(py, out.into_inner(), &fetched.summary)
 }

@@ -189,6 +189,37 @@ def test_corrupt_pack_error_names_the_offset(tmp_path):
     assert e.value.offset == 0
 
 
+def test_fetch_checks_the_object_as_spool_cat_does(root):
+    with spool.Engine(root=str(root), adopt=False) as engine:
+        sink = engine.sink(seal_records=2)
+        sink.write_many([b"first", b"second"])
+        assert engine.flush(timeout=30.0) is True
+    (row,) = spool.Catalog(f"sqlite://{root}/.catalog.db").ls()
+    obj = root / ".store" / row["object_key"]
+    good = obj.read_bytes()
+    assert list(spool.fetch(row["pack_id"], root=str(root))) == [b"first", b"second"]
+    # a flipped byte in the store: the pack's own validation refuses it
+    flipped = bytearray(good)
+    flipped[40] ^= 1
+    obj.write_bytes(bytes(flipped))
+    with pytest.raises(spool.CorruptPackError, match="does not match its checksum") as e:
+        spool.fetch(row["pack_id"], root=str(root))
+    assert e.value.pack == row["pack_id"]
+    # a valid pack, but not the one the row describes
+    other = root / "other"
+    with spool.Sink.open(str(other), seal_records=1) as s:
+        s.write(b"another pack")
+    obj.write_bytes(next(other.glob("*.ready")).read_bytes())
+    with pytest.raises(spool.CorruptPackError, match="does not match its checksum"):
+        spool.fetch(row["pack_id"], root=str(root))
+    # gone from the store, or never indexed: spool.Error naming it
+    obj.unlink()
+    with pytest.raises(spool.Error, match="has no object at key"):
+        spool.fetch(row["pack_id"], root=str(root))
+    with pytest.raises(spool.Error, match="is not in catalog"):
+        spool.fetch("0" * 32, root=str(root))
+
+
 # ------------------------------------------------------------------- GIL
 
 

@@ -108,6 +108,72 @@ pub enum Error {
         /// it as `Box<spool_core::Error>`).
         source: Box<spool_core::Error>,
     },
+    /// Reading a pack back ([`crate::fetch::fetch_pack`]): the catalog has
+    /// no row for it.
+    #[error("pack {pack_id} is not in catalog {catalog} (list what is there with `spool ls`)")]
+    PackNotIndexed {
+        /// The pack's id (hex).
+        pack_id: String,
+        /// The catalog's server, credentials masked.
+        catalog: String,
+    },
+    /// Reading a pack back: the catalog call failed.
+    #[error("cannot read pack {pack_id} from catalog {catalog}: {error}")]
+    FetchCatalog {
+        /// The pack's id (hex).
+        pack_id: String,
+        /// The catalog's server, credentials masked.
+        catalog: String,
+        /// Why (in the message, so not also a `source`: `{:#}` would
+        /// print it twice).
+        error: Box<spool_catalog::Error>,
+    },
+    /// Reading a pack back: the catalog lists it, the store has no object
+    /// at its key.
+    #[error(
+        "the catalog lists pack {pack_id}, but store {store} has no object at key {key} (is the \
+         store given the one this catalog indexes?)"
+    )]
+    PackNotInStore {
+        /// The pack's id (hex).
+        pack_id: String,
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The row's object key.
+        key: String,
+    },
+    /// Reading a pack back: reading the object, or writing it out, failed
+    /// (nothing is known about the pack itself).
+    #[error("cannot read pack {pack_id} from store {store} at key {key}: {error}")]
+    FetchStore {
+        /// The pack's id (hex).
+        pack_id: String,
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The row's object key.
+        key: String,
+        /// Why: the store's error, or the output's I/O error (in the
+        /// message, so not also a `source`).
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Reading a pack back: the object fails the pack's validation, or
+    /// does not match its catalog row's SHA-256 and size. Do not use it.
+    #[error(
+        "pack {pack_id} read back from store {store} at key {key} does not match its checksum: \
+         {why}"
+    )]
+    PackMismatch {
+        /// The pack's id (hex).
+        pack_id: String,
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The row's object key.
+        key: String,
+        /// What is wrong.
+        why: String,
+        /// Where in the object, when the problem has a place.
+        offset: Option<u64>,
+    },
 }
 
 /// What a [`Error::FlushTimeout`] says of its cause: the call it waited on,

@@ -152,6 +152,7 @@ mod bound;
 pub mod config;
 pub mod engine;
 mod error;
+pub mod fetch;
 mod offload;
 mod service;
 mod snapshot;

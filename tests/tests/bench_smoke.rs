@@ -25,6 +25,15 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `spool-bench report --results RESULTS --write DOC`.
+fn report(bin: &Path, results: &Path, doc: &Path) {
+    run(Command::new(bin)
+        .args(["report", "--results"])
+        .arg(results)
+        .arg("--write")
+        .arg(doc));
+}
+
 #[test]
 fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     let bin = Path::new(env!("CARGO_BIN_EXE_spool-bench"));
@@ -61,18 +70,53 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
          <!-- bench:upload:begin -->\nold\n<!-- bench:upload:end -->\nkept\n",
     )
     .unwrap();
-    run(Command::new(bin)
-        .args(["report", "--results"])
-        .arg(&results)
-        .arg("--write")
-        .arg(&doc));
-    let doc = std::fs::read_to_string(&doc).unwrap();
-    assert!(doc.contains("| upload 4 × 16 KiB to file://"), "{doc}");
-    assert!(doc.contains("`nproc` = "), "{doc}");
-    assert!(doc.ends_with("<!-- bench:upload:end -->\nkept\n"), "{doc}");
+    report(bin, &results, &doc);
+    let text = std::fs::read_to_string(&doc).unwrap();
+    assert!(text.contains("| upload 4 × 16 KiB to file://"), "{text}");
+    assert!(
+        text.ends_with("<!-- bench:upload:end -->\nkept\n"),
+        "{text}"
+    );
+    // Not every group ran: the machine section is left to the run that
+    // measured the others; each table carries its own machine lines.
+    assert!(
+        text.contains("<!-- bench:machine:begin -->\nold\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("This group measured on its own:\n\n- measured: "),
+        "{text}"
+    );
+    assert!(text.contains("`nproc` = "), "{text}");
     if with_core {
-        assert!(doc.contains("| stage 4 KiB packs"), "{doc}");
-        assert!(doc.contains("| validate a backlog"), "{doc}");
-        assert!(!doc.contains("\nold\n"), "{doc}");
+        assert!(text.contains("| stage 4 KiB packs"), "{text}");
+        assert!(text.contains("| validate a backlog"), "{text}");
+        assert!(!text.contains("<!-- bench:core:begin -->\nold\n"), "{text}");
     }
+
+    // Every group measured (one figure each, relabelled from this run's):
+    // the machine section is rewritten and the tables carry no machine lines.
+    let one = lines.lines().next().unwrap();
+    let mut all = String::new();
+    let mut markers = String::from(
+        "# Benchmarks\n<!-- bench:machine:begin -->\nold\n<!-- bench:machine:end -->\n",
+    );
+    for group in ["core", "upload", "catalog", "service", "python"] {
+        let mut f: serde_json::Value = serde_json::from_str(one).unwrap();
+        f["group"] = group.into();
+        all.push_str(&format!("{f}\n"));
+        markers.push_str(&format!(
+            "<!-- bench:{group}:begin -->\nold\n<!-- bench:{group}:end -->\n"
+        ));
+    }
+    std::fs::write(&results, all).unwrap();
+    std::fs::write(&doc, markers).unwrap();
+    report(bin, &results, &doc);
+    let text = std::fs::read_to_string(&doc).unwrap();
+    assert!(!text.contains("\nold\n"), "{text}");
+    assert!(!text.contains("measured on its own"), "{text}");
+    assert!(
+        text.contains("<!-- bench:machine:begin -->\n- measured: "),
+        "{text}"
+    );
 }

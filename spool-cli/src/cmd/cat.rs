@@ -2,20 +2,21 @@
 //! checks it, and writes it (or its records) out.
 //!
 //! The object is streamed into a temporary file (beside `--out`, or in the
-//! temp directory for stdout), then validated with spool-core's
-//! [`spool_core::pack::validate`] (magic, version, id, every record length,
-//! footer, trailer, SHA-256) and compared with the catalog row's checksum
-//! and size. Only then is anything written: `--out` gets the file by a
-//! rename, stdout a copy. A mismatch exits 9 and writes nothing.
+//! temp directory for stdout) by [`spool_service::fetch::fetch_pack`]
+//! (Python's `spool.fetch` uses it too), which validates it with
+//! spool-core's [`spool_core::pack::validate`] (magic, version, id, every
+//! record length, footer, trailer, SHA-256) and compares it with the
+//! catalog row's checksum and size. Only then is anything written: `--out`
+//! gets the file by a rename, stdout a copy. A mismatch exits 9 and writes
+//! nothing.
 
 use std::io::{IsTerminal, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
-use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use spool_core::pack::{PackId, PackReader};
+use spool_service::fetch::fetch_pack;
+use spool_service::Error;
 use spool_upload::Store;
 
 use crate::exit::{coded, ExitCode};
@@ -109,25 +110,6 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
 
     let rt = runtime()?;
     let hex_id = id.to_hex();
-    let row = rt
-        .block_on(catalog.get(&hex_id))
-        .with_context(|| {
-            format!(
-                "cannot read pack {hex_id} from catalog {}",
-                catalog.server()
-            )
-        })?
-        .ok_or_else(|| {
-            coded(
-                ExitCode::Other,
-                format!(
-                    "pack {hex_id} is not in catalog {} (list what is there with `spool ls`)",
-                    catalog.server()
-                ),
-            )
-        })?;
-    let key = object_store::path::Path::from(row.object_key.as_str());
-
     // Where the temporary copy goes: beside --out (so the rename is
     // atomic), else the temp directory.
     let temp_dir = match &args.out {
@@ -143,46 +125,30 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         .tempfile_in(&temp_dir)
         .with_context(|| format!("cannot create a temporary file in {}", temp_dir.display()))?;
 
-    rt.block_on(fetch(&store, &key, temp.as_file_mut()))
-        .with_context(|| {
-            format!(
-                "cannot read pack {hex_id} from store {} at key {key}",
-                store.description()
-            )
-        })?;
+    // The one library read-back (also Python's `spool.fetch`): row, object,
+    // validation, the row's checksum and size.
+    let fetched = rt.block_on(fetch_pack(catalog.as_ref(), &store, id, temp.as_file_mut()));
+    let summary = match fetched {
+        Ok(f) => f.summary,
+        Err(e @ (Error::PackNotIndexed { .. } | Error::PackNotInStore { .. })) => {
+            return Err(coded(ExitCode::Other, e.to_string()))
+        }
+        Err(e @ Error::PackMismatch { .. }) => {
+            return Err(coded(
+                ExitCode::Checksum,
+                format!(
+                    "{e}; nothing was written{}",
+                    match &args.out {
+                        Some(o) => format!(" to {}", o.display()),
+                        None => String::new(),
+                    }
+                ),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
     temp.as_file_mut().sync_all().context("fsync")?;
-    temp.as_file_mut().seek(SeekFrom::Start(0))?;
-
-    let mismatch = |why: String| {
-        coded(
-            ExitCode::Checksum,
-            format!(
-                "pack {hex_id} read back from store {} at key {key} does not match its checksum: \
-                 {why}; nothing was written{}",
-                store.description(),
-                match &args.out {
-                    Some(o) => format!(" to {}", o.display()),
-                    None => String::new(),
-                }
-            ),
-        )
-    };
-    let summary = match spool_core::pack::validate(
-        std::io::BufReader::new(temp.as_file()),
-        Some(id),
-        &AtomicBool::new(false),
-    ) {
-        Ok(s) => s,
-        Err(e) if e.is_corrupt() => return Err(mismatch(e.to_string())),
-        Err(e) => return Err(anyhow::Error::new(e).context("cannot read the fetched pack back")),
-    };
     let sha = hex::encode(summary.sha256);
-    if sha != row.sha256 || summary.bytes != row.bytes {
-        return Err(mismatch(format!(
-            "the catalog says sha256 {} and {} bytes, the object has sha256 {sha} and {} bytes",
-            row.sha256, row.bytes, summary.bytes
-        )));
-    }
 
     if args.records {
         temp.as_file_mut().seek(SeekFrom::Start(0))?;
@@ -205,34 +171,6 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         stdout.flush().context("writing to stdout")?;
     }
     Ok(ExitCode::Ok)
-}
-
-/// Streams the object at `key` into `file`.
-async fn fetch(
-    store: &Store,
-    key: &object_store::path::Path,
-    file: &mut std::fs::File,
-) -> Result<()> {
-    let got = match store.object_store().get(key).await {
-        Ok(g) => g,
-        Err(object_store::Error::NotFound { .. }) => {
-            return Err(coded(
-                ExitCode::Other,
-                format!(
-                    "the catalog lists the pack, but store {} has no object at key {key} (is \
-                     --store the store this catalog indexes?)",
-                    store.description()
-                ),
-            ))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let mut stream = got.into_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk: bytes::Bytes = chunk?;
-        file.write_all(&chunk)?;
-    }
-    Ok(())
 }
 
 fn sync_parent(path: &Path) {

@@ -21,18 +21,9 @@ import atexit as _atexit
 import datetime as _dt
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from . import _native
-from ._errors import (
-    ConfigError,
-    CorruptPackError,
-    DeadlineError,
-    Error,
-    ForkedError,
-    FullError,
-    LeaseLostError,
-    OwnedError,
-    SharedFilesystemError,
-)
+from . import _errors, _native
+from ._errors import *  # noqa: F403  (the exception tree; its names are _errors.__all__)
+from ._errors import ConfigError
 from ._types import Undrained
 from ._native import Engine, Sink, read_pack
 
@@ -46,15 +37,7 @@ __all__ = [
     "CONFIG_KEYS",
     "read_pack",
     "fetch",
-    "Error",
-    "ConfigError",
-    "OwnedError",
-    "SharedFilesystemError",
-    "FullError",
-    "DeadlineError",
-    "LeaseLostError",
-    "CorruptPackError",
-    "ForkedError",
+    *_errors.__all__,
 ]
 
 #: The columns of a catalog row, in the catalog's order.
