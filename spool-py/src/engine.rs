@@ -357,11 +357,13 @@ fn lease_lost(py: Python<'_>, dir: &std::path::Path, snap: &spool_service::Snaps
         "LeaseLostError",
         format!(
             "the service of {} has latched: a foreign lease (held by {}) outlived twice its TTL, \
-             so its lease-gated work stopped for good; close this engine and start a new one \
-             (last error: {})",
+             so its lease-gated work stopped for good; close this engine and start a new one{}",
             dir.display(),
             snap.lease_holder.as_deref().unwrap_or("unknown"),
-            snap.last_error.as_deref().unwrap_or("none")
+            snap.last_error
+                .as_deref()
+                .map(|e| format!(" (last error: {e})"))
+                .unwrap_or_default()
         ),
         &[],
     )

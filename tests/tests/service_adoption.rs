@@ -153,8 +153,15 @@ fn an_own_pack_refused_for_good_is_rejected_and_adoption_proceeds() {
     assert_eq!(files(own.dir(), "ready"), 0);
     block_on(fx.read_back(&mine[1..]));
     block_on(fx.read_back(&theirs));
-    let snap = svc.snapshot();
-    assert_eq!((snap.rejected, snap.adopted_spools), (1, 1), "{snap:?}");
+    // the snapshot is published after the cycle that did the work
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            let snap = svc.snapshot();
+            (snap.rejected, snap.adopted_spools) == (1, 1)
+        }),
+        "{:?}",
+        svc.snapshot()
+    );
 }
 
 /// Flips one byte of `path`'s trailer, `from_end` bytes before its end,
@@ -226,11 +233,14 @@ fn a_pack_whose_trailer_was_damaged_after_staging_is_quarantined_and_the_rest_sh
         );
     }
     block_on(fx.read_back(&packs[2..]));
-    let snap = svc.snapshot();
-    assert_eq!(
-        (snap.quarantined, snap.rejected, snap.indexed),
-        (2, 0, 2),
-        "{snap:?}"
+    // the snapshot is published after the cycle that did the work
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            let snap = svc.snapshot();
+            (snap.quarantined, snap.rejected, snap.indexed) == (2, 0, 2)
+        }),
+        "{:?}",
+        svc.snapshot()
     );
     // The service keeps shipping.
     let later = stage(own.dir(), 1);

@@ -136,9 +136,10 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// What the Python tests' virtualenv holds (from PyPI): the build backend,
-/// pytest, and the optional readers `Rows.to_pandas()` / `to_arrow()` use,
-/// so CI runs those tests instead of skipping them.
-const PY_TEST_PACKAGES: &[&str] = &["maturin>=1.9.4,<2", "pytest", "pandas", "pyarrow"];
+/// pytest, the optional readers `Rows.to_pandas()` / `to_arrow()` use, and
+/// mypy for the type stubs' test, so CI runs those tests instead of
+/// skipping them.
+const PY_TEST_PACKAGES: &[&str] = &["maturin>=1.9.4,<2", "pytest", "pandas", "pyarrow", "mypy"];
 
 /// The Python tests' virtualenv: `$SPOOL_PY_VENV`, else
 /// `TARGET/xtask/py-venv`, made (or completed) with [`PY_TEST_PACKAGES`]
@@ -159,7 +160,7 @@ fn python_test_venv(root: &Path) -> Result<PathBuf> {
             servers::python_venv(
                 &venv,
                 PY_TEST_PACKAGES,
-                "maturin, pytest, pandas and pyarrow",
+                "maturin, pytest, pandas, pyarrow and mypy",
             )?;
         }
         std::fs::write(&stamp, &want)?;
@@ -168,9 +169,9 @@ fn python_test_venv(root: &Path) -> Result<PathBuf> {
 }
 
 /// The Python binding's tests (`spool-py/tests`, pytest) in the
-/// virtualenv of [`python_test_venv`]: builds and installs the extension
-/// into it (`maturin develop`, the dev profile, so it reuses the
-/// workspace's build), and runs the tests selected by the marker
+/// virtualenv of [`python_test_venv`]: builds and installs the package
+/// into it as a user does (`pip install ./spool-py`, in the dev profile so
+/// it reuses the workspace's build), and runs the tests selected by the marker
 /// expression `markers` with `env` added. The shared-filesystem test needs
 /// a FUSE mount (bindfs, installed here) and the optional readers pandas
 /// and pyarrow: both are required (`SPOOL_REQUIRE_FUSE`,
@@ -185,10 +186,17 @@ fn python_tests(root: &Path, markers: &str, env: &[(String, String)]) -> Result<
         venv.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    run(Command::new(venv.join("bin/maturin"))
-        .args(["develop", "--locked", "-m", "spool-py/Cargo.toml"])
+    // The path a user takes (`pip install ./spool-py`, maturin as the PEP
+    // 517 backend of pyproject.toml), with the venv's maturin instead of a
+    // download and the dev profile, so it reuses the workspace's build.
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(["--no-build-isolation", "--no-deps", "--force-reinstall"])
+        .arg(root.join("spool-py"))
+        .env("MATURIN_PEP517_ARGS", "--profile dev --locked")
         .env("VIRTUAL_ENV", &venv)
-        .env("PATH", &path))?;
+        .env("PATH", &path))
+    .context("pip install ./spool-py")?;
     let mut cmd = Command::new(venv.join("bin/python"));
     cmd.args(["-m", "pytest", "-q", "-m", markers, "spool-py/tests"])
         .env("PATH", &path)

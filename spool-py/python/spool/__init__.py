@@ -56,13 +56,13 @@ class Rows(List[Dict[str, Any]]):
 
     def to_pandas(self) -> Any:
         """The rows as a ``pandas.DataFrame`` (needs pandas)."""
-        import pandas  # noqa: PLC0415  (optional dependency)
+        import pandas  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415  (optional)
 
         return pandas.DataFrame(list(self), columns=list(COLUMNS))
 
     def to_arrow(self) -> Any:
         """The rows as a ``pyarrow.Table`` (needs pyarrow)."""
-        import pyarrow  # noqa: PLC0415  (optional dependency)
+        import pyarrow  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415  (optional)
 
         return pyarrow.Table.from_pylist(list(self))
 

@@ -4,11 +4,11 @@ from ``spool-py/src`` by maturin). Import these names from ``spool``."""
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Literal, Optional, Tuple, Union
 
-from typing_extensions import TypedDict, Unpack
+from typing_extensions import Buffer, TypedDict, Unpack
 
 from ._types import Undrained
 
-_Bytes = Union[bytes, bytearray, memoryview, Any]  # anything with the buffer protocol
+_Bytes = Buffer  # anything with the buffer protocol: bytes, memoryview, a numpy array
 _Path = Union[str, "os.PathLike[str]"]
 _Secs = Union[float, str]  # seconds, or "500ms", "30s", "2m", "1h"
 _Size = Union[int, str]  # bytes, or "64MiB", "1GB"
