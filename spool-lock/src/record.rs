@@ -256,6 +256,11 @@ mod tests {
         };
         let text = long.render();
         assert!(text.len() <= MAX_RECORD_BYTES, "{} bytes", text.len());
+        assert!(
+            text.len() + 8 >= MAX_RECORD_BYTES,
+            "cut to fill the record: {} bytes",
+            text.len()
+        );
         let back = OwnerRecord::parse(text.as_bytes()).unwrap();
         assert_eq!(back.render(), text);
         assert!(matches!(&back.purpose, Purpose::Blocked(w) if w.starts_with("éé")));
@@ -294,5 +299,43 @@ mod tests {
             ..back
         };
         assert_eq!(cleared.producer().and_then(|p| p.pid), Some(10));
+    }
+
+    /// What the mutation run of `record.rs` found untested (mutants/spool-lock).
+    #[test]
+    fn pid_zero_is_no_pid_a_lone_producer_key_is_kept_and_a_long_purpose_is_cut() {
+        let rec =
+            OwnerRecord::parse(b"host: h\npid: 0\nproducer_pid: 0\npurpose: claim\n").unwrap();
+        assert_eq!(rec.pid, None, "pid 0 names no process");
+        assert_eq!(rec.carried, None, "nor does producer pid 0: no producer");
+        let only_host = OwnerRecord::parse(b"host: a\nproducer_host: b\n").unwrap();
+        assert_eq!(only_host.carried.map(|p| p.host).as_deref(), Some("b"));
+        let only_pid = OwnerRecord::parse(b"host: a\nproducer_pid: 7\n").unwrap();
+        assert_eq!(only_pid.carried.and_then(|p| p.pid), Some(7));
+        let long = OwnerRecord {
+            host: "h".into(),
+            pid: Some(1),
+            purpose: Purpose::Blocked("x".repeat(3 * MAX_RECORD_BYTES)),
+            carried: Some(Producer {
+                host: "p".into(),
+                pid: Some(2),
+            }),
+        };
+        let text = long.render();
+        assert!(text.len() <= MAX_RECORD_BYTES, "{} bytes", text.len());
+        assert!(
+            text.len() + 8 >= MAX_RECORD_BYTES,
+            "cut to fill the record: {} bytes",
+            text.len()
+        );
+        assert!(
+            text.ends_with("\n"),
+            "the purpose line is cut, not the record"
+        );
+        assert_eq!(Purpose::Adopting.to_string(), "adopting");
+        assert_eq!(
+            Purpose::Blocked("disk\nfull".into()).to_string(),
+            "blocked: disk full"
+        );
     }
 }
