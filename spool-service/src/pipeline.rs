@@ -4,9 +4,10 @@
 //! ```text
 //!  jobs ─▶ validate ─▶ validated ─▶ upload workers ─▶ uploaded ─▶ index call ─▶ remove
 //!          (blocking   (at most      (≤ max_workers,   (a batch    (one in       (blocking
-//!           pool, one   max_workers   ≤ max_in_flight   closes at   flight,       pool, after
-//!           task)       ahead)        _bytes at once)   index_batch fenced where  the catalog
-//!                                                       or linger)  lease-gated)  answered Ok)
+//!           pool, one   small_pack_   small packs ≤     closes at   flight,       pool, after
+//!           task)       workers       small_pack_       index_batch fenced where  the catalog
+//!                                     workers; ≤ max_   or linger)  lease-gated)  answered Ok)
+//!                                     in_flight_bytes)
 //! ```
 //!
 //! [`UploadPath::pipeline`] runs a list of [`Job`]s through these stages in
@@ -31,6 +32,11 @@
 //!   can cost a successor: it uploads those packs again (the store's
 //!   conditional create finds each already there: one request each, and a
 //!   ranged read of its trailer) and indexes them.
+//! - **Concurrency fits the pack size**: packs of at most 1 MiB
+//!   ([`SMALL_PACK_BYTES`]) are latency-bound (a transfer is mostly round
+//!   trips), so up to `small_pack_workers` (16) of them are in flight;
+//!   larger ones `max_workers` (4), each multipart one with
+//!   `part_concurrency` parts in flight.
 //! - **Memory is bounded by `max_in_flight_bytes`**: the packs in upload at
 //!   once sum to at most that (one pack larger than it is refused by the
 //!   uploader at once, reading nothing).
@@ -52,7 +58,7 @@ use std::time::Instant;
 
 use spool_catalog::{LeaseGuard, PackRow};
 use spool_core::{PackId, PackSummary, ReadyPack, Spool};
-use spool_upload::{UploadFailure, UploadItem, UploadResult};
+use spool_upload::{UploadFailure, UploadItem, UploadResult, SMALL_PACK_BYTES};
 use tokio::task::JoinSet;
 
 use crate::bound::{human, Bound, Cut};
@@ -155,6 +161,7 @@ impl UploadPath {
         }
         let cfg = self.uploader.config().clone();
         let workers = cfg.max_workers.max(1);
+        let small_workers = cfg.small_pack_workers.max(workers);
         let depth = self.pipeline_depth.max(1);
         let batch_max = self.index_batch.max(1);
         let linger = self.index_linger;
@@ -186,8 +193,9 @@ impl UploadPath {
                 st.uploads_halted = true;
                 st.index_halted = true;
             }
-            self.feed_validation(&mut st, workers, flag);
-            self.start_uploads(&mut st, workers, depth, cfg.max_in_flight_bytes, bound);
+            self.feed_validation(&mut st, small_workers, flag);
+            let limits = (workers, small_workers);
+            self.start_uploads(&mut st, limits, depth, cfg.max_in_flight_bytes, bound);
             let linger_due = st.uploaded_since.map(|t| t + linger);
             let close = st.uploaded.len() >= batch_max
                 || st.uploads.is_empty()
@@ -325,20 +333,30 @@ impl UploadPath {
     }
 
     /// Starts uploads while a worker is free, the bytes fit and fewer than
-    /// `depth` packs are out and not indexed.
+    /// `depth` packs are out and not indexed. `(workers, small)`: how many
+    /// uploads may be in flight when the next pack is larger than
+    /// [`SMALL_PACK_BYTES`], and when it is not.
     fn start_uploads(
         &mut self,
         st: &mut Stages,
-        workers: usize,
+        (workers, small): (usize, usize),
         depth: usize,
         max_bytes: u64,
         bound: &Bound,
     ) {
-        while !st.uploads_halted && st.uploads.len() < workers && st.unindexed() < depth {
+        while !st.uploads_halted && st.unindexed() < depth {
             let Some(front) = st.validated.front() else {
                 return;
             };
             let size = front.pack.bytes;
+            let limit = if size <= SMALL_PACK_BYTES {
+                small
+            } else {
+                workers
+            };
+            if st.uploads.len() >= limit {
+                return;
+            }
             // a pack above the bound alone is refused by the uploader at once
             if !st.uploads.is_empty() && st.upload_bytes + size > max_bytes {
                 return;

@@ -4,11 +4,21 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// Packs of at most this size are latency-bound: the service's pipeline
+/// keeps up to [`UploadConfig::small_pack_workers`] of them in flight.
+pub const SMALL_PACK_BYTES: u64 = 1 << 20;
+
 /// How the uploader works through staged packs (SPEC §5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadConfig {
-    /// Packs transferred at once in a round (≥ 1).
+    /// Packs transferred at once in a round (≥ 1); the service's pipeline
+    /// keeps this many packs larger than [`SMALL_PACK_BYTES`] in flight.
     pub max_workers: usize,
+    /// Packs of at most [`SMALL_PACK_BYTES`] in flight at once in the
+    /// service's pipeline (at least `max_workers` is used). A small pack's
+    /// transfer is mostly round trips, so more of them at once keep the link
+    /// busy; `max_in_flight_bytes` still bounds their bytes together.
+    pub small_pack_workers: usize,
     /// Bytes of packs in a round, summed (≥ 1). A pack larger than this is
     /// refused, not retryable.
     pub max_in_flight_bytes: u64,
@@ -36,6 +46,7 @@ impl Default for UploadConfig {
     fn default() -> Self {
         UploadConfig {
             max_workers: 4,
+            small_pack_workers: 16,
             max_in_flight_bytes: 256 << 20,
             multipart_threshold: 32 << 20,
             part_size: 8 << 20,

@@ -163,7 +163,7 @@ mod store;
 pub mod testing;
 mod uploader;
 
-pub use config::{ClientConfig, UploadConfig};
+pub use config::{ClientConfig, UploadConfig, SMALL_PACK_BYTES};
 pub use error::{Error, Result};
 pub use key::object_key;
 pub use store::Store;

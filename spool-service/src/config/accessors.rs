@@ -75,6 +75,7 @@ impl super::Config {
     pub fn upload(&self) -> Result<UploadConfig, ConfigError> {
         let u = UploadConfig {
             max_workers: keys::UPLOAD_MAX_WORKERS.get(self) as usize,
+            small_pack_workers: keys::UPLOAD_SMALL_PACK_WORKERS.get(self) as usize,
             max_in_flight_bytes: keys::UPLOAD_MAX_IN_FLIGHT_BYTES.get(self),
             multipart_threshold: keys::UPLOAD_MULTIPART_THRESHOLD.get(self),
             part_size: keys::UPLOAD_PART_SIZE.get(self) as usize,

@@ -414,6 +414,16 @@ pub const UPLOAD_PART_SIZE: Setting<u64> = Setting::new(Key {
     help: "multipart part size (S3 wants at least 5MiB)",
 });
 
+/// `upload.small_pack_workers` (SPOOL_UPLOAD_SMALL_PACK_WORKERS).
+pub const UPLOAD_SMALL_PACK_WORKERS: Setting<u64> = Setting::new(Key {
+    name: "upload.small_pack_workers",
+    env: "SPOOL_UPLOAD_SMALL_PACK_WORKERS",
+    flag: None,
+    kind: Kind::Count(1),
+    default: Some("16"),
+    help: "packs of at most 1 MiB in flight at once (latency-bound; at least max_workers)",
+});
+
 /// `upload.part_concurrency` (SPOOL_UPLOAD_PART_CONCURRENCY).
 pub const UPLOAD_PART_CONCURRENCY: Setting<u64> = Setting::new(Key {
     name: "upload.part_concurrency",
@@ -554,6 +564,7 @@ pub const KEYS: &[&Key] = &[
     &UPLOAD_MAX_IN_FLIGHT_BYTES.key,
     &UPLOAD_MULTIPART_THRESHOLD.key,
     &UPLOAD_PART_SIZE.key,
+    &UPLOAD_SMALL_PACK_WORKERS.key,
     &UPLOAD_PART_CONCURRENCY.key,
     &UPLOAD_MAX_ATTEMPTS.key,
     &UPLOAD_BACKOFF_INITIAL.key,

@@ -189,6 +189,52 @@ fn uploads_stay_within_the_workers_and_the_bytes_in_flight() {
     svc.stop().unwrap();
 }
 
+/// Stages `n` packs of one record of `bytes` bytes into `dir`.
+fn stage_sized(dir: &Path, n: usize, bytes: usize) {
+    let spool = spool_core::Spool::open(
+        dir,
+        &spool_core::spool::SpoolConfig {
+            lock_mode: spool_lock::LockMode::HeldByCaller,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for i in 0..n {
+        let id = spool_core::PackId::generate();
+        let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+        w.push_record(&vec![i as u8; bytes]);
+        spool.stage(None, id, &w.finish()).unwrap();
+    }
+}
+
+#[test]
+fn small_packs_go_up_more_at_once_than_large_ones() {
+    for (bytes, expect) in [(4 << 10, 6), (1536 << 10, 2)] {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage_sized(own.dir(), 12, bytes);
+        fx.store.script(Rule::new(
+            Op::Put,
+            Action::Delay(Duration::from_millis(100)),
+        ));
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.upload.max_workers = 2;
+        c.upload.small_pack_workers = 6;
+        c.upload.multipart_threshold = 64 << 20;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(svc.flush(Duration::from_secs(30)).unwrap());
+        assert_eq!(objects(&fx), 12);
+        assert_eq!(
+            fx.store.max_concurrent_transfers(),
+            expect,
+            "packs of {bytes} bytes"
+        );
+        svc.stop().unwrap();
+    }
+}
+
 mod serial {
     use super::*;
 
