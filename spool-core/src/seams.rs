@@ -17,8 +17,8 @@
 //! - `after_try_adopt`: an adopter took a dead sibling's lock
 //!   (spool-service's adoption environment), nothing listed yet;
 //! - `scan_entry`: a scan of a spool directory, at each entry (mid-listing);
-//! - `before_index`: a round is uploaded, its catalog insert not yet sent
-//!   (spool-service's upload path);
+//! - `before_index`: a batch is uploaded, its catalog insert not yet sent
+//!   (spool-service's pipeline, and the retry of what is owed);
 //! - `after_index`: the catalog answered Ok, no pack file removed yet;
 //! - `remove_dir`: a drained directory's lock file is unlinked, the
 //!   directory not yet removed (spool-lock's `release_and_remove_if_empty`);
