@@ -354,6 +354,7 @@ pub(crate) async fn claim<C: Catalog + ?Sized>(
             ttl_ms: config.ttl.as_millis() as u64,
         })
         .await?;
+    crate::kill_point("lease_claim");
     let back = catalog.read_claims(name, term).await?;
     match back.as_slice() {
         [ours] if ours.lease_id == lease_id => Ok(LeaseClaim::Held(LeaseGuard {

@@ -386,6 +386,24 @@ pub mod testing {
         }
     }
 
+    /// The kill hook: what [`kill_point`](crate::kill_point) calls.
+    static KILL_HOOK: std::sync::OnceLock<fn(&'static str)> = std::sync::OnceLock::new();
+
+    /// From now on, every kill point of this crate (`lease_claim`: a claim
+    /// appended, not yet read back) calls `hook` with its name. The
+    /// `spool-with-seams` helper hands in spool-core's
+    /// `seams::kill_point` (this crate does not depend on spool-core). Set
+    /// once per process; a second call is ignored.
+    pub fn set_kill_hook(hook: fn(&'static str)) {
+        let _ = KILL_HOOK.set(hook);
+    }
+
+    pub(crate) fn kill_point(name: &'static str) {
+        if let Some(hook) = KILL_HOOK.get() {
+            hook(name);
+        }
+    }
+
     static PANIC_ON_INDEX: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
 
@@ -406,6 +424,19 @@ pub mod testing {
         }
     }
 }
+
+/// A kill point of the crash torture ([`testing::set_kill_hook`]); nothing
+/// in a build without test seams.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn kill_point(name: &'static str) {
+    testing::kill_point(name);
+}
+
+/// A kill point of the crash torture: nothing in a build without test
+/// seams.
+#[cfg(not(any(test, feature = "testing")))]
+#[inline(always)]
+pub(crate) fn kill_point(_name: &'static str) {}
 
 /// Opens the catalog a URL names. Nothing is contacted until the first
 /// operation. ClickHouse requests are bounded by

@@ -273,6 +273,14 @@ pub enum Error {
         /// The seam.
         seam: &'static str,
     },
+    /// A kill point was asked for by a name that is none (test seams).
+    #[error("no kill point is named {name:?}; the kill points are: {known}")]
+    UnknownKillPoint {
+        /// The name asked for.
+        name: String,
+        /// The kill points there are.
+        known: String,
+    },
     // ---- the sink and the registry (core-sink) -------------------------
     /// The spool directory is full and the sink's buffer too: the record was
     /// not admitted (SPEC §4.3: the producer is told, nothing is dropped).

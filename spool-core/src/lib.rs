@@ -168,8 +168,9 @@
 //!
 //! # Features
 //!
-//! - `testing`: the pause-before-publish seam and the sink's in-memory stage
-//!   target (`sink::fake`). Never in the `spool` binary of a root build.
+//! - `testing`: the pause-before-publish seam, the kill points of
+//!   [`seams`] and the sink's in-memory stage target (`sink::fake`).
+//!   Never in the `spool` binary of a root build.
 #![forbid(unsafe_code)]
 
 #[cfg(not(target_os = "linux"))]
@@ -179,6 +180,7 @@ pub mod error;
 pub mod layout;
 pub mod pack;
 pub mod registry;
+pub mod seams;
 pub mod siblings;
 pub mod sink;
 pub mod spool;

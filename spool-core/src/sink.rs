@@ -174,6 +174,9 @@ pub struct SinkStats {
     pub staged_packs: u64,
     /// The id of the last pack staged into this sink's slot.
     pub last_staged: Option<PackId>,
+    /// The checksum in the trailer (SHA-256, SPEC §4.1) of the last pack
+    /// this sink staged.
+    pub last_staged_sha256: Option<[u8; 32]>,
     /// Packs sealed (or being staged) but not staged yet.
     pub pending_packs: u64,
     /// Bytes not yet staged (open pack included).
@@ -221,6 +224,8 @@ struct State {
     /// The slot's counter (carried on from earlier sinks of the slot).
     slot_count: u64,
     last_pack: Option<PackId>,
+    /// The trailer checksum of the last pack this sink staged.
+    last_sha256: Option<[u8; 32]>,
     full: Option<Fullness>,
     last_error: Option<String>,
     released: bool,
@@ -395,6 +400,7 @@ impl Sink {
                 staged_total: 0,
                 slot_count: carried,
                 last_pack,
+                last_sha256: None,
                 full: None,
                 last_error: None,
                 released: false,
@@ -619,6 +625,7 @@ impl Sink {
         SinkStats {
             staged_packs: state.staged_total,
             last_staged: state.last_pack,
+            last_staged_sha256: state.last_sha256,
             pending_packs: state.sealed_total - state.staged_total,
             buffered_bytes: state.buffered,
             spool_full: state.full,
@@ -714,6 +721,9 @@ fn stager(shared: &Shared) {
                     state.staged_total += 1;
                     state.slot_count += 1;
                     state.last_pack = Some(id);
+                    state.last_sha256 = bytes
+                        .get(bytes.len().saturating_sub(32)..)
+                        .and_then(|h| h.try_into().ok());
                     state.full = None;
                     state.last_error = None;
                     // After the stage returned: the pack is linked and its

@@ -1036,6 +1036,7 @@ fn remove_if_empty(dir: &Path) -> Result<bool, Error> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(Error::io("remove", &lock_path, e)),
     }
+    seams::run_hook(HookPoint::RemovingDirectory, dir);
     match std::fs::remove_dir(dir) {
         Ok(()) => {}
         // Something arrived after the check: keep it (unowned, adoptable).

@@ -12,7 +12,8 @@
 //!   need no `unsafe` of their own.
 //! * **lock hooks**: [`testing::set_lock_hook`] runs a closure at a
 //!   [`HookPoint`] for paths under a prefix: between a lock file's open and
-//!   its flock, and inside a release before its descriptors close.
+//!   its flock, inside a release before its descriptors close, and inside
+//!   the removal of a drained directory.
 //!
 //! * **parent fsync failure**: [`testing::set_parent_fsync_fails`] makes
 //!   the fsync of a parent directory under a prefix fail with `EIO` (after
@@ -33,6 +34,9 @@ pub enum HookPoint {
     /// A release has begun and its descriptors are not yet closed (path:
     /// the spool directory).
     ReleaseBeforeClose,
+    /// A drained directory is being removed: its lock file is unlinked,
+    /// the directory not yet (path: the spool directory).
+    RemovingDirectory,
 }
 
 #[cfg(any(test, feature = "testing"))]

@@ -443,6 +443,7 @@ impl UploadPath {
         st.indexing_since = Some(Instant::now());
         let (catalog, bound) = (self.catalog.clone(), bound.clone());
         st.indexing.spawn(async move {
+            spool_core::seams::kill_point("before_index");
             let answer = bound.run(catalog.index(&rows, fence.as_ref())).await;
             (batch, answer)
         });
@@ -455,6 +456,7 @@ impl UploadPath {
         let what = format!("indexing {} pack(s)", batch.len());
         let failed = match answer {
             Ok(Ok(())) => {
+                spool_core::seams::kill_point("after_index");
                 self.counters.catalog_refused = None;
                 self.counters
                     .progress

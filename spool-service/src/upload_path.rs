@@ -248,12 +248,14 @@ impl UploadPath {
             let rows: Vec<PackRow> = chunk.iter().map(|o| o.row.clone()).collect();
             let server = self.catalog.server();
             let what = format!("indexing {} pack(s)", chunk.len());
+            spool_core::seams::kill_point("before_index");
             let answer = {
                 let _busy = self.inflight.begin(format!("catalog {server}: {what}"));
                 bound.run(self.catalog.index(&rows, fence.as_ref())).await
             };
             match answer {
                 Ok(Ok(())) => {
+                    spool_core::seams::kill_point("after_index");
                     self.counters.catalog_refused = None;
                     self.counters
                         .progress

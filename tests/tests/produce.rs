@@ -243,6 +243,9 @@ fn the_spool_binary_has_no_test_seam() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert!(!dir.join(".owner.lock").exists());
+    // no kill point either (the crash torture's seam)
+    let out = output(spool().args(["--kill-at", "after_index:1", "run", "--once"]));
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
 }
 
 #[test]

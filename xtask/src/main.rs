@@ -2,7 +2,8 @@
 //! `.ci/run`); `cargo xtask bench` runs the benchmarks behind BENCHMARKS.md.
 //!
 //! `test` runs, in order: `cargo fmt --check`, `cargo clippy -D warnings`,
-//! the fast tier (every test binary not named `real_*`, on fakes), then the
+//! the fast tier (every test binary not named `real_*`, on fakes, and a
+//! short seeded crash torture, `cargo xtask torture`), then the
 //! real-server tier: it installs what is missing (Debian packages, Python
 //! virtualenvs, npm), starts each server on loopback under `target/xtask/`, runs
 //! the `real_*` test binaries with the servers' addresses in the
@@ -13,6 +14,7 @@ mod fuzz;
 mod mutants;
 mod servers;
 mod tidy;
+mod torture;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -28,6 +30,7 @@ fn main() -> Result<()> {
         Some("bench") => bench(&root, &args[1..]),
         Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
         Some("mutants") => mutants::mutants(&root, &args[1..]),
+        Some("torture") => torture::torture_cmd(&root, &args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -36,7 +39,8 @@ fn main() -> Result<()> {
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
                  bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
-                 mutants [CRATE...] [--shard K/N] [--file G]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)"
+                 mutants [CRATE...] [--shard K/N] [--file G]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
+                 torture [--seed S] [--minutes M] [--runs N]   seeded crash torture with an oracle (RELIABILITY.md)"
             );
             std::process::exit(2);
         }
@@ -102,6 +106,9 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
             "not binary(/^real_/)",
         ]))?;
         python_tests(root, "not real", &[])?;
+        // a short seeded crash torture (RELIABILITY.md): real processes
+        // on a file:// store and an SQLite catalog
+        torture::ci(root)?;
     }
     if real {
         // Build first, so server start-up is not counted against a cold compile.

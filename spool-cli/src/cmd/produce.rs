@@ -17,7 +17,8 @@
 //!
 //! Each pack is `--records` records filling about `--pack-bytes` bytes; the
 //! sink seals it by record count and the command flushes it, so a printed id
-//! is a pack whose `.ready` file exists and whose directory was fsynced.
+//! is a pack whose `.ready` file exists and whose directory was fsynced
+//! (`--print-sha256` adds its trailer checksum: `ID SHA256`).
 //! `--hold` keeps the lock after staging until SIGTERM or SIGINT (the signals
 //! are blocked in every thread and taken with `sigwait`, so no handler runs
 //! in an arbitrary thread). The hidden `--pause-before-publish FILE` makes
@@ -134,6 +135,10 @@ pub struct Args {
     /// Accept a shared (network) filesystem; only for one used by one node.
     #[arg(long)]
     pub allow_shared_filesystem: bool,
+    /// Print each pack's SHA-256 (its trailer checksum, 64 hex digits)
+    /// after its id on the same line: `ID SHA256`.
+    #[arg(long)]
+    pub print_sha256: bool,
 }
 
 fn max_bytes_arg(s: &str) -> Result<u64, String> {
@@ -258,11 +263,17 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
             eprintln!("spool: {err}");
             return Ok(code);
         }
-        let id = sink
-            .stats()
-            .last_staged
-            .context("a flushed pack has an id")?;
-        writeln!(stdout, "{}", id.to_hex()).context("writing to stdout")?;
+        let stats = sink.stats();
+        let id = stats.last_staged.context("a flushed pack has an id")?;
+        if args.print_sha256 {
+            let sha = stats
+                .last_staged_sha256
+                .context("a flushed pack has a checksum")?;
+            writeln!(stdout, "{} {}", id.to_hex(), hex::encode(sha))
+        } else {
+            writeln!(stdout, "{}", id.to_hex())
+        }
+        .context("writing to stdout")?;
         stdout.flush().context("flushing stdout")?;
     }
     if let Target::Engine(_) = &target {

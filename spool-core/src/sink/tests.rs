@@ -400,7 +400,10 @@ mod on_disk {
         sink.flush(Duration::from_secs(10)).unwrap();
         let id = sink.stats().last_staged.unwrap();
         let path = dir.join("w4").join(format!("{}.ready", id.to_hex()));
-        crate::spool::validate_file(&path, id, &AtomicBool::new(false)).unwrap();
+        let summary = crate::spool::validate_file(&path, id, &AtomicBool::new(false)).unwrap();
+        // the checksum the sink reports is the staged pack's (what
+        // `spool produce --print-sha256` prints for the torture's oracle)
+        assert_eq!(sink.stats().last_staged_sha256, Some(summary.sha256));
         assert!(!dir.join(format!("{}.ready", id.to_hex())).exists());
         let point = registry.get_or_create(sink.dir(), Some(4));
         assert_eq!(point.read().unwrap().last_pack, Some(id));

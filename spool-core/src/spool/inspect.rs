@@ -64,6 +64,7 @@ pub fn scan_dir(dir: &Path, cancel: &AtomicBool) -> Result<Vec<ReadyPack>, Error
             cancelled = true;
             return Ok(false);
         }
+        crate::seams::kill_point("scan_entry");
         if e.kind == FileKind::Ready {
             if e.regular {
                 out.push(ReadyPack {

@@ -158,6 +158,7 @@ impl AdoptionEnv for Env<'_> {
         let (claim, spool) = blocking(move || take_sync(&d, lock))
             .await
             .unwrap_or_else(|| Err(AdoptRefusal::Retryable("cut by stop".into())))?;
+        spool_core::seams::kill_point("after_try_adopt");
         tracing::info!(dir = %dir.display(), "adopting dead sibling {}", dir.display());
         self.io.held.insert(
             dir.to_path_buf(),

@@ -1,0 +1,1372 @@
+//! `cargo xtask torture`: seeded crash torture with an oracle (issue 15 §1,
+//! RELIABILITY.md "Crash torture").
+//!
+//! ```text
+//! cargo xtask torture [--seed S] [--minutes M] [--runs N] [--run-secs S]
+//!                     [--store file|s3] [--catalog sqlite|clickhouse] [--keep] [--bin PATH]
+//! ```
+//!
+//! Each run works on one spool root (`<work>/spool`, the layout
+//! `root/<catalog key>/r<rank>-<inc>/`) with one destination (a `file://`
+//! store and an SQLite catalog beside the root, outside it). A seeded
+//! scheduler starts real `spool` processes — all through the test helper
+//! `spool-with-seams` (copied into the run's directory first, so another
+//! build cannot swap it mid-run):
+//! - engine producers (`produce --serve`), some with a worker ordinal, some
+//!   armed to SIGKILL themselves at a kill point (`--kill-at NAME:N`);
+//! - sink-only producers (`produce`, no service) that exit when done (their
+//!   directory is then a dead sibling), and holders (`--hold`) that keep
+//!   their lock after staging until the scheduler ends them;
+//! - paused holders (`--pause-before-publish`): live owners with a stage in
+//!   flight (an `.open` file) until released or killed;
+//! - two or three `spool run` daemons on the same store and catalog, some
+//!   armed at a kill point; a killed daemon is restarted.
+//!
+//! It SIGKILLs producers and daemons at random moments. Then it stops
+//! producing, lets the survivors drain (bounded), stops the daemons and
+//! runs a final `spool run --once`.
+//!
+//! A monitor thread digests every live owner's directory continuously (file
+//! names, sizes, mtimes, SHA-256 of every file) and records every change
+//! nobody but the owner may make. The owner of a directory is marked dead
+//! *before* the scheduler signals it, so an adopter's work after that is
+//! never mistaken for a touch.
+//!
+//! **Oracle** after the run: every pack a producer reported durable (`ID
+//! SHA256` on its stdout, `--print-sha256`) is in the store exactly once,
+//! valid and with that checksum, and in the catalog exactly once with it;
+//! no catalog row without its object (same size and checksum); no object
+//! the catalog does not list; no live directory lost or changed a file
+//! while its owner lived; no unexpected exit; nothing left under the root
+//! but the catalog key's empty directory (a quarantined or rejected pack
+//! is a failure: none is injected). A failing run prints its seed and the
+//! command that reproduces its choices (timing still varies).
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The kill points of spool-core's `seams` (the helper refuses others;
+/// xtask links no spool crate, so the list is copied, and a test compares
+/// it with spool-core's).
+const KILL_POINTS: &[&str] = &[
+    "after_try_adopt",
+    "scan_entry",
+    "before_index",
+    "after_index",
+    "remove_dir",
+    "lease_claim",
+];
+
+/// Service knobs every service of a run gets: short, so a run of seconds
+/// sees leases expire, siblings re-checked and adoption happen.
+const LEASE_TTL: &str = "5";
+const POLL: &str = "0.2";
+const RECHECK: &str = "0.5";
+/// Unheld `.creating` staging copies (a claim SIGKILLed mid-way) older
+/// than this are removed by adoption (SPEC §3; 60 s by default).
+const STAGING_MAX_AGE: &str = "2s";
+
+/// What `cargo xtask torture` was asked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The first run's seed; later runs' seeds come from it.
+    pub seed: u64,
+    /// Keep running new runs until this long has passed.
+    pub minutes: Option<f64>,
+    /// How many runs (default 1 without `--minutes`).
+    pub runs: Option<u64>,
+    /// How long each run's production phase lasts.
+    pub run_secs: f64,
+    /// Keep each run's directory (always kept when it fails).
+    pub keep: bool,
+    /// A `spool-with-seams` binary to use instead of building one.
+    pub bin: Option<PathBuf>,
+}
+
+/// The figures of runs, summed.
+#[derive(Debug, Default, Clone)]
+pub struct Figures {
+    /// Runs done.
+    pub runs: u64,
+    /// SIGKILLs sent by the scheduler.
+    pub kills_random: u64,
+    /// Processes that killed themselves at an armed kill point.
+    pub kills_at_points: u64,
+    /// Injected faults (none in the crash torture; the fault torture's).
+    pub faults: u64,
+    /// Packs producers reported durable.
+    pub packs: u64,
+    /// Reported packs missing, damaged or unindexed at the end.
+    pub lost: u64,
+    /// Packs stored or indexed more than once.
+    pub duplicates: u64,
+    /// Changes to a live owner's directory by someone else.
+    pub live_touched: u64,
+    /// Catalog rows read while their object was not in the store yet.
+    pub rows_before_object: u64,
+    /// Objects made by a producer killed before it reported them (fine).
+    pub unreported: u64,
+    /// Deaths at each kill point.
+    pub points: BTreeMap<String, u64>,
+}
+
+impl Figures {
+    fn add(&mut self, o: &Figures) {
+        self.runs += o.runs;
+        self.kills_random += o.kills_random;
+        self.kills_at_points += o.kills_at_points;
+        self.faults += o.faults;
+        self.packs += o.packs;
+        self.lost += o.lost;
+        self.duplicates += o.duplicates;
+        self.live_touched += o.live_touched;
+        self.rows_before_object += o.rows_before_object;
+        self.unreported += o.unreported;
+        for (k, n) in &o.points {
+            *self.points.entry(k.clone()).or_default() += n;
+        }
+    }
+
+    fn line(&self) -> String {
+        let points: Vec<String> = self
+            .points
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        format!(
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {})",
+            self.runs,
+            self.kills_random + self.kills_at_points,
+            self.kills_random,
+            self.kills_at_points,
+            points.join(", "),
+            self.faults,
+            self.packs,
+            self.lost,
+            self.duplicates,
+            self.live_touched,
+            self.rows_before_object,
+            self.unreported
+        )
+    }
+}
+
+/// `cargo xtask torture ARGS`.
+pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
+    let mut o = Options {
+        seed: seed_from_clock(),
+        minutes: None,
+        runs: None,
+        run_secs: 20.0,
+        keep: false,
+        bin: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{name} needs a value"))
+        };
+        match a.as_str() {
+            "--seed" => o.seed = value("--seed")?.parse().context("--seed: a number")?,
+            "--minutes" => o.minutes = Some(value("--minutes")?.parse().context("--minutes")?),
+            "--runs" => o.runs = Some(value("--runs")?.parse().context("--runs")?),
+            "--run-secs" => o.run_secs = value("--run-secs")?.parse().context("--run-secs")?,
+            "--keep" => o.keep = true,
+            "--bin" => o.bin = Some(value("--bin")?.into()),
+            "--store" => {
+                let v = value("--store")?;
+                if v != "file" {
+                    bail!("--store {v}: only `file` is implemented (the s3 variant is not yet)");
+                }
+            }
+            "--catalog" => {
+                let v = value("--catalog")?;
+                if v != "sqlite" {
+                    bail!("--catalog {v}: only `sqlite` is implemented (the clickhouse variant is not yet)");
+                }
+            }
+            other => bail!(
+                "unknown option {other}; usage: cargo xtask torture [--seed S] [--minutes M] \
+                 [--runs N] [--run-secs S] [--store file] [--catalog sqlite] [--keep] [--bin PATH]"
+            ),
+        }
+    }
+    let figures = torture(root, &o)?;
+    eprintln!("torture: {}", figures.line());
+    Ok(())
+}
+
+/// CI's short pass (`cargo xtask test`): seeds 1 and 2 and the date's,
+/// 15 s of production each (about a minute in all).
+pub fn ci(root: &Path) -> Result<()> {
+    crate::run(crate::cargo().args(["build", "-p", "spool-cli", "-p", "spool-tests", "--bins"]))?;
+    let bin = crate::target_dir(root).join("debug/spool-with-seams");
+    let mut total = Figures::default();
+    for seed in [1, 2, seed_of_the_day()] {
+        let o = Options {
+            seed,
+            minutes: None,
+            runs: Some(1),
+            run_secs: 15.0,
+            keep: false,
+            bin: Some(bin.clone()),
+        };
+        total.add(&torture(root, &o)?);
+    }
+    eprintln!("torture: {}", total.line());
+    Ok(())
+}
+
+/// A seed from the clock (printed, so any run can be repeated).
+fn seed_from_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs())
+}
+
+/// Today's date as a number (`YYYYMMDD`, UTC): CI's seed of the day.
+pub fn seed_of_the_day() -> u64 {
+    let days = seed_from_clock() / 86_400;
+    // civil-from-days (Howard Hinnant's algorithm)
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y * 10_000 + m * 100 + d) as u64
+}
+
+/// Runs the torture as `o` says; fails (after printing the seed and the
+/// command of the first failing run) if any run broke a rule.
+pub fn torture(root: &Path, o: &Options) -> Result<Figures> {
+    let bin = match &o.bin {
+        Some(b) => b.clone(),
+        None => {
+            crate::run(crate::cargo().args([
+                "build",
+                "-p",
+                "spool-cli",
+                "-p",
+                "spool-tests",
+                "--bins",
+            ]))?;
+            crate::target_dir(root).join("debug/spool-with-seams")
+        }
+    };
+    let work = crate::target_dir(root).join("xtask/torture");
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let runs = o
+        .runs
+        .unwrap_or(if o.minutes.is_some() { u64::MAX } else { 1 });
+    let until = o
+        .minutes
+        .map(|m| Instant::now() + Duration::from_secs_f64(m * 60.0));
+    let mut seeds = Rng(o.seed);
+    let mut total = Figures::default();
+    let mut failures = Vec::new();
+    for n in 0..runs {
+        if until.is_some_and(|u| Instant::now() >= u) {
+            break;
+        }
+        let seed = if n == 0 {
+            o.seed
+        } else {
+            seeds.next() % 1_000_000_000
+        };
+        let dir = work.join(format!("seed-{seed}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("torture: run {} seed {seed} in {}", n + 1, dir.display());
+        let (figures, problems) = Run::new(seed, &dir, &bin, o.run_secs)?.go()?;
+        eprintln!("torture: seed {seed}: {}", figures.line());
+        total.add(&figures);
+        if problems.is_empty() {
+            if !o.keep {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        } else {
+            eprintln!(
+                "torture: seed {seed} FAILED ({} problem(s)):",
+                problems.len()
+            );
+            for p in &problems {
+                eprintln!("torture:   {p}");
+            }
+            eprintln!(
+                "torture: reproduce with: cargo xtask torture --seed {seed} --runs 1 --run-secs {} \
+                 (its directory is kept: {})",
+                o.run_secs,
+                dir.display()
+            );
+            failures.push(seed);
+        }
+    }
+    if !failures.is_empty() {
+        eprintln!("torture: {}", total.line());
+        bail!(
+            "torture: {} run(s) failed: seeds {failures:?}",
+            failures.len()
+        );
+    }
+    Ok(total)
+}
+
+/// splitmix64: small, seedable, good enough to pick actions.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+    fn between(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// A random action of the scheduler: its chance per tick, whom it picks
+/// from, and the signal it sends (`None`: release a paused stage).
+type Action = (f64, fn(Kind) -> bool, Option<&'static str>);
+
+/// What a process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `produce --serve`.
+    Engine,
+    /// `produce` (sink-only), exits when done.
+    SinkOnly,
+    /// `produce --hold`.
+    Holder,
+    /// `produce --hold` with every stage paused before its publish.
+    Paused,
+    /// `spool run`.
+    Daemon,
+}
+
+/// One process of a run.
+struct Proc {
+    kind: Kind,
+    child: Child,
+    pid: u32,
+    /// Armed kill point, if any.
+    kill_at: Option<String>,
+    /// The scheduler signalled it (SIGKILL or SIGTERM).
+    signalled: Option<&'static str>,
+    /// Its exit, once reaped.
+    exit: Option<ExitStatus>,
+    stderr: Arc<Mutex<String>>,
+    /// The thread reading its stderr (joined once it exited, so a kill
+    /// point's last line is read before the exit is judged).
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
+    /// A paused holder's release file.
+    release: Option<PathBuf>,
+}
+
+/// A digest of one file of a live directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sig {
+    size: u64,
+    mtime_ns: i128,
+    sha: [u8; 32],
+}
+
+impl std::fmt::Display for Sig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sha = hex(&self.sha);
+        write!(
+            f,
+            "{} bytes, mtime {} ns, sha256 {}",
+            self.size,
+            self.mtime_ns,
+            &sha[..16]
+        )
+    }
+}
+
+/// A live owner, as the monitor watches it.
+#[derive(Default)]
+struct Owner {
+    /// Its rank directory (from its stderr).
+    dir: Option<PathBuf>,
+    /// It lives (the scheduler has not signalled it, it has not finished).
+    live: bool,
+    /// Its files may not disappear (no service of its own removes them).
+    check_lost: bool,
+    /// Its `.open` files are stages in flight that may not disappear.
+    paused: bool,
+    /// Packs it will report before it exits by itself (sink-only).
+    expect: Option<u64>,
+    reported: u64,
+    last: Option<BTreeMap<PathBuf, Sig>>,
+    pid: u32,
+    /// What it is, for reports.
+    what: String,
+}
+
+/// What the reader and monitor threads share with the scheduler.
+#[derive(Default)]
+struct Shared {
+    /// pack id → (sha256, reporting process).
+    durable: BTreeMap<String, (String, usize)>,
+    owners: BTreeMap<usize, Owner>,
+    problems: Vec<String>,
+    live_touched: u64,
+    duplicates: u64,
+    /// Catalog rows seen (while the run went on) before their object.
+    early_rows: BTreeSet<String>,
+}
+
+fn lock(s: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One seeded run.
+struct Run {
+    seed: u64,
+    rng: Rng,
+    dir: PathBuf,
+    root: PathBuf,
+    store_dir: PathBuf,
+    store: String,
+    catalog: String,
+    bin: PathBuf,
+    run_secs: f64,
+    /// How many daemons run at once.
+    daemons: usize,
+    /// The threads reading producers' reports (joined before the oracle).
+    stdout_readers: Vec<std::thread::JoinHandle<()>>,
+    procs: Vec<Proc>,
+    shared: Arc<Mutex<Shared>>,
+    figures: Figures,
+}
+
+impl Run {
+    fn new(seed: u64, dir: &Path, bin: &Path, run_secs: f64) -> Result<Run> {
+        let root = dir.join("spool");
+        let store_dir = dir.join("store");
+        for d in [&root, &store_dir, &dir.join("bin")] {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let own_bin = dir.join("bin/spool-with-seams");
+        std::fs::copy(bin, &own_bin)
+            .with_context(|| format!("copying {} (built?)", bin.display()))?;
+        let dir = dir.canonicalize()?;
+        Ok(Run {
+            seed,
+            rng: Rng(seed),
+            store: format!("file://{}", dir.join("store").display()),
+            catalog: format!("sqlite://{}", dir.join("catalog.db").display()),
+            root: dir.join("spool"),
+            store_dir: dir.join("store"),
+            bin: dir.join("bin/spool-with-seams"),
+            dir,
+            run_secs,
+            daemons: 2,
+            stdout_readers: Vec::new(),
+            procs: Vec::new(),
+            shared: Arc::default(),
+            figures: Figures::default(),
+        })
+    }
+
+    fn problem(&self, p: String) {
+        lock(&self.shared).problems.push(p);
+    }
+
+    /// The destination flags every command of the run gets.
+    fn dest(&self) -> Vec<String> {
+        vec![
+            "--spool-root".into(),
+            self.root.display().to_string(),
+            "--store".into(),
+            self.store.clone(),
+            "--catalog".into(),
+            self.catalog.clone(),
+        ]
+    }
+
+    fn go(mut self) -> Result<(Figures, Vec<String>)> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let monitor = {
+            let (shared, stop) = (self.shared.clone(), stop.clone());
+            std::thread::spawn(move || monitor(&shared, &stop))
+        };
+        let watch = {
+            let (shared, stop) = (self.shared.clone(), stop.clone());
+            let (bin, catalog, store) = (
+                self.bin.clone(),
+                self.catalog.clone(),
+                self.store_dir.clone(),
+            );
+            std::thread::spawn(move || watch_catalog(&bin, &catalog, &store, &shared, &stop))
+        };
+        let result = self.schedule();
+        stop.store(true, Ordering::SeqCst);
+        let _ = monitor.join();
+        let _ = watch.join();
+        // never leave a process behind, whatever happened
+        for p in &mut self.procs {
+            if p.exit.is_none() {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+            }
+        }
+        result?;
+        for r in std::mem::take(&mut self.stdout_readers) {
+            let _ = r.join();
+        }
+        self.oracle()?;
+        let shared = lock(&self.shared);
+        let mut figures = self.figures.clone();
+        figures.runs = 1;
+        figures.packs = shared.durable.len() as u64;
+        figures.live_touched = shared.live_touched;
+        figures.rows_before_object = shared.early_rows.len() as u64;
+        figures.duplicates += shared.duplicates;
+        Ok((figures, shared.problems.clone()))
+    }
+
+    /// The production phase, then the drain.
+    fn schedule(&mut self) -> Result<()> {
+        self.daemons = 2 + self.rng.below(2) as usize;
+        for _ in 0..self.daemons {
+            self.spawn_daemon(true)?;
+        }
+        let end = Instant::now() + Duration::from_secs_f64(self.run_secs);
+        let mut restarts: Vec<Instant> = Vec::new();
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50 + self.rng.below(250)));
+            let dead_daemons = self.reap();
+            for _ in 0..dead_daemons {
+                restarts.push(Instant::now() + Duration::from_millis(200 + self.rng.below(1500)));
+            }
+            let now = Instant::now();
+            let due = restarts.iter().filter(|t| **t <= now).count();
+            restarts.retain(|t| *t > now);
+            for _ in 0..due {
+                self.spawn_daemon(true)?;
+            }
+            let producers = self.live(|k| k != Kind::Daemon).len();
+            if producers < 6 && self.rng.chance(0.35) {
+                self.spawn_producer()?;
+            }
+            // (chance, whom, what): at most one of each per tick
+            let actions: [Action; 4] = [
+                (0.10, |k| k != Kind::Daemon, Some("KILL")),
+                (0.05, |k| k == Kind::Daemon, Some("KILL")),
+                (0.05, |k| k == Kind::Holder, Some("TERM")),
+                (0.05, |k| k == Kind::Paused, None), // release its stage
+            ];
+            for (chance, whom, what) in actions {
+                if !self.rng.chance(chance) {
+                    continue;
+                }
+                let candidates = self.live(whom);
+                if candidates.is_empty() {
+                    continue;
+                }
+                let i = *self.rng.pick(&candidates);
+                match what {
+                    Some(sig) => self.signal(i, sig),
+                    None => self.unpause(i),
+                }
+            }
+        }
+        self.drain()
+    }
+
+    /// Stops producing and lets everything drain (each wait bounded).
+    fn drain(&mut self) -> Result<()> {
+        eprintln!("torture: seed {}: draining", self.seed);
+        for i in self.live(|k| k == Kind::Paused) {
+            if self.rng.chance(0.5) {
+                self.unpause(i);
+                std::thread::sleep(Duration::from_millis(100));
+                self.signal(i, "TERM");
+            } else {
+                self.signal(i, "KILL");
+            }
+        }
+        for i in self.live(|k| k == Kind::Holder) {
+            self.signal(i, "TERM");
+        }
+        // producers finish by themselves (engines drain and close)
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.reap();
+            let left = self.live(|k| k != Kind::Daemon);
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() > until {
+                for i in left {
+                    self.problem(format!(
+                        "{} (pid {}) did not finish within 60 s of the drain; killed",
+                        self.name(i),
+                        self.procs[i].pid
+                    ));
+                    self.signal(i, "KILL");
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // every daemon back (unarmed), so survivors drain the siblings
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.reap();
+            while self.live_or_unreaped(Kind::Daemon).len() < self.daemons {
+                self.spawn_daemon(false)?;
+            }
+            if Instant::now() >= until || self.backlog() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for i in self.live(|k| k == Kind::Daemon) {
+            self.signal(i, "TERM");
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.live_or_unreaped(Kind::Daemon).is_empty() && Instant::now() < until {
+            self.reap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for i in self.live_or_unreaped(Kind::Daemon) {
+            self.problem(format!(
+                "daemon {} (pid {}) did not stop within 20 s of SIGTERM; killed",
+                self.name(i),
+                self.procs[i].pid
+            ));
+            let _ = self.procs[i].child.kill();
+        }
+        self.reap();
+        // a final drain, as an operator would run it
+        let out = Command::new(&self.bin)
+            .arg("run")
+            .arg("--once")
+            .args(["--timeout", "60"])
+            .args(self.dest())
+            .args(["--lease-ttl", LEASE_TTL, "--poll-interval", POLL])
+            .args(["--recheck-interval", RECHECK, "--max-backoff", "1"])
+            .env("SPOOL_STAGING_MAX_AGE", STAGING_MAX_AGE)
+            .stdin(Stdio::null())
+            .output()
+            .context("running the final spool run --once")?;
+        if !out.status.success() {
+            self.problem(format!(
+                "the final `spool run --once` exited {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rank directories under the root that still hold a file other than
+    /// a lock file (what is left to drain).
+    fn backlog(&self) -> usize {
+        let mut n = 0;
+        for key in read_dir(&self.root) {
+            for rank in read_dir(&key) {
+                let mut files = Vec::new();
+                walk_files(&rank, &mut files);
+                if files.iter().any(|f| !f.ends_with(".owner.lock")) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Indexes of processes of a kind that the scheduler has not
+    /// signalled and that have not exited.
+    fn live(&self, kind: impl Fn(Kind) -> bool) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|&i| {
+                let p = &self.procs[i];
+                kind(p.kind) && p.signalled.is_none() && p.exit.is_none()
+            })
+            .collect()
+    }
+
+    fn live_or_unreaped(&self, kind: Kind) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|&i| self.procs[i].kind == kind && self.procs[i].exit.is_none())
+            .collect()
+    }
+
+    fn name(&self, i: usize) -> String {
+        let p = &self.procs[i];
+        match &p.kill_at {
+            Some(k) => format!("#{i} {:?} (--kill-at {k})", p.kind),
+            None => format!("#{i} {:?}", p.kind),
+        }
+    }
+
+    /// Marks process `i` dead for the monitor, then signals it.
+    fn signal(&mut self, i: usize, sig: &'static str) {
+        if let Some(o) = lock(&self.shared).owners.get_mut(&i) {
+            o.live = false;
+        }
+        let p = &mut self.procs[i];
+        p.signalled = Some(sig);
+        if sig == "KILL" {
+            self.figures.kills_random += 1;
+            let _ = p.child.kill();
+        } else {
+            let _ = Command::new("kill")
+                .args(["-TERM", &p.pid.to_string()])
+                .status();
+        }
+    }
+
+    fn unpause(&mut self, i: usize) {
+        if let Some(o) = lock(&self.shared).owners.get_mut(&i) {
+            o.paused = false;
+        }
+        if let Some(r) = self.procs[i].release.take() {
+            let _ = std::fs::write(r, b"");
+        }
+    }
+
+    /// Reaps what exited, judges each exit; returns how many daemons died.
+    fn reap(&mut self) -> usize {
+        let mut dead_daemons = 0;
+        for i in 0..self.procs.len() {
+            if self.procs[i].exit.is_some() {
+                continue;
+            }
+            let Ok(Some(status)) = self.procs[i].child.try_wait() else {
+                continue;
+            };
+            self.procs[i].exit = Some(status);
+            if let Some(reader) = self.procs[i].stderr_reader.take() {
+                let _ = reader.join();
+            }
+            if let Some(o) = lock(&self.shared).owners.get_mut(&i) {
+                o.live = false;
+            }
+            let p = &self.procs[i];
+            let by_signal = std::os::unix::process::ExitStatusExt::signal(&status);
+            let stderr = p.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let at_point = stderr.contains("spool: kill point ");
+            if p.kind == Kind::Daemon {
+                dead_daemons += 1;
+            }
+            let expected = match (p.signalled, by_signal) {
+                // its own kill point (also while it stops after a SIGTERM)
+                (_, Some(9)) if at_point => {
+                    self.figures.kills_at_points += 1;
+                    let point = p.kill_at.as_deref().unwrap_or("?");
+                    let point = point.split(':').next().unwrap_or(point).to_string();
+                    *self.figures.points.entry(point).or_default() += 1;
+                    true
+                }
+                (Some("KILL"), Some(9)) => true,
+                // a holder or daemon told to stop: exit 0 (or the signal
+                // itself, if it came before the process took it over)
+                (Some("TERM"), None) => status.success(),
+                (Some("TERM"), Some(15)) => true,
+                // an engine whose close could not drain in time: its
+                // packs stay for adoption (SPEC §7.5), not a broken rule
+                (None, None) if p.kind == Kind::Engine && status.code() == Some(6) => true,
+                // a paused holder killed after its release: still a kill
+                (_, None) => status.success(),
+                _ => false,
+            };
+            if !expected {
+                let tail: String = stderr
+                    .lines()
+                    .rev()
+                    .take(6)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                let what = format!(
+                    "{} (pid {}) exited unexpectedly: {status} (signalled: {:?}); stderr: {tail}",
+                    self.name(i),
+                    p.pid,
+                    p.signalled
+                );
+                self.problem(what);
+            }
+        }
+        dead_daemons
+    }
+
+    fn spawn_daemon(&mut self, may_arm: bool) -> Result<()> {
+        let kill_at = (may_arm && self.rng.chance(0.6)).then(|| {
+            let point = *self.rng.pick(KILL_POINTS);
+            format!("{point}:{}", 1 + self.rng.below(3))
+        });
+        let mut cmd = Command::new(&self.bin);
+        if let Some(k) = &kill_at {
+            cmd.args(["--kill-at", k]);
+        }
+        cmd.arg("run")
+            .args(self.dest())
+            .args(["--lease-ttl", LEASE_TTL, "--poll-interval", POLL])
+            .args(["--recheck-interval", RECHECK, "--max-backoff", "1"]);
+        self.spawn(Kind::Daemon, cmd, kill_at, None, None)
+    }
+
+    fn spawn_producer(&mut self) -> Result<()> {
+        let r = self.rng.below(100);
+        let kind = match r {
+            0..=39 => Kind::Engine,
+            40..=64 => Kind::SinkOnly,
+            65..=84 => Kind::Holder,
+            _ => Kind::Paused,
+        };
+        let packs = 3 + self.rng.below(13);
+        let records = 4 + self.rng.below(13);
+        let pack_bytes = 1024 + self.rng.below(15 * 1024);
+        let interval = self.rng.between(0.02, 0.3);
+        let mut cmd = Command::new(&self.bin);
+        let mut kill_at = None;
+        let mut release = None;
+        if kind == Kind::Engine && self.rng.chance(0.4) {
+            let point = *self.rng.pick(KILL_POINTS);
+            let k = format!("{point}:{}", 1 + self.rng.below(4));
+            cmd.args(["--kill-at", &k]);
+            kill_at = Some(k);
+        }
+        if kind == Kind::Paused {
+            let file = self.dir.join(format!("release-{}", self.procs.len()));
+            cmd.arg("--pause-before-publish").arg(&file);
+            release = Some(file);
+        }
+        cmd.arg("produce")
+            .args(self.dest())
+            .args(["--packs", &packs.to_string()])
+            .args(["--records", &records.to_string()])
+            .args(["--pack-bytes", &pack_bytes.to_string()])
+            .args(["--pack-interval", &format!("{interval:.3}")])
+            .arg("--print-sha256");
+        if self.rng.chance(0.4) {
+            cmd.args(["--ordinal", &self.rng.below(4).to_string()]);
+        }
+        match kind {
+            Kind::Engine => {
+                cmd.args(["--serve", "--timeout", "20"]);
+                cmd.args(["--lease-ttl", LEASE_TTL, "--poll-interval", POLL]);
+                cmd.args(["--recheck-interval", RECHECK]);
+            }
+            Kind::Holder => {
+                cmd.args(["--hold", "--timeout", "20"]);
+            }
+            Kind::Paused => {
+                cmd.args(["--hold", "--timeout", "600"]);
+            }
+            _ => {
+                cmd.args(["--timeout", "20"]);
+            }
+        }
+        let expect = (kind == Kind::SinkOnly).then_some(packs);
+        self.spawn(kind, cmd, kill_at, release, expect)
+    }
+
+    fn spawn(
+        &mut self,
+        kind: Kind,
+        mut cmd: Command,
+        kill_at: Option<String>,
+        release: Option<PathBuf>,
+        expect: Option<u64>,
+    ) -> Result<()> {
+        let i = self.procs.len();
+        let mut child = cmd
+            .env("RUST_LOG", "warn")
+            .env("SPOOL_STAGING_MAX_AGE", STAGING_MAX_AGE)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {cmd:?}"))?;
+        let pid = child.id();
+        if kind != Kind::Daemon {
+            lock(&self.shared).owners.insert(
+                i,
+                Owner {
+                    live: true,
+                    check_lost: kind != Kind::Engine,
+                    paused: kind == Kind::Paused,
+                    expect,
+                    pid,
+                    what: match &kill_at {
+                        Some(k) => format!("{kind:?} --kill-at {k}"),
+                        None => format!("{kind:?}"),
+                    },
+                    ..Owner::default()
+                },
+            );
+        }
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let reader;
+        {
+            let (out, shared) = (child.stdout.take(), self.shared.clone());
+            let stdout_reader = std::thread::spawn(move || {
+                if let Some(mut out) = out {
+                    if kind == Kind::Daemon {
+                        let _ = std::io::copy(&mut out, &mut std::io::sink());
+                    } else {
+                        read_reports(out, i, &shared);
+                    }
+                }
+            });
+            let (err, shared, buf) = (child.stderr.take(), self.shared.clone(), stderr.clone());
+            reader = std::thread::spawn(move || {
+                if let Some(err) = err {
+                    read_stderr(err, i, &shared, &buf);
+                }
+            });
+            self.stdout_readers.push(stdout_reader);
+        }
+        self.procs.push(Proc {
+            kind,
+            child,
+            pid,
+            kill_at,
+            signalled: None,
+            exit: None,
+            stderr,
+            stderr_reader: Some(reader),
+            release,
+        });
+        Ok(())
+    }
+
+    /// The oracle (see the module docs).
+    fn oracle(&mut self) -> Result<()> {
+        // the store: every object, by pack id
+        let mut objects: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        let mut files = Vec::new();
+        walk_files(&self.store_dir, &mut files);
+        for f in files {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if let Some(id) = name.strip_suffix(".pack") {
+                objects.entry(id.to_string()).or_default().push(f.clone());
+            }
+        }
+        // the catalog, as read
+        let out = Command::new(&self.bin)
+            .args(["ls", "--json", "--catalog", &self.catalog])
+            .output()
+            .context("running spool ls")?;
+        if !out.status.success() {
+            self.problem(format!(
+                "spool ls --catalog {} failed: {}",
+                self.catalog,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let mut rows: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let row: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("a row of spool ls: {line}"))?;
+            let id = row["pack_id"].as_str().unwrap_or_default().to_string();
+            rows.entry(id).or_default().push(row);
+        }
+        let mut problems = Vec::new();
+        let mut lost = 0;
+        let mut duplicates = 0;
+        // every object: valid, listed once with its size and checksum
+        let mut object_sha = BTreeMap::new();
+        for (id, paths) in &objects {
+            if paths.len() > 1 {
+                duplicates += 1;
+                problems.push(format!(
+                    "pack {id} is in the store {} times: {paths:?}",
+                    paths.len()
+                ));
+            }
+            let bytes = std::fs::read(&paths[0]).unwrap_or_default();
+            match pack_checksum(&bytes) {
+                Some(sha) => {
+                    object_sha.insert(id.clone(), (sha.clone(), bytes.len() as u64));
+                }
+                None => problems.push(format!(
+                    "object {} does not validate (its trailer's SHA-256 is not its bytes')",
+                    paths[0].display()
+                )),
+            }
+            match rows.get(id).map(Vec::len) {
+                None => problems.push(format!(
+                    "object {} is in no catalog row",
+                    paths[0].display()
+                )),
+                Some(1) => {}
+                Some(n) => {
+                    duplicates += 1;
+                    problems.push(format!("pack {id} is indexed {n} times as read"));
+                }
+            }
+        }
+        // every row: its object there, same size and checksum
+        for (id, rs) in &rows {
+            let row = &rs[0];
+            match object_sha.get(id) {
+                None if !objects.contains_key(id) => problems.push(format!(
+                    "catalog row {id} (object {}) has no object in the store",
+                    row["object_key"]
+                )),
+                None => {}
+                Some((sha, len))
+                    if row["sha256"].as_str() != Some(sha.as_str())
+                        || row["bytes"].as_u64() != Some(*len) =>
+                {
+                    problems.push(format!(
+                        "catalog row {id} says sha256 {} bytes {}, its object has {sha} {len}",
+                        row["sha256"], row["bytes"]
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        // every reported pack: stored and indexed with the reported checksum
+        let durable = lock(&self.shared).durable.clone();
+        for (id, (sha, by)) in &durable {
+            let stored = object_sha.get(id).map(|(s, _)| s);
+            let indexed = rows
+                .get(id)
+                .and_then(|r| r[0]["sha256"].as_str().map(str::to_string));
+            if stored != Some(sha) || indexed.as_ref() != Some(sha) {
+                lost += 1;
+                problems.push(format!(
+                    "pack {id} (reported durable by {} with sha256 {sha}) is lost: stored {:?}, indexed {:?}",
+                    self.name(*by),
+                    stored,
+                    indexed
+                ));
+            }
+        }
+        self.figures.unreported = objects
+            .keys()
+            .filter(|id| !durable.contains_key(*id))
+            .count() as u64;
+        // nothing left under the root but the key's empty directory
+        let mut left = Vec::new();
+        for key in read_dir(&self.root) {
+            if !key.is_dir() {
+                left.push(key);
+                continue;
+            }
+            for entry in read_dir(&key) {
+                let mut files = Vec::new();
+                walk_files(&entry, &mut files);
+                if files.is_empty() && entry.is_dir() {
+                    files.push(entry);
+                }
+                left.extend(files);
+            }
+        }
+        for l in &left {
+            problems.push(format!("left under the spool root: {}", l.display()));
+        }
+        self.figures.lost = lost;
+        self.figures.duplicates = duplicates;
+        lock(&self.shared).problems.extend(problems);
+        Ok(())
+    }
+}
+
+/// The trailer checksum of a pack's bytes (hex) if it is right: the last
+/// 32 bytes are the SHA-256 of everything before them (SPEC §4.1).
+fn pack_checksum(bytes: &[u8]) -> Option<String> {
+    if bytes.len() < 72 {
+        return None;
+    }
+    let (body, hash) = bytes.split_at(bytes.len() - 32);
+    (Sha256::digest(body).as_slice() == hash).then(|| hex(hash))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A producer's stdout: `ID SHA256` per durable pack.
+fn read_reports(out: impl Read, i: usize, shared: &Mutex<Shared>) {
+    for line in BufReader::new(out).lines() {
+        let Ok(line) = line else { break };
+        let mut parts = line.split_whitespace();
+        let (Some(id), Some(sha)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let mut s = lock(shared);
+        if let Some((_, other)) = s.durable.get(id) {
+            let other = *other;
+            s.duplicates += 1;
+            s.problems
+                .push(format!("pack id {id} reported by #{other} and #{i}"));
+        }
+        s.durable.insert(id.to_string(), (sha.to_string(), i));
+        if let Some(o) = s.owners.get_mut(&i) {
+            o.reported += 1;
+            // a sink-only producer's last pack: it lets go next
+            if o.expect == Some(o.reported) {
+                o.live = false;
+            }
+        }
+    }
+}
+
+/// A process's stderr: kept (for reports), and the rank directory it
+/// claimed noted for the monitor.
+fn read_stderr(err: impl Read, i: usize, shared: &Mutex<Shared>, buf: &Mutex<String>) {
+    for line in BufReader::new(err).lines() {
+        let Ok(line) = line else { break };
+        if let Some(dir) = line.strip_prefix("spool: rank directory ") {
+            if let Some(o) = lock(shared).owners.get_mut(&i) {
+                o.dir = Some(PathBuf::from(dir.trim()));
+            }
+        }
+        let mut b = buf.lock().unwrap_or_else(|e| e.into_inner());
+        if b.len() < 1 << 20 {
+            b.push_str(&line);
+            b.push('\n');
+        }
+    }
+}
+
+/// Digests every live owner's directory until `stop`, recording changes
+/// only the owner may make.
+fn monitor(shared: &Mutex<Shared>, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let watched: Vec<(usize, PathBuf)> = lock(shared)
+            .owners
+            .iter()
+            .filter(|(_, o)| o.live)
+            .filter_map(|(i, o)| o.dir.clone().map(|d| (*i, d)))
+            .collect();
+        for (i, dir) in watched {
+            let now = digest(&dir);
+            let mut s = lock(shared);
+            let Some(o) = s.owners.get_mut(&i) else {
+                continue;
+            };
+            // dead since the digest began: whatever changed is not a touch
+            if !o.live {
+                continue;
+            }
+            let mut touched = Vec::new();
+            if let Some(before) = &o.last {
+                match &now {
+                    None if o.check_lost => {
+                        touched.push(format!("directory {} vanished", dir.display()))
+                    }
+                    None => {}
+                    Some(now) => {
+                        for (name, sig) in before {
+                            let is_open = name.to_string_lossy().ends_with(".open");
+                            match now.get(name) {
+                                Some(n) if n != sig => touched.push(format!(
+                                    "{} changed ({sig} -> {n})",
+                                    dir.join(name).display()
+                                )),
+                                Some(_) => {}
+                                None if is_open && !o.paused => {}
+                                None if o.check_lost || is_open => touched
+                                    .push(format!("{} disappeared", dir.join(name).display())),
+                                None => {}
+                            }
+                        }
+                    }
+                }
+            }
+            let (pid, what) = (o.pid, o.what.clone());
+            if now.is_some() {
+                o.last = now;
+            }
+            // An owner that died by itself (an engine's kill point) may be
+            // adopted before the scheduler reaps it: a change seen once it
+            // is gone is no touch of a live owner's files.
+            if !touched.is_empty() && !process_alive(pid) {
+                o.live = false;
+                continue;
+            }
+            if !touched.is_empty() {
+                s.live_touched += touched.len() as u64;
+                for t in touched {
+                    s.problems.push(format!(
+                        "live directory of #{i} {what} (pid {pid}, alive): {t}"
+                    ));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last `)`
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Reads the catalog (`spool ls --json`) over and over while the run goes
+/// on: a row is only ever inserted after its object is durable, so every
+/// row read must have its object already (rows are read first, objects
+/// looked at after).
+fn watch_catalog(
+    bin: &Path,
+    catalog: &str,
+    store: &Path,
+    shared: &Mutex<Shared>,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(250));
+        let Ok(out) = Command::new(bin)
+            .args(["ls", "--json", "--catalog", catalog])
+            .env("RUST_LOG", "off")
+            .stderr(Stdio::null())
+            .output()
+        else {
+            continue;
+        };
+        if !out.status.success() {
+            continue; // not created yet, or busy: the next read tells
+        }
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Ok(row) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let (Some(id), Some(key)) = (row["pack_id"].as_str(), row["object_key"].as_str())
+            else {
+                continue;
+            };
+            if !store.join(key).exists() {
+                let mut s = lock(shared);
+                if s.early_rows.insert(id.to_string()) {
+                    s.problems.push(format!(
+                        "catalog row {id} was read while its object {key} was not in the store"
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Every file under `dir` (relative path → digest), or `None` if `dir`
+/// is gone.
+fn digest(dir: &Path) -> Option<BTreeMap<PathBuf, Sig>> {
+    if !dir.is_dir() {
+        return None;
+    }
+    let mut files = Vec::new();
+    walk_files(dir, &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let Ok(meta) = std::fs::symlink_metadata(&f) else {
+            continue; // gone between the listing and now: next round says
+        };
+        let Ok(bytes) = std::fs::read(&f) else {
+            continue;
+        };
+        use std::os::unix::fs::MetadataExt;
+        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        let rel = f.strip_prefix(dir).unwrap_or(&f).to_path_buf();
+        out.insert(
+            rel,
+            Sig {
+                size: meta.len(),
+                mtime_ns,
+                sha: Sha256::digest(&bytes).into(),
+            },
+        );
+    }
+    Some(out)
+}
+
+fn read_dir(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Every non-directory under `dir`, recursively.
+fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for p in read_dir(dir) {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => walk_files(&p, out),
+            Ok(_) => out.push(p),
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rng_is_seeded() {
+        let (mut a, mut b) = (Rng(7), Rng(7));
+        let xs: Vec<u64> = (0..5).map(|_| a.next()).collect();
+        let ys: Vec<u64> = (0..5).map(|_| b.next()).collect();
+        assert_eq!(xs, ys);
+        assert_ne!(Rng(8).next(), xs[0]);
+    }
+
+    #[test]
+    fn a_pack_checksum_is_checked() {
+        let mut body = vec![7u8; 100];
+        let hash = Sha256::digest(&body);
+        body.extend_from_slice(&hash);
+        assert_eq!(pack_checksum(&body), Some(hex(&hash)));
+        body[3] ^= 1;
+        assert_eq!(pack_checksum(&body), None);
+    }
+
+    #[test]
+    fn the_kill_points_are_spool_cores() {
+        let src = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../spool-core/src/seams.rs"),
+        )
+        .unwrap();
+        let start = src.find("pub const KILL_POINTS").unwrap();
+        let list = &src[start..start + src[start..].find("];").unwrap()];
+        let theirs: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+        assert_eq!(theirs, KILL_POINTS);
+    }
+
+    #[test]
+    fn the_seed_of_the_day_is_a_date() {
+        let s = seed_of_the_day();
+        assert!((20_200_101..21_000_101).contains(&s), "{s}");
+    }
+}
