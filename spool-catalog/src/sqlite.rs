@@ -62,6 +62,7 @@ struct Statements {
     create: String,
     create_index: String,
     fence_open: String,
+    now: String,
     upsert: String,
     append_claim: String,
     head: String,
@@ -88,8 +89,10 @@ impl Statements {
         // The fence is read once per batch inside its `BEGIN IMMEDIATE`
         // transaction: no other writer can append a claim until it commits.
         let fence_open = format!("SELECT {} = 1", fence_sql(&lease));
+        // The clock is read once per batch, not per row, and bound as ?12.
+        let now = format!("SELECT {NOW_MS}");
         let upsert = format!(
-            "INSERT INTO \"{packs}\" ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, {NOW_MS}) {upsert_tail}"
+            "INSERT INTO \"{packs}\" ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) {upsert_tail}"
         );
         let append_claim = format!(
             "INSERT INTO \"{lease}\" (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT ?1, ?2, ?3, ?4, {NOW_MS}, {NOW_MS} + ?5 WHERE (SELECT coalesce(max(term), 0) FROM \"{lease}\" WHERE name = ?1) = ?2 - 1"
@@ -110,6 +113,7 @@ impl Statements {
             create,
             create_index,
             fence_open,
+            now,
             upsert,
             append_claim,
             head,
@@ -433,6 +437,11 @@ impl Catalog for SqliteCatalog {
                     }));
                 }
             }
+            let now: i64 = tx
+                .prepare_cached(&s.now)
+                .purpose("prepare the clock read")?
+                .query_row([], |r| r.get(0))
+                .purpose("read the catalog clock")?;
             {
                 let mut st = tx
                     .prepare_cached(&s.upsert)
@@ -450,6 +459,7 @@ impl Catalog for SqliteCatalog {
                         r.rank_dir,
                         r.ordinal.map(i64::from),
                         r.created_at_ms as i64,
+                        now,
                     ])
                     .purpose("insert a pack row")?;
                 }
@@ -691,8 +701,12 @@ mod tests {
             format!("SELECT {} = 1", fence_sql("spool_lease"))
         );
         assert!(s.upsert.starts_with(
-            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, (CAST(strftime('%s','now') AS INTEGER) * 1000)) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
+            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
         ));
         assert!(s.upsert.ends_with("indexed_at_ms = excluded.indexed_at_ms"));
+        assert_eq!(
+            s.now,
+            "SELECT (CAST(strftime('%s','now') AS INTEGER) * 1000)"
+        );
     }
 }
