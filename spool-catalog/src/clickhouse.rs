@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
 use crate::row::{check_pack_id, PackRow};
-use crate::sql::{Tables, LEASE_SCHEMA, PACKS_SCHEMA};
+use crate::sql::{Tables, FENCE_SHUT_CODE, INDEXED_AT_DEFAULT, LEASE_SCHEMA, PACKS_SCHEMA};
 use crate::target::ClickHouseTarget;
 use crate::{Catalog, MAX_ROWS_PER_STATEMENT, SCHEMA_VERSION};
 use async_trait::async_trait;
@@ -18,6 +18,10 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The first major version whose HTTP interface serves
 /// `RowBinaryWithNamesAndTypes` well enough for the crate's validation.
 const VALIDATION_FROM_MAJOR: u32 = 23;
+
+/// The first major version with the `async_insert` and
+/// `wait_for_async_insert` settings this crate relies on.
+const ASYNC_INSERT_FROM_MAJOR: u32 = 22;
 
 /// ClickHouse exception codes that mean "the credentials were refused".
 const AUTH_CODES: &[u32] = &[192, 193, 194, 195, 516];
@@ -44,6 +48,8 @@ struct ColumnRow {
     table: String,
     name: String,
     r#type: String,
+    default_kind: String,
+    default_expression: String,
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -285,7 +291,7 @@ impl ClickHouseCatalog {
                     .run(
                         "read the server version",
                         self.request_timeout,
-                        self.base.query("SELECT version()").fetch_one::<String>(),
+                        self.base.query_raw("SELECT version()").fetch_one::<String>(),
                     )
                     .await?;
                 let major: u32 = version
@@ -293,6 +299,15 @@ impl ClickHouseCatalog {
                     .next()
                     .and_then(|m| m.parse().ok())
                     .unwrap_or(0);
+                if self.target.async_insert && major < ASYNC_INSERT_FROM_MAJOR {
+                    return Err(Error::NotSupportedByServer {
+                        server: self.target.redacted(),
+                        version,
+                        knob: "async_insert=1",
+                        feature: "asynchronous inserts (settings async_insert, wait_for_async_insert)",
+                        since: "22.1",
+                    });
+                }
                 let validation = major >= VALIDATION_FROM_MAJOR;
                 tracing::debug!(server = %self.target.redacted(), %version, validation, "connected to ClickHouse");
                 Ok(Connected {
@@ -310,8 +325,12 @@ impl ClickHouseCatalog {
 
     async fn execute(&self, purpose: &'static str, sql: &str) -> Result<()> {
         let client = &self.connect().await?.client;
-        self.run(purpose, self.request_timeout, client.query(sql).execute())
-            .await
+        self.run(
+            purpose,
+            self.request_timeout,
+            client.query_raw(sql).execute(),
+        )
+        .await
     }
 
     async fn ready(&self) -> Result<()> {
@@ -333,7 +352,9 @@ impl ClickHouseCatalog {
             .run(
                 "read the schema version",
                 self.request_timeout,
-                client.query(&t.select_schema_version()).fetch_one::<u32>(),
+                client
+                    .query_raw(&t.select_schema_version())
+                    .fetch_one::<u32>(),
             )
             .await?;
         if found > SCHEMA_VERSION {
@@ -362,9 +383,22 @@ impl ClickHouseCatalog {
             .run(
                 "read the table columns",
                 self.request_timeout,
-                client.query(&t.select_columns()).fetch_all::<ColumnRow>(),
+                client
+                    .query_raw(&t.select_columns())
+                    .fetch_all::<ColumnRow>(),
             )
             .await?;
+        let packs = t.packs_name();
+        // `indexed_at_ms` must default to the server clock: the unfenced
+        // `VALUES` insert leaves it out. Tables made before it had one get
+        // it (a metadata-only change, idempotent).
+        let squash = |e: &str| e.split_whitespace().collect::<String>();
+        let has_default = cols.iter().any(|c| {
+            c.table == packs
+                && c.name == "indexed_at_ms"
+                && c.default_kind == "DEFAULT"
+                && squash(&c.default_expression) == squash(INDEXED_AT_DEFAULT)
+        });
         let mut by_table: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for c in cols {
             by_table
@@ -377,6 +411,14 @@ impl ClickHouseCatalog {
             (t.lease_name(), LEASE_SCHEMA),
         ] {
             check_columns(&server, &table, expected, by_table.get(&table))?;
+        }
+        if !has_default {
+            self.execute(
+                "give indexed_at_ms its default (the server clock)",
+                &t.set_indexed_at_default(),
+            )
+            .await?;
+            tracing::info!(server = %server, table = %packs, "gave indexed_at_ms its default (the server clock)");
         }
         if found < SCHEMA_VERSION {
             self.execute(
@@ -398,7 +440,7 @@ impl ClickHouseCatalog {
             .run(
                 purpose,
                 self.request_timeout,
-                client.query(sql).fetch_all::<LeaseRow>(),
+                client.query_raw(sql).fetch_all::<LeaseRow>(),
             )
             .await?;
         let now = rows.first().map_or(0, |r| r.now_ms);
@@ -487,36 +529,41 @@ impl Catalog for ClickHouseCatalog {
         }
         let client = self.client().await?;
         for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
-            let sql = self.tables.index_insert(chunk, fence);
-            let (purpose, timeout) = match fence {
-                Some(g) => ("index packs (fenced)", g.config.fence_margin),
-                None => ("index packs", self.request_timeout),
-            };
-            self.run(purpose, timeout, client.query(&sql).execute())
-                .await?;
-            if let Some(g) = fence {
-                // INSERT ... SELECT reports no row count on old servers:
-                // read back whether the rows are there.
-                let mut ids: Vec<&str> = chunk.iter().map(|r| r.pack_id.as_str()).collect();
-                ids.sort_unstable();
-                ids.dedup();
-                let present: u64 = self
-                    .run(
-                        "check a fenced index insert",
-                        self.request_timeout,
-                        client
-                            .query(&self.tables.count_present(&ids))
-                            .fetch_one::<u64>(),
-                    )
-                    .await?;
-                if present < ids.len() as u64 {
-                    return Err(Error::Fenced {
-                        server: self.server(),
-                        name: g.name.clone(),
-                        lease_id: g.lease_id,
-                        margin: g.config.fence_margin,
-                        packs: chunk.len(),
-                    });
+            match fence {
+                None => {
+                    let mut q = client.query_raw(&self.tables.index_values(chunk));
+                    if self.target.async_insert {
+                        q = q
+                            .with_setting("async_insert", "1")
+                            .with_setting("wait_for_async_insert", "1");
+                    }
+                    self.run("index packs", self.request_timeout, q.execute())
+                        .await?;
+                }
+                Some(g) => {
+                    let sql = self.tables.index_fenced(chunk, g);
+                    let done = self
+                        .run(
+                            "index packs (fenced)",
+                            g.config.fence_margin,
+                            client.query_raw(&sql).execute(),
+                        )
+                        .await;
+                    match done {
+                        Err(Error::Server {
+                            code: Some(FENCE_SHUT_CODE),
+                            ..
+                        }) => {
+                            return Err(Error::Fenced {
+                                server: self.server(),
+                                name: g.name.clone(),
+                                lease_id: g.lease_id,
+                                margin: g.config.fence_margin,
+                                packs: chunk.len(),
+                            })
+                        }
+                        other => other?,
+                    }
                 }
             }
         }
@@ -531,7 +578,7 @@ impl Catalog for ClickHouseCatalog {
                 "read a pack row",
                 self.request_timeout,
                 client
-                    .query(&self.tables.select_pack(pack_id))
+                    .query_raw(&self.tables.select_pack(pack_id))
                     .fetch_all::<ChPackRow>(),
             )
             .await?;
@@ -545,7 +592,7 @@ impl Catalog for ClickHouseCatalog {
                 "list pack rows by time",
                 self.request_timeout,
                 client
-                    .query(&self.tables.select_range(from_ms, to_ms))
+                    .query_raw(&self.tables.select_range(from_ms, to_ms))
                     .fetch_all::<ChPackRow>(),
             )
             .await?;
@@ -557,7 +604,9 @@ impl Catalog for ClickHouseCatalog {
         self.run(
             "count packs",
             self.request_timeout,
-            client.query(&self.tables.select_count()).fetch_one::<u64>(),
+            client
+                .query_raw(&self.tables.select_count())
+                .fetch_one::<u64>(),
         )
         .await
     }
@@ -572,7 +621,7 @@ impl Catalog for ClickHouseCatalog {
                 .run(
                     "read the server clock",
                     self.request_timeout,
-                    client.query(&Tables::select_now()).fetch_one::<u64>(),
+                    client.query_raw(&Tables::select_now()).fetch_one::<u64>(),
                 )
                 .await?;
         }
@@ -584,7 +633,7 @@ impl Catalog for ClickHouseCatalog {
         self.run(
             "append a lease claim",
             self.request_timeout,
-            client.query(&self.tables.append_claim(claim)).execute(),
+            client.query_raw(&self.tables.append_claim(claim)).execute(),
         )
         .await
     }
@@ -652,7 +701,7 @@ impl ClickHouseCatalog {
             "read the schema version (test)",
             self.request_timeout,
             client
-                .query(&self.tables.select_schema_version())
+                .query_raw(&self.tables.select_schema_version())
                 .fetch_one::<u32>(),
         )
         .await

@@ -80,6 +80,23 @@ pub enum Error {
         message: String,
     },
 
+    /// The catalog URL asks for a feature this server's version lacks
+    /// (`async_insert=1` before ClickHouse 22.1). Refused at connect, before
+    /// anything is read or written.
+    #[error("catalog {server} runs ClickHouse {version}, which has no {feature} (added in {since}); remove {knob} from the catalog URL, or upgrade the server")]
+    NotSupportedByServer {
+        /// The server, credentials removed.
+        server: String,
+        /// The version the server reported (`SELECT version()`).
+        version: String,
+        /// The URL knob that asks for it, as spelled in the URL.
+        knob: &'static str,
+        /// What the knob needs from the server.
+        feature: &'static str,
+        /// The first server version that has it.
+        since: &'static str,
+    },
+
     /// The tables exist but do not have the columns this version expects.
     #[error("catalog {server}: {detail}; refusing to read or write it. Point spool at another database or table_prefix, or migrate the tables by hand")]
     SchemaMismatch {

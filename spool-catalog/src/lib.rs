@@ -51,13 +51,28 @@
 //!   Release appends a tombstone (expires at once). The claim algorithm is
 //!   written once (`lease.rs`) over three primitives every backend has.
 //! - **The fence.** A lease-gated index insert is one statement,
-//!   `INSERT INTO packs (...) SELECT ... WHERE (<fence>) = 1`, where the
-//!   fence says: the head of this name is exactly one claim, it is our
-//!   `lease_id`, and it expires later than `now + fence_margin`. The
-//!   statement runs with `max_execution_time = fence_margin - 1 s`. A
-//!   deposed writer's insert inserts nothing and [`Catalog::index`] returns
-//!   [`Error::Fenced`]. Inserts go as SQL text, never RowBinary bodies
-//!   (old servers mishandle some RowBinary inserts, ClickHouse#37420).
+//!   `INSERT INTO packs (...) SELECT ... WHERE throwIf(<fence> != 1) = 0`,
+//!   where the fence says: the head of this name is exactly one claim, it
+//!   is our `lease_id`, and it expires later than `now + fence_margin`.
+//!   The statement runs with `max_execution_time = fence_margin - 1 s`. A
+//!   deposed writer's insert fails before it writes a row (code 395) and
+//!   [`Catalog::index`] returns [`Error::Fenced`]; a statement that
+//!   succeeds wrote every row, so nothing is read back. SQLite checks the
+//!   same fence once per batch inside the batch's `BEGIN IMMEDIATE`
+//!   transaction, where no claim can land in between.
+//! - **The index insert as fast as a plain one** (issue 13 §4, measured on
+//!   18.16 in BENCHMARKS.md). Unfenced rows go as plain `INSERT INTO packs
+//!   (11 columns) VALUES (...), ...` — the fastest shape old and new
+//!   servers take — with `indexed_at_ms` left to its column default (the
+//!   server clock, filled once per block; a `now()` in `VALUES` would be
+//!   parsed row by row). Fenced rows need a `WHERE`, which `VALUES` cannot
+//!   carry: they travel as one array literal per column unrolled by
+//!   `ARRAY JOIN`. Inserts go as SQL text sent verbatim (never through the
+//!   crate's `?` binding), never RowBinary bodies (old servers mishandle
+//!   some RowBinary inserts, ClickHouse#37420). `async_insert=1` in the URL
+//!   (default off; ClickHouse 22.1 and later, refused on older servers with
+//!   [`Error::NotSupportedByServer`]) runs unfenced inserts with
+//!   `async_insert=1, wait_for_async_insert=1`.
 //!
 //! # Safety margin
 //!
@@ -95,7 +110,7 @@
 //!
 //! # Backends (chosen by URL, [`open`])
 //!
-//! - `clickhouse://HOST:PORT/DATABASE[?table_prefix=P&user=U&password=W]`:
+//! - `clickhouse://HOST:PORT/DATABASE[?table_prefix=P&user=U&password=W&async_insert=1]`:
 //!   the official `clickhouse` crate (0.15) over HTTP with a `TCP_NODELAY`
 //!   client. The server's version is read at connect; the crate's schema
 //!   validation (`RowBinaryWithNamesAndTypes`) is on from 23.x and off below

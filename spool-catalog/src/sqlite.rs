@@ -3,7 +3,10 @@
 //! Same tables, same claim log, same fence as ClickHouse. Statements take
 //! bound parameters; each write runs in a `BEGIN IMMEDIATE` transaction,
 //! so a claim is appended only if the head has not moved since the claimant
-//! read it, and a fenced insert checks its fence in the same transaction.
+//! read it, and a fenced batch checks its fence once, in the same
+//! transaction as its rows (under the write lock, so no claim can land in
+//! between). A batch is one transaction and one cached statement executed
+//! per row.
 //! The clock is SQLite's `strftime('%s','now')` (whole seconds, like old
 //! ClickHouse). Calls run on tokio's blocking pool.
 
@@ -58,7 +61,8 @@ struct Statements {
     lease: String,
     create: String,
     create_index: String,
-    upsert_fenced: String,
+    fence_open: String,
+    now: String,
     upsert: String,
     append_claim: String,
     head: String,
@@ -82,12 +86,13 @@ impl Statements {
         );
         let cols = PACK_COLUMN_LIST;
         let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms";
-        let upsert_fenced = format!(
-            "INSERT INTO \"{packs}\" ({cols}) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {NOW_MS} WHERE {} = 1 {upsert_tail}",
-            fence_sql(&lease)
-        );
+        // The fence is read once per batch inside its `BEGIN IMMEDIATE`
+        // transaction: no other writer can append a claim until it commits.
+        let fence_open = format!("SELECT {} = 1", fence_sql(&lease));
+        // The clock is read once per batch, not per row, and bound as ?12.
+        let now = format!("SELECT {NOW_MS}");
         let upsert = format!(
-            "INSERT INTO \"{packs}\" ({cols}) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {NOW_MS} WHERE 1 {upsert_tail}"
+            "INSERT INTO \"{packs}\" ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) {upsert_tail}"
         );
         let append_claim = format!(
             "INSERT INTO \"{lease}\" (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT ?1, ?2, ?3, ?4, {NOW_MS}, {NOW_MS} + ?5 WHERE (SELECT coalesce(max(term), 0) FROM \"{lease}\" WHERE name = ?1) = ?2 - 1"
@@ -107,7 +112,8 @@ impl Statements {
             lease,
             create,
             create_index,
-            upsert_fenced,
+            fence_open,
+            now,
             upsert,
             append_claim,
             head,
@@ -401,54 +407,61 @@ impl Catalog for SqliteCatalog {
         let fence = fence.cloned();
         let server = self.server();
         self.call("index packs", move |c, s| {
+            // One transaction per batch: the fence (when given) is checked
+            // once, under the write lock, then every row is one execution
+            // of one cached statement.
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .purpose("begin an index transaction")?;
+            if let Some(g) = &fence {
+                let open: bool = tx
+                    .prepare_cached(&s.fence_open)
+                    .purpose("prepare the fence check")?
+                    .query_row(
+                        params![
+                            g.name,
+                            g.lease_id.to_string(),
+                            g.config.fence_margin.as_millis() as i64
+                        ],
+                        |r| r.get(0),
+                    )
+                    .purpose("check the fence")?;
+                if !open {
+                    // Dropping the transaction rolls back (nothing written).
+                    return Err(Fail::Ours(Error::Fenced {
+                        server,
+                        name: g.name.clone(),
+                        lease_id: g.lease_id,
+                        margin: g.config.fence_margin,
+                        packs: rows.len(),
+                    }));
+                }
+            }
+            let now: i64 = tx
+                .prepare_cached(&s.now)
+                .purpose("prepare the clock read")?
+                .query_row([], |r| r.get(0))
+                .purpose("read the catalog clock")?;
             {
-                let sql = if fence.is_some() {
-                    &s.upsert_fenced
-                } else {
-                    &s.upsert
-                };
-                let mut st = tx.prepare_cached(sql).purpose("prepare the index insert")?;
-                let (name, id, margin) = match &fence {
-                    Some(g) => (
-                        Some(g.name.clone()),
-                        Some(g.lease_id.to_string()),
-                        Some(g.config.fence_margin.as_millis() as i64),
-                    ),
-                    None => (None, None, None),
-                };
+                let mut st = tx
+                    .prepare_cached(&s.upsert)
+                    .purpose("prepare the index insert")?;
                 for r in &rows {
-                    let n = st
-                        .execute(params![
-                            name,
-                            id,
-                            margin,
-                            r.pack_id,
-                            r.object_key,
-                            r.store_id,
-                            r.sha256,
-                            r.bytes as i64,
-                            r.records as i64,
-                            r.source_host,
-                            r.source_pid as i64,
-                            r.rank_dir,
-                            r.ordinal.map(i64::from),
-                            r.created_at_ms as i64,
-                        ])
-                        .purpose("insert a pack row")?;
-                    if n == 0 {
-                        let g = fence.as_ref().expect("only a fence makes an insert empty");
-                        // Dropping the transaction rolls back.
-                        return Err(Fail::Ours(Error::Fenced {
-                            server,
-                            name: g.name.clone(),
-                            lease_id: g.lease_id,
-                            margin: g.config.fence_margin,
-                            packs: rows.len(),
-                        }));
-                    }
+                    st.execute(params![
+                        r.pack_id,
+                        r.object_key,
+                        r.store_id,
+                        r.sha256,
+                        r.bytes as i64,
+                        r.records as i64,
+                        r.source_host,
+                        r.source_pid as i64,
+                        r.rank_dir,
+                        r.ordinal.map(i64::from),
+                        r.created_at_ms as i64,
+                        now,
+                    ])
+                    .purpose("insert a pack row")?;
                 }
             }
             tx.commit().purpose("commit the index transaction")?;
@@ -683,14 +696,17 @@ mod tests {
             s.append_claim,
             "INSERT INTO \"spool_lease\" (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT ?1, ?2, ?3, ?4, (CAST(strftime('%s','now') AS INTEGER) * 1000), (CAST(strftime('%s','now') AS INTEGER) * 1000) + ?5 WHERE (SELECT coalesce(max(term), 0) FROM \"spool_lease\" WHERE name = ?1) = ?2 - 1"
         );
-        assert!(s.upsert_fenced.starts_with(
-            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, (CAST(strftime('%s','now') AS INTEGER) * 1000) WHERE (SELECT count(*) = 1"
+        assert_eq!(
+            s.fence_open,
+            format!("SELECT {} = 1", fence_sql("spool_lease"))
+        );
+        assert!(s.upsert.starts_with(
+            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
         ));
-        assert!(s.upsert_fenced.contains(
-            ") = 1 ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
-        ));
-        assert!(s
-            .upsert_fenced
-            .ends_with("indexed_at_ms = excluded.indexed_at_ms"));
+        assert!(s.upsert.ends_with("indexed_at_ms = excluded.indexed_at_ms"));
+        assert_eq!(
+            s.now,
+            "SELECT (CAST(strftime('%s','now') AS INTEGER) * 1000)"
+        );
     }
 }

@@ -12,7 +12,7 @@ pub const DEFAULT_CLICKHOUSE_PORT: u16 = 8123;
 /// A parsed catalog URL.
 #[derive(Clone, PartialEq, Eq)]
 pub enum CatalogUrl {
-    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?table_prefix=P&user=U&password=W]`
+    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?table_prefix=P&user=U&password=W&async_insert=1]`
     ClickHouse(ClickHouseTarget),
     /// `sqlite:///ABS/PATH.db[?table_prefix=P]`
     Sqlite {
@@ -44,6 +44,13 @@ pub struct ClickHouseTarget {
     pub user: Option<String>,
     /// Password.
     pub password: Option<String>,
+    /// URL parameter `async_insert=1` (default off): unfenced index inserts
+    /// run with the server settings `async_insert=1,
+    /// wait_for_async_insert=1`, so the server batches many small inserts
+    /// into one part and still answers only once the rows are written.
+    /// Servers before 22.1 do not have these settings: the catalog refuses
+    /// them at connect ([`crate::Error::NotSupportedByServer`]).
+    pub async_insert: bool,
 }
 
 impl std::fmt::Debug for ClickHouseTarget {
@@ -55,6 +62,7 @@ impl std::fmt::Debug for ClickHouseTarget {
             .field("database", &self.database)
             .field("table_prefix", &self.table_prefix)
             .field("user", &self.user)
+            .field("async_insert", &self.async_insert)
             .finish_non_exhaustive()
     }
 }
@@ -120,16 +128,28 @@ impl CatalogUrl {
         let mut table_prefix = DEFAULT_TABLE_PREFIX.to_string();
         let mut user = (!parsed.username().is_empty()).then(|| decode(parsed.username()));
         let mut password = parsed.password().map(decode);
+        let mut async_insert = false;
         for (k, v) in parsed.query_pairs() {
             match k.as_ref() {
                 "table_prefix" => table_prefix = v.into_owned(),
+                "async_insert" if parsed.scheme() == "clickhouse" => {
+                    async_insert = match v.as_ref() {
+                        "1" | "true" => true,
+                        "0" | "false" => false,
+                        other => {
+                            return Err(invalid(format!(
+                                "async_insert={other:?}: expected 1, true, 0 or false"
+                            )))
+                        }
+                    }
+                }
                 "user" if parsed.scheme() == "clickhouse" => user = Some(v.into_owned()),
                 "password" if parsed.scheme() == "clickhouse" => password = Some(v.into_owned()),
                 other => {
                     return Err(invalid(format!(
                         "unknown parameter {other:?} (known: table_prefix{})",
                         if parsed.scheme() == "clickhouse" {
-                            ", user, password"
+                            ", user, password, async_insert"
                         } else {
                             ""
                         }
@@ -160,6 +180,7 @@ impl CatalogUrl {
                     table_prefix,
                     user,
                     password,
+                    async_insert,
                 }))
             }
             "sqlite" => {
@@ -245,6 +266,7 @@ mod tests {
         assert_eq!(t.table_prefix, "p_");
         assert_eq!(t.user.as_deref(), Some("u"));
         assert_eq!(t.password.as_deref(), Some("s cret"));
+        assert!(!t.async_insert, "async_insert is off unless asked for");
         assert_eq!(
             u.redacted(),
             "clickhouse://ch.example:9123/spooldb?table_prefix=p_"
@@ -264,6 +286,25 @@ mod tests {
             (t.user.as_deref(), t.password.as_deref()),
             (Some("bob"), Some("pw"))
         );
+    }
+
+    #[test]
+    fn clickhouse_async_insert_knob() {
+        for (q, want) in [("1", true), ("true", true), ("0", false), ("false", false)] {
+            let u = CatalogUrl::parse(&format!("clickhouse://h/db?async_insert={q}")).unwrap();
+            let CatalogUrl::ClickHouse(t) = &u else {
+                panic!("{u:?}")
+            };
+            assert_eq!(t.async_insert, want, "{q}");
+        }
+        let e = CatalogUrl::parse("clickhouse://h/db?async_insert=yes")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("async_insert=\"yes\""), "{e}");
+        let e = CatalogUrl::parse("sqlite:///x.db?async_insert=1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown parameter \"async_insert\""), "{e}");
     }
 
     #[test]

@@ -104,6 +104,77 @@ pub async fn index_get_list_count(fx: Fixture) {
     assert_eq!(c.count().await.unwrap(), 4);
 }
 
+/// Hostile text in every text column goes through each insert shape
+/// (unfenced and fenced) byte for byte: quotes, backslashes, escape-like
+/// sequences (`\N`, `\'`, `\0` spelled out), SQL and `VALUES` punctuation,
+/// the `?` and `??` a client-side binder would eat, and non-ASCII. Control
+/// characters (tab, newline, carriage return, NUL) are refused before
+/// anything is written.
+pub async fn hostile_text_round_trips(fx: Fixture) {
+    let c = &fx.catalog;
+    let hostile = [
+        r"it's a \ path",
+        r"\'); DROP TABLE x; --",
+        r"\N",
+        "NULL",
+        r"\0 \t \n \\ \x00",
+        "'), ('",
+        "a?b ?? ?fields {x:String}",
+        "naïve-host-ünïcødé-日本-🦀",
+        "`backtick` \"double\" $1 %s",
+    ];
+    let cfg = short_lease();
+    let g = held(c.acquire("hostile", "a", &cfg).await.unwrap());
+    let mut n = 100;
+    for (i, text) in hostile.iter().enumerate() {
+        for fenced in [false, true] {
+            n += 1;
+            let mut r = row(n, 7_000_000 + n);
+            r.object_key = format!("pre/{text}/{}.pack", r.pack_id);
+            r.store_id = text.to_string();
+            r.source_host = text.to_string();
+            r.rank_dir = format!("r{i}-{text}");
+            c.index(std::slice::from_ref(&r), fenced.then_some(&g))
+                .await
+                .unwrap_or_else(|e| panic!("{text:?} (fenced: {fenced}): {e}"));
+            same_row(&c.get(&r.pack_id).await.unwrap().expect("indexed"), &r);
+        }
+    }
+    // A batch of them at once, beside ordinary rows.
+    let batch: Vec<PackRow> = hostile
+        .iter()
+        .enumerate()
+        .map(|(i, text)| PackRow {
+            source_host: text.to_string(),
+            rank_dir: text.to_string(),
+            ..row(200 + i as u64, 8_000_000 + i as u64)
+        })
+        .collect();
+    c.index(&batch, None).await.unwrap();
+    for r in &batch {
+        same_row(&c.get(&r.pack_id).await.unwrap().unwrap(), r);
+    }
+    let before = c.count().await.unwrap();
+    assert_eq!(before, 2 * hostile.len() as u64 + batch.len() as u64);
+    for ctl in ["tab\there", "new\nline", "cr\rhere", "nul\0here"] {
+        for field in ["source_host", "rank_dir"] {
+            let mut r = row(300, 9_000_000);
+            match field {
+                "source_host" => r.source_host = ctl.into(),
+                _ => r.rank_dir = ctl.into(),
+            }
+            let e = c.index(&[row(301, 9_000_001), r], None).await.unwrap_err();
+            assert!(matches!(e, Error::InvalidRow { .. }), "{ctl:?}: {e}");
+            assert!(e.to_string().contains(field), "{e}");
+        }
+    }
+    assert_eq!(
+        c.count().await.unwrap(),
+        before,
+        "a refused batch writes nothing"
+    );
+}
+
 /// The same pack indexed twice (and twice in one batch) reads as one row.
 pub async fn reindex_reads_one_row(fx: Fixture) {
     let c = &fx.catalog;
@@ -411,6 +482,10 @@ pub async fn migration_from_v1_keeps_rows(fx: Fixture) {
     fresh.ensure_schema().await.unwrap();
     let got = fresh.get(&new.pack_id).await.unwrap().unwrap();
     assert_eq!(got.ordinal, None, "no ordinal reads back as none, not 0");
+    assert!(
+        got.indexed_at_ms > 1_600_000_000_000,
+        "a row indexed after the migration is stamped by the catalog clock: {got:?}"
+    );
     assert_eq!(
         (got.source_host.as_str(), got.source_pid),
         ("node-producer", 31337)

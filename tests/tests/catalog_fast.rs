@@ -60,6 +60,7 @@ macro_rules! both {
 
 both!(
     index_get_list_count,
+    hostile_text_round_trips,
     reindex_reads_one_row,
     lease_lifecycle,
     fence_and_reacquire,
@@ -300,6 +301,145 @@ mod clickhouse_faults {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// A RowBinary string: LEB128 length, bytes.
+    fn rb_string(out: &mut Vec<u8>, s: &str) {
+        let mut n = s.len();
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        }
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    /// On a server new enough (22.x), `async_insert=1` sends the unfenced
+    /// index insert with `async_insert=1` and `wait_for_async_insert=1`;
+    /// a fenced one (an `INSERT ... SELECT`, which async inserts do not
+    /// cover) and every other statement go without them. On 18.16 the knob
+    /// is refused at connect, naming the version and the knob.
+    #[tokio::test]
+    async fn async_insert_settings_are_sent_only_where_they_exist() {
+        use wiremock::matchers::query_param;
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(body_string_contains("SELECT version()"))
+            .respond_with(version_answer("22.3.1.1"))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_string_contains("SELECT max(version)"))
+            .respond_with(ResponseTemplate::new(200).set_body_bytes(2u32.to_le_bytes().to_vec()))
+            .mount(&server)
+            .await;
+        let mut cols = Vec::new();
+        let packs = [
+            ("pack_id", "String"),
+            ("object_key", "String"),
+            ("store_id", "String"),
+            ("sha256", "String"),
+            ("bytes", "UInt64"),
+            ("records", "UInt64"),
+            ("source_host", "String"),
+            ("source_pid", "UInt32"),
+            ("rank_dir", "String"),
+            ("ordinal", "Nullable(UInt32)"),
+            ("created_at_ms", "UInt64"),
+            ("indexed_at_ms", "UInt64"),
+        ];
+        let lease = [
+            ("name", "String"),
+            ("term", "UInt64"),
+            ("lease_id", "UUID"),
+            ("holder", "String"),
+            ("acquired_at_ms", "UInt64"),
+            ("expires_at_ms", "UInt64"),
+        ];
+        for (table, list) in [("t_packs", &packs[..]), ("t_lease", &lease[..])] {
+            for (name, ty) in list {
+                let (kind, expr) = if *name == "indexed_at_ms" {
+                    ("DEFAULT", "toUInt64(now()) * 1000")
+                } else {
+                    ("", "")
+                };
+                for s in [table, name, ty, kind, expr] {
+                    rb_string(&mut cols, s);
+                }
+            }
+        }
+        Mock::given(method("POST"))
+            .and(body_string_contains("FROM system.columns"))
+            .respond_with(ResponseTemplate::new(200).set_body_bytes(cols))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_string_contains(
+                "INSERT INTO `spooldb`.`t_packs` (pack_id",
+            ))
+            .and(query_param("async_insert", "1"))
+            .and(query_param("wait_for_async_insert", "1"))
+            .respond_with(ResponseTemplate::new(200))
+            .expect(1)
+            .named("the unfenced insert, with the async settings")
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(query_param("async_insert", "1"))
+            .respond_with(ResponseTemplate::new(500).set_body_string(
+                "Code: 62. DB::Exception: async_insert sent with a statement it does not apply to",
+            ))
+            .with_priority(6)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200))
+            .with_priority(10)
+            .mount(&server)
+            .await;
+        let addr = server.address();
+        let url = format!(
+            "clickhouse://{}:{}/spooldb?table_prefix=t_&async_insert=1",
+            addr.ip(),
+            addr.port()
+        );
+        let c = spool_catalog::open(&url).unwrap();
+        c.index(&[suite::row(1, 1), suite::row(2, 2)], None)
+            .await
+            .unwrap();
+        server.verify().await;
+
+        let old = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(body_string_contains("SELECT version()"))
+            .respond_with(version_answer("18.16.1"))
+            .mount(&old)
+            .await;
+        let url = format!(
+            "clickhouse://{}:{}/spooldb?async_insert=true",
+            old.address().ip(),
+            old.address().port()
+        );
+        let e = spool_catalog::open(&url)
+            .unwrap()
+            .index(&[suite::row(1, 1)], None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::NotSupportedByServer { .. }) && !e.is_retryable(),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("ClickHouse 18.16.1") && msg.contains("async_insert=1"),
+            "{msg}"
+        );
+        let requests = old.received_requests().await.unwrap();
+        assert_eq!(requests.len(), 1, "only the version was asked");
     }
 
     #[tokio::test]

@@ -47,6 +47,7 @@ macro_rules! suite_cases {
 
 suite_cases!(
     index_get_list_count,
+    hostile_text_round_trips,
     reindex_reads_one_row,
     lease_lifecycle,
     fence_and_reacquire,
@@ -147,6 +148,93 @@ async fn full_batches_across_clock_seconds_are_indexed() {
             n += 256;
         }
         assert_eq!(fx.catalog.count().await.unwrap(), n);
+    })
+    .await
+}
+
+/// `async_insert=1` asks for settings 18.16 does not have: refused at
+/// connect with the server's version and the knob named, before anything
+/// is written; on a server that has them (22.1 and later) the unfenced
+/// index runs with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_insert_knob_follows_the_server_version() {
+    with_db(|fx, url| async move {
+        let c = spool_catalog::open(&format!("{url}&async_insert=1")).unwrap();
+        let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&url).unwrap() else {
+            unreachable!()
+        };
+        let version = ClickHouseCatalog::new(t).server_version().await.unwrap();
+        let major: u32 = version.split('.').next().unwrap().parse().unwrap();
+        let rows = [suite::row(1, 1_000), suite::row(2, 2_000)];
+        if major < 22 {
+            let e = c.index(&rows, None).await.unwrap_err();
+            assert!(
+                matches!(e, Error::NotSupportedByServer { .. }) && !e.is_retryable(),
+                "{e}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("ClickHouse {version}"))
+                    && msg.contains("async_insert=1")
+                    && msg.contains("22.1"),
+                "{msg}"
+            );
+            assert!(matches!(
+                c.ensure_schema().await.unwrap_err(),
+                Error::NotSupportedByServer { .. }
+            ));
+            assert_eq!(fx.catalog.count().await.unwrap(), 0, "nothing was written");
+        } else {
+            c.index(&rows, None).await.unwrap();
+            assert_eq!(fx.catalog.count().await.unwrap(), 2);
+        }
+    })
+    .await
+}
+
+/// A packs table made before `indexed_at_ms` had its default (the schema-2
+/// DDL of earlier builds) gets it on open, keeps its rows, and rows indexed
+/// afterwards carry the server clock, not 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packs_table_without_the_clock_default_gets_it() {
+    with_db(|fx, url| async move {
+        let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&url).unwrap() else {
+            unreachable!()
+        };
+        let db = t.database.clone();
+        let c = ClickHouseCatalog::new(t);
+        for sql in [
+            format!("CREATE DATABASE IF NOT EXISTS `{db}`"),
+            format!("CREATE TABLE `{db}`.`spool_schema_version` (version UInt32, installed_at_ms UInt64) ENGINE = MergeTree() ORDER BY version"),
+            format!("INSERT INTO `{db}`.`spool_schema_version` VALUES (2, 0)"),
+            format!("CREATE TABLE `{db}`.`spool_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id"),
+            format!("INSERT INTO `{db}`.`spool_packs` VALUES ('{}', 'k', 'default', '{}', 1, 1, 'h', 1, 'r0-0badcafe', NULL, 500, 777)", suite::row(1, 500).pack_id, suite::row(1, 500).sha256),
+        ] {
+            c.testing_execute(&sql).await.unwrap();
+        }
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let r = suite::row(2, 1_000);
+        fx.catalog
+            .index(std::slice::from_ref(&r), None)
+            .await
+            .unwrap();
+        let got = fx.catalog.get(&r.pack_id).await.unwrap().unwrap();
+        // The server clock has whole seconds; loopback, so within a minute.
+        assert!(
+            got.indexed_at_ms + 60_000 > before && got.indexed_at_ms < before + 60_000,
+            "indexed_at_ms {} is the server clock (client {before})",
+            got.indexed_at_ms
+        );
+        let old = fx.catalog.get(&suite::row(1, 500).pack_id).await.unwrap();
+        assert_eq!(old.map(|o| o.indexed_at_ms), Some(777), "old rows kept");
+        // Opening again changes nothing and still stamps the clock.
+        let again = (fx.reopen)();
+        let r3 = suite::row(3, 1_500);
+        again.index(std::slice::from_ref(&r3), None).await.unwrap();
+        assert!(again.get(&r3.pack_id).await.unwrap().unwrap().indexed_at_ms > 0);
     })
     .await
 }
