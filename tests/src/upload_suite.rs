@@ -30,6 +30,7 @@ pub fn prefix(case: &str) -> String {
 pub fn test_config() -> UploadConfig {
     UploadConfig {
         max_workers: 3,
+        small_pack_workers: 3,
         max_in_flight_bytes: 64 << 20,
         multipart_threshold: 6 << 20,
         part_size: 5 << 20,

@@ -194,7 +194,9 @@ fn drain_in(ctx: &Ctx, db: &Db, n: usize, bytes: usize, goal: f64) -> Result<()>
     svc.start()?;
     loop {
         let s = svc.snapshot();
-        if s.indexed >= n as u64 && !sibling_dir.exists() {
+        // indexed is counted live; the adoption figures are published
+        // after the cycle that removed the sibling
+        if s.indexed >= n as u64 && !sibling_dir.exists() && s.adopted_spools == 1 {
             break;
         }
         if t.elapsed() > limit {
