@@ -17,6 +17,7 @@ use crate::backoff;
 use crate::config::UploadConfig;
 use crate::error::{Error, Result};
 use crate::key::object_key;
+use crate::local::{Job, LocalDir, Published};
 use crate::retryable;
 use crate::store::Store;
 
@@ -314,6 +315,11 @@ impl Uploader {
         cancel: &CancellationToken,
     ) -> Result<Done> {
         let (trailer, trailer_bytes) = read_staged_trailer(item).await?;
+        if let Some(local) = self.inner.store.local() {
+            return self
+                .put_local(local, item, key, &trailer, &trailer_bytes, cancel)
+                .await;
+        }
         let multipart = item.size > self.inner.config.multipart_threshold;
         // One request per fresh pack: a single PUT to a store that honours
         // `PutMode::Create` goes up with no HEAD first; only the store's
@@ -409,6 +415,70 @@ impl Uploader {
         }
     }
 
+    /// A `file://` store: the fast path of [`crate::local`] on the blocking
+    /// pool (it checks `cancel` between chunks and removes its staging file
+    /// before it returns); a key found taken is compared as for any store.
+    async fn put_local(
+        &self,
+        local: &Arc<LocalDir>,
+        item: &UploadItem,
+        key: &Path,
+        trailer: &Trailer,
+        trailer_bytes: &[u8; TRAILER_LEN],
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        let (local, owned) = (
+            local.clone(),
+            (item.clone(), key.clone(), *trailer, *trailer_bytes),
+        );
+        let token = cancel.clone();
+        let put = tokio::task::spawn_blocking(move || {
+            let (item, key, trailer, trailer_bytes) = &owned;
+            local.put(&Job {
+                item,
+                key,
+                trailer,
+                trailer_bytes,
+                cancel: &token,
+            })
+        });
+        let published = match put.await {
+            Ok(r) => r?,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        match published {
+            Published::Created => Ok(Done::Uploaded(trailer.sha256)),
+            Published::Exists => self.taken(item, key, trailer, cancel).await,
+        }
+    }
+
+    /// The store refused a create because something is at the key (a
+    /// predecessor, or our own earlier attempt whose answer was lost): the
+    /// same pack, or a conflict.
+    async fn taken(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        trailer: &Trailer,
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        match self.preflight(item, key, trailer, cancel).await? {
+            Some(done) => Ok(done),
+            None => Err(Error::Store {
+                op: "PUT",
+                key: key.to_string(),
+                store: self.inner.store.description().to_string(),
+                retryable: true,
+                source: Box::new(object_store::Error::Generic {
+                    store: "spool-upload",
+                    source:
+                        "the store refused a create as existing, then reported nothing at the key"
+                            .into(),
+                }),
+            }),
+        }
+    }
+
     async fn put_single(
         &self,
         item: &UploadItem,
@@ -440,23 +510,7 @@ impl Uploader {
             Err(
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
-            ) => {
-                // Someone put it first (a predecessor, or our own earlier
-                // attempt whose answer was lost): the same pack, or a conflict.
-                match self.preflight(item, key, trailer, cancel).await? {
-                    Some(done) => Ok(done),
-                    None => Err(Error::Store {
-                        op: "PUT",
-                        key: key.to_string(),
-                        store: self.inner.store.description().to_string(),
-                        retryable: true,
-                        source: Box::new(object_store::Error::Generic {
-                            store: "spool-upload",
-                            source: "the store refused a create as existing, then reported nothing at the key".into(),
-                        }),
-                    }),
-                }
-            }
+            ) => self.taken(item, key, trailer, cancel).await,
             Err(e) => Err(self.store_err("PUT", key, e)),
         }
     }
@@ -579,14 +633,14 @@ impl Uploader {
     }
 }
 
-fn read_err(path: &FsPath, source: std::io::Error) -> Error {
+pub(crate) fn read_err(path: &FsPath, source: std::io::Error) -> Error {
     Error::ReadStaged {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn mismatch(item: &UploadItem, problem: String) -> Error {
+pub(crate) fn mismatch(item: &UploadItem, problem: String) -> Error {
     Error::StagedMismatch {
         path: item.path.clone(),
         problem,
@@ -678,7 +732,7 @@ fn check_body(item: &UploadItem, body: &[u8], trailer_bytes: &[u8; TRAILER_LEN])
 /// The SHA-256 of the bytes sent, fed in order as they are read: it covers
 /// everything before the trailer's hash field (the last 32 bytes of a pack
 /// of `size` bytes), as the pack format's checksum does (SPEC §4.1).
-struct BodyHash {
+pub(crate) struct BodyHash {
     hasher: Sha256,
     /// Bytes fed so far.
     at: u64,
@@ -687,7 +741,7 @@ struct BodyHash {
 }
 
 impl BodyHash {
-    fn new(size: u64) -> BodyHash {
+    pub(crate) fn new(size: u64) -> BodyHash {
         BodyHash {
             hasher: Sha256::new(),
             at: 0,
@@ -696,14 +750,14 @@ impl BodyHash {
     }
 
     /// Feeds the next bytes read.
-    fn update(&mut self, buf: &[u8]) {
+    pub(crate) fn update(&mut self, buf: &[u8]) {
         let take = self.end.saturating_sub(self.at).min(buf.len() as u64) as usize;
         self.hasher.update(&buf[..take]);
         self.at += buf.len() as u64;
     }
 
     /// Compares the hash of everything fed with the trailer's checksum.
-    fn check(self, item: &UploadItem, trailer: &Trailer) -> Result<()> {
+    pub(crate) fn check(self, item: &UploadItem, trailer: &Trailer) -> Result<()> {
         let computed: [u8; 32] = self.hasher.finalize().into();
         if computed == trailer.sha256 {
             return Ok(());
@@ -717,7 +771,7 @@ impl BodyHash {
     }
 }
 
-fn keep_tail(tail: &mut Vec<u8>, buf: &[u8]) {
+pub(crate) fn keep_tail(tail: &mut Vec<u8>, buf: &[u8]) {
     if buf.len() >= TRAILER_LEN {
         tail.clear();
         tail.extend_from_slice(&buf[buf.len() - TRAILER_LEN..]);
