@@ -243,15 +243,7 @@ impl LocalDir {
         if job.cancel.is_cancelled() {
             return Err(cancelled(job.key));
         }
-        staging
-            .file
-            .sync_all()
-            .map_err(|source| Error::LocalWrite {
-                what: "fsyncing",
-                path: staging.path.clone(),
-                source,
-            })?;
-        bump(&self.counters.files_synced);
+        self.sync_file(&staging.file, &staging.path)?;
         if job.cancel.is_cancelled() {
             return Err(cancelled(job.key));
         }
@@ -437,6 +429,18 @@ impl LocalDir {
         }
     }
 
+    /// fsyncs a staged copy (its data and size) and counts it.
+    fn sync_file(&self, file: &File, path: &FsPath) -> Result<()> {
+        file.sync_all().map_err(|source| Error::LocalWrite {
+            what: "fsyncing",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        bump(&self.counters.files_synced);
+        Ok(())
+    }
+
+    /// fsyncs a directory (its entries) and counts it.
     fn sync_dir(&self, dir: &FsPath) -> Result<()> {
         File::open(dir)
             .and_then(|f| f.sync_all())
