@@ -91,6 +91,29 @@
 //!   max_workers × part_concurrency × part_size`
 //!   ([`UploadConfig::memory_bound`]).
 //!
+//! # Default concurrency, and why
+//!
+//! - `max_workers = 4` packs in flight: a small pack is latency-bound (one
+//!   conditional PUT, a round trip), so several go at once; four keep a
+//!   store link busy while the hashing of what is sent (SHA-256, SHA-NI)
+//!   stays within two cores, and match `rclone --transfers 4`, the baseline
+//!   operators compare with. `max_in_flight_bytes = 256 MiB` caps the bytes
+//!   of a round whatever the pack size.
+//! - `multipart_threshold = 32 MiB`: below it a pack is one PUT held in
+//!   memory (one request, `PutMode::Create`, no HEAD); above it (the sink
+//!   seals at 64 MiB by default) it streams from disk in parts, so memory
+//!   stays `part_size × part_concurrency` per worker instead of the whole
+//!   pack, at the price of a HEAD first (object_store 0.14 has no
+//!   conditional multipart completion).
+//! - `part_size = 8 MiB`, `part_concurrency = 2` parts of one upload in
+//!   flight (pinned by a unit test with the fault fake; moto figures in
+//!   BENCHMARKS.md): a large pack is bandwidth-bound, and two parts keep
+//!   its connection(s) busy while the next part is read and hashed; with
+//!   four workers that is at most 8 parts, 64 MiB, on top of
+//!   `max_in_flight_bytes` ([`UploadConfig::memory_bound`]).
+//! - `file://` ignores all three but `max_workers` (and the in-flight
+//!   bound): every pack is one chunked in-kernel copy.
+//!
 //! # `file://` at copy speed
 //!
 //! A `file://` store ([`Store::from_url`]) does not go through

@@ -1036,4 +1036,48 @@ mod tests {
         keep_tail(&mut tail, &[3; TRAILER_LEN + 5]);
         assert_eq!(tail, vec![3; TRAILER_LEN]);
     }
+
+    /// A multipart upload keeps `part_concurrency` parts in flight at once
+    /// (and no more): with every part held 50 ms by the store, the most
+    /// part bytes in flight are exactly `part_concurrency` parts.
+    #[tokio::test]
+    async fn a_multipart_upload_has_part_concurrency_parts_in_flight() {
+        for parts in [1usize, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let fault = Arc::new(crate::testing::FaultStore::new(Arc::new(
+                object_store::memory::InMemory::new(),
+            )));
+            fault.script(crate::testing::Rule::new(
+                crate::testing::Op::PutPart,
+                crate::testing::Action::Delay(std::time::Duration::from_millis(50)),
+            ));
+            let store = Store::new(fault.clone(), "p", "memory", true).unwrap();
+            let config = UploadConfig {
+                multipart_threshold: 1024,
+                part_size: 1000,
+                part_concurrency: parts,
+                ..UploadConfig::default()
+            };
+            let up = Uploader::new(store, config).unwrap();
+            let id = PackId::generate();
+            let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+            w.push_record(&[9u8; 10_000]);
+            let body = w.finish();
+            let path = dir.path().join(format!("{id}.ready"));
+            std::fs::write(&path, &body).unwrap();
+            let item = UploadItem {
+                path,
+                pack_id: id,
+                size: body.len() as u64,
+            };
+            let r = up.upload_one(item, &CancellationToken::new()).await;
+            assert!(r.outcome.is_stored(), "{:?}", r.outcome);
+            assert!(fault.calls(crate::testing::Op::PutPart) > 3 * parts);
+            assert_eq!(
+                fault.max_bytes_in_flight(),
+                1000 * parts as u64,
+                "{parts} parts of 1000 bytes in flight at once"
+            );
+        }
+    }
 }

@@ -57,7 +57,12 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Uploads every file with the default `UploadConfig` (4 workers, 256 MiB
 /// in flight, multipart above 32 MiB), as one `upload_round` call.
 fn upload_all(store: Store, files: &[PathBuf]) -> Result<f64> {
-    let up = Uploader::new(store, UploadConfig::default())?;
+    upload_with(store, files, UploadConfig::default())
+}
+
+/// Uploads every file with `config`, as one `upload_round` call.
+fn upload_with(store: Store, files: &[PathBuf], config: UploadConfig) -> Result<f64> {
+    let up = Uploader::new(store, config)?;
     let items = items(files)?;
     let rt = runtime()?;
     let (results, secs) =
@@ -117,6 +122,56 @@ pub fn s3(ctx: &Ctx, shape: Shape) -> Result<()> {
         .vs("rclone copy --transfers 4", mib / base)
         .goal(1.0),
     )?;
+    std::fs::remove_dir_all(&src).ok();
+    Ok(())
+}
+
+/// Multipart with parallel parts (issue 13 §3): 64 × 16 MiB to moto, one
+/// pack at a time (`max_workers` 1) so only the parts of one upload run in
+/// parallel, multipart from 8 MiB in 5 MiB parts (4 parts a pack), with
+/// `part_concurrency` 2 (the default) and 4 against 1, one moto for all.
+pub fn s3_parts(ctx: &Ctx) -> Result<()> {
+    let (n, bytes) = ctx.size.pick((64, 16 << 20), (8, 16 << 20), (2, 6 << 20));
+    let bucket = env("SPOOL_TEST_S3_BUCKET")?;
+    let src = ctx.dir("upload-parts-src")?;
+    let files = write_backlog(&src, n, bytes)?;
+    let mib = total_mib(&files);
+    let client = ClientConfig {
+        allow_http: true,
+        ..ClientConfig::default()
+    };
+    let run = |parts: usize| -> Result<f64> {
+        let store = Store::from_url(&format!("s3://{bucket}/parts-{parts}"), &client)?;
+        let config = UploadConfig {
+            max_workers: 1,
+            multipart_threshold: 8 << 20,
+            part_size: 5 << 20,
+            part_concurrency: parts,
+            ..UploadConfig::default()
+        };
+        upload_with(store, &files, config)
+    };
+    let one = run(1)?;
+    for parts in [2, 4] {
+        let ours = run(parts)?;
+        ctx.record(
+            Figure::new(
+                ctx,
+                "upload",
+                format!(
+                    "multipart {n} × {} to moto, {parts} parts in flight",
+                    size_label(bytes)
+                ),
+                "MiB/s",
+                format!(
+                    "one pack at a time (max_workers 1), multipart from 8 MiB in 5 MiB parts; \
+                     part_concurrency {parts} against 1 on the same moto, 1 first"
+                ),
+            )
+            .ours(mib / ours)
+            .vs("part_concurrency 1", mib / one),
+        )?;
+    }
     std::fs::remove_dir_all(&src).ok();
     Ok(())
 }
