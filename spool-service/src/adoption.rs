@@ -106,8 +106,9 @@
 //! - A cancelled pack goes back to the **front** of the queue and ends the
 //!   cycle "cut short" ([`Step::cut_short`]), not failed. A cut listing
 //!   releases the directory whole; it is probed again from the start.
-//! - At most one round of a dead spool is out of it and not yet in the
-//!   catalog: a round that leaves packs owed ends the cycle
+//! - At most one round of a dead spool (`max_round_packs`: the service's
+//!   `pipeline_depth`) is out of it and not yet in the catalog: a round
+//!   that leaves packs owed ends the cycle
 //!   ([`Step::owed`]), and the `owed` gate holds adoption until the service's
 //!   pending index is empty.
 //! - Drained: release and remove; a directory that cannot be removed because

@@ -105,6 +105,12 @@ impl InFlight {
         InFlightGuard(self.clone())
     }
 
+    /// Says what is waited on since when (`None`: nothing), for a caller
+    /// with several calls in flight that picks the one to show.
+    pub(crate) fn set(&self, what: Option<(String, Instant)>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = what;
+    }
+
     /// `what, for N s` when a call has been waiting at least `min`.
     pub(crate) fn describe(&self, min: Duration) -> Option<String> {
         let g = self.0.lock().unwrap_or_else(|e| e.into_inner());

@@ -20,12 +20,15 @@
 //!   look at the siblings and spawns the loop. It makes no store or catalog
 //!   call, so it returns promptly whatever the backlog or the stores.
 //! - **Cycle** (`run_cycle(deadline, CycleMode)`): retry the
-//!   pending index; scan own ready packs; in rounds (at most `max_workers`
-//!   packs, `max_in_flight_bytes`, the index batch): validate each pack once
-//!   (a corrupt one is quarantined, never uploaded), upload, index the
-//!   round (fenced in catalog scope) or owe it, remove what is indexed; a
+//!   pending index; scan own ready packs; run them all through the
+//!   **pipeline** (`pipeline.rs`), whose stages overlap: validate each pack
+//!   once (a corrupt one is quarantined, never uploaded), upload with
+//!   `max_workers` at once within `max_in_flight_bytes`, index in batches
+//!   (closing at `index_batch`, after `index_linger`, or at once when no
+//!   upload is in flight; fenced in catalog scope) or owe them, remove what
+//!   is indexed; at most `pipeline_depth` packs out and not indexed. A
 //!   non-retryable failure renames the pack `<id>.rejected`; a retryable one
-//!   ends the rounds and counts toward the backoff. Then reconcile, then
+//!   stops new uploads and counts toward the backoff. Then reconcile, then
 //!   adopt through [`adoption::Adopter::run_cycle`] with a
 //!   [`adoption::StepBudget`] built from the flush count, the stop token,
 //!   the lease state, the pending index and the own backlog.
@@ -45,7 +48,8 @@
 //!   an adoption step with `stop` set (every adopted lock let go, siblings
 //!   kept whole), releases the lease, and with lock mode `Take` releases the
 //!   own lock, removing the directory only if empty.
-//! - **Snapshot**: [`Snapshot`], a plain struct published after each cycle.
+//! - **Snapshot**: [`Snapshot`], a plain struct published after each cycle
+//!   (`uploaded` and `indexed` are read live).
 //!   `staged` is the sum of the sealed-pack counters the directory's sinks
 //!   publish in the registry (every worker ordinal, SPEC §4.5). A latch
 //!   wakes the loop at once (it watches the lease keeper's state), so the
@@ -126,7 +130,7 @@
 //! The service implements that trait on spool-lock (probe, `try_adopt`,
 //! `mark_blocked`, release), spool-core (`begin_recovery`,
 //! `continue_recovery`) and its own upload path (spool-upload + spool-catalog,
-//! one round at a time); it tells the machine before each step, in a
+//! one round of up to `pipeline_depth` packs per step, through the pipeline); it tells the machine before each step, in a
 //! [`adoption::StepBudget`], whether a flush or stop is waiting, whether it
 //! holds the adopter lease, whether anything is owed to the catalog and
 //! whether its own ready packs are all uploaded. The machine's
@@ -154,6 +158,7 @@ pub mod engine;
 mod error;
 pub mod fetch;
 mod offload;
+mod pipeline;
 mod service;
 mod snapshot;
 mod upload_path;

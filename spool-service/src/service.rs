@@ -12,14 +12,15 @@ use spool_core::registry::{AtomicWaker, Reader, Waker};
 use spool_core::spool::SpoolConfig;
 use spool_core::{RankDirName, Spool};
 use spool_lock::LockMode;
-use spool_upload::{CancellationToken, Store, UploadItem, UploadQueue, Uploader};
+use spool_upload::{CancellationToken, Store, Uploader};
 
 use crate::adoption::real_env::Env;
 use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
+use crate::pipeline::{Job, Outcome};
 use crate::snapshot::Snapshot;
-use crate::upload_path::{Owed, Source, UploadPath};
+use crate::upload_path::{Source, UploadPath};
 use crate::Error;
 
 /// How long stop waits for the loop to end (every call in it watches the
@@ -60,6 +61,8 @@ struct Shared {
     inflight: InFlight,
     /// The lease keeper's state, once started (its call in flight).
     lease: Mutex<Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>>,
+    /// Uploaded and indexed, counted live by the upload path.
+    progress: Arc<crate::upload_path::Progress>,
     /// The loop (or a flush's cycle) panicked: its message. The service
     /// does no more work; `spool run` exits 10.
     loop_failed: Mutex<Option<String>>,
@@ -196,6 +199,7 @@ impl StorageService {
             snapshot: Mutex::new(Snapshot::default()),
             inflight: InFlight::default(),
             lease: Mutex::new(None),
+            progress: Arc::default(),
             loop_failed: Mutex::new(None),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -290,8 +294,12 @@ impl StorageService {
                     discovery_interval: cfg.recheck_interval.max(Duration::from_secs(1)),
                     staging_max_age: cfg.staging_max_age,
                     adoption_slice: cfg.adoption_slice,
-                    max_round_packs: cfg.upload.max_workers.min(cfg.index_batch).max(1),
-                    max_round_bytes: cfg.upload.max_in_flight_bytes,
+                    // one adoption step hands the pipeline up to
+                    // pipeline_depth packs (SPEC §7.3's bound), and about two
+                    // rounds' worth of bytes so a step of large packs stays
+                    // near the adoption slice
+                    max_round_packs: cfg.pipeline_depth.max(1),
+                    max_round_bytes: cfg.upload.max_in_flight_bytes.saturating_mul(2),
                 },
                 key_dir.clone(),
                 cfg.dir.clone(),
@@ -305,13 +313,18 @@ impl StorageService {
             store_id: cfg.destination.store_id.clone(),
             host: spool_lock::host_name(),
             index_batch: cfg.index_batch,
+            pipeline_depth: cfg.pipeline_depth,
+            index_linger: cfg.index_linger,
             fenced: cfg.lease_scope == LeaseScope::Catalog,
             lease: lease_task.as_ref().map(|t| t.subscribe()),
             own: spool.clone(),
             held: HashMap::new(),
             pending: Vec::new(),
             summaries: HashMap::new(),
-            counters: Default::default(),
+            counters: crate::upload_path::Counters {
+                progress: self.shared.progress.clone(),
+                ..Default::default()
+            },
             inflight: self.shared.inflight.clone(),
         };
         let core = Arc::new(tokio::sync::Mutex::new(Core {
@@ -506,7 +519,8 @@ impl StorageService {
         Ok(())
     }
 
-    /// A cheap copy of the counters (SPEC §7.4), as of the last cycle.
+    /// A cheap copy of the counters (SPEC §7.4): `uploaded` and `indexed` live,
+    /// the rest as of the last cycle.
     pub fn snapshot(&self) -> Snapshot {
         let mut s = self
             .shared
@@ -515,6 +529,8 @@ impl StorageService {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         s.cycles = self.shared.cycles.load(Ordering::SeqCst);
+        s.uploaded = self.shared.progress.uploaded.load(Ordering::Relaxed);
+        s.indexed = self.shared.progress.indexed.load(Ordering::Relaxed);
         s.waiting_on = self.shared.waiting_on(WAITING_SHOWN_AFTER);
         s.loop_failed = self.shared.loop_failed();
         if let Some(rx) = self
@@ -717,90 +733,40 @@ impl Core {
         if !self.io.may_work() {
             return out;
         }
-        let by_id: HashMap<_, _> = ready.iter().map(|p| (p.id, p.clone())).collect();
-        let mut queue = UploadQueue::new();
-        for p in &ready {
-            queue.push_back(UploadItem {
-                path: p.path.clone(),
-                pack_id: p.id,
-                size: p.bytes,
-            });
-        }
-        let ucfg = self.io.uploader.config().clone();
-        let mut left = ready.len();
-        while !queue.is_empty() && !cancel.is_cancelled() {
-            let mut round = queue.next_round(&ucfg);
-            round.truncate(self.io.index_batch.max(1));
-            // validate before upload: a corrupt pack is never uploaded
-            let mut items = Vec::new();
-            for it in round {
-                let pack = &by_id[&it.pack_id];
-                match self.io.summary(pack, flag).await {
-                    Ok(_) => items.push(it),
-                    Err(spool_core::Error::Cancelled) => {
-                        out.cut_short = true;
-                    }
-                    Err(e) if e.is_corrupt() => {
-                        let spool = self.io.own.clone();
-                        self.io.quarantine(spool, pack, e.to_string()).await;
-                        left -= 1;
-                    }
-                    Err(e) => {
-                        self.io
-                            .note_error(format!("reading {}: {e}", pack.path.display()));
-                        out.failed = true;
-                    }
-                }
-            }
-            let results = self.io.upload(items, bound).await;
-            let results = queue.settle(results);
-            let mut batch = Vec::new();
-            for r in results {
-                let pack = by_id[&r.item.pack_id].clone();
-                match r.outcome.failure() {
-                    None => {
-                        let s = self.io.summaries[&pack.id].clone();
-                        let source = Source::this_process(&self.io.host);
-                        let row = self
-                            .io
-                            .row(&r, &s, self.io.own.dir(), pack.ordinal, &source);
-                        let dir = self.io.own.dir().to_path_buf();
-                        batch.push(Owed { row, pack, dir });
-                        left -= 1;
-                    }
-                    Some(f) if f.corrupt => {
-                        // Its bytes changed since they were validated: the
-                        // upload hashed them and aborted, nothing is stored.
-                        let spool = self.io.own.clone();
-                        self.io.quarantine(spool, &pack, f.error.to_string()).await;
-                        left -= 1;
-                    }
-                    Some(f) if f.retryable => out.failed = true,
-                    // SPEC §5: a refusal of the whole destination never sets
-                    // a pack aside; the loop backs off and tries again
-                    Some(f) if f.destination_wide() => out.failed = true,
-                    Some(f) => {
-                        let spool = self.io.own.clone();
-                        let why = f.error.to_string();
-                        let p = pack.clone();
-                        match tokio::task::spawn_blocking(move || spool.reject(&p, &why)).await {
-                            Ok(Ok(aside)) => {
-                                tracing::error!(dir = %self.io.own.dir().display(), pack = %aside.path.display(), "pack failed non-retryably; renamed .rejected (a person decides): {}", aside.reason);
-                                self.io.counters.rejected += 1;
-                                left -= 1;
-                            }
-                            _ => out.failed = true,
+        let source = Source::this_process(&self.io.host);
+        let jobs = ready
+            .into_iter()
+            .map(|pack| Job {
+                pack,
+                dir: self.io.own.dir().to_path_buf(),
+                spool: self.io.own.clone(),
+                source: source.clone(),
+            })
+            .collect();
+        let mut left = self.own_left;
+        for (job, outcome) in self.io.pipeline(jobs, bound, flag).await {
+            match outcome {
+                Outcome::Indexed | Outcome::Owed | Outcome::Quarantined(_) => left -= 1,
+                Outcome::NotDone => out.cut_short |= cancel.is_cancelled(),
+                Outcome::ReadFailed(_) => out.failed = true,
+                Outcome::UploadFailed(f) if f.retryable => out.failed = true,
+                // SPEC §5: a refusal of the whole destination never sets
+                // a pack aside; the loop backs off and tries again
+                Outcome::UploadFailed(f) if f.destination_wide() => out.failed = true,
+                Outcome::UploadFailed(f) => {
+                    let spool = self.io.own.clone();
+                    let why = f.error.to_string();
+                    let p = job.pack.clone();
+                    match tokio::task::spawn_blocking(move || spool.reject(&p, &why)).await {
+                        Ok(Ok(aside)) => {
+                            tracing::error!(dir = %self.io.own.dir().display(), pack = %aside.path.display(), "pack failed non-retryably; renamed .rejected (a person decides): {}", aside.reason);
+                            self.io.counters.rejected += 1;
+                            left -= 1;
                         }
+                        _ => out.failed = true,
                     }
                 }
             }
-            self.io.index(batch, bound).await;
-            if out.failed {
-                break;
-            }
-        }
-        if cancel.is_cancelled() && !queue.is_empty() {
-            out.cut_short = true;
         }
         // the catalog down is a retryable failure of own work too
         out.failed |= !self.io.pending.is_empty();
@@ -907,8 +873,8 @@ impl Core {
             .sum();
         let snap = Snapshot {
             staged,
-            uploaded: c.uploaded,
-            indexed: c.indexed,
+            uploaded: c.progress.uploaded.load(Ordering::Relaxed),
+            indexed: c.progress.indexed.load(Ordering::Relaxed),
             pending_index: self.io.pending.len() as u64,
             upload_failures: c.upload_failures,
             cancelled_uploads: c.cancelled_uploads,

@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use spool_catalog::{Catalog, LeaseGuard, LeaseState, PackRow};
 use spool_core::pack::now_ms;
 use spool_core::spool::Recovery;
 use spool_core::{PackId, PackSummary, ReadyPack, Spool};
-use spool_upload::{UploadItem, UploadResult, Uploader};
+use spool_upload::{UploadResult, Uploader};
 use tokio::sync::watch;
 
 use crate::bound::{human, Bound, Cut, InFlight};
@@ -73,6 +73,11 @@ pub(crate) struct UploadPath {
     pub(crate) store_id: String,
     pub(crate) host: String,
     pub(crate) index_batch: usize,
+    /// At most this many packs of one pipeline run are out of their spool
+    /// and not yet in the catalog (see `pipeline`).
+    pub(crate) pipeline_depth: usize,
+    /// How long an index batch waits for more uploads to land.
+    pub(crate) index_linger: std::time::Duration,
     /// Catalog scope: every index insert is fenced and nothing moves without
     /// the lease.
     pub(crate) fenced: bool,
@@ -86,11 +91,20 @@ pub(crate) struct UploadPath {
     pub(crate) inflight: InFlight,
 }
 
+/// The counters the snapshot reads live.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    pub(crate) uploaded: AtomicU64,
+    pub(crate) indexed: AtomicU64,
+}
+
 /// Counters the snapshot reports.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Counters {
-    pub(crate) uploaded: u64,
-    pub(crate) indexed: u64,
+    /// Packs uploaded and packs indexed, shared with the snapshot, which
+    /// reads them live (not as of the last cycle): a pack's row is counted
+    /// the moment the catalog confirmed it.
+    pub(crate) progress: Arc<Progress>,
     pub(crate) upload_failures: u64,
     pub(crate) cancelled_uploads: u64,
     pub(crate) quarantined: u64,
@@ -110,7 +124,7 @@ impl UploadPath {
     }
 
     /// The guard to fence with, when fenced: `Err` when the lease is not held.
-    fn fence(&self) -> Result<Option<LeaseGuard>, String> {
+    pub(crate) fn fence(&self) -> Result<Option<LeaseGuard>, String> {
         if !self.fenced {
             return Ok(None);
         }
@@ -129,27 +143,6 @@ impl UploadPath {
         let e = e.into();
         tracing::warn!(dir = %self.own.dir().display(), "{e}");
         self.counters.last_error = Some(e);
-    }
-
-    /// The summary of a pack (its hash, records, creation time), validating
-    /// it if this service has not yet. `Err(None)` on a cancel, `Err(Some)`
-    /// with the corruption or read failure.
-    pub(crate) async fn summary(
-        &mut self,
-        pack: &ReadyPack,
-        cancel: &Arc<AtomicBool>,
-    ) -> Result<PackSummary, spool_core::Error> {
-        if let Some(s) = self.summaries.get(&pack.id) {
-            return Ok(s.clone());
-        }
-        let (path, id, cancel) = (pack.path.clone(), pack.id, cancel.clone());
-        let s = tokio::task::spawn_blocking(move || {
-            spool_core::spool::validate_file(&path, id, &cancel)
-        })
-        .await
-        .unwrap_or(Err(spool_core::Error::Cancelled))?;
-        self.summaries.insert(pack.id, s.clone());
-        Ok(s)
     }
 
     /// Renames a corrupt pack of `spool` to `<id>.quarantined` (kept,
@@ -201,63 +194,38 @@ impl UploadPath {
         }
     }
 
-    /// Uploads one round, cut by the bound's cancel (which the caller fires
-    /// at its deadline too); a round cut at the deadline is reported.
-    pub(crate) async fn upload(
-        &mut self,
-        items: Vec<UploadItem>,
-        bound: &Bound,
-    ) -> Vec<UploadResult> {
-        if items.is_empty() {
-            return Vec::new();
-        }
-        let store = self.uploader.store().description().to_string();
-        let n = items.len();
-        let started = std::time::Instant::now();
-        let results = {
-            let _busy = self
-                .inflight
-                .begin(format!("store {store}: uploading {n} pack(s)"));
-            self.uploader.upload_round(items, &bound.cancel).await
-        };
-        let cut = results
-            .iter()
-            .any(|r| r.outcome.failure().is_some_and(|f| f.cancelled));
-        if cut && std::time::Instant::now() >= bound.deadline {
-            self.note_error(format!(
-                "store {store} did not finish uploading {n} pack(s) within {} (the deadline of \
-                 this flush or cycle): they stay ready and go up next cycle",
-                human(started.elapsed())
-            ));
-        }
-        for r in &results {
-            match r.outcome.failure() {
-                None => {
-                    self.counters.uploaded += 1;
-                    self.counters.store_refused = None;
+    /// Counts one upload's answer and says what a failure means: a refusal
+    /// of the whole destination is reported once (and shown in the
+    /// snapshot) until an upload lands again.
+    pub(crate) fn count_upload(&mut self, r: &UploadResult, store: &str) {
+        match r.outcome.failure() {
+            None => {
+                self.counters
+                    .progress
+                    .uploaded
+                    .fetch_add(1, Ordering::Relaxed);
+                self.counters.store_refused = None;
+            }
+            Some(f) if f.cancelled => self.counters.cancelled_uploads += 1,
+            Some(f) if f.destination_wide() => {
+                self.counters.upload_failures += 1;
+                let msg = format!(
+                    "store {store} refuses this destination ({}); uploads to it stop and back \
+                     off, every pack stays ready and goes up on its own once the cause is fixed",
+                    f.error
+                );
+                if self.counters.store_refused.is_none() {
+                    tracing::error!(dir = %self.own.dir().display(), "{msg}");
                 }
-                Some(f) if f.cancelled => self.counters.cancelled_uploads += 1,
-                Some(f) if f.destination_wide() => {
-                    self.counters.upload_failures += 1;
-                    let msg = format!(
-                        "store {store} refuses this destination ({}); uploads to it stop and back \
-                         off, every pack stays ready and goes up on its own once the cause is fixed",
-                        f.error
-                    );
-                    if self.counters.store_refused.is_none() {
-                        tracing::error!(dir = %self.own.dir().display(), "{msg}");
-                    }
-                    self.counters.store_refused = Some(msg.clone());
-                    self.counters.last_error = Some(msg);
-                }
-                Some(f) => {
-                    self.counters.upload_failures += 1;
-                    let msg = format!("upload of {} failed: {}", r.item.path.display(), f.error);
-                    self.note_error(msg);
-                }
+                self.counters.store_refused = Some(msg.clone());
+                self.counters.last_error = Some(msg);
+            }
+            Some(f) => {
+                self.counters.upload_failures += 1;
+                let msg = format!("upload of {} failed: {}", r.item.path.display(), f.error);
+                self.note_error(msg);
             }
         }
-        results
     }
 
     /// Indexes `batch` (fenced where lease-gated) under `bound` and removes
@@ -287,7 +255,10 @@ impl UploadPath {
             match answer {
                 Ok(Ok(())) => {
                     self.counters.catalog_refused = None;
-                    self.counters.indexed += chunk.len() as u64;
+                    self.counters
+                        .progress
+                        .indexed
+                        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
                     for o in chunk {
                         self.remove_file(o).await;
                         self.summaries.remove(&o.pack.id);
@@ -368,7 +339,7 @@ impl UploadPath {
 /// A catalog failure that refuses the whole destination (credentials,
 /// permission, schema, an unknown setting), not one batch: a retryable
 /// failure or a fence is not one.
-fn catalog_refuses(e: &spool_catalog::Error) -> bool {
+pub(crate) fn catalog_refuses(e: &spool_catalog::Error) -> bool {
     !e.is_retryable()
         && !matches!(
             e,

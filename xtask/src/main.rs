@@ -253,6 +253,7 @@ const BENCH_CASES: &[(&str, &str, Needs)] = &[
     ("catalog", "catalog", Needs::ClickHouse),
     ("service", "service-drain-small", Needs::Both),
     ("service", "service-drain-large", Needs::Both),
+    ("service", "service-drain-tiny", Needs::Both),
     ("service", "service-latency", Needs::Both),
     ("python", "python", Needs::Nothing),
 ];

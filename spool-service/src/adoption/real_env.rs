@@ -10,14 +10,14 @@ use spool_core::siblings::{self, Owner};
 use spool_core::spool::{RecoveryStep as CoreStep, SpoolConfig};
 use spool_core::{PackId, ReadyPack, Spool};
 use spool_lock::{LockMode, LockOptions};
-use spool_upload::{UploadItem, UploadOutcome};
 
 use crate::adoption::{
     AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
 };
 use crate::bound::Bound;
 use crate::offload::blocking;
-use crate::upload_path::{Held, Owed, Source, UploadPath};
+use crate::pipeline::{Job, Outcome};
+use crate::upload_path::{Held, Source, UploadPath};
 
 /// The environment of one adopting cycle.
 pub(crate) struct Env<'a> {
@@ -246,17 +246,37 @@ impl AdoptionEnv for Env<'_> {
         packs: &[PackRef],
     ) -> Vec<(PackRef, PackOutcome)> {
         let mut out = Vec::new();
-        let mut items = Vec::new();
-        let mut readies = std::collections::HashMap::new();
+        let Some(spool) = self.io.held.get(dir).map(|h| h.spool.clone()) else {
+            let reason = Cause::from(format!("{} is not held", dir.display()));
+            return packs
+                .iter()
+                .map(|p| {
+                    let reason = reason.clone();
+                    (
+                        p.clone(),
+                        PackOutcome::Failed {
+                            retryable: true,
+                            reason,
+                        },
+                    )
+                })
+                .collect();
+        };
+        // The dead producer named by the owner record at the take, never
+        // this adopter (issue 12 §7).
+        let source = Source::adopted(self.io.held.get(dir).and_then(|h| h.claim.producer()));
+        let mut refs = std::collections::HashMap::new();
+        let mut jobs = Vec::new();
         for p in packs {
             match ready_of(p, dir) {
-                Some(r) => {
-                    items.push(UploadItem {
-                        path: r.path.clone(),
-                        pack_id: r.id,
-                        size: r.bytes,
+                Some(pack) => {
+                    refs.insert(pack.id, p.clone());
+                    jobs.push(Job {
+                        pack,
+                        dir: dir.to_path_buf(),
+                        spool: spool.clone(),
+                        source: source.clone(),
                     });
-                    readies.insert(r.id, (p.clone(), r));
                 }
                 None => out.push((
                     p.clone(),
@@ -267,64 +287,29 @@ impl AdoptionEnv for Env<'_> {
                 )),
             }
         }
-        let results = self.io.upload(items, &self.bound).await;
-        // The dead producer named by the owner record at the take, never
-        // this adopter (issue 12 §7).
-        let source = Source::adopted(self.io.held.get(dir).and_then(|h| h.claim.producer()));
-        let mut batch = Vec::new();
-        for r in results {
-            let Some((pref, ready)) = readies.remove(&r.item.pack_id) else {
+        for (job, outcome) in self.io.pipeline(jobs, &self.bound, &self.cancel_flag).await {
+            let Some(pref) = refs.remove(&job.pack.id) else {
                 continue;
             };
-            if let UploadOutcome::Failed(f) = r.outcome {
-                if f.corrupt {
-                    if let Some(spool) = self.io.held.get(dir).map(|h| h.spool.clone()) {
-                        self.io.quarantine(spool, &ready, f.error.to_string()).await;
-                    }
-                }
-                let outcome = if f.cancelled {
-                    PackOutcome::Cancelled
-                } else {
-                    // a destination-wide refusal is not this sibling's
-                    // fault: never blocks it; retried
-                    PackOutcome::Failed {
-                        retryable: f.retryable || f.destination_wide(),
-                        reason: Cause::new(f.error),
-                    }
-                };
-                out.push((pref, outcome));
-                continue;
-            }
-            match self.io.summary(&ready, &self.cancel_flag).await {
-                Ok(s) => {
-                    let row = self.io.row(&r, &s, dir, ready.ordinal, &source);
-                    batch.push((
-                        pref,
-                        Owed {
-                            row,
-                            pack: ready,
-                            dir: dir.to_path_buf(),
-                        },
-                    ));
-                }
-                Err(e) => out.push((
-                    pref,
-                    PackOutcome::Failed {
-                        retryable: true,
-                        reason: e.into(),
-                    },
-                )),
-            }
-        }
-        let ids = self
-            .io
-            .index(batch.iter().map(|(_, o)| o.clone()).collect(), &self.bound)
-            .await;
-        for (pref, o) in batch {
-            let outcome = if ids.contains(&o.pack.id) {
-                PackOutcome::Indexed
-            } else {
-                PackOutcome::Owed
+            let outcome = match outcome {
+                Outcome::Indexed => PackOutcome::Indexed,
+                Outcome::Owed => PackOutcome::Owed,
+                Outcome::NotDone => PackOutcome::Cancelled,
+                // quarantined: the sibling keeps a file it cannot upload
+                Outcome::Quarantined(why) => PackOutcome::Failed {
+                    retryable: false,
+                    reason: why.into(),
+                },
+                // a destination-wide refusal is not this sibling's fault:
+                // never blocks it; retried
+                Outcome::UploadFailed(f) => PackOutcome::Failed {
+                    retryable: f.retryable || f.destination_wide(),
+                    reason: Cause::new(f.error),
+                },
+                Outcome::ReadFailed(e) => PackOutcome::Failed {
+                    retryable: true,
+                    reason: e.into(),
+                },
             };
             out.push((pref, outcome));
         }

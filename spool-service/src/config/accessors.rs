@@ -144,6 +144,8 @@ impl super::Config {
         sc.adoption_slice = keys::ADOPTION_SLICE.get(self);
         sc.upload = self.upload()?;
         sc.index_batch = keys::INDEX_BATCH.get(self) as usize;
+        sc.index_linger = keys::INDEX_LINGER.get(self);
+        sc.pipeline_depth = keys::PIPELINE_DEPTH.get(self) as usize;
         sc.adopt = true;
         sc.lock = self.lock_options()?;
         sc.max_bytes = keys::MAX_BYTES.get(self);

@@ -324,6 +324,26 @@ pub const INDEX_BATCH: Setting<u64> = Setting::new(Key {
     help: "most packs indexed in one catalog call",
 });
 
+/// `service.index_linger` (SPOOL_INDEX_LINGER).
+pub const INDEX_LINGER: Setting<Duration> = Setting::new(Key {
+    name: "service.index_linger",
+    env: "SPOOL_INDEX_LINGER",
+    flag: None,
+    kind: SECS0,
+    default: Some("5ms"),
+    help: "how long an index batch waits for more uploads to land (it also closes at index_batch, and at once when none is in flight)",
+});
+
+/// `service.pipeline_depth` (SPOOL_PIPELINE_DEPTH).
+pub const PIPELINE_DEPTH: Setting<u64> = Setting::new(Key {
+    name: "service.pipeline_depth",
+    env: "SPOOL_PIPELINE_DEPTH",
+    flag: None,
+    kind: Kind::Count(1),
+    default: Some("64"),
+    help: "most packs out of their spool and not yet in the catalog; what a crash can make a successor upload again",
+});
+
 /// `service.stop_flush_timeout` (SPOOL_STOP_FLUSH_TIMEOUT).
 pub const STOP_FLUSH_TIMEOUT: Setting<Duration> = Setting::new(Key {
     name: "service.stop_flush_timeout",
@@ -525,6 +545,8 @@ pub const KEYS: &[&Key] = &[
     &STAGING_MAX_AGE.key,
     &ADOPTION_SLICE.key,
     &INDEX_BATCH.key,
+    &INDEX_LINGER.key,
+    &PIPELINE_DEPTH.key,
     &STOP_FLUSH_TIMEOUT.key,
     &ONCE_TIMEOUT.key,
     &UNHEALTHY_AFTER.key,

@@ -43,8 +43,17 @@ pub struct ServiceConfig {
     pub adoption_slice: Duration,
     /// Uploader configuration.
     pub upload: UploadConfig,
-    /// Most packs indexed in one catalog call (and in one round).
+    /// Most packs indexed in one catalog call.
     pub index_batch: usize,
+    /// How long an index batch waits for more uploads to land before it
+    /// goes to the catalog (a batch also closes at `index_batch` rows, and
+    /// at once when no upload is in flight). Default 5 ms.
+    pub index_linger: Duration,
+    /// At most this many packs of one pipeline run are out of their spool
+    /// (uploading or uploaded) and not yet in the catalog; an adoption step
+    /// hands the pipeline at most this many. What a crash can make a
+    /// successor upload again (each found already there). Default 64.
+    pub pipeline_depth: usize,
     /// Adopt dead siblings.
     pub adopt: bool,
     /// The registry sinks publish into (the loop registers a reader there).
@@ -72,7 +81,8 @@ pub struct ServiceConfig {
 impl ServiceConfig {
     /// A configuration with the SPEC defaults: node scope, 30 s lease,
     /// 1 s poll, 30 s recheck, 30 s max backoff, 60 s staging age, 1 s
-    /// adoption slice, index batch 256, adoption on, the global registry,
+    /// adoption slice, index batch 256, 5 ms index linger, pipeline depth 64,
+    /// adoption on, the global registry,
     /// lock mode `Take`.
     pub fn new(
         dir: impl Into<PathBuf>,
@@ -96,6 +106,8 @@ impl ServiceConfig {
             adoption_slice: Duration::from_secs(1),
             upload: UploadConfig::default(),
             index_batch: spool_catalog::MAX_ROWS_PER_STATEMENT,
+            index_linger: Duration::from_millis(5),
+            pipeline_depth: 64,
             adopt: true,
             registry: Registry::global(),
             lock_mode: LockMode::Take,

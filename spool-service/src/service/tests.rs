@@ -101,7 +101,7 @@ pub(crate) fn stage(dir: &Path, n: usize) -> Vec<PackId> {
         .collect()
 }
 
-fn files(dir: &Path, ext: &str) -> usize {
+pub(crate) fn files(dir: &Path, ext: &str) -> usize {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
@@ -291,7 +291,7 @@ fn catalog_down_leaves_packs_owed_and_flush_says_so() {
 }
 
 /// Waits until `cond` or `limit`.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let t = Instant::now();
     while t.elapsed() < limit {
         if cond() {

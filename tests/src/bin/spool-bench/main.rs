@@ -18,7 +18,8 @@
 //! `upload-s3-small`, `upload-file` (spool-upload vs rclone / cp + sync),
 //! `upload-s3-parts` (multipart part concurrency 2 and 4 against 1),
 //! `catalog` (index throughput, lease latency), `service-drain-small`,
-//! `service-drain-large` (end-to-end drain vs `rclone move`),
+//! `service-drain-large`, `service-drain-tiny` (end-to-end drain vs
+//! `rclone move`, and CPU seconds per GiB against rclone's),
 //! `service-latency` (seal-to-indexed with and without the registry).
 #![forbid(unsafe_code)]
 
@@ -221,6 +222,7 @@ fn run(args: &[String]) -> Result<()> {
             "catalog" => catalog::run(&ctx)?,
             "service-drain-small" => service::drain(&ctx, service::Shape::Small)?,
             "service-drain-large" => service::drain(&ctx, service::Shape::Large)?,
+            "service-drain-tiny" => service::drain(&ctx, service::Shape::Tiny)?,
             "service-latency" => service::latency(&ctx)?,
             "python" => python::run(&ctx)?,
             other => bail!("unknown case {other}"),

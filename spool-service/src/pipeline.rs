@@ -1,0 +1,523 @@
+//! The upload pipeline (SPEC §5, issue 13): validation, upload, index and
+//! removal overlap instead of running in rounds.
+//!
+//! ```text
+//!  jobs ─▶ validate ─▶ validated ─▶ upload workers ─▶ uploaded ─▶ index call ─▶ remove
+//!          (blocking   (at most      (≤ max_workers,   (a batch    (one in       (blocking
+//!           pool, one   max_workers   ≤ max_in_flight   closes at   flight,       pool, after
+//!           task)       ahead)        _bytes at once)   index_batch fenced where  the catalog
+//!                                                       or linger)  lease-gated)  answered Ok)
+//! ```
+//!
+//! [`UploadPath::pipeline`] runs a list of [`Job`]s through these stages in
+//! one select loop: each stage is refilled the moment a slot frees, so the
+//! store never idles while a pack is hashed or a batch is indexed, and no
+//! pack waits for the slowest of a round. The service's own packs (one
+//! pipeline per cycle, over everything listed) and adoption's (one per
+//! adoption step, over up to `pipeline_depth` packs of one sibling) go
+//! through this same code.
+//!
+//! The rules it keeps (SPEC §2):
+//! - **Validated before uploaded.** A pack is uploaded only once its
+//!   summary is known (validated by this service, or by adoption's
+//!   recovery); a corrupt one is quarantined and never uploaded. A pack
+//!   whose bytes changed after validation is caught by the upload's hash
+//!   and quarantined too.
+//! - **Removed only after its row is confirmed.** A file is removed only
+//!   after the catalog answered `Ok` to the statement carrying its row.
+//! - **At most `pipeline_depth` packs out of the spool and not in the
+//!   catalog.** No upload starts while `pipeline_depth` packs of this run
+//!   are uploading, uploaded, being indexed or owed. That is what a crash
+//!   can cost a successor: it uploads those packs again (the store's
+//!   conditional create finds each already there: one request each, and a
+//!   ranged read of its trailer) and indexes them.
+//! - **Memory is bounded by `max_in_flight_bytes`**: the packs in upload at
+//!   once sum to at most that (one pack larger than it is refused by the
+//!   uploader at once, reading nothing).
+//! - **A cancel cuts every stage** (stop, a flush cutting the loop, the
+//!   cycle's deadline): validation sees the cancel flag, every upload and its
+//!   retries see the token, the index call runs under the [`Bound`]; nothing
+//!   new starts. Packs uploaded and not indexed join the pending index (owed,
+//!   indexed first next cycle); the rest stay ready.
+//! - **Trouble halts, it does not spin.** A retryable upload failure or a
+//!   refusal of the destination stops new uploads (the store is in
+//!   trouble: the loop backs off); a failed, refused or cut index call
+//!   stops the pipeline (the rest of what was uploaded is owed).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use spool_catalog::{LeaseGuard, PackRow};
+use spool_core::{PackId, PackSummary, ReadyPack, Spool};
+use spool_upload::{UploadFailure, UploadItem, UploadResult};
+use tokio::task::JoinSet;
+
+use crate::bound::{human, Bound, Cut};
+use crate::upload_path::{catalog_refuses, Owed, Source, UploadPath};
+
+/// At most this many bytes of small packs are validated by one blocking
+/// task (one task per pack would cost more than hashing a small pack).
+const VALIDATION_CHUNK_BYTES: u64 = 8 << 20;
+
+/// One pack to upload and index.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub(crate) pack: ReadyPack,
+    /// The spool directory that holds it (its row's `rank_dir`).
+    pub(crate) dir: PathBuf,
+    /// That directory's spool: quarantine and removal go through it.
+    pub(crate) spool: Arc<Spool>,
+    /// Who staged it (its row's `source_host` / `source_pid`).
+    pub(crate) source: Source,
+}
+
+/// What became of one [`Job`].
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// In the store and in the catalog; its file removed.
+    Indexed,
+    /// In the store; its row owed to the catalog (the pending index).
+    Owed,
+    /// Not done, still ready: a cancel cut it, or the pipeline halted
+    /// before it started.
+    NotDone,
+    /// Corrupt: renamed `.quarantined`, never uploaded. The corruption.
+    Quarantined(String),
+    /// The upload failed for another reason than a cancel or a corruption.
+    UploadFailed(UploadFailure),
+    /// Reading it to validate it failed (not a corruption).
+    ReadFailed(spool_core::Error),
+}
+
+/// The answer of one index call, with the batch it carried.
+type Indexed = (
+    Vec<(Job, Owed)>,
+    Result<Result<(), spool_catalog::Error>, Cut>,
+);
+
+/// The stages' state during one [`UploadPath::pipeline`] run.
+struct Stages {
+    input: VecDeque<Job>,
+    validating: JoinSet<Vec<(Job, Result<PackSummary, spool_core::Error>)>>,
+    /// Jobs being validated now.
+    validating_jobs: usize,
+    validated: VecDeque<Job>,
+    uploads: JoinSet<(Job, UploadResult)>,
+    /// When each upload in flight started.
+    upload_started: HashMap<PackId, Instant>,
+    upload_bytes: u64,
+    uploaded: Vec<(Job, Owed)>,
+    /// When the oldest pack of `uploaded` arrived (the linger counts from it).
+    uploaded_since: Option<Instant>,
+    indexing: JoinSet<Indexed>,
+    /// Packs in the index call in flight, and when it started.
+    indexing_packs: usize,
+    indexing_since: Option<Instant>,
+    removals: JoinSet<Vec<(PathBuf, spool_core::Error)>>,
+    /// Packs of this run owed to the catalog.
+    owed: usize,
+    /// No new upload starts (store trouble, a cancel, a failed index).
+    uploads_halted: bool,
+    /// No new index call starts (a failed index, a cancel).
+    index_halted: bool,
+    /// Uploads a cancel cut.
+    cut_uploads: usize,
+    done: Vec<(Job, Outcome)>,
+}
+
+impl Stages {
+    /// Packs out of the spool (uploading or uploaded) and not yet indexed.
+    fn unindexed(&self) -> usize {
+        self.uploads.len() + self.uploaded.len() + self.indexing_packs + self.owed
+    }
+
+    fn idle(&self) -> bool {
+        self.validating.is_empty() && self.uploads.is_empty() && self.indexing.is_empty()
+    }
+}
+
+impl UploadPath {
+    /// Runs `jobs` through validation, upload, index and removal, all
+    /// overlapping (see the module doc), under `bound` (its cancel cuts
+    /// every stage; `flag` is the same cancel for validation). Returns one
+    /// outcome per job.
+    pub(crate) async fn pipeline(
+        &mut self,
+        jobs: Vec<Job>,
+        bound: &Bound,
+        flag: &Arc<AtomicBool>,
+    ) -> Vec<(Job, Outcome)> {
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let cfg = self.uploader.config().clone();
+        let workers = cfg.max_workers.max(1);
+        let depth = self.pipeline_depth.max(1);
+        let batch_max = self.index_batch.max(1);
+        let linger = self.index_linger;
+        let store = self.uploader.store().description().to_string();
+        let server = self.catalog.server();
+        let started = Instant::now();
+        let mut st = Stages {
+            input: jobs.into(),
+            validating: JoinSet::new(),
+            validating_jobs: 0,
+            validated: VecDeque::new(),
+            uploads: JoinSet::new(),
+            upload_started: HashMap::new(),
+            upload_bytes: 0,
+            uploaded: Vec::new(),
+            uploaded_since: None,
+            indexing: JoinSet::new(),
+            indexing_packs: 0,
+            indexing_since: None,
+            removals: JoinSet::new(),
+            owed: 0,
+            uploads_halted: false,
+            index_halted: false,
+            cut_uploads: 0,
+            done: Vec::new(),
+        };
+        loop {
+            if bound.cancel.is_cancelled() {
+                st.uploads_halted = true;
+                st.index_halted = true;
+            }
+            self.feed_validation(&mut st, workers, flag);
+            self.start_uploads(&mut st, workers, depth, cfg.max_in_flight_bytes, bound);
+            let linger_due = st.uploaded_since.map(|t| t + linger);
+            let close = st.uploaded.len() >= batch_max
+                || st.uploads.is_empty()
+                || linger_due.is_some_and(|d| Instant::now() >= d);
+            if close && st.indexing.is_empty() && !st.uploaded.is_empty() && !st.index_halted {
+                self.start_index(&mut st, batch_max, bound);
+            }
+            self.show_waiting(&st, &store, &server);
+            if st.idle() {
+                // Nothing in flight and nothing could start: what was
+                // uploaded and cannot be indexed now is owed.
+                for (job, owed) in std::mem::take(&mut st.uploaded) {
+                    self.pending.push(owed);
+                    st.done.push((job, Outcome::Owed));
+                }
+                break;
+            }
+            let linger_armed = linger_due.filter(|_| st.indexing.is_empty() && !st.index_halted);
+            let linger_sleep = async move {
+                match linger_armed {
+                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(joined) = st.validating.join_next(), if !st.validating.is_empty() => {
+                    let checked = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                    st.validating_jobs -= checked.len();
+                    for (job, r) in checked {
+                        self.validated(&mut st, job, r).await;
+                    }
+                }
+                Some(joined) = st.uploads.join_next(), if !st.uploads.is_empty() => {
+                    let (job, r) = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                    self.upload_done(&mut st, job, r, &store).await;
+                }
+                Some(joined) = st.indexing.join_next(), if !st.indexing.is_empty() => {
+                    let answer = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                    self.index_done(&mut st, answer, &server);
+                }
+                Some(joined) = st.removals.join_next(), if !st.removals.is_empty() => {
+                    self.removals_done(joined);
+                }
+                _ = linger_sleep => {}
+                _ = bound.cancel.cancelled(), if !st.uploads_halted || !st.index_halted => {}
+            }
+        }
+        self.inflight.set(None);
+        while let Some(joined) = st.removals.join_next().await {
+            self.removals_done(joined);
+        }
+        for job in st.validated.drain(..).chain(st.input.drain(..)) {
+            st.done.push((job, Outcome::NotDone));
+        }
+        if st.cut_uploads > 0 && Instant::now() >= bound.deadline {
+            self.note_error(format!(
+                "store {store} did not finish uploading {} pack(s) within {} (the deadline of \
+                 this flush or cycle): they stay ready and go up next cycle",
+                st.cut_uploads,
+                human(started.elapsed())
+            ));
+        }
+        st.done
+    }
+
+    /// Starts validating the next jobs while fewer than `ahead` are
+    /// validated or validating; jobs this service validated before go
+    /// straight through.
+    fn feed_validation(&mut self, st: &mut Stages, ahead: usize, flag: &Arc<AtomicBool>) {
+        if st.uploads_halted {
+            return;
+        }
+        while st.validated.len() + st.validating_jobs < ahead {
+            let Some(front) = st.input.front() else {
+                return;
+            };
+            if self.summaries.contains_key(&front.pack.id) {
+                st.validated.extend(st.input.pop_front());
+                continue;
+            }
+            if !st.validating.is_empty() {
+                return; // one validation task at a time
+            }
+            let mut chunk = Vec::new();
+            let mut bytes = 0u64;
+            while st.validated.len() + st.validating_jobs + chunk.len() < ahead {
+                let Some(next) = st.input.front() else { break };
+                if self.summaries.contains_key(&next.pack.id)
+                    || (!chunk.is_empty() && bytes + next.pack.bytes > VALIDATION_CHUNK_BYTES)
+                {
+                    break;
+                }
+                bytes += next.pack.bytes;
+                chunk.extend(st.input.pop_front());
+            }
+            st.validating_jobs += chunk.len();
+            let flag = flag.clone();
+            st.validating.spawn_blocking(move || {
+                chunk
+                    .into_iter()
+                    .map(|job| {
+                        let r =
+                            spool_core::spool::validate_file(&job.pack.path, job.pack.id, &flag);
+                        (job, r)
+                    })
+                    .collect()
+            });
+        }
+    }
+
+    /// One job's validation answer.
+    async fn validated(
+        &mut self,
+        st: &mut Stages,
+        job: Job,
+        r: Result<PackSummary, spool_core::Error>,
+    ) {
+        match r {
+            Ok(s) => {
+                self.summaries.insert(job.pack.id, s);
+                st.validated.push_back(job);
+            }
+            Err(spool_core::Error::Cancelled) => st.done.push((job, Outcome::NotDone)),
+            Err(e) if e.is_corrupt() => {
+                let why = e.to_string();
+                self.quarantine(job.spool.clone(), &job.pack, why.clone())
+                    .await;
+                st.done.push((job, Outcome::Quarantined(why)));
+            }
+            Err(e) => {
+                self.note_error(format!("reading {}: {e}", job.pack.path.display()));
+                st.done.push((job, Outcome::ReadFailed(e)));
+            }
+        }
+    }
+
+    /// Starts uploads while a worker is free, the bytes fit and fewer than
+    /// `depth` packs are out and not indexed.
+    fn start_uploads(
+        &mut self,
+        st: &mut Stages,
+        workers: usize,
+        depth: usize,
+        max_bytes: u64,
+        bound: &Bound,
+    ) {
+        while !st.uploads_halted && st.uploads.len() < workers && st.unindexed() < depth {
+            let Some(front) = st.validated.front() else {
+                return;
+            };
+            let size = front.pack.bytes;
+            // a pack above the bound alone is refused by the uploader at once
+            if !st.uploads.is_empty() && st.upload_bytes + size > max_bytes {
+                return;
+            }
+            let job = st.validated.pop_front().expect("front exists");
+            st.upload_bytes += size;
+            st.upload_started.insert(job.pack.id, Instant::now());
+            let item = UploadItem {
+                path: job.pack.path.clone(),
+                pack_id: job.pack.id,
+                size,
+            };
+            let (uploader, cancel) = (self.uploader.clone(), bound.cancel.clone());
+            st.uploads.spawn(async move {
+                let r = uploader.upload_one(item, &cancel).await;
+                (job, r)
+            });
+        }
+    }
+
+    /// One upload's answer: counted, then uploaded (towards the index),
+    /// quarantined, not done, or failed.
+    async fn upload_done(&mut self, st: &mut Stages, job: Job, r: UploadResult, store: &str) {
+        st.upload_bytes -= job.pack.bytes;
+        st.upload_started.remove(&job.pack.id);
+        self.count_upload(&r, store);
+        let UploadResult { outcome, .. } = &r;
+        let spool_upload::UploadOutcome::Failed(f) = outcome else {
+            let summary = self.summaries[&job.pack.id].clone();
+            let row = self.row(&r, &summary, &job.dir, job.pack.ordinal, &job.source);
+            let owed = Owed {
+                row,
+                pack: job.pack.clone(),
+                dir: job.dir.clone(),
+            };
+            if st.index_halted {
+                self.pending.push(owed);
+                st.owed += 1;
+                st.done.push((job, Outcome::Owed));
+            } else {
+                st.uploaded_since.get_or_insert_with(Instant::now);
+                st.uploaded.push((job, owed));
+            }
+            return;
+        };
+        if f.cancelled {
+            st.cut_uploads += 1;
+            st.done.push((job, Outcome::NotDone));
+        } else if f.corrupt {
+            // Its bytes changed since they were validated: the upload hashed
+            // them and aborted, nothing is stored.
+            let why = f.error.to_string();
+            self.quarantine(job.spool.clone(), &job.pack, why.clone())
+                .await;
+            st.done.push((job, Outcome::Quarantined(why)));
+        } else {
+            if f.retryable || f.destination_wide() {
+                st.uploads_halted = true;
+            }
+            let spool_upload::UploadOutcome::Failed(f) = r.outcome else {
+                unreachable!("a failure was matched above")
+            };
+            st.done.push((job, Outcome::UploadFailed(f)));
+        }
+    }
+
+    /// Sends the next batch (at most `batch_max` of what is uploaded) to the
+    /// catalog, fenced where lease-gated; without the lease it is owed.
+    fn start_index(&mut self, st: &mut Stages, batch_max: usize, bound: &Bound) {
+        let fence: Option<LeaseGuard> = match self.fence() {
+            Ok(f) => f,
+            Err(e) => {
+                self.note_error(e);
+                st.index_halted = true;
+                st.uploads_halted = true;
+                return; // what is uploaded becomes owed when the run ends
+            }
+        };
+        let n = st.uploaded.len().min(batch_max);
+        let batch: Vec<(Job, Owed)> = st.uploaded.drain(..n).collect();
+        st.uploaded_since = (!st.uploaded.is_empty()).then(Instant::now);
+        let rows: Vec<PackRow> = batch.iter().map(|(_, o)| o.row.clone()).collect();
+        st.indexing_packs = batch.len();
+        st.indexing_since = Some(Instant::now());
+        let (catalog, bound) = (self.catalog.clone(), bound.clone());
+        st.indexing.spawn(async move {
+            let answer = bound.run(catalog.index(&rows, fence.as_ref())).await;
+            (batch, answer)
+        });
+    }
+
+    /// The catalog's answer to one batch: indexed (then removed) or owed.
+    fn index_done(&mut self, st: &mut Stages, (batch, answer): Indexed, server: &str) {
+        st.indexing_packs = 0;
+        st.indexing_since = None;
+        let what = format!("indexing {} pack(s)", batch.len());
+        let failed = match answer {
+            Ok(Ok(())) => {
+                self.counters.catalog_refused = None;
+                self.counters
+                    .progress
+                    .indexed
+                    .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                let mut files = Vec::with_capacity(batch.len());
+                for (job, _) in batch {
+                    self.summaries.remove(&job.pack.id);
+                    files.push((job.spool.clone(), job.pack.clone()));
+                    st.done.push((job, Outcome::Indexed));
+                }
+                // SPEC §2: removed only now, after the catalog's Ok
+                st.removals.spawn_blocking(move || {
+                    files
+                        .into_iter()
+                        .filter_map(|(spool, pack)| {
+                            spool.remove(&pack).err().map(|e| (pack.path, e))
+                        })
+                        .collect()
+                });
+                return;
+            }
+            Ok(Err(e)) => {
+                if catalog_refuses(&e) {
+                    self.counters.catalog_refused =
+                        Some(format!("catalog {server} refuses this destination: {e}"));
+                }
+                format!("{what} into {server} failed (owed, retried next cycle): {e}")
+            }
+            Err(Cut::Deadline(waited)) => format!(
+                "catalog {server} did not answer within {} while {what} (the deadline of this \
+                 flush or cycle): owed, indexed again next cycle",
+                human(waited)
+            ),
+            Err(Cut::Cancelled) => String::new(),
+        };
+        if !failed.is_empty() {
+            self.note_error(failed);
+        }
+        st.index_halted = true;
+        st.uploads_halted = true;
+        for (job, owed) in batch {
+            self.pending.push(owed);
+            st.owed += 1;
+            st.done.push((job, Outcome::Owed));
+        }
+    }
+
+    fn removals_done(
+        &mut self,
+        joined: Result<Vec<(PathBuf, spool_core::Error)>, tokio::task::JoinError>,
+    ) {
+        match joined {
+            Ok(failed) => {
+                for (path, e) in failed {
+                    self.note_error(format!("removing indexed pack {}: {e}", path.display()));
+                }
+            }
+            Err(e) => self.note_error(format!("removing indexed packs: the task failed: {e}")),
+        }
+    }
+
+    /// The snapshot's `waiting_on`: the index call in flight, else the
+    /// oldest upload in flight.
+    fn show_waiting(&self, st: &Stages, store: &str, server: &str) {
+        let shown = if let Some(since) = st.indexing_since {
+            Some((
+                format!("catalog {server}: indexing {} pack(s)", st.indexing_packs),
+                since,
+            ))
+        } else {
+            st.upload_started.values().min().map(|since| {
+                (
+                    format!("store {store}: uploading {} pack(s)", st.uploads.len()),
+                    *since,
+                )
+            })
+        };
+        self.inflight.set(shown);
+    }
+}
+
+#[cfg(test)]
+mod tests;

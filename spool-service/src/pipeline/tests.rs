@@ -1,0 +1,244 @@
+//! The pipeline's ordering rules, on fakes: uploads go on while a batch is
+//! indexed, no file goes before its row is confirmed, at most
+//! `pipeline_depth` packs are out and not indexed, memory stays within
+//! `max_in_flight_bytes`, a stop cuts every stage, a batch closes at once
+//! when no upload is in flight.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spool_catalog::{
+    Catalog, LeaseGuard, LeaseHead, LeaseRecord, MemoryCatalog, NewClaim, PackRow, Result,
+};
+use spool_upload::testing::{Action, Op, Rule};
+
+use crate::service::tests::{block_on, files, stage, wait_for, Fixture};
+use crate::StorageService;
+
+/// The memory catalog behind a gate: `index` waits while the gate is shut,
+/// and records, for every call, its rows and whether each row's pack file
+/// was still in its spool directory when the call came.
+struct GatedCatalog {
+    inner: MemoryCatalog,
+    dir: std::path::PathBuf,
+    open: tokio::sync::watch::Sender<bool>,
+    calls: AtomicUsize,
+    /// Per call: (rows, rows whose `.ready` file was gone at the call).
+    seen: Mutex<Vec<(usize, usize)>>,
+}
+
+impl GatedCatalog {
+    fn new(dir: &Path, open: bool) -> Arc<GatedCatalog> {
+        Arc::new(GatedCatalog {
+            inner: MemoryCatalog::new(),
+            dir: dir.to_path_buf(),
+            open: tokio::sync::watch::channel(open).0,
+            calls: AtomicUsize::new(0),
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.send_replace(open);
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn rows(&self) -> u64 {
+        block_on(self.inner.count()).unwrap()
+    }
+
+    fn gone_at_call(&self) -> usize {
+        self.seen.lock().unwrap().iter().map(|(_, gone)| gone).sum()
+    }
+}
+
+#[async_trait::async_trait]
+impl Catalog for GatedCatalog {
+    fn server(&self) -> String {
+        "gated memory catalog".into()
+    }
+    async fn ensure_schema(&self) -> Result<()> {
+        self.inner.ensure_schema().await
+    }
+    async fn index(&self, rows: &[PackRow], fence: Option<&LeaseGuard>) -> Result<()> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let gone = rows
+            .iter()
+            .filter(|r| !self.dir.join(format!("{}.ready", r.pack_id)).exists())
+            .count();
+        self.seen.lock().unwrap().push((rows.len(), gone));
+        let mut rx = self.open.subscribe();
+        let _ = rx.wait_for(|open| *open).await;
+        self.inner.index(rows, fence).await
+    }
+    async fn get(&self, pack_id: &str) -> Result<Option<PackRow>> {
+        self.inner.get(pack_id).await
+    }
+    async fn list_range(&self, from_ms: u64, to_ms: u64) -> Result<Vec<PackRow>> {
+        self.inner.list_range(from_ms, to_ms).await
+    }
+    async fn count(&self) -> Result<u64> {
+        self.inner.count().await
+    }
+    async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
+        self.inner.read_lease_head(name).await
+    }
+    async fn append_claim(&self, claim: &NewClaim) -> Result<()> {
+        self.inner.append_claim(claim).await
+    }
+    async fn read_claims(&self, name: &str, term: u64) -> Result<Vec<LeaseRecord>> {
+        self.inner.read_claims(name, term).await
+    }
+    async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>> {
+        self.inner.lease_log(name).await
+    }
+}
+
+fn objects(fx: &Fixture) -> usize {
+    block_on(fx.objects())
+}
+
+#[test]
+fn uploads_go_on_while_a_batch_is_indexed_and_no_file_goes_before_its_row() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 40);
+    let catalog = GatedCatalog::new(own.dir(), false);
+    let mut c = fx.config(own.dir());
+    c.catalog = catalog.clone() as Arc<dyn Catalog>;
+    c.adopt = false;
+    c.index_batch = 4;
+    c.upload.max_workers = 2;
+    c.pipeline_depth = 16;
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    // The first batch is held by the catalog; uploads go on meanwhile (no
+    // barrier per round) until pipeline_depth packs are out and not in the
+    // catalog, and no further.
+    assert!(
+        wait_for(Duration::from_secs(10), || objects(&fx) >= 16),
+        "uploads stopped at {} objects while the first batch was indexed",
+        objects(&fx)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        objects(&fx),
+        16,
+        "more than pipeline_depth packs out and not indexed"
+    );
+    assert_eq!(catalog.calls(), 1, "one index call in flight at a time");
+    assert_eq!(
+        files(own.dir(), "ready"),
+        40,
+        "a file went before its row was confirmed"
+    );
+    catalog.set_open(true);
+    assert!(
+        wait_for(Duration::from_secs(10), || catalog.rows() == 40
+            && files(own.dir(), "ready") == 0),
+        "rows {}, ready {}",
+        catalog.rows(),
+        files(own.dir(), "ready")
+    );
+    assert_eq!(objects(&fx), 40);
+    assert_eq!(
+        catalog.gone_at_call(),
+        0,
+        "a pack's file was gone before its index call"
+    );
+    // batches: at most index_batch rows each, fewer calls than packs
+    let seen = catalog.seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|(rows, _)| *rows <= 4), "{seen:?}");
+    assert!(
+        seen.len() <= 20,
+        "{} calls for 40 packs in batches of 4",
+        seen.len()
+    );
+    svc.stop().unwrap();
+}
+
+#[test]
+fn uploads_stay_within_the_workers_and_the_bytes_in_flight() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 30);
+    let pack_bytes = std::fs::read_dir(own.dir())
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().extension().is_some_and(|x| x == "ready"))
+        .map(|e| e.metadata().unwrap().len())
+        .unwrap();
+    fx.store
+        .script(Rule::new(Op::Put, Action::Delay(Duration::from_millis(20))));
+    let mut c = fx.config(own.dir());
+    c.adopt = false;
+    c.upload.max_workers = 8;
+    // room for three packs at once, though eight workers are allowed
+    c.upload.max_in_flight_bytes = 3 * pack_bytes;
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    assert_eq!(objects(&fx), 30);
+    assert_eq!(fx.store.max_concurrent_transfers(), 3);
+    assert!(fx.store.max_bytes_in_flight() <= 3 * pack_bytes);
+    svc.stop().unwrap();
+}
+
+mod serial {
+    use super::*;
+
+    #[test]
+    fn a_stop_cuts_uploads_and_the_index_call_in_flight_and_removes_nothing() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 12);
+        let catalog = GatedCatalog::new(own.dir(), false);
+        // the first four PUTs land, every later one stalls
+        fx.store.script(Rule::new(Op::Put, Action::Stall).after(4));
+        let mut c = fx.config(own.dir());
+        c.catalog = catalog.clone() as Arc<dyn Catalog>;
+        c.adopt = false;
+        c.index_batch = 2;
+        c.upload.max_workers = 2;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(wait_for(Duration::from_secs(10), || catalog.calls() >= 1
+            && fx.store.calls(Op::Put) >= 6));
+        let t = Instant::now();
+        svc.stop().unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "stop took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(files(own.dir(), "ready"), 12, "a stop removed a file");
+        assert_eq!(catalog.rows(), 0);
+    }
+
+    #[test]
+    fn a_batch_closes_at_once_when_no_upload_is_in_flight_however_long_the_linger() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 6);
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.index_linger = Duration::from_secs(30);
+        c.upload.max_workers = 8;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        let t = Instant::now();
+        assert!(svc.flush(Duration::from_secs(20)).unwrap());
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "flush took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
+        svc.stop().unwrap();
+    }
+}
