@@ -138,6 +138,20 @@ pub enum Error {
         key: String,
     },
 
+    /// Writing into a `file://` store failed (creating a directory or the
+    /// staging file, copying, fsyncing, publishing). Retryable: a full disk
+    /// or a permission can be fixed while the pack waits in the spool.
+    #[error("{what} {path} failed: {source}; the pack stays in the spool and is retried (check the store directory's free space and permissions)")]
+    LocalWrite {
+        /// What was being done.
+        what: &'static str,
+        /// The file or directory it was done to.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Preparing a local directory for a `file://` store failed.
     #[error("cannot create the local store directory {path}: {source}")]
     LocalDir {
@@ -172,7 +186,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Store { retryable, .. } => *retryable,
-            Error::ReadStaged { .. } | Error::Cancelled { .. } => true,
+            Error::ReadStaged { .. } | Error::Cancelled { .. } | Error::LocalWrite { .. } => true,
             Error::InvalidUrl { .. }
             | Error::BackendNotBuilt { .. }
             | Error::StoreConfig { .. }

@@ -51,17 +51,19 @@
 //!   verifies it and refuses a damaged body; moto 5.2.5 stores without
 //!   checking, so the header is pinned against wiremock). object_store 0.14
 //!   sends no content checksum to GCS or Azure: there the body is protected
-//!   by TLS and our own hash before the upload completes. `file://` writes
-//!   locally (nothing in between).
+//!   by TLS and our own hash before the upload completes. `file://` hashes
+//!   the staged copy itself, chunk by chunk as it is written, before it
+//!   publishes it.
 //! - **Durable before it counts.** An `Uploaded` or `Skipped` outcome means
 //!   the object is on stable storage, because the service deletes the pack
 //!   from the spool right after it is indexed. S3, GCS and Azure acknowledge
 //!   a PUT (and a multipart completion) only once the object is durably
-//!   stored. A `file://` store is built with object_store's
-//!   `LocalFileSystem::with_fsync(true)`: the object is fsynced, renamed into
-//!   place and its directory fsynced (new parent directories too, up to the
-//!   first one that existed) before the PUT returns; the store root's own
-//!   new directories are fsynced when the store is built. `memory://` is not
+//!   stored. A `file://` store is written by the uploader's own fast path
+//!   (below): the staged copy is fsynced, published under its key with no
+//!   replace and its directory fsynced (new parent directories too, up to
+//!   the first one that existed) before the upload returns; the store
+//!   root's own new directories are fsynced when the store is built.
+//!   `memory://` is not
 //!   durable at all (tests only). A store handed in with [`Store::new`] is
 //!   the caller's word.
 //! - **Classification** ([`retryable`], [`Error::is_retryable`]). Retryable:
@@ -88,6 +90,49 @@
 //!   Pack bytes held at once are therefore at most `max_in_flight_bytes +
 //!   max_workers × part_concurrency × part_size`
 //!   ([`UploadConfig::memory_bound`]).
+//!
+//! # Default concurrency, and why
+//!
+//! - `max_workers = 4` packs in flight: a small pack is latency-bound (one
+//!   conditional PUT, a round trip), so several go at once; four keep a
+//!   store link busy while the hashing of what is sent (SHA-256, SHA-NI)
+//!   stays within two cores, and match `rclone --transfers 4`, the baseline
+//!   operators compare with. `max_in_flight_bytes = 256 MiB` caps the bytes
+//!   of a round whatever the pack size.
+//! - `multipart_threshold = 32 MiB`: below it a pack is one PUT held in
+//!   memory (one request, `PutMode::Create`, no HEAD); above it (the sink
+//!   seals at 64 MiB by default) it streams from disk in parts, so memory
+//!   stays `part_size × part_concurrency` per worker instead of the whole
+//!   pack, at the price of a HEAD first (object_store 0.14 has no
+//!   conditional multipart completion).
+//! - `part_size = 8 MiB`, `part_concurrency = 2` parts of one upload in
+//!   flight (pinned by a unit test with the fault fake; moto figures in
+//!   BENCHMARKS.md): a large pack is bandwidth-bound, and two parts keep
+//!   its connection(s) busy while the next part is read and hashed; with
+//!   four workers that is at most 8 parts, 64 MiB, on top of
+//!   `max_in_flight_bytes` ([`UploadConfig::memory_bound`]).
+//! - `file://` ignores all three but `max_workers` (and the in-flight
+//!   bound): every pack is one chunked in-kernel copy.
+//!
+//! # `file://` at copy speed
+//!
+//! A `file://` store ([`Store::from_url`]) does not go through
+//! `LocalFileSystem::put` (which reads the whole pack into memory and writes
+//! it back out): a pack of any size is copied in the kernel with
+//! `copy_file_range(2)` (std's `io::copy` between two files; a reflink on
+//! filesystems that clone there) in 4 MiB chunks into a staging file
+//! `<key>#<n>` beside its key (`O_EXCL`, held under `flock`), each chunk read
+//! back and hashed, then fsynced and published with
+//! `renameat2(RENAME_NOREPLACE)` (`link(2)` where that is refused), and the
+//! directory fsynced. An object already at the key is never replaced: it
+//! is compared (HEAD + trailer) as on any store, `Skipped` or a conflict.
+//! A cancel is checked between chunks; a failed or cut attempt removes its
+//! staging file; a staging file whose writer died (no lock on it) is
+//! removed by the next upload of that pack, and `LocalFileSystem` never
+//! lists one. No multipart upload, and no pack bytes held in memory beyond
+//! a 1 MiB read-back buffer per worker. [`Store::local_counters`] counts
+//! fsyncs, publishes and removed staging files. Reads (`spool cat`, HEAD,
+//! list) still go through `LocalFileSystem`.
 //!
 //! # Stores
 //!
@@ -157,6 +202,7 @@ pub mod backoff;
 mod config;
 mod error;
 mod key;
+mod local;
 pub mod retryable;
 mod store;
 #[cfg(any(test, feature = "testing"))]
@@ -166,6 +212,7 @@ mod uploader;
 pub use config::{ClientConfig, UploadConfig, SMALL_PACK_BYTES};
 pub use error::{Error, Result};
 pub use key::object_key;
+pub use local::LocalCounters;
 pub use store::Store;
 pub use tokio_util::sync::CancellationToken;
 pub use uploader::{UploadFailure, UploadItem, UploadOutcome, UploadQueue, UploadResult, Uploader};

@@ -10,6 +10,7 @@ use object_store::ObjectStore;
 
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
+use crate::local::{LocalCounters, LocalDir};
 
 /// A destination for packs: an `ObjectStore`, the key prefix under which
 /// packs go, and whether the store honours `PutMode::Create`.
@@ -19,6 +20,9 @@ pub struct Store {
     prefix: Path,
     description: String,
     conditional_create: bool,
+    /// A `file://` store's fast path (`None` for every other store, and for
+    /// a store handed in with [`Store::new`]).
+    local: Option<Arc<LocalDir>>,
 }
 
 impl fmt::Debug for Store {
@@ -27,6 +31,7 @@ impl fmt::Debug for Store {
             .field("store", &self.description)
             .field("prefix", &self.prefix.as_ref())
             .field("conditional_create", &self.conditional_create)
+            .field("local_fast_path", &self.local.is_some())
             .finish()
     }
 }
@@ -51,6 +56,7 @@ impl Store {
             prefix,
             description: description.into(),
             conditional_create,
+            local: None,
         })
     }
 
@@ -69,9 +75,13 @@ impl Store {
     ///   real-server tests do). Feature `gcp`.
     /// - `az://CONTAINER[/PREFIX]`: `AZURE_*` variables. Feature `azure`.
     /// - `file:///ABS/PATH`: a local directory (created if missing, the new
-    ///   directories fsynced), written with object_store's `with_fsync(true)`:
-    ///   a PUT returns only after the object and its directory entries are on
-    ///   disk, so the service may delete the pack from the spool at once.
+    ///   directories fsynced). The uploader writes it through its own fast
+    ///   path (the `local` module: `copy_file_range` into a staging file,
+    ///   verified, fsynced, published with `renameat2(RENAME_NOREPLACE)`, the
+    ///   directory fsynced): an upload returns only after the object and its
+    ///   directory entries are on disk, so the service may delete the pack
+    ///   from the spool at once. Reads (HEAD, GET, list) and any other write
+    ///   go through object_store's `LocalFileSystem` with `with_fsync(true)`.
     /// - `memory://`: a fresh in-memory store (each call a new, empty one).
     ///
     /// The HTTP client of the cloud backends gets `client`'s retry and
@@ -119,13 +129,17 @@ impl Store {
                 // directory entries leading to it are on disk, because the
                 // service deletes the pack from the spool right after
                 // (SPEC §5 "End to end", invariant 1).
-                let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|source| Error::StoreConfig {
-                        url: url.to_string(),
-                        source: Box::new(source),
-                    })?
-                    .with_fsync(true);
-                Store::new(Arc::new(store), "", url, true)
+                let store = Arc::new(
+                    object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                        .map_err(|source| Error::StoreConfig {
+                            url: url.to_string(),
+                            source: Box::new(source),
+                        })?
+                        .with_fsync(true),
+                );
+                let mut s = Store::new(store.clone(), "", url, true)?;
+                s.local = Some(Arc::new(LocalDir::new(store)));
+                Ok(s)
             }
             "s3" | "gs" | "az" => {
                 if parsed.host_str().is_none_or(|h| h.is_empty()) {
@@ -151,6 +165,16 @@ impl Store {
     /// What the store is, for messages (its URL, or the caller's name).
     pub fn description(&self) -> &str {
         &self.description
+    }
+
+    /// What the `file://` fast path did so far (`None` for any other
+    /// store): objects published, fsyncs, staging files removed.
+    pub fn local_counters(&self) -> Option<LocalCounters> {
+        self.local.as_ref().map(|l| l.counters())
+    }
+
+    pub(crate) fn local(&self) -> Option<&Arc<LocalDir>> {
+        self.local.as_ref()
     }
 
     /// Whether single PUTs use `PutMode::Create`.

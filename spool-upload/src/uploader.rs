@@ -17,6 +17,7 @@ use crate::backoff;
 use crate::config::UploadConfig;
 use crate::error::{Error, Result};
 use crate::key::object_key;
+use crate::local::{Job, LocalDir, Published};
 use crate::retryable;
 use crate::store::Store;
 
@@ -314,6 +315,11 @@ impl Uploader {
         cancel: &CancellationToken,
     ) -> Result<Done> {
         let (trailer, trailer_bytes) = read_staged_trailer(item).await?;
+        if let Some(local) = self.inner.store.local() {
+            return self
+                .put_local(local, item, key, &trailer, &trailer_bytes, cancel)
+                .await;
+        }
         let multipart = item.size > self.inner.config.multipart_threshold;
         // One request per fresh pack: a single PUT to a store that honours
         // `PutMode::Create` goes up with no HEAD first; only the store's
@@ -409,6 +415,70 @@ impl Uploader {
         }
     }
 
+    /// A `file://` store: the fast path of [`crate::local`] on the blocking
+    /// pool (it checks `cancel` between chunks and removes its staging file
+    /// before it returns); a key found taken is compared as for any store.
+    async fn put_local(
+        &self,
+        local: &Arc<LocalDir>,
+        item: &UploadItem,
+        key: &Path,
+        trailer: &Trailer,
+        trailer_bytes: &[u8; TRAILER_LEN],
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        let (local, owned) = (
+            local.clone(),
+            (item.clone(), key.clone(), *trailer, *trailer_bytes),
+        );
+        let token = cancel.clone();
+        let put = tokio::task::spawn_blocking(move || {
+            let (item, key, trailer, trailer_bytes) = &owned;
+            local.put(&Job {
+                item,
+                key,
+                trailer,
+                trailer_bytes,
+                cancel: &token,
+            })
+        });
+        let published = match put.await {
+            Ok(r) => r?,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        match published {
+            Published::Created => Ok(Done::Uploaded(trailer.sha256)),
+            Published::Exists => self.taken(item, key, trailer, cancel).await,
+        }
+    }
+
+    /// The store refused a create because something is at the key (a
+    /// predecessor, or our own earlier attempt whose answer was lost): the
+    /// same pack, or a conflict.
+    async fn taken(
+        &self,
+        item: &UploadItem,
+        key: &Path,
+        trailer: &Trailer,
+        cancel: &CancellationToken,
+    ) -> Result<Done> {
+        match self.preflight(item, key, trailer, cancel).await? {
+            Some(done) => Ok(done),
+            None => Err(Error::Store {
+                op: "PUT",
+                key: key.to_string(),
+                store: self.inner.store.description().to_string(),
+                retryable: true,
+                source: Box::new(object_store::Error::Generic {
+                    store: "spool-upload",
+                    source:
+                        "the store refused a create as existing, then reported nothing at the key"
+                            .into(),
+                }),
+            }),
+        }
+    }
+
     async fn put_single(
         &self,
         item: &UploadItem,
@@ -440,23 +510,7 @@ impl Uploader {
             Err(
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
-            ) => {
-                // Someone put it first (a predecessor, or our own earlier
-                // attempt whose answer was lost): the same pack, or a conflict.
-                match self.preflight(item, key, trailer, cancel).await? {
-                    Some(done) => Ok(done),
-                    None => Err(Error::Store {
-                        op: "PUT",
-                        key: key.to_string(),
-                        store: self.inner.store.description().to_string(),
-                        retryable: true,
-                        source: Box::new(object_store::Error::Generic {
-                            store: "spool-upload",
-                            source: "the store refused a create as existing, then reported nothing at the key".into(),
-                        }),
-                    }),
-                }
-            }
+            ) => self.taken(item, key, trailer, cancel).await,
             Err(e) => Err(self.store_err("PUT", key, e)),
         }
     }
@@ -579,14 +633,14 @@ impl Uploader {
     }
 }
 
-fn read_err(path: &FsPath, source: std::io::Error) -> Error {
+pub(crate) fn read_err(path: &FsPath, source: std::io::Error) -> Error {
     Error::ReadStaged {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn mismatch(item: &UploadItem, problem: String) -> Error {
+pub(crate) fn mismatch(item: &UploadItem, problem: String) -> Error {
     Error::StagedMismatch {
         path: item.path.clone(),
         problem,
@@ -678,7 +732,7 @@ fn check_body(item: &UploadItem, body: &[u8], trailer_bytes: &[u8; TRAILER_LEN])
 /// The SHA-256 of the bytes sent, fed in order as they are read: it covers
 /// everything before the trailer's hash field (the last 32 bytes of a pack
 /// of `size` bytes), as the pack format's checksum does (SPEC §4.1).
-struct BodyHash {
+pub(crate) struct BodyHash {
     hasher: Sha256,
     /// Bytes fed so far.
     at: u64,
@@ -687,7 +741,7 @@ struct BodyHash {
 }
 
 impl BodyHash {
-    fn new(size: u64) -> BodyHash {
+    pub(crate) fn new(size: u64) -> BodyHash {
         BodyHash {
             hasher: Sha256::new(),
             at: 0,
@@ -696,14 +750,14 @@ impl BodyHash {
     }
 
     /// Feeds the next bytes read.
-    fn update(&mut self, buf: &[u8]) {
+    pub(crate) fn update(&mut self, buf: &[u8]) {
         let take = self.end.saturating_sub(self.at).min(buf.len() as u64) as usize;
         self.hasher.update(&buf[..take]);
         self.at += buf.len() as u64;
     }
 
     /// Compares the hash of everything fed with the trailer's checksum.
-    fn check(self, item: &UploadItem, trailer: &Trailer) -> Result<()> {
+    pub(crate) fn check(self, item: &UploadItem, trailer: &Trailer) -> Result<()> {
         let computed: [u8; 32] = self.hasher.finalize().into();
         if computed == trailer.sha256 {
             return Ok(());
@@ -717,7 +771,7 @@ impl BodyHash {
     }
 }
 
-fn keep_tail(tail: &mut Vec<u8>, buf: &[u8]) {
+pub(crate) fn keep_tail(tail: &mut Vec<u8>, buf: &[u8]) {
     if buf.len() >= TRAILER_LEN {
         tail.clear();
         tail.extend_from_slice(&buf[buf.len() - TRAILER_LEN..]);
@@ -981,5 +1035,49 @@ mod tests {
         assert_eq!(&tail[..3], &[1, 1, 1]);
         keep_tail(&mut tail, &[3; TRAILER_LEN + 5]);
         assert_eq!(tail, vec![3; TRAILER_LEN]);
+    }
+
+    /// A multipart upload keeps `part_concurrency` parts in flight at once
+    /// (and no more): with every part held 50 ms by the store, the most
+    /// part bytes in flight are exactly `part_concurrency` parts.
+    #[tokio::test]
+    async fn a_multipart_upload_has_part_concurrency_parts_in_flight() {
+        for parts in [1usize, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let fault = Arc::new(crate::testing::FaultStore::new(Arc::new(
+                object_store::memory::InMemory::new(),
+            )));
+            fault.script(crate::testing::Rule::new(
+                crate::testing::Op::PutPart,
+                crate::testing::Action::Delay(std::time::Duration::from_millis(50)),
+            ));
+            let store = Store::new(fault.clone(), "p", "memory", true).unwrap();
+            let config = UploadConfig {
+                multipart_threshold: 1024,
+                part_size: 1000,
+                part_concurrency: parts,
+                ..UploadConfig::default()
+            };
+            let up = Uploader::new(store, config).unwrap();
+            let id = PackId::generate();
+            let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+            w.push_record(&[9u8; 10_000]);
+            let body = w.finish();
+            let path = dir.path().join(format!("{id}.ready"));
+            std::fs::write(&path, &body).unwrap();
+            let item = UploadItem {
+                path,
+                pack_id: id,
+                size: body.len() as u64,
+            };
+            let r = up.upload_one(item, &CancellationToken::new()).await;
+            assert!(r.outcome.is_stored(), "{:?}", r.outcome);
+            assert!(fault.calls(crate::testing::Op::PutPart) > 3 * parts);
+            assert_eq!(
+                fault.max_bytes_in_flight(),
+                1000 * parts as u64,
+                "{parts} parts of 1000 bytes in flight at once"
+            );
+        }
     }
 }

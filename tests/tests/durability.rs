@@ -92,8 +92,8 @@ fn is_sync_of(line: &str, path: &Path, prefix: bool) -> bool {
 /// embedded `file://` store) under `strace -f -y -e
 /// trace=fsync,fdatasync,unlink,unlinkat`: the object's fsync and its
 /// directory's fsync both come before the unlink of the pack's `.ready`
-/// in the spool. Without `with_fsync(true)` there is no fsync of the object
-/// at all, and this is red.
+/// in the spool. Without the fsyncs of spool-upload's `file://` path there is
+/// no fsync of the object at all, and this is red.
 #[test]
 fn a_pack_is_unlinked_from_the_spool_only_after_its_object_and_directory_are_fsynced() {
     let Some(strace) = strace() else { return };
@@ -136,8 +136,8 @@ fn a_pack_is_unlinked_from_the_spool_only_after_its_object_and_directory_are_fsy
             && l.ends_with("= 0")
     })
     .unwrap_or_else(|| panic!("no unlink of {ready} in the trace:\n{text}"));
-    // object_store stages the object beside its final name (`<key>#<n>`)
-    // and fsyncs that file before renaming it into place.
+    // The uploader's `file://` path stages the object beside its final name
+    // (`<key>#<n>`) and fsyncs that file before renaming it into place.
     let (object_at, _) = first(&trace, |l| is_sync_of(l, &object, true)).unwrap_or_else(|| {
         panic!(
             "no fsync of the object {} in the trace:\n{text}",

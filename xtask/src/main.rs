@@ -256,6 +256,7 @@ const BENCH_CASES: &[(&str, &str, Needs)] = &[
     ("upload", "upload-s3-large", Needs::Moto),
     ("upload", "upload-s3-small", Needs::Moto),
     ("upload", "upload-file", Needs::Nothing),
+    ("upload", "upload-s3-parts", Needs::Moto),
     ("catalog", "catalog", Needs::ClickHouse),
     ("service", "service-drain-small", Needs::Both),
     ("service", "service-drain-large", Needs::Both),

@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Cases: `core` (stage, validate, peak RSS), `upload-s3-large`,
-//! `upload-s3-small`, `upload-file` (spool-upload vs rclone / cp),
+//! `upload-s3-small`, `upload-file` (spool-upload vs rclone / cp + sync),
+//! `upload-s3-parts` (multipart part concurrency 2 and 4 against 1),
 //! `catalog` (index throughput, lease latency), `service-drain-small`,
 //! `service-drain-large`, `service-drain-tiny` (end-to-end drain vs
 //! `rclone move`, and CPU seconds per GiB against rclone's),
@@ -217,6 +218,7 @@ fn run(args: &[String]) -> Result<()> {
             "upload-s3-large" => upload::s3(&ctx, upload::Shape::Large)?,
             "upload-s3-small" => upload::s3(&ctx, upload::Shape::Small)?,
             "upload-file" => upload::file(&ctx)?,
+            "upload-s3-parts" => upload::s3_parts(&ctx)?,
             "catalog" => catalog::run(&ctx)?,
             "service-drain-small" => service::drain(&ctx, service::Shape::Small)?,
             "service-drain-large" => service::drain(&ctx, service::Shape::Large)?,
