@@ -263,6 +263,37 @@ mod tests {
     }
 
     #[test]
+    fn modes_and_sharings_display_as_a_config_spells_them() {
+        assert_eq!(LockMode::Take.to_string(), "take");
+        assert_eq!(LockMode::HeldByCaller.to_string(), "held_by_caller");
+        assert_eq!(Sharing::Private.to_string(), "0700");
+        assert_eq!(Sharing::GroupRead.to_string(), "0750");
+        assert_eq!(Sharing::GroupWrite.to_string(), "0770");
+        for s in [Sharing::Private, Sharing::GroupRead, Sharing::GroupWrite] {
+            assert_eq!(s.to_string().parse::<Sharing>().unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn create_dir_makes_a_directory_of_the_access_mode_and_refuses_an_existing_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        for (a, mode) in [
+            (Access::PRIVATE, 0o700),
+            (Access::parse(Some("0750"), None).unwrap(), 0o750),
+        ] {
+            let d = t.path().join(format!("d{mode:o}"));
+            a.create_dir(&d).unwrap();
+            let m = std::fs::metadata(&d).unwrap();
+            assert!(m.is_dir());
+            assert_eq!(m.permissions().mode() & 0o7777, mode);
+            let again = a.create_dir(&d).unwrap_err();
+            assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+            assert!(d.is_dir(), "a refused create_dir removed what was there");
+        }
+    }
+
+    #[test]
     fn access_modes_parse_and_refuse_what_gives_others_access() {
         assert_eq!(Access::default(), Access::PRIVATE);
         assert_eq!(Access::default().dir_mode(), 0o700);
