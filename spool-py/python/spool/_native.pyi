@@ -33,6 +33,8 @@ class _ConfigKeys(TypedDict, total=False):
     staging_max_age: _Secs
     adoption_slice: _Secs
     index_batch: int
+    index_linger: _Secs
+    pipeline_depth: int
     stop_flush_timeout: _Secs
     once_timeout: _Secs
     unhealthy_after: _Secs
@@ -40,6 +42,7 @@ class _ConfigKeys(TypedDict, total=False):
     upload_max_in_flight_bytes: _Size
     upload_multipart_threshold: _Size
     upload_part_size: _Size
+    upload_small_pack_workers: int
     upload_part_concurrency: int
     upload_max_attempts: int
     upload_backoff_initial: _Secs
