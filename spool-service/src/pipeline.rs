@@ -62,7 +62,7 @@ use spool_upload::{UploadFailure, UploadItem, UploadResult, SMALL_PACK_BYTES};
 use tokio::task::JoinSet;
 
 use crate::bound::{human, Bound, Cut};
-use crate::upload_path::{catalog_refuses, Owed, Source, UploadPath};
+use crate::upload_path::{Owed, Source, UploadPath};
 
 /// At most this many bytes of small packs are validated by one blocking
 /// task (one task per pack would cost more than hashing a small pack).
@@ -454,7 +454,7 @@ impl UploadPath {
         st.indexing_packs = 0;
         st.indexing_since = None;
         let what = format!("indexing {} pack(s)", batch.len());
-        let failed = match answer {
+        let why = match answer {
             Ok(Ok(())) => {
                 spool_core::seams::kill_point("after_index");
                 self.counters.catalog_refused = None;
@@ -479,23 +479,10 @@ impl UploadPath {
                 });
                 return;
             }
-            Ok(Err(e)) => {
-                if catalog_refuses(&e) {
-                    self.counters.catalog_refused =
-                        Some(format!("catalog {server} refuses this destination: {e}"));
-                }
-                format!("{what} into {server} failed (owed, retried next cycle): {e}")
-            }
-            Err(Cut::Deadline(waited)) => format!(
-                "catalog {server} did not answer within {} while {what} (the deadline of this \
-                 flush or cycle): owed, indexed again next cycle",
-                human(waited)
-            ),
-            Err(Cut::Cancelled) => String::new(),
+            Ok(Err(e)) => Err(e),
+            Err(cut) => Ok(cut),
         };
-        if !failed.is_empty() {
-            self.note_error(failed);
-        }
+        self.note_index_failure(server, &what, why);
         st.index_halted = true;
         st.uploads_halted = true;
         for (job, owed) in batch {

@@ -268,29 +268,18 @@ impl UploadPath {
                     }
                 }
                 Ok(Err(e)) => {
-                    if catalog_refuses(&e) {
-                        self.counters.catalog_refused =
-                            Some(format!("catalog {server} refuses this destination: {e}"));
-                    }
-                    let msg =
-                        format!("{what} into {server} failed (owed, retried next cycle): {e}");
-                    self.note_error(msg);
+                    let retryable = e.is_retryable();
+                    self.note_index_failure(&server, &what, Err(e));
                     self.pending.extend(chunk.iter().cloned());
                     // the same refusal awaits every other chunk
-                    if !e.is_retryable() {
+                    if !retryable {
                         for rest in chunks.by_ref() {
                             self.pending.extend(rest.iter().cloned());
                         }
                     }
                 }
                 Err(cut) => {
-                    if let Cut::Deadline(waited) = cut {
-                        self.note_error(format!(
-                            "catalog {server} did not answer within {} while {what} (the \
-                             deadline of this flush or cycle): owed, indexed again next cycle",
-                            human(waited)
-                        ));
-                    }
+                    self.note_index_failure(&server, &what, Ok(cut));
                     self.pending.extend(chunk.iter().cloned());
                     for rest in chunks.by_ref() {
                         self.pending.extend(rest.iter().cloned());
@@ -299,6 +288,34 @@ impl UploadPath {
             }
         }
         done
+    }
+
+    /// Says why an index call (`what`, to `server`) left its packs owed:
+    /// the catalog's error (`Err`; a refusal of the destination is kept
+    /// for the snapshot) or the cut (`Ok`; a stop's cut says nothing).
+    pub(crate) fn note_index_failure(
+        &mut self,
+        server: &str,
+        what: &str,
+        why: Result<Cut, spool_catalog::Error>,
+    ) {
+        match why {
+            Err(e) => {
+                if catalog_refuses(&e) {
+                    self.counters.catalog_refused =
+                        Some(format!("catalog {server} refuses this destination: {e}"));
+                }
+                self.note_error(format!(
+                    "{what} into {server} failed (owed, retried next cycle): {e}"
+                ));
+            }
+            Ok(Cut::Deadline(waited)) => self.note_error(format!(
+                "catalog {server} did not answer within {} while {what} (the deadline of this \
+                 flush or cycle): owed, indexed again next cycle",
+                human(waited)
+            )),
+            Ok(Cut::Cancelled) => {}
+        }
     }
 
     /// Retries the pending index under `bound`.
@@ -341,7 +358,7 @@ impl UploadPath {
 /// A catalog failure that refuses the whole destination (credentials,
 /// permission, schema, an unknown setting), not one batch: a retryable
 /// failure or a fence is not one.
-pub(crate) fn catalog_refuses(e: &spool_catalog::Error) -> bool {
+fn catalog_refuses(e: &spool_catalog::Error) -> bool {
     !e.is_retryable()
         && !matches!(
             e,
