@@ -468,13 +468,19 @@ impl UploadPath {
                     files.push((job.spool.clone(), job.pack.clone()));
                     st.done.push((job, Outcome::Indexed));
                 }
-                // SPEC §2: removed only now, after the catalog's Ok
+                // SPEC §2: removed only now, after the catalog's Ok; one
+                // directory fsync per spool directory of the batch
                 st.removals.spawn_blocking(move || {
-                    files
+                    let mut by_spool: Vec<(Arc<Spool>, Vec<ReadyPack>)> = Vec::new();
+                    for (spool, pack) in files {
+                        match by_spool.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &spool)) {
+                            Some((_, packs)) => packs.push(pack),
+                            None => by_spool.push((spool, vec![pack])),
+                        }
+                    }
+                    by_spool
                         .into_iter()
-                        .filter_map(|(spool, pack)| {
-                            spool.remove(&pack).err().map(|e| (pack.path, e))
-                        })
+                        .flat_map(|(spool, packs)| spool.remove_all(&packs))
                         .collect()
                 });
                 return;
