@@ -163,20 +163,47 @@ const LEASE_COLUMNS: &[(&str, &str)] = &[
 ];
 
 fn row_to_pack(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
-    Ok(PackRow {
-        pack_id: r.get(0)?,
-        object_key: r.get(1)?,
-        store_id: r.get(2)?,
-        sha256: r.get(3)?,
-        bytes: r.get::<_, i64>(4)? as u64,
-        records: r.get::<_, i64>(5)? as u64,
-        source_host: r.get(6)?,
-        source_pid: r.get::<_, i64>(7)? as u32,
-        rank_dir: r.get(8)?,
-        ordinal: r.get::<_, Option<i64>>(9)?.map(|o| o as u32),
-        created_at_ms: r.get::<_, i64>(10)? as u64,
-        indexed_at_ms: r.get::<_, i64>(11)? as u64,
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
+        Ok(PackRow {
+            pack_id: r.get(0)?,
+            object_key: r.get(1)?,
+            store_id: r.get(2)?,
+            sha256: r.get(3)?,
+            bytes: unsigned(r, 4)?,
+            records: unsigned(r, 5)?,
+            source_host: r.get(6)?,
+            source_pid: unsigned(r, 7)?,
+            rank_dir: r.get(8)?,
+            ordinal: match r.get::<_, Option<i64>>(9)? {
+                None => None,
+                Some(_) => Some(unsigned(r, 9)?),
+            },
+            created_at_ms: unsigned(r, 10)?,
+            indexed_at_ms: unsigned(r, 11)?,
+        })
+    }
+    read(r).map_err(|e| {
+        // name the row, so an operator can find and fix (or delete) it
+        let id = match r.get_ref(0) {
+            Ok(rusqlite::types::ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
+            _ => "(not text)".to_owned(),
+        };
+        // (ToSqlConversionFailure: the one variant without a feature that
+        // displays just its message)
+        rusqlite::Error::ToSqlConversionFailure(
+            format!("the row of pack_id {id:?} is garbage ({e}); fix or delete that row").into(),
+        )
     })
+}
+
+/// Column `idx` as an unsigned integer of type `T`: a negative or too
+/// large value is an error, never wrapped around.
+fn unsigned<T: TryFrom<i64>>(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<T> {
+    let v: i64 = r.get(idx)?;
+    if v < 0 {
+        return Err(rusqlite::Error::IntegralValueOutOfRange(idx, v));
+    }
+    T::try_from(v).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(idx, v))
 }
 
 fn row_to_claim(r: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRecord> {

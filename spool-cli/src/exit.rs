@@ -105,9 +105,16 @@ fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<ExitCode> {
 /// ends with: the library errors show their source's message in their own
 /// (`"open /x: Permission denied"`, a wrapping variant's `"{0}"`), and a
 /// person should read it once.
+///
+/// When a cause is a permission refusal (another user's spool directory or
+/// lock file), what to do is added once at the end.
 pub fn message_of(err: &anyhow::Error) -> String {
     let mut text = String::new();
+    let mut denied = false;
     for cause in err.chain() {
+        denied |= cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
         let line = cause.to_string();
         if text.is_empty() {
             text = line;
@@ -115,6 +122,13 @@ pub fn message_of(err: &anyhow::Error) -> String {
             text.push_str(": ");
             text.push_str(&line);
         }
+    }
+    if denied {
+        text.push_str(&format!(
+            " (this process runs as uid {}: run spool as the user that owns the spool, \
+             or give this user's group access with spool.mode and spool.group)",
+            nix::unistd::geteuid()
+        ));
     }
     text
 }

@@ -34,6 +34,7 @@ pub use inspect::{
 pub use names::{file_kind, ordinal_dir_name, parse_ordinal_dir, FileKind};
 pub use recovery::{Recovery, RecoveryReport, RecoveryStep, SetAside};
 pub use stage::set_pause_before_publish;
+pub use walk::file_type_name;
 use walk::fsync_dir;
 
 /// Reserved for a future upload hand-off; no walk enters it.

@@ -202,6 +202,27 @@ pub enum Error {
         pids: Vec<u32>,
     },
 
+    /// The lock file is not a regular file (a symlink, a FIFO, a socket,
+    /// a directory, a device): nobody can own the directory until a person
+    /// replaces it. Never opened for reading or writing beyond a
+    /// non-blocking open, so a FIFO never blocks a take.
+    #[error(
+        "spool directory {} cannot be locked: its lock file {} is {kind}, not a regular \
+         file; nothing can own the directory until it is one: look at it, then remove it \
+         (`rm {}`) if no process uses it",
+        dir.display(),
+        lock_path.display(),
+        lock_path.display()
+    )]
+    LockFileNotRegular {
+        /// The spool directory.
+        dir: PathBuf,
+        /// `<dir>/.owner.lock`.
+        lock_path: PathBuf,
+        /// What it is instead (`"a symlink"`, `"a FIFO"`, ...).
+        kind: &'static str,
+    },
+
     /// A bad `spool.mode` / `spool.group`.
     #[error("{why}")]
     BadAccess {

@@ -227,6 +227,23 @@ fn refusal_dir_held(dir: &Path) -> Error {
     })
 }
 
+/// [`Error::LockFileNotRegular`] for a lock file of this `st_mode`.
+pub(crate) fn not_regular(dir: &Path, lock_path: &Path, mode: libc::mode_t) -> Error {
+    let kind = match mode & libc::S_IFMT {
+        libc::S_IFLNK => "a symlink",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFDIR => "a directory",
+        libc::S_IFCHR | libc::S_IFBLK => "a device",
+        _ => "something else",
+    };
+    Error::LockFileNotRegular {
+        dir: dir.to_path_buf(),
+        lock_path: lock_path.to_path_buf(),
+        kind,
+    }
+}
+
 /// Locks an existing directory in place: flock its lock file (creating it
 /// if missing), re-check it is still the file at the path, flock the
 /// directory, write the record. `Ok(None)` when the directory vanished.
@@ -262,8 +279,30 @@ fn lock_in_place_as(
                     libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
                     0,
                 ) {
-                    Ok(fd) => (fd, false),
+                    Ok(fd) => {
+                        // A FIFO, socket or device opens (O_NONBLOCK keeps
+                        // a FIFO from blocking) but is no lock file.
+                        let st = fd.fstat().map_err(|e| Error::io("stat", &lock_path, e))?;
+                        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                            return Err(not_regular(dir, &lock_path, st.st_mode));
+                        }
+                        (fd, false)
+                    }
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ELOOP | libc::EISDIR | libc::ENXIO)
+                        ) =>
+                    {
+                        // O_NOFOLLOW refuses a symlink (ELOOP); O_RDWR a
+                        // directory (EISDIR); a FIFO without reader or a
+                        // socket gives ENXIO
+                        let mode = std::fs::symlink_metadata(&lock_path)
+                            .map(|m| std::os::unix::fs::MetadataExt::mode(&m))
+                            .unwrap_or(0);
+                        return Err(not_regular(dir, &lock_path, mode));
+                    }
                     Err(e) => return Err(Error::io("open", &lock_path, e)),
                 }
             }
@@ -787,8 +826,13 @@ pub fn clear_blocked(dir: &Path, opts: &LockOptions) -> Result<Unblocked, Error>
         .map_err(|e| Error::io("resolve", dir, e))?;
     check_node_local(&dir, opts.allow_shared_filesystem)?;
     let lock_path = dir.join(LOCK_FILE_NAME);
-    if std::fs::symlink_metadata(&lock_path).is_err() {
-        return Ok(Unblocked::NotBlocked { record: None });
+    match std::fs::symlink_metadata(&lock_path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(Unblocked::NotBlocked { record: None })
+        }
+        // another user's directory: not "no mark", a refusal
+        Err(e) => return Err(Error::io("stat", &lock_path, e)),
     }
     let Some(taken) = lock_in_place_as(&dir, None, &opts.access)? else {
         return Err(Error::io(

@@ -102,7 +102,17 @@ pub(crate) fn read_record(fd: &RegFd) -> Option<OwnerRecord> {
 /// fails on), and reads the record whether or not the lock is held.
 pub fn read_owner(dir: &Path) -> Result<OwnerStatus, Error> {
     let lock_path = dir.join(LOCK_FILE_NAME);
-    let file = probe(&lock_path, false).map_err(|e| Error::io("probe lock file", &lock_path, e))?;
+    let file = probe(&lock_path, false).map_err(|e| match e.raw_os_error() {
+        // O_NOFOLLOW refuses a symlink (ELOOP), a socket does not open
+        // (ENXIO): say what the lock file is, not the errno
+        Some(libc::ELOOP | libc::ENXIO) => {
+            let mode = std::fs::symlink_metadata(&lock_path)
+                .map(|m| std::os::unix::fs::MetadataExt::mode(&m))
+                .unwrap_or(0);
+            crate::lock::not_regular(dir, &lock_path, mode)
+        }
+        _ => Error::io("probe lock file", &lock_path, e),
+    })?;
     let mut shared = Vec::new();
     let (file_held, record, present) = match file {
         Some((held, fd)) => {

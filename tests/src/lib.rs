@@ -106,6 +106,21 @@ pub fn ready_files(dir: &Path) -> std::collections::HashMap<String, Vec<u8>> {
         .collect()
 }
 
+/// Pack ids of the rows of the embedded catalog `ROOT/.catalog.db`
+/// (none before a service made its schema).
+pub fn indexed_ids(root: &Path) -> std::collections::BTreeSet<String> {
+    let db = rusqlite::Connection::open(root.join(".catalog.db")).unwrap();
+    let Ok(mut st) = db.prepare("SELECT pack_id FROM spool_packs") else {
+        return Default::default();
+    };
+    let rows = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
+}
+
 /// A child process that is SIGKILLed (and reaped) when dropped unless it
 /// already exited: a failing test never leaves a daemon or a lock holder
 /// behind. Derefs to the [`std::process::Child`].

@@ -73,17 +73,7 @@ fn stored_object(root: &Path, id: &str) -> Option<PathBuf> {
 }
 
 fn catalog_rows(root: &Path) -> BTreeSet<String> {
-    let db = rusqlite::Connection::open(root.join(".catalog.db")).unwrap();
-    // before the service made its schema there is no table: no rows
-    let Ok(mut st) = db.prepare("SELECT pack_id FROM spool_packs") else {
-        return BTreeSet::new();
-    };
-    let rows = st
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    rows
+    spool_tests::indexed_ids(root)
 }
 
 /// Claims lease `name` as `holder` for `ttl_s` seconds in the embedded

@@ -193,15 +193,34 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let mut rows = Vec::new();
     for (key, d) in &dirs {
-        let owner = owner_json(d)?;
+        // One directory this user cannot read (another user's) is a row
+        // saying so, never the end of the listing.
+        let (owner, unreadable) = match owner_json(d) {
+            Ok(o) => (o, None),
+            Err(e) => (
+                json!({
+                    "held": null,
+                    "state": "unreadable",
+                    "host": null,
+                    "pid": null,
+                    "purpose": null,
+                    "lock_file_present": null,
+                    "lock_file_replaced": false,
+                    "held_shared_by": [],
+                }),
+                Some(crate::exit::message_of(&e)),
+            ),
+        };
         let c = inspect(d).unwrap_or_default();
         let bytes = c.ready.1 + c.open.1 + c.quarantined.1 + c.rejected.1;
-        let reason = owner["purpose"]
-            .as_str()
-            .and_then(|p| p.strip_prefix("blocked:"))
-            .filter(|_| owner["state"] == "blocked")
-            .map(|r| r.trim().to_owned())
-            .or_else(|| held_shared_text(&owner));
+        let reason = unreadable.or_else(|| {
+            owner["purpose"]
+                .as_str()
+                .and_then(|p| p.strip_prefix("blocked:"))
+                .filter(|_| owner["state"] == "blocked")
+                .map(|r| r.trim().to_owned())
+                .or_else(|| held_shared_text(&owner))
+        });
         rows.push(json!({
             "key": key,
             "dir": d.file_name().map(|n| n.to_string_lossy().into_owned()),

@@ -39,6 +39,12 @@ pub struct VerifyReport {
     pub quarantined: Vec<(PathBuf, String)>,
 }
 
+/// Why a file named like a pack that is `what` (a FIFO, a symlink, ...)
+/// is no pack.
+pub(super) fn not_regular_reason(what: &str) -> String {
+    format!("not a regular file but {what}: never read, set aside by recovery")
+}
+
 /// Validates one pack file (not following a symlink) against the id its
 /// name carries.
 pub fn validate_file(path: &Path, id: PackId, cancel: &AtomicBool) -> Result<PackSummary, Error> {
@@ -74,7 +80,7 @@ pub fn scan_dir(dir: &Path, cancel: &AtomicBool) -> Result<Vec<ReadyPack>, Error
                     ordinal: e.ordinal,
                 });
             } else {
-                tracing::warn!(dir = %dir.display(), "scan skips {}: not a regular file", e.path.display());
+                tracing::warn!(dir = %dir.display(), "scan skips {}: {}", e.path.display(), not_regular_reason(e.what));
             }
         }
         Ok(true)
@@ -90,6 +96,12 @@ pub fn scan_dir(dir: &Path, cancel: &AtomicBool) -> Result<Vec<ReadyPack>, Error
 pub fn inspect(dir: &Path) -> Result<DirCounts, Error> {
     let mut c = DirCounts::default();
     walk(dir, |e| {
+        // a FIFO, symlink or socket named like a ready pack is no pack
+        // (verify names it, recovery sets it aside, and then it counts as
+        // quarantined)
+        if e.kind == FileKind::Ready && !e.regular {
+            return Ok(true);
+        }
         let slot = match e.kind {
             FileKind::Ready => &mut c.ready,
             FileKind::Open => &mut c.open,
@@ -135,7 +147,7 @@ pub fn verify_dir_with_progress(
     let mut quarantined = Vec::new();
     walk(dir, |e| {
         if e.kind == FileKind::Ready && !e.regular {
-            odd.push(e.path);
+            odd.push((e.path, e.what));
         } else if e.kind == FileKind::Quarantined && e.regular {
             quarantined.push(e.path);
         }
@@ -155,10 +167,8 @@ pub fn verify_dir_with_progress(
         };
         report.quarantined.push((path, why));
     }
-    for p in odd {
-        report
-            .corrupt
-            .push((p, "not a regular file (a symlink?)".to_string()));
+    for (p, what) in odd {
+        report.corrupt.push((p, not_regular_reason(what)));
     }
     let packs = scan_dir(dir, cancel)?;
     let mut at = VerifyProgress {

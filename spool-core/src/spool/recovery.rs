@@ -102,12 +102,15 @@ impl Spool {
                         bytes: e.len,
                         ordinal: e.ordinal,
                     }),
-                    FileKind::Ready => odd.push(ReadyPack {
-                        path: e.path,
-                        id: e.id,
-                        bytes: 0,
-                        ordinal: e.ordinal,
-                    }),
+                    FileKind::Ready => odd.push((
+                        ReadyPack {
+                            path: e.path,
+                            id: e.id,
+                            bytes: 0,
+                            ordinal: e.ordinal,
+                        },
+                        e.what,
+                    )),
                     _ => {}
                 }
                 Ok(true)
@@ -117,11 +120,11 @@ impl Spool {
             fsync_dir(&d)?;
         }
         let mut set_aside = Vec::new();
-        for p in odd {
+        for (p, what) in odd {
             set_aside.push(self.set_aside(
                 &p,
                 FileKind::Quarantined,
-                "not a regular file (a symlink?)",
+                &super::inspect::not_regular_reason(what),
             )?);
         }
         pending.sort_by_key(|p| p.id);

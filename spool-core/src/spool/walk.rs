@@ -19,6 +19,8 @@ pub(super) struct Entry {
     pub(super) ordinal: Option<u32>,
     /// A regular file (not a symlink or anything else).
     pub(super) regular: bool,
+    /// What it is when not regular (`"a FIFO"`, ...), for reports.
+    pub(super) what: &'static str,
     pub(super) len: u64,
 }
 
@@ -73,6 +75,7 @@ pub(super) fn walk(
                 id,
                 ordinal,
                 regular,
+                what: file_type_name(meta.file_type()),
                 len: if regular { meta.len() } else { 0 },
             })?;
             if !go_on {
@@ -81,6 +84,27 @@ pub(super) fn walk(
         }
     }
     Ok(())
+}
+
+/// What a file is, for reports: `"a regular file"`, `"a symlink"`,
+/// `"a FIFO"`, `"a socket"`, `"a device"`, `"a directory"`.
+pub fn file_type_name(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_symlink() {
+        "a symlink"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "something else"
+    }
 }
 
 pub(super) fn fsync_dir(dir: &Path) -> Result<(), Error> {
@@ -92,7 +116,9 @@ pub(super) fn fsync_dir(dir: &Path) -> Result<(), Error> {
 pub(super) fn open_nofollow(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        // O_NONBLOCK: a pack swapped for a FIFO after the walk looked must
+        // not block the open (no effect on regular files)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
 }
 

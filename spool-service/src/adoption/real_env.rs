@@ -105,7 +105,8 @@ fn describe_other_files(dir: &Path, top: bool) -> Result<Option<String>, std::io
             }
             continue;
         }
-        return Ok(Some(format!("{} is still there", path.display())));
+        let what = spool_core::spool::file_type_name(ft);
+        return Ok(Some(format!("{} ({what}, not a pack)", path.display())));
     }
     Ok(None)
 }
@@ -399,6 +400,7 @@ fn take_sync(dir: &Path, lock: LockOptions) -> Result<(spool_lock::Claim, Spool)
         Err(
             e @ (spool_lock::Error::SharedFilesystem { .. }
             | spool_lock::Error::NestedUnderHeld { .. }
+            | spool_lock::Error::LockFileNotRegular { .. }
             | spool_lock::Error::NoReplaceUnsupported { .. }),
         ) => return Err(AdoptRefusal::Unadoptable(e.into())),
         Err(e) if !dir.exists() => {

@@ -38,6 +38,14 @@ fn known_keys() -> String {
     KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
 }
 
+/// 1-based line and column of byte `at` of `text`.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
 /// Reads `path` into (key name, raw value) pairs, in file order by section.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -53,8 +61,13 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigErro
             known_keys()
         ))
     };
-    let table: toml::Table =
-        toml::from_str(&text).map_err(|e| refused(e.message().trim().into()))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        let at = e.span().map(|span| line_col(&text, span.start));
+        refused(match at {
+            Some((line, col)) => format!("{} (line {line}, column {col})", e.message().trim()),
+            None => e.message().trim().into(),
+        })
+    })?;
     let known = sections();
     let mut out = Vec::new();
     for (section, fields) in &table {
@@ -82,9 +95,14 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigErro
             };
             let raw = toml_raw(v).ok_or_else(|| {
                 ConfigError(format!(
-                    "bad value for {name} (file {}): a {} is not allowed; allowed: {}",
+                    "bad value for {name} (file {}): {} is not allowed; allowed: {}",
                     path.display(),
-                    v.type_str(),
+                    match v.type_str() {
+                        "array" => "an array",
+                        "table" => "a table",
+                        "datetime" => "a datetime",
+                        other => other,
+                    },
                     key.kind.allowed()
                 ))
             })?;
