@@ -20,8 +20,8 @@
 //!
 //! The rules it keeps (SPEC §2):
 //! - **Validated before uploaded.** A pack is uploaded only once its
-//!   summary is known (validated by this service, or by adoption's
-//!   recovery); a corrupt one is quarantined and never uploaded. A pack
+//!   summary is known (validated by this pipeline, own and adopted packs
+//!   alike); a corrupt one is quarantined and never uploaded. A pack
 //!   whose bytes changed after validation is caught by the upload's hash
 //!   and quarantined too.
 //! - **Removed only after its row is confirmed.** A file is removed only
