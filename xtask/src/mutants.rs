@@ -29,9 +29,10 @@
 //! first chunk runs cargo-mutants' unmutated baseline. Each chunk's
 //! outcomes are merged into `mutants/<crate>/` as soon as it ends, so an
 //! interrupted run keeps what it tested; `--untested` skips the mutants
-//! those lists already hold (to resume). `--timeout SECS` bounds each test
-//! run (default: cargo-mutants' own, from the baseline; with `--lock`,
-//! 300 s). Arguments after `--` go to each test run (a nextest filter such
+//! those lists already hold (to resume), `--missed` re-tests only the
+//! survivors of `missed.txt` (after adding tests). `--timeout SECS` bounds
+//! each test run (default: cargo-mutants' own, from the baseline; with
+//! `--lock`, 300 s). Arguments after `--` go to each test run (a nextest filter such
 //! as `-E 'test(/adoption/)'`, to run only the tests of the mutated part).
 //!
 //! Scope: spool-lock and spool-core whole; spool-service's adoption
@@ -96,6 +97,7 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
     let mut timeout = None;
     let mut chunk = 4usize;
     let mut untested = false;
+    let mut only_missed = false;
     let mut test_args = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -120,11 +122,12 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
                     .with_context(|| format!("--chunk {n:?}: not a positive number"))?;
             }
             "--untested" => untested = true,
+            "--missed" => only_missed = true,
             "--" => test_args.extend(it.by_ref().cloned()),
             c if SCOPES.iter().any(|s| s.krate == c) => crates.push(c.to_string()),
             other => bail!(
                 "unknown argument {other:?}; usage: cargo xtask mutants [CRATE...] [--shard K/N] \
-                 [--file GLOB]... [--fresh] [--lock FILE [--chunk N]] [--untested] \
+                 [--file GLOB]... [--fresh] [--lock FILE [--chunk N] [--untested | --missed]] \
                  [--timeout SECS] [-- NEXTEST-ARGS...]; \
                  crates: spool-lock, spool-core, spool-service"
             ),
@@ -209,10 +212,12 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
         } else {
             Vec::new()
         };
+        let missed = lines_of(&keep.join("missed.txt"));
         let names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !done.iter().any(|d| d == l))
+            .filter(|l| !only_missed || missed.iter().any(|m| m == l))
             .map(str::to_owned)
             .collect();
         let chunks: Vec<&[String]> = names.chunks(chunk).collect();
