@@ -455,6 +455,86 @@ mod tests {
     }
 
     #[test]
+    fn a_catalog_key_is_exactly_twelve_lowercase_hex_digits() {
+        assert!(is_catalog_key("0123456789ab"));
+        assert!(is_catalog_key(GOLDEN_KEY));
+        for bad in [
+            "",
+            "abc",
+            "0123456789a",
+            "0123456789abc",
+            "0123456789AB",
+            "0123456789ag",
+            "zzzzzzzzzzzz",
+        ] {
+            assert!(!is_catalog_key(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rank_dir_names_take_every_u64_rank_and_nothing_signed() {
+        // Multi-digit ranks without a leading zero, up to u64::MAX (20
+        // digits); a 21-digit or signed rank is no rank directory.
+        assert_eq!(
+            RankDirName::parse("r12-00000001"),
+            Some(RankDirName {
+                rank: 12,
+                incarnation: 1
+            })
+        );
+        let max = format!("r{}-deadbeef", u64::MAX);
+        assert_eq!(RankDirName::parse(&max).unwrap().rank, u64::MAX);
+        assert_eq!(RankDirName::parse(&max).unwrap().to_string(), max);
+        for bad in [
+            "r184467440737095516150-deadbeef",
+            "r+3-deadbeef",
+            "r3-+eadbeef",
+        ] {
+            assert_eq!(RankDirName::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_rank_comes_from_the_rank_variable() {
+        // This test binary's process is its own (nextest): setting RANK
+        // here touches no other test.
+        std::env::set_var("RANK", " 42 ");
+        assert_eq!(rank_from_env(), 42);
+        std::env::set_var("RANK", "x");
+        assert_eq!(rank_from_env(), 0);
+        std::env::remove_var("RANK");
+        assert_eq!(rank_from_env(), 0);
+    }
+
+    #[test]
+    fn flat_walk_fails_on_a_missing_root_and_stops_eight_levels_down() {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = "0123456789ab";
+        let err = find_flat_packs(&tmp.path().join("missing"), key).unwrap_err();
+        assert!(err.to_string().contains("missing"), "{err}");
+        // A pack eight directories down is found; nine down is not looked at.
+        let root = tmp.path().join("root");
+        let mut deep = root.clone();
+        for level in 1..=9 {
+            deep = deep.join(format!("d{level}"));
+            std::fs::create_dir_all(&deep).unwrap();
+            if level == 9 {
+                std::fs::write(deep.join(format!("{}.ready", PackId::generate())), b"x").unwrap();
+            }
+        }
+        assert_eq!(find_flat_packs(&root, key).unwrap(), None);
+        let eighth = deep.parent().unwrap();
+        std::fs::write(eighth.join(format!("{}.ready", PackId::generate())), b"x").unwrap();
+        let flat = find_flat_packs(&root, key).unwrap().unwrap();
+        assert_eq!((flat.count, flat.example_dir.as_path()), (1, eighth));
+        // Nor does a `.store` below the root's own level hide its packs.
+        let nested = root.join("v1").join(EMBEDDED_STORE_DIR);
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::write(nested.join(format!("{}.ready", PackId::generate())), b"x").unwrap();
+        assert_eq!(find_flat_packs(&root, key).unwrap().unwrap().count, 2);
+    }
+
+    #[test]
     fn claim_creates_a_locked_fresh_rank_dir_under_the_key() {
         let root = tempfile::tempdir().unwrap();
         let key = dest().catalog_key().unwrap();

@@ -996,4 +996,17 @@ mod tests {
             if let Ok(r) = PackReader::new(&bytes[..]) { for _ in r {} }
         }
     }
+
+    #[test]
+    fn a_trailer_spells_its_hash_as_sha256sum_does_and_an_id_debugs_as_its_hex() {
+        let (id, p) = pack(&[b"abc"]);
+        let t: [u8; TRAILER_LEN] = p[p.len() - TRAILER_LEN..].try_into().unwrap();
+        let trailer = Trailer::parse(&t).unwrap();
+        // `head -c -32 pack | sha256sum`: the hash of all but its own field.
+        let digest = Sha256::digest(&p[..p.len() - 32]);
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(trailer.sha256_hex(), hex);
+        assert_eq!(format!("{id:?}"), format!("PackId({id})"));
+        assert_eq!(id.to_string().len(), 32);
+    }
 }

@@ -11,6 +11,7 @@ use spool_lock::{
     LockOptions, Purpose, LOCK_FILE_NAME,
 };
 use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -45,6 +46,55 @@ fn a_second_process_is_refused_naming_the_holder_and_sigkill_frees_the_lock() {
     holder.kill();
     assert!(!read_owner(&dir).unwrap().held);
     acquire(&dir, &opts()).unwrap().release().unwrap();
+}
+
+/// Waits (up to 5 s) until `read_owner(dir)` names `pid` as a shared holder.
+fn wait_shared_by(dir: &Path, pid: u32) -> spool_lock::OwnerStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let status = read_owner(dir).unwrap();
+        if status.shared_by.contains(&pid) || std::time::Instant::now() > deadline {
+            return status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_process_holding_a_shared_flock_is_named_by_probes_and_refuses_takes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    acquire(&dir, &opts()).unwrap().release().unwrap();
+    // A reader (flock(1), a real process) holding a shared flock on the
+    // lock file.
+    {
+        let target = dir.join(LOCK_FILE_NAME);
+        let reader = Command::new("flock")
+            .args(["-s", "-o"])
+            .arg(&target)
+            .args(["sleep", "60"])
+            // flock's `sleep` child outlives the kill of flock (it holds
+            // no lock: -o); it must not hold the test's output open.
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = reader.id();
+        let guard = KillOnDrop(pid as i32);
+        let status = wait_shared_by(&dir, pid);
+        assert_eq!(status.shared_by, vec![pid], "{}", target.display());
+        assert!(!status.held, "a shared holder read as an exclusive one");
+        let err = acquire(&dir, &opts()).unwrap_err();
+        assert!(matches!(err, Error::HeldShared { .. }), "{err}");
+        assert!(err.to_string().contains(&format!("pid {pid}")), "{err}");
+        assert!(!err.is_owned_by_another(), "{err}");
+        drop(guard);
+        let mut reader = reader;
+        reader.wait().unwrap();
+        assert!(read_owner(&dir).unwrap().shared_by.is_empty());
+        acquire(&dir, &opts()).unwrap().release().unwrap();
+    }
 }
 
 #[test]

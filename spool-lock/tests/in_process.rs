@@ -186,6 +186,65 @@ fn a_claim_dropped_without_release_still_reads_as_held_by_this_process() {
 }
 
 #[test]
+fn the_kernel_not_the_record_answers_whether_this_process_holds_the_lock() {
+    // A record rewritten to name another pid on another host does not
+    // make this process's own flock read as someone else's: fdinfo lists
+    // the flock on this process's descriptor, and it decides.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    std::fs::write(
+        dir.join(LOCK_FILE_NAME),
+        "host: another-host\npid: 1\npurpose: claim\n",
+    )
+    .unwrap();
+    let record = read_owner(&dir).unwrap().record.unwrap();
+    assert_eq!(
+        (record.host.as_str(), record.pid),
+        ("another-host", Some(1))
+    );
+    assert!(
+        held_by_this_process(&dir).unwrap(),
+        "this process's flock read as not its own"
+    );
+    verify_held_by_caller(&dir, &opts()).unwrap();
+    // With fdinfo hiding its lock lines only the record is left, and it
+    // names another process.
+    testing::set_fdinfo_hides_locks(true);
+    let hidden = held_by_this_process(&dir);
+    testing::set_fdinfo_hides_locks(false);
+    assert!(!hidden.unwrap());
+    claim.release().unwrap();
+    assert!(!held_by_this_process(&dir).unwrap());
+}
+
+#[test]
+fn owner_records_name_this_host_as_the_kernel_spells_it() {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(spool_lock::host_name(), kernel.trim());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    let record = read_owner(&dir).unwrap().record.unwrap();
+    assert_eq!(record.host, kernel.trim());
+    claim.release().unwrap();
+}
+
+#[test]
+fn leftover_staging_directories_never_stop_a_take() {
+    // A crash mid-create leaves `.<name>.<8 hex>.creating` behind; a later
+    // take draws another name beside it.
+    let tmp = tempfile::tempdir().unwrap();
+    for hex in ["00000000", "00000001"] {
+        std::fs::create_dir(tmp.path().join(format!(".spool.{hex}.creating"))).unwrap();
+    }
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    assert!(read_owner(&dir).unwrap().held);
+    claim.release().unwrap();
+}
+
+#[test]
 fn a_lock_file_removed_behind_this_process_still_reads_as_held_by_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("spool");

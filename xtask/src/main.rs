@@ -39,7 +39,7 @@ fn main() -> Result<()> {
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
                  bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
-                 mutants [CRATE...] [--shard K/N] [--file G]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
+                 mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
                  torture [--seed S] [--minutes M] [--runs N]   seeded crash torture with an oracle (RELIABILITY.md)"
             );
             std::process::exit(2);

@@ -1,6 +1,6 @@
-//! `cargo xtask mutants [CRATE...] [--shard K/N] [--file GLOB]... [--fresh]`:
-//! mutation testing with cargo-mutants, on demand (hours on 2 cores; never
-//! in CI).
+//! `cargo xtask mutants [CRATE...] [--shard K/N] [--file GLOB]... [--fresh]
+//! [--lock FILE] [--timeout SECS] [-- NEXTEST-ARGS...]`: mutation testing
+//! with cargo-mutants, on demand (hours on 2 cores; never in CI).
 //!
 //! Each crate's outcomes are committed under `mutants/<crate>/`:
 //! `caught.txt`, `missed.txt`, `timeout.txt`, `unviable.txt` (one mutant
@@ -13,13 +13,31 @@
 //! person) lists the survivors judged equivalent, one mutant name per line
 //! followed by ` # why`, and is left out of the adjusted score.
 //!
-//! Builds go to their own target directory, `target/mutants/build`, kept
+//! Builds go to their own target directory per crate,
+//! `target/mutants/build-<crate>` (under `$CARGO_TARGET_DIR` when it is
+//! set; one per crate, so runs of two crates side by side do not rebuild
+//! each other's artifacts), kept
 //! between runs so each baseline is incremental; never the workspace's own
 //! target directory, whose artifacts the scratch copy's builds would
 //! overwrite with mutated code.
 //!
+//! `--lock FILE` shares the machine: the mutants are listed first (no
+//! build), then tested in chunks of `--chunk N` (default 4), each chunk one
+//! cargo-mutants run under `flock FILE`, so the lock is held for a few
+//! mutants' builds and tests at a time and never for the whole run, and
+//! the build and test timeouts never count a wait for the lock. Only the
+//! first chunk runs cargo-mutants' unmutated baseline. Each chunk's
+//! outcomes are merged into `mutants/<crate>/` as soon as it ends, so an
+//! interrupted run keeps what it tested; `--untested` skips the mutants
+//! those lists already hold (to resume), `--missed` re-tests only the
+//! survivors of `missed.txt` (after adding tests). `--timeout SECS` bounds
+//! each test run (default: cargo-mutants' own, from the baseline; with
+//! `--lock`, 300 s). Arguments after `--` go to each test run (a nextest filter such
+//! as `-E 'test(/adoption/)'`, to run only the tests of the mutated part).
+//!
 //! Scope: spool-lock and spool-core whole; spool-service's adoption
-//! machine and service loop (the files the issue asks to be scored).
+//! machine, service loop and upload pipeline (the files the issue asks to
+//! be scored).
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -28,40 +46,95 @@ use std::process::Command;
 
 use crate::{cargo, run};
 
-/// The crates scored, and the files of each that are mutated (empty: all).
-const SCOPES: &[(&str, &[&str])] = &[
-    ("spool-lock", &[]),
-    ("spool-core", &[]),
-    (
-        "spool-service",
-        &["spool-service/src/adoption*", "spool-service/src/service*"],
-    ),
+/// One crate scored: the files mutated (empty: all) and the files left
+/// out, which are test aids compiled only for tests or the `testing`
+/// feature (seams, forks, fakes, the cross-process helper binary), not
+/// product code.
+struct Scope {
+    krate: &'static str,
+    files: &'static [&'static str],
+    exclude: &'static [&'static str],
+}
+
+/// The crates scored.
+const SCOPES: &[Scope] = &[
+    Scope {
+        krate: "spool-lock",
+        files: &[],
+        exclude: &[
+            "spool-lock/src/fork_testing.rs",
+            "spool-lock/src/seams.rs",
+            "spool-lock/src/bin/*",
+        ],
+    },
+    Scope {
+        krate: "spool-core",
+        files: &[],
+        exclude: &["spool-core/src/seams.rs", "spool-core/src/sink/fake.rs"],
+    },
+    Scope {
+        krate: "spool-service",
+        files: &[
+            "spool-service/src/adoption*",
+            "spool-service/src/service*",
+            "spool-service/src/pipeline*",
+        ],
+        exclude: &[],
+    },
 ];
 
 /// The outcome lists, in the order of cargo-mutants' file names.
 const OUTCOMES: [&str; 4] = ["caught.txt", "missed.txt", "timeout.txt", "unviable.txt"];
 
-/// `cargo xtask mutants [CRATE...] [--shard K/N] [--file GLOB]... [--fresh]`.
+/// `cargo xtask mutants [CRATE...] [--shard K/N] [--file GLOB]... [--fresh]
+/// [--lock FILE] [--timeout SECS] [-- NEXTEST-ARGS...]`.
 pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
     let mut crates = Vec::new();
     let mut shard = None;
     let mut only_files = Vec::new();
     let mut fresh = false;
+    let mut lock = None;
+    let mut timeout = None;
+    let mut chunk = 4usize;
+    let mut untested = false;
+    let mut only_missed = false;
+    let mut test_args = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--shard" => shard = Some(it.next().context("--shard takes K/N")?.clone()),
             "--file" => only_files.push(it.next().context("--file takes a glob")?.clone()),
             "--fresh" => fresh = true,
-            c if SCOPES.iter().any(|(name, _)| *name == c) => crates.push(c.to_string()),
+            "--lock" => lock = Some(it.next().context("--lock takes a lock file")?.clone()),
+            "--timeout" => {
+                let t = it.next().context("--timeout takes seconds")?;
+                timeout = Some(
+                    t.parse::<u64>()
+                        .with_context(|| format!("--timeout {t:?}: not a number of seconds"))?,
+                );
+            }
+            "--chunk" => {
+                let n = it.next().context("--chunk takes a number of mutants")?;
+                chunk = n
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("--chunk {n:?}: not a positive number"))?;
+            }
+            "--untested" => untested = true,
+            "--missed" => only_missed = true,
+            "--" => test_args.extend(it.by_ref().cloned()),
+            c if SCOPES.iter().any(|s| s.krate == c) => crates.push(c.to_string()),
             other => bail!(
                 "unknown argument {other:?}; usage: cargo xtask mutants [CRATE...] [--shard K/N] \
-                 [--file GLOB]... [--fresh]; crates: spool-lock, spool-core, spool-service"
+                 [--file GLOB]... [--fresh] [--lock FILE [--chunk N] [--untested | --missed]] \
+                 [--timeout SECS] [-- NEXTEST-ARGS...]; \
+                 crates: spool-lock, spool-core, spool-service"
             ),
         }
     }
     if crates.is_empty() {
-        crates = SCOPES.iter().map(|(c, _)| c.to_string()).collect();
+        crates = SCOPES.iter().map(|s| s.krate.to_string()).collect();
     }
     if Command::new("cargo")
         .args(["mutants", "--version"])
@@ -71,55 +144,156 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
         eprintln!("xtask: installing cargo-mutants from crates.io");
         run(cargo().args(["install", "--locked", "cargo-mutants"]))?;
     }
-    let scratch = root.join("target/mutants");
+    // Under the workspace's target directory (`$CARGO_TARGET_DIR` when
+    // set, as when worktrees share one), so every checkout reuses the one
+    // warm `mutants/build-<crate>`.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let scratch = target.join("mutants");
+    std::fs::create_dir_all(&scratch)?;
     for krate in &crates {
         let scope = SCOPES
             .iter()
-            .find(|(c, _)| c == krate)
-            .map(|(_, f)| *f)
-            .unwrap_or(&[]);
+            .find(|s| s.krate == krate)
+            .context("a crate of SCOPES")?;
         let label = shard.as_deref().unwrap_or("all").replace('/', "-of-");
         let out = scratch.join(krate).join(label);
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&out)?;
-        let mut cmd = cargo();
-        cmd.args([
-            "mutants",
-            "--package",
-            krate,
-            "--test-tool",
-            "nextest",
-            "--jobs",
-            "1",
-        ])
-        .arg("--output")
-        .arg(&out)
-        .env("TMPDIR", &scratch)
-        .env("CARGO_TARGET_DIR", scratch.join("build"));
+        let keep = root.join("mutants").join(krate);
+        if fresh {
+            merge(&out, &keep, true)?;
+        }
         let files: Vec<&str> = if only_files.is_empty() {
-            scope.to_vec()
+            scope.files.to_vec()
         } else {
             only_files.iter().map(String::as_str).collect()
         };
-        for f in files {
-            cmd.args(["--file", f]);
+        let base = |cmd: &mut Command| {
+            cmd.args(["mutants", "--package", krate]);
+            for f in &files {
+                cmd.args(["--file", f]);
+            }
+            for f in scope.exclude {
+                cmd.args(["--exclude", f]);
+            }
+            if let Some(s) = &shard {
+                cmd.args(["--shard", s]);
+            }
+        };
+        let Some(lock) = &lock else {
+            let mut cmd = Command::new("cargo-mutants");
+            base(&mut cmd);
+            if let Some(t) = timeout {
+                cmd.args(["--timeout", &t.to_string()]);
+            }
+            test_mutants(&mut cmd, krate, &scratch, &out, &test_args)?;
+            merge(&out.join("mutants.out"), &keep, false)?;
+            continue;
+        };
+        let mut list = Command::new("cargo-mutants");
+        base(&mut list);
+        list.arg("--list");
+        let listed = list
+            .output()
+            .context("could not run cargo-mutants --list")?;
+        if !listed.status.success() {
+            bail!(
+                "cargo-mutants --list for {krate} failed: {}",
+                String::from_utf8_lossy(&listed.stderr)
+            );
         }
-        if let Some(s) = &shard {
-            cmd.args(["--shard", s]);
+        let done: Vec<String> = if untested {
+            OUTCOMES
+                .iter()
+                .flat_map(|n| lines_of(&keep.join(n)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let missed = lines_of(&keep.join("missed.txt"));
+        let names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !done.iter().any(|d| d == l))
+            .filter(|l| !only_missed || missed.iter().any(|m| m == l))
+            .map(str::to_owned)
+            .collect();
+        let chunks: Vec<&[String]> = names.chunks(chunk).collect();
+        for (i, part) in chunks.iter().enumerate() {
+            eprintln!(
+                "xtask: {krate}: chunk {}/{} ({} mutants) under {lock}",
+                i + 1,
+                chunks.len(),
+                part.len()
+            );
+            let dir = out.join(format!("chunk-{i}"));
+            let mut cmd = Command::new("flock");
+            cmd.args(["-o", lock, "cargo-mutants"]);
+            base(&mut cmd);
+            for name in *part {
+                cmd.args(["--re", &exact_re(name)]);
+            }
+            cmd.args(["--timeout", &timeout.unwrap_or(300).to_string()]);
+            if i > 0 {
+                // The tree is the one the first chunk's baseline passed on.
+                cmd.args(["--baseline", "skip"]);
+            }
+            test_mutants(&mut cmd, krate, &scratch, &dir, &test_args)?;
+            merge(&dir.join("mutants.out"), &keep, false)?;
+            let score = score(krate, &keep)?;
+            std::fs::write(keep.join("score.txt"), &score)?;
         }
-        eprintln!("xtask: $ {cmd:?}");
-        // Exit 2 (missed mutants) and 3 (timeouts) are results, not failures.
-        let status = cmd.status().context("could not run cargo mutants")?;
-        if !matches!(status.code(), Some(0 | 2 | 3)) {
-            bail!("cargo mutants for {krate} failed: {status}");
-        }
-        let keep = root.join("mutants").join(krate);
-        merge(&out.join("mutants.out"), &keep, fresh)?;
         let score = score(krate, &keep)?;
         std::fs::write(keep.join("score.txt"), &score)?;
         print!("{score}");
     }
     Ok(())
+}
+
+/// Runs one cargo-mutants command (`mutants --package …` already on it)
+/// with the options every run shares, its output under `out`.
+fn test_mutants(
+    cmd: &mut Command,
+    krate: &str,
+    scratch: &Path,
+    out: &Path,
+    test_args: &[String],
+) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    cmd.args(["--test-tool", "nextest", "--jobs", "1"])
+        .arg("--output")
+        .arg(out)
+        .env("TMPDIR", scratch)
+        .env("CARGO_TARGET_DIR", scratch.join(format!("build-{krate}")));
+    if !test_args.is_empty() {
+        cmd.arg("--").args(test_args);
+    }
+    eprintln!("xtask: $ {cmd:?}");
+    // Exit 2 (missed mutants) and 3 (timeouts) are results, not failures.
+    let status = cmd.status().context("could not run cargo-mutants")?;
+    if !matches!(status.code(), Some(0 | 2 | 3)) {
+        bail!(
+            "cargo-mutants for {krate} failed: {status} (its log: {})",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// A regex matching exactly one mutant name (cargo-mutants' `--re` is
+/// matched against `file:line:col: description`).
+fn exact_re(name: &str) -> String {
+    let mut re = String::from("^");
+    for c in name.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            re.push('\\');
+        }
+        re.push(c);
+    }
+    re.push('$');
+    re
 }
 
 fn lines_of(path: &Path) -> Vec<String> {
@@ -224,5 +398,18 @@ mod tests {
         merge(&run, &keep, true).unwrap();
         assert_eq!(lines_of(&keep.join("caught.txt")), ["a"]);
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_chunk_names_each_mutant_by_an_exact_regex() {
+        let name = "spool-lock/src/record.rs:174:67: replace > with >= in OwnerRecord::parse";
+        assert_eq!(
+            exact_re(name),
+            "^spool\\-lock/src/record\\.rs:174:67: replace > with >= in OwnerRecord::parse$"
+        );
+        assert_eq!(
+            exact_re("a.rs:1:2: replace f -> Option<(bool, Fd)> with Ok(vec![0])"),
+            "^a\\.rs:1:2: replace f \\-> Option<\\(bool, Fd\\)> with Ok\\(vec!\\[0\\]\\)$"
+        );
     }
 }

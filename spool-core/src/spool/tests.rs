@@ -678,3 +678,31 @@ fn a_pack_that_cannot_be_read_is_named_in_the_error() {
     assert!(matches!(e, Error::PackRead { .. }), "{e}");
     assert!(e.to_string().contains(&path.display().to_string()), "{e}");
 }
+
+#[test]
+fn verify_progress_counts_the_listed_packs_and_bytes_from_the_first_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut bytes = 0u64;
+    for payload in [300, 500] {
+        let id = PackId::generate();
+        let p = pack_bytes(id, payload);
+        std::fs::write(dir.join(format!("{id}.ready")), &p).unwrap();
+        bytes += p.len() as u64;
+    }
+    let mut seen = Vec::new();
+    let report = verify_dir_with_progress(dir, &AtomicBool::new(false), |p| seen.push(p)).unwrap();
+    assert_eq!(report.valid.len(), 2);
+    // The first report names the whole listing before anything is checked;
+    // the last one has checked all of it.
+    let first = seen.first().copied().unwrap();
+    let last = seen.last().copied().unwrap();
+    assert_eq!(
+        (first.done, first.done_bytes, first.total, first.total_bytes),
+        (0, 0, 2, bytes)
+    );
+    assert_eq!(
+        (last.done, last.done_bytes, last.total, last.total_bytes),
+        (2, bytes, 2, bytes)
+    );
+}

@@ -1801,3 +1801,57 @@ fn the_snapshot_names_the_sibling_being_adopted_and_counts_its_packs() {
     assert_eq!((snap.adopted_spools, snap.adopted_packs), (1, 3));
     assert_eq!(a.next_due(), Some(env.now() + Duration::from_secs(30)));
 }
+
+#[test]
+fn each_sibling_state_is_terminal_holds_the_lock_or_is_owed_as_spec_7_3_says() {
+    // (state, terminal, holds the lock, owed): the terminal states are the
+    // ones this adopter is done with; the let-go ones stay owed (kept
+    // whole for a successor); only Taken and Uploading hold the lock.
+    let table = [
+        (SiblingState::Unprobed, false, false, true),
+        (
+            SiblingState::ProbedLive { recheck_at: None },
+            false,
+            false,
+            false,
+        ),
+        (
+            SiblingState::MarkedBlocked {
+                reason: "x".into(),
+                recheck_at: None,
+            },
+            false,
+            false,
+            false,
+        ),
+        (SiblingState::Dead, false, false, true),
+        (SiblingState::Queued, false, false, true),
+        (SiblingState::Taken, false, true, true),
+        (
+            SiblingState::Uploading {
+                remaining: VecDeque::new(),
+                doomed: None,
+            },
+            false,
+            true,
+            true,
+        ),
+        (SiblingState::Drained { removed: true }, true, false, false),
+        (
+            SiblingState::Blocked { reason: "x".into() },
+            true,
+            false,
+            false,
+        ),
+        (SiblingState::ReleasedOnCancel, true, false, true),
+        (SiblingState::ReleasedOnLatch, true, false, true),
+    ];
+    for (state, terminal, holds, owed) in table {
+        assert_eq!(
+            (state.is_terminal(), state.holds_lock(), state.is_owed()),
+            (terminal, holds, owed),
+            "{}",
+            state.name()
+        );
+    }
+}
