@@ -32,11 +32,11 @@
 //!   └──────────────────────────────────  Taken
 //!                      begin_recovery      │ (sweep .open, list, no hashing)
 //!                                          ▼
-//!                                     Validating { remaining_to_validate }
-//!                   continue_recovery      │ one pack per step; corrupt → quarantined
-//!                                          ▼
 //!                                     Uploading { remaining }
-//!              upload_and_index_round      │ one round per step: indexed │ owed │
+//!              upload_and_index_round      │ one round per step, through the pipeline
+//!                                          │ (validate, upload, index, remove overlap):
+//!                                          │ indexed │ owed │ vanished │
+//!                                          │ corrupt → quarantined, never uploaded │
 //!                                          │ retryable → back of queue   │
 //!                                          │ cancelled → front of queue  │
 //!                                          │ non-retryable → stays, dir doomed
@@ -52,10 +52,17 @@
 //!   * terminal: this adopter never looks at the directory again
 //! ```
 //!
-//! At most one sibling holds a lock at a time (`Taken`, `Validating`,
-//! `Uploading`): the active one. The lock, the listing and the remaining packs
-//! stay with it between cycles, so a backlog is listed and hashed once, and a
-//! half-drained sibling is picked up where it was left.
+//! At most one sibling holds a lock at a time (`Taken`, `Uploading`): the
+//! active one. The lock, the listing and the remaining packs stay with it
+//! between cycles, so a backlog is listed once, and a half-drained sibling is
+//! picked up where it was left.
+//!
+//! There is no validation phase of its own: a round hands its packs to the
+//! service's upload pipeline, which validates each (quarantining a corrupt
+//! one, never uploading it) a few packs ahead of its uploads. So the store
+//! does not idle while a backlog is hashed, and each pack is read from disk
+//! for validation just before the upload reads it again (from the page
+//! cache).
 //!
 //! # One step
 //!
@@ -74,8 +81,8 @@
 //!    ([`Pause::FlushWaiting`]) or the end of the `adoption_slice`
 //!    ([`Pause::SliceOver`]) ends it. The first step of a cycle always runs, so
 //!    flushes that keep coming slow adoption down but never stop it, and a
-//!    flush waits for at most one step (one probe, one listing, one pack's
-//!    validation or one round).
+//!    flush waits for at most one step (one probe, one listing or one
+//!    round).
 //!
 //! Then it does the first due piece of work: the periodic discovery listing,
 //! the stale staging-copy cleanup that follows it, a due probe, queueing a
@@ -214,8 +221,7 @@ pub enum AdoptRefusal {
     Vanished,
 }
 
-/// Why [`AdoptionEnv::begin_recovery`] or [`AdoptionEnv::continue_recovery`]
-/// failed.
+/// Why [`AdoptionEnv::begin_recovery`] failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecoveryFailure {
     /// The service's cancel (stop) cut it. Nothing was quarantined because of
@@ -225,24 +231,6 @@ pub enum RecoveryFailure {
     Retryable(Cause),
     /// The directory cannot be opened or read by this process: blocks it.
     Unopenable(Cause),
-}
-
-/// One pack's validation ([`AdoptionEnv::continue_recovery`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ValidationStep {
-    /// The pack checked out; it may be uploaded.
-    Valid(PackRef),
-    /// The pack failed validation and was renamed `<id>.quarantined` (kept,
-    /// never uploaded). Its directory will end blocked (it holds other files).
-    Quarantined {
-        /// The pack that failed.
-        pack: PackRef,
-        /// What was wrong, for the log.
-        reason: String,
-    },
-    /// Nothing is left to validate (the listing's packs are all done, or the
-    /// rest vanished); the account has been rebuilt.
-    Done,
 }
 
 /// What happened to one pack of an adoption round.
@@ -264,6 +252,15 @@ pub enum PackOutcome {
     },
     /// The service's cancel cut it. It stays in the spool, uploaded or not.
     Cancelled,
+    /// It failed validation (before any upload) and was renamed
+    /// `<id>.quarantined`: kept, never uploaded. Its directory will end
+    /// blocked (it holds other files).
+    Quarantined {
+        /// What was wrong, for the log.
+        reason: String,
+    },
+    /// Its file is gone since the listing (nothing to upload).
+    Vanished,
 }
 
 /// The I/O the adoption machine drives. The service implements it on the real
@@ -313,19 +310,12 @@ pub trait AdoptionEnv: Send {
         dir: &Path,
     ) -> impl Future<Output = Result<Vec<PackRef>, RecoveryFailure>> + Send;
 
-    /// spool-core's `continue_recovery`: validates the next listed pack
-    /// (checking the cancel between chunks of at most 8 MiB), quarantining
-    /// it if corrupt; after the last, rebuilds the account. A cancelled
-    /// validation quarantines nothing and validates the same pack next time.
-    fn continue_recovery(
-        &mut self,
-        dir: &Path,
-    ) -> impl Future<Output = Result<ValidationStep, RecoveryFailure>> + Send;
-
-    /// One round of the service's own upload path for these packs (never
-    /// more than the machine's `max_round_packs` / `max_round_bytes`, except
-    /// one pack above the byte bound sent alone): upload each (same uploader,
-    /// same cancel), index the uploaded ones in one batch (fenced where
+    /// One round of the service's own upload pipeline for these packs
+    /// (never more than the machine's `max_round_packs` / `max_round_bytes`,
+    /// except one pack above the byte bound sent alone): validate each
+    /// (quarantining a corrupt one, which is never uploaded; a cancelled
+    /// validation quarantines nothing), upload the valid ones (same uploader,
+    /// same cancel), index the uploaded ones in batches (fenced where
     /// lease-gated), remove the indexed files, hand the uploaded-but-unindexed
     /// ones to the pending index. Returns one outcome per pack given, in any
     /// order; a pack missing from the answer is taken as cancelled.
@@ -456,10 +446,8 @@ pub enum Action {
     TakeRefused(AdoptRefusal),
     /// `begin_recovery` listed this many ready packs.
     Listed(usize),
-    /// `begin_recovery` or `continue_recovery` failed.
+    /// `begin_recovery` failed.
     RecoveryFailed(RecoveryFailure),
-    /// `continue_recovery` validated one pack.
-    Validated(ValidationStep),
     /// One upload-and-index round.
     Round(RoundTally),
     /// The sibling was drained and released (`removed`: its directory is gone).
@@ -492,6 +480,10 @@ pub struct RoundTally {
     pub non_retryable: usize,
     /// Cut by a cancel (back to the front).
     pub cancelled: usize,
+    /// Failed validation: quarantined, never uploaded.
+    pub quarantined: usize,
+    /// Gone since the listing.
+    pub vanished: usize,
 }
 
 /// One transition.
@@ -595,14 +587,8 @@ pub enum SiblingState {
     Queued,
     /// Lock held (record `adopting`); to be listed.
     Taken,
-    /// Listed; validating one pack per step.
-    Validating {
-        /// Listed packs not validated yet.
-        remaining_to_validate: usize,
-        /// Validated packs, in listing order, to upload.
-        valid: VecDeque<PackRef>,
-    },
-    /// Uploading and indexing one round per step; drained when empty.
+    /// Listed; validating, uploading and indexing one round per step;
+    /// drained when empty.
     Uploading {
         /// Packs still to go up, front first.
         remaining: VecDeque<PackRef>,
@@ -642,10 +628,7 @@ impl SiblingState {
 
     /// Whether this adopter holds the directory's lock in this state.
     pub fn holds_lock(&self) -> bool {
-        matches!(
-            self,
-            Self::Taken | Self::Validating { .. } | Self::Uploading { .. }
-        )
+        matches!(self, Self::Taken | Self::Uploading { .. })
     }
 
     /// Whether adoptable work remains in this state (it counts in
@@ -657,7 +640,6 @@ impl SiblingState {
                 | Self::Dead
                 | Self::Queued
                 | Self::Taken
-                | Self::Validating { .. }
                 | Self::Uploading { .. }
                 | Self::ReleasedOnCancel
                 | Self::ReleasedOnLatch
@@ -673,7 +655,6 @@ impl SiblingState {
             Self::Dead => "dead",
             Self::Queued => "queued",
             Self::Taken => "taken",
-            Self::Validating { .. } => "validating",
             Self::Uploading { .. } => "uploading",
             Self::Drained { .. } => "drained",
             Self::Blocked { .. } => "blocked",
@@ -698,7 +679,7 @@ pub struct Sibling {
     pub state: SiblingState,
     /// Packs of it this adopter uploaded (indexed or owed).
     pub uploaded_packs: u64,
-    /// Packs of it quarantined during validation.
+    /// Packs of it quarantined by the validation in its rounds.
     pub quarantined_packs: u64,
 }
 
@@ -1158,16 +1139,9 @@ impl Adopter {
                 Ok(packs) => {
                     let n = packs.len();
                     tracing::info!(dir = %dir.display(), packs = n, "listed dead spool directory {}: {n} ready packs", dir.display());
-                    self.siblings[i].state = if n == 0 {
-                        SiblingState::Uploading {
-                            remaining: VecDeque::new(),
-                            doomed: None,
-                        }
-                    } else {
-                        SiblingState::Validating {
-                            remaining_to_validate: n,
-                            valid: VecDeque::with_capacity(n),
-                        }
+                    self.siblings[i].state = SiblingState::Uploading {
+                        remaining: packs.into(),
+                        doomed: None,
                     };
                     Step::new(Some(&dir), Action::Listed(n))
                 }
@@ -1196,55 +1170,6 @@ impl Adopter {
                     step
                 }
             },
-            SiblingState::Validating {
-                remaining_to_validate,
-                mut valid,
-            } => {
-                let mut remaining_to_validate = remaining_to_validate;
-                let result = env.continue_recovery(&dir).await;
-                let mut step = match &result {
-                    Ok(v) => Step::new(Some(&dir), Action::Validated(v.clone())),
-                    Err(f) => Step::new(Some(&dir), Action::RecoveryFailed(f.clone())),
-                };
-                match result {
-                    Ok(ValidationStep::Valid(pack)) => {
-                        valid.push_back(pack);
-                        remaining_to_validate = remaining_to_validate.saturating_sub(1);
-                    }
-                    Ok(ValidationStep::Quarantined { pack, reason }) => {
-                        tracing::warn!(dir = %dir.display(), pack = %pack.id_hex,
-                            "quarantined corrupt pack {} of adopted spool directory {}: {reason}",
-                            pack.path.display(), dir.display());
-                        self.siblings[i].quarantined_packs += 1;
-                        remaining_to_validate = remaining_to_validate.saturating_sub(1);
-                    }
-                    Ok(ValidationStep::Done) => remaining_to_validate = 0,
-                    Err(RecoveryFailure::Cancelled) => step.flow = Flow::CutShort,
-                    Err(RecoveryFailure::Retryable(reason)) => {
-                        step.flow = Flow::Failed;
-                        step.error = Some(format!(
-                            "cannot validate packs of adopted spool directory {}: {reason} (retried after backoff)",
-                            dir.display()
-                        ));
-                    }
-                    Err(RecoveryFailure::Unopenable(reason)) => {
-                        step.error = Some(self.block_held(env, i, reason).await);
-                        return step;
-                    }
-                }
-                self.siblings[i].state = if remaining_to_validate == 0 {
-                    SiblingState::Uploading {
-                        remaining: valid,
-                        doomed: None,
-                    }
-                } else {
-                    SiblingState::Validating {
-                        remaining_to_validate,
-                        valid,
-                    }
-                };
-                step
-            }
             SiblingState::Uploading { remaining, doomed } if remaining.is_empty() => {
                 self.finish(env, i, doomed).await
             }
@@ -1321,6 +1246,19 @@ impl Adopter {
                 PackOutcome::Cancelled => {
                     tally.cancelled += 1;
                     front.push(pack);
+                }
+                PackOutcome::Quarantined { reason } => {
+                    tracing::warn!(dir = %dir.display(), pack = %pack.id_hex,
+                        "quarantined corrupt pack {} of adopted spool directory {}: {reason}",
+                        pack.path.display(), dir.display());
+                    tally.quarantined += 1;
+                    self.siblings[i].quarantined_packs += 1;
+                }
+                PackOutcome::Vanished => {
+                    tracing::info!(dir = %dir.display(), pack = %pack.id_hex,
+                        "pack {} of adopted spool directory {} is gone since the listing",
+                        pack.path.display(), dir.display());
+                    tally.vanished += 1;
                 }
             }
         }

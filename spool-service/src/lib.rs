@@ -125,12 +125,14 @@
 //! from the crates it drives: an [`adoption::Adopter`] keeps one record per
 //! sibling rank directory under the service's catalog key and makes one
 //! transition per [`adoption::Adopter::step`] (probe, queue, take, list,
-//! validate one pack, upload and index one round, drain or block; release
+//! validate, upload and index one round, drain or block; release
 //! everything on stop or latch) through the [`adoption::AdoptionEnv`] trait.
 //! The service implements that trait on spool-lock (probe, `try_adopt`,
-//! `mark_blocked`, release), spool-core (`begin_recovery`,
-//! `continue_recovery`) and its own upload path (spool-upload + spool-catalog,
-//! one round of up to `pipeline_depth` packs per step, through the pipeline); it tells the machine before each step, in a
+//! `mark_blocked`, release), spool-core (`begin_recovery`: sweep and list)
+//! and its own upload path (spool-upload + spool-catalog, one round of up
+//! to `pipeline_depth` packs per step, through the pipeline, which
+//! validates each pack a few ahead of its upload); it tells the machine
+//! before each step, in a
 //! [`adoption::StepBudget`], whether a flush or stop is waiting, whether it
 //! holds the adopter lease, whether anything is owed to the catalog and
 //! whether its own ready packs are all uploaded. The machine's

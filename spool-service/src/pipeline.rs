@@ -20,8 +20,8 @@
 //!
 //! The rules it keeps (SPEC §2):
 //! - **Validated before uploaded.** A pack is uploaded only once its
-//!   summary is known (validated by this service, or by adoption's
-//!   recovery); a corrupt one is quarantined and never uploaded. A pack
+//!   summary is known (validated by this pipeline, own and adopted packs
+//!   alike); a corrupt one is quarantined and never uploaded. A pack
 //!   whose bytes changed after validation is caught by the upload's hash
 //!   and quarantined too.
 //! - **Removed only after its row is confirmed.** A file is removed only
@@ -468,13 +468,19 @@ impl UploadPath {
                     files.push((job.spool.clone(), job.pack.clone()));
                     st.done.push((job, Outcome::Indexed));
                 }
-                // SPEC §2: removed only now, after the catalog's Ok
+                // SPEC §2: removed only now, after the catalog's Ok; one
+                // directory fsync per spool directory of the batch
                 st.removals.spawn_blocking(move || {
-                    files
+                    let mut by_spool: Vec<(Arc<Spool>, Vec<ReadyPack>)> = Vec::new();
+                    for (spool, pack) in files {
+                        match by_spool.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &spool)) {
+                            Some((_, packs)) => packs.push(pack),
+                            None => by_spool.push((spool, vec![pack])),
+                        }
+                    }
+                    by_spool
                         .into_iter()
-                        .filter_map(|(spool, pack)| {
-                            spool.remove(&pack).err().map(|e| (pack.path, e))
-                        })
+                        .flat_map(|(spool, packs)| spool.remove_all(&packs))
                         .collect()
                 });
                 return;

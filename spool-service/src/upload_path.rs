@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use spool_catalog::{Catalog, LeaseGuard, LeaseState, PackRow};
 use spool_core::pack::now_ms;
-use spool_core::spool::Recovery;
 use spool_core::{PackId, PackSummary, ReadyPack, Spool};
 use spool_upload::{UploadResult, Uploader};
 use tokio::sync::watch;
@@ -63,7 +62,6 @@ impl Source {
 pub(crate) struct Held {
     pub(crate) claim: spool_lock::Claim,
     pub(crate) spool: Arc<Spool>,
-    pub(crate) recovery: Option<Recovery>,
 }
 
 /// The upload path.

@@ -1,5 +1,6 @@
 //! Exercises `spool-bench`, the binary behind `cargo xtask bench`, at its
-//! smoke size (a few MiB, no servers): the `core` and `upload-file` cases
+//! smoke size (a few MiB, no servers): the `core`, `upload-file` and
+//! `service-drain-rss` cases
 //! run, append their figures, and `report --write` splices the tables into
 //! a BENCHMARKS.md-shaped file between its markers. Nothing about the
 //! figures themselves is asserted: throughput is only benchmarked.
@@ -51,9 +52,10 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     if with_core {
         cmd.arg("core");
     }
-    cmd.arg("upload-file");
+    cmd.args(["upload-file", "service-drain-rss"]);
     let printed = run(&mut cmd);
     assert!(printed.contains("upload 2 × 1 MiB to file://"), "{printed}");
+    assert!(printed.contains("peak RSS draining 0.1 GiB"), "{printed}");
 
     let lines = std::fs::read_to_string(&results).unwrap();
     for line in lines.lines() {
@@ -67,12 +69,14 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
         &doc,
         "# Benchmarks\n<!-- bench:machine:begin -->\nold\n<!-- bench:machine:end -->\n\
          <!-- bench:core:begin -->\nold\n<!-- bench:core:end -->\n\
+         <!-- bench:service:begin -->\nold\n<!-- bench:service:end -->\n\
          <!-- bench:upload:begin -->\nold\n<!-- bench:upload:end -->\nkept\n",
     )
     .unwrap();
     report(bin, &results, &doc);
     let text = std::fs::read_to_string(&doc).unwrap();
     assert!(text.contains("| upload 4 × 16 KiB to file://"), "{text}");
+    assert!(text.contains("| peak RSS draining 0.1 GiB"), "{text}");
     assert!(
         text.ends_with("<!-- bench:upload:end -->\nkept\n"),
         "{text}"

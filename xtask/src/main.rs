@@ -267,6 +267,7 @@ const BENCH_CASES: &[(&str, &str, Needs)] = &[
     ("service", "service-drain-large", Needs::Both),
     ("service", "service-drain-tiny", Needs::Both),
     ("service", "service-latency", Needs::Both),
+    ("service", "service-drain-rss", Needs::Nothing),
     ("python", "python", Needs::Nothing),
 ];
 

@@ -255,6 +255,42 @@ fn incremental_recovery_validates_one_pack_per_step_and_can_be_cancelled() {
 }
 
 #[test]
+fn remove_all_takes_a_batch_across_worker_dirs_refuses_strangers_and_keeps_the_account() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = Spool::open(tmp.path(), &take()).unwrap();
+    for ordinal in [None, None, Some(1), Some(1), Some(2)] {
+        let id = PackId::generate();
+        spool.stage(ordinal, id, &pack_bytes(id, 10)).unwrap();
+    }
+    let mut packs = spool.scan(&AtomicBool::new(false)).unwrap();
+    assert_eq!(packs.len(), 5);
+    assert!(spool.usage().committed > 0);
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let stranger = ReadyPack {
+        path: victim.clone(),
+        ..packs[0].clone()
+    };
+    std::fs::remove_file(&packs[4].path).unwrap(); // gone already: fine
+    packs.push(stranger);
+    let failed = spool.remove_all(&packs);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, victim);
+    assert!(matches!(failed[0].1, Error::NotAPack { .. }));
+    assert!(victim.exists(), "a path not its own is never removed");
+    assert!(spool.scan(&AtomicBool::new(false)).unwrap().is_empty());
+    // what it removed left the account; the one gone behind its back is
+    // the reconcile's to notice
+    assert_eq!(spool.usage().committed, packs[4].bytes);
+    spool.reconcile().unwrap();
+    assert_eq!(spool.usage().committed, 0);
+    assert!(
+        spool.remove_all(&packs[..4]).is_empty(),
+        "removing again is fine"
+    );
+}
+
+#[test]
 fn remove_and_set_aside_refuse_paths_that_are_not_their_own() {
     let tmp = tempfile::tempdir().unwrap();
     let spool = Spool::open(tmp.path(), &take()).unwrap();

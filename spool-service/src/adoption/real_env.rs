@@ -1,5 +1,6 @@
 //! The real [`AdoptionEnv`]: spool-lock probes and takes, spool-core's
-//! incremental recovery, and the service's own [`UploadPath`].
+//! recovery listing, and the service's own [`UploadPath`] (whose pipeline
+//! validates each adopted pack just ahead of its upload).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -7,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spool_core::siblings::{self, Owner};
-use spool_core::spool::{RecoveryStep as CoreStep, SpoolConfig};
+use spool_core::spool::SpoolConfig;
 use spool_core::{PackId, ReadyPack, Spool};
 use spool_lock::{LockMode, LockOptions};
 
 use crate::adoption::{
-    AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, Probe, RecoveryFailure, ValidationStep,
+    AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, Probe, RecoveryFailure,
 };
 use crate::bound::Bound;
 use crate::offload::blocking;
@@ -165,7 +166,6 @@ impl AdoptionEnv for Env<'_> {
             Held {
                 claim,
                 spool: Arc::new(spool),
-                recovery: None,
             },
         );
         Ok(())
@@ -181,61 +181,16 @@ impl AdoptionEnv for Env<'_> {
         let flag = self.cancel_flag.clone();
         let r = tokio::task::spawn_blocking(move || {
             let rec = spool.begin_recovery()?;
-            let list = spool.scan(&flag)?;
-            Ok::<_, spool_core::Error>((rec, list))
+            if !rec.swept.is_empty() || !rec.set_aside.is_empty() {
+                tracing::info!(dir = %spool.dir().display(), swept = rec.swept.len(),
+                    set_aside = rec.set_aside.len(), "swept a dead writer's temp files");
+            }
+            spool.scan(&flag)
         })
         .await
         .unwrap_or(Err(spool_core::Error::Cancelled));
         match r {
-            Ok((rec, list)) => {
-                held.recovery = Some(rec);
-                Ok(list.iter().map(pack_ref).collect())
-            }
-            Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
-            Err(e) => Err(RecoveryFailure::Retryable(e.into())),
-        }
-    }
-
-    async fn continue_recovery(&mut self, dir: &Path) -> Result<ValidationStep, RecoveryFailure> {
-        let Some(held) = self.io.held.get_mut(dir) else {
-            return Err(RecoveryFailure::Unopenable(
-                format!("{} is not held", dir.display()).into(),
-            ));
-        };
-        let Some(mut rec) = held.recovery.take() else {
-            return Ok(ValidationStep::Done);
-        };
-        let spool = held.spool.clone();
-        let flag = self.cancel_flag.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            let r = spool.continue_recovery(&mut rec, &flag);
-            (rec, r)
-        })
-        .await;
-        let (rec, r) = match joined {
-            Ok(done) => done,
-            Err(e) => return Err(RecoveryFailure::Retryable(e.into())),
-        };
-        if let Some(h) = self.io.held.get_mut(dir) {
-            h.recovery = Some(rec);
-        }
-        match r {
-            Ok(Some(CoreStep::Valid(pack, summary))) => {
-                self.io.summaries.insert(pack.id, summary);
-                Ok(ValidationStep::Valid(pack_ref(&pack)))
-            }
-            Ok(Some(CoreStep::Quarantined(aside))) => {
-                self.io.counters.quarantined += 1;
-                Ok(ValidationStep::Quarantined {
-                    pack: PackRef {
-                        path: aside.path.with_extension("ready"),
-                        id_hex: aside.id.to_hex(),
-                        bytes: 0,
-                    },
-                    reason: aside.reason,
-                })
-            }
-            Ok(None) => Ok(ValidationStep::Done),
+            Ok(list) => Ok(list.iter().map(pack_ref).collect()),
             Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
             Err(e) => Err(RecoveryFailure::Retryable(e.into())),
         }
@@ -296,17 +251,19 @@ impl AdoptionEnv for Env<'_> {
                 Outcome::Indexed => PackOutcome::Indexed,
                 Outcome::Owed => PackOutcome::Owed,
                 Outcome::NotDone => PackOutcome::Cancelled,
-                // quarantined: the sibling keeps a file it cannot upload
-                Outcome::Quarantined(why) => PackOutcome::Failed {
-                    retryable: false,
-                    reason: why.into(),
-                },
+                // the sibling keeps a file it cannot upload: ends blocked
+                Outcome::Quarantined(reason) => PackOutcome::Quarantined { reason },
                 // a destination-wide refusal is not this sibling's fault:
                 // never blocks it; retried
                 Outcome::UploadFailed(f) => PackOutcome::Failed {
                     retryable: f.retryable || f.destination_wide(),
                     reason: Cause::new(f.error),
                 },
+                Outcome::ReadFailed(spool_core::Error::PackRead { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    PackOutcome::Vanished
+                }
                 Outcome::ReadFailed(e) => PackOutcome::Failed {
                     retryable: true,
                     reason: e.into(),

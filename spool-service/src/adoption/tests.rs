@@ -38,8 +38,6 @@ struct FakeDir {
     open_files: usize,
     unknown_files: Vec<String>,
     nested_live: bool,
-    /// begin_recovery's cursor: packs listed, not validated yet.
-    cursor: VecDeque<FakePack>,
     /// Every pack ever put in it (for the lost-pack check).
     all_ids: Vec<String>,
     marked_by_us: Option<String>,
@@ -52,7 +50,6 @@ enum Call {
     Probe(PathBuf),
     TryAdopt(PathBuf),
     Begin(PathBuf),
-    Continue(PathBuf),
     Round(PathBuf, Vec<String>),
     OtherFiles(PathBuf),
     Mark(PathBuf, String),
@@ -71,7 +68,6 @@ struct Fake {
     // scripts, consumed first
     take_script: VecDeque<AdoptRefusal>,
     begin_script: VecDeque<RecoveryFailure>,
-    continue_script: VecDeque<RecoveryFailure>,
     pack_script: HashMap<String, VecDeque<PackOutcome>>,
     /// The round uploads nothing and answers nothing.
     round_answers_nothing: bool,
@@ -118,7 +114,6 @@ impl Fake {
             staging_removed: 0,
             take_script: VecDeque::new(),
             begin_script: VecDeque::new(),
-            continue_script: VecDeque::new(),
             pack_script: HashMap::new(),
             round_answers_nothing: false,
             tape: VecDeque::new(),
@@ -343,29 +338,7 @@ impl AdoptionEnv for Fake {
         // successor's listing would list them, but this adopter owes nothing
         // when it lists: the gate.)
         d.open_files = 0;
-        d.cursor = d.ready.iter().cloned().collect();
-        Ok(d.cursor.iter().map(|p| p.pack.clone()).collect())
-    }
-
-    async fn continue_recovery(&mut self, dir: &Path) -> Result<ValidationStep, RecoveryFailure> {
-        self.calls.push(Call::Continue(dir.to_path_buf()));
-        if let Some(f) = self.recovery_failure(dir, "continue_recovery", |f| &mut f.continue_script)
-        {
-            return Err(f);
-        }
-        let d = self.d(dir);
-        let Some(p) = d.cursor.pop_front() else {
-            return Ok(ValidationStep::Done);
-        };
-        if p.corrupt {
-            d.ready.retain(|r| r.pack.id_hex != p.pack.id_hex);
-            d.quarantined.push(p.pack.id_hex.clone());
-            return Ok(ValidationStep::Quarantined {
-                pack: p.pack,
-                reason: "checksum mismatch".into(),
-            });
-        }
-        Ok(ValidationStep::Valid(p.pack))
+        Ok(d.ready.iter().map(|p| p.pack.clone()).collect())
     }
 
     async fn upload_and_index_round(
@@ -422,6 +395,19 @@ impl AdoptionEnv for Fake {
                 out.push((p.clone(), PackOutcome::Cancelled));
                 continue;
             };
+            if fp.corrupt {
+                // the round's validation, ahead of any upload
+                let d = self.d(dir);
+                d.ready.retain(|r| r.pack.id_hex != p.id_hex);
+                d.quarantined.push(p.id_hex.clone());
+                out.push((
+                    p.clone(),
+                    PackOutcome::Quarantined {
+                        reason: "checksum mismatch".into(),
+                    },
+                ));
+                continue;
+            }
             if self.uploaded.contains(&p.id_hex) {
                 self.violation(format!("pack {} uploaded twice", p.id_hex));
             }
@@ -688,7 +674,7 @@ fn only_rank_directories_under_this_key_are_siblings_never_our_own() {
 }
 
 #[test]
-fn probe_dead_then_queue_then_take_then_list_then_validate_then_upload_then_drain() {
+fn probe_dead_then_queue_then_take_then_list_then_upload_then_drain() {
     let mut env = Fake::new();
     let d = env.add(1, 2);
     env.d(&d).open_files = 1;
@@ -699,15 +685,7 @@ fn probe_dead_then_queue_then_take_then_list_then_validate_then_upload_then_drai
         (Action::Probed(Probe::Dead), "dead"),
         (Action::Queued, "queued"),
         (Action::Took, "taken"),
-        (Action::Listed(2), "validating"),
-        (
-            Action::Validated(ValidationStep::Valid(env.dirs[&d].ready[0].pack.clone())),
-            "validating",
-        ),
-        (
-            Action::Validated(ValidationStep::Valid(env.dirs[&d].ready[1].pack.clone())),
-            "uploading",
-        ),
+        (Action::Listed(2), "uploading"),
         (
             Action::Round(RoundTally {
                 indexed: 2,
@@ -746,27 +724,26 @@ fn a_sibling_with_no_packs_goes_from_listing_straight_to_drained() {
 }
 
 #[test]
-fn validation_is_one_pack_per_step_and_listing_does_not_hash() {
+fn the_listing_hashes_nothing_and_its_packs_go_to_the_first_round_whole() {
+    // No validation phase of its own: the round's pipeline validates each
+    // pack just ahead of its upload, so the store never idles while a
+    // backlog is hashed.
     let (mut env, mut a, d) = sibling_in(3, "taken", |_, _| {});
-    stepped(step(&mut a, &mut env)); // begin_recovery
-    assert_eq!(
-        env.count(|c| matches!(c, Call::Continue(_))),
-        0,
-        "listing validated nothing"
-    );
-    for left in [2, 1] {
-        stepped(step(&mut a, &mut env));
-        match state(&a, &d) {
-            SiblingState::Validating {
-                remaining_to_validate,
-                ..
-            } => assert_eq!(remaining_to_validate, left),
-            s => panic!("{s}"),
+    let s = stepped(step(&mut a, &mut env)); // begin_recovery
+    assert_eq!(s.action, Action::Listed(3));
+    match state(&a, &d) {
+        SiblingState::Uploading { remaining, doomed } => {
+            assert_eq!(remaining.len(), 3);
+            assert!(doomed.is_none());
         }
+        s => panic!("{s}"),
     }
-    stepped(step(&mut a, &mut env));
-    assert_eq!(env.count(|c| matches!(c, Call::Continue(_))), 3);
-    assert_eq!(state(&a, &d).name(), "uploading");
+    let s = stepped(step(&mut a, &mut env));
+    assert!(
+        matches!(s.action, Action::Round(t) if t.indexed == 3),
+        "{s:?}"
+    );
+    assert_eq!(env.rounds(), vec![vec![id(1, 0), id(1, 1), id(1, 2)]]);
 }
 
 #[test]
@@ -1123,7 +1100,7 @@ fn the_cycle_yields_when_the_adoption_slice_is_over() {
 }
 
 #[test]
-fn lock_listing_and_remaining_packs_are_kept_between_cycles_so_a_backlog_is_hashed_once() {
+fn lock_listing_and_remaining_packs_are_kept_between_cycles_so_a_backlog_is_listed_once() {
     let mut env = Fake::new();
     let d = env.add(1, 6);
     env.flush_waiting = true; // one step per cycle: every step in its own cycle
@@ -1138,7 +1115,12 @@ fn lock_listing_and_remaining_packs_are_kept_between_cycles_so_a_backlog_is_hash
     assert_eq!(state_name(&a, &d), Some("drained"));
     assert_eq!(env.count(|c| matches!(c, Call::TryAdopt(_))), 1);
     assert_eq!(env.count(|c| matches!(c, Call::Begin(_))), 1);
-    assert_eq!(env.count(|c| matches!(c, Call::Continue(_))), 6);
+    let sent: Vec<String> = env.rounds().concat();
+    assert_eq!(
+        sent.len(),
+        6,
+        "each pack went to exactly one round: {sent:?}"
+    );
     assert_eq!(
         env.count(|c| matches!(c, Call::Release(_) | Call::ReleaseRemove(_))),
         1
@@ -1312,19 +1294,49 @@ fn a_drained_directory_that_still_holds_other_files_is_blocked() {
 }
 
 #[test]
-fn a_corrupt_pack_is_quarantined_at_validation_and_never_uploaded() {
-    let (mut env, mut a, d) = sibling_in(2, "validating", |env, d| {
+fn a_corrupt_pack_is_quarantined_in_its_round_and_never_uploaded() {
+    let (mut env, mut a, d) = sibling_in(2, "uploading", |env, d| {
         env.d(d).ready[0].corrupt = true;
     });
     let s = stepped(step(&mut a, &mut env));
-    assert!(matches!(
+    assert_eq!(
         s.action,
-        Action::Validated(ValidationStep::Quarantined { .. })
-    ));
+        Action::Round(RoundTally {
+            indexed: 1,
+            quarantined: 1,
+            ..RoundTally::default()
+        })
+    );
+    assert_eq!(a.sibling(&d).unwrap().quarantined_packs, 1);
     run_to_pause(&mut a, &mut env);
     assert!(!env.uploaded.contains(&id(1, 0)));
     assert_eq!(env.dirs[&d].quarantined, vec![id(1, 0)]);
     assert_eq!(state(&a, &d).name(), "blocked");
+    assert_eq!(env.count(|c| matches!(c, Call::ReleaseRemove(_))), 0);
+    assert_no_violations(&env);
+}
+
+#[test]
+fn a_pack_gone_since_the_listing_is_dropped_not_retried() {
+    let (mut env, mut a, d) = sibling_in(2, "uploading", |env, _| {
+        env.pack_script
+            .insert(id(1, 1), VecDeque::from([PackOutcome::Vanished]));
+    });
+    let s = stepped(step(&mut a, &mut env));
+    assert_eq!(
+        s.action,
+        Action::Round(RoundTally {
+            indexed: 1,
+            vanished: 1,
+            ..RoundTally::default()
+        })
+    );
+    assert!(!s.ends_cycle(), "{s:?}");
+    env.d(&d).ready.retain(|p| p.pack.id_hex != id(1, 1)); // it is gone
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d).name(), "drained");
+    assert_eq!(env.rounds().len(), 1, "nothing went up again");
+    assert_eq!(a.snapshot().adopted_packs, 1);
 }
 
 #[test]
@@ -1416,37 +1428,17 @@ fn a_cut_listing_lets_the_directory_go_whole_and_starts_over() {
 }
 
 #[test]
-fn a_cut_validation_keeps_the_lock_and_the_pack_and_cuts_the_cycle_short() {
-    let (mut env, mut a, d) = sibling_in(2, "validating", |env, _| {
-        env.continue_script.push_back(RecoveryFailure::Cancelled);
-    });
-    let s = stepped(step(&mut a, &mut env));
-    assert_eq!(s.flow, Flow::CutShort);
-    assert!(env.dirs[&d].held);
-    assert!(matches!(
-        state(&a, &d),
-        SiblingState::Validating {
-            remaining_to_validate: 2,
-            ..
-        }
-    ));
-}
-
-#[test]
 fn retryable_recovery_failures_keep_the_lock_and_count_toward_backoff() {
     let (mut env, mut a, d) = sibling_in(1, "taken", |env, _| {
         env.begin_script
-            .push_back(RecoveryFailure::Retryable("EIO".into()));
-        env.continue_script
             .push_back(RecoveryFailure::Retryable("EIO".into()));
     });
     let s = stepped(step(&mut a, &mut env));
     assert_eq!(s.flow, Flow::Failed);
     assert_eq!(state(&a, &d), SiblingState::Taken);
+    assert!(env.dirs[&d].held);
     stepped(step(&mut a, &mut env)); // listed
-    let s = stepped(step(&mut a, &mut env));
-    assert_eq!(s.flow, Flow::Failed);
-    assert_eq!(state(&a, &d).name(), "validating");
+    assert_eq!(state(&a, &d).name(), "uploading");
     run_to_pause(&mut a, &mut env);
     assert_eq!(state(&a, &d).name(), "drained");
 }
@@ -1528,7 +1520,7 @@ fn a_latched_service_lets_go_of_everything_being_adopted_and_queued_at_once() {
     let d3 = env.add(3, 1);
     env.d(&d3).live = true;
     let mut a = adopter();
-    step_until(&mut a, &mut env, &d1, "validating");
+    step_until(&mut a, &mut env, &d1, "uploading");
     env.latched = true;
     env.lease = false;
     let s = stepped(step(&mut a, &mut env));

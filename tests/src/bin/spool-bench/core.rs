@@ -234,7 +234,12 @@ fn validate(ctx: &Ctx) -> Result<()> {
 /// Writes a valid pack of `records` records of `record_len` zero bytes as a
 /// sparse file: only the header, the length prefixes, the footer and the
 /// trailer are written; the SHA-256 is computed over the zeros.
-fn write_sparse_pack(path: &Path, id: PackId, records: u64, record_len: u32) -> Result<u64> {
+pub(crate) fn write_sparse_pack(
+    path: &Path,
+    id: PackId,
+    records: u64,
+    record_len: u32,
+) -> Result<u64> {
     let mut w = PackWriter::new(id, id.timestamp_ms());
     w.push_record(b"");
     let header = w.finish()[..HEADER_LEN].to_vec();
@@ -273,10 +278,10 @@ fn write_sparse_pack(path: &Path, id: PackId, records: u64, record_len: u32) -> 
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
-struct ChildReport {
-    vm_hwm_kib: u64,
-    secs: f64,
-    valid: usize,
+pub(crate) struct ChildReport {
+    pub(crate) vm_hwm_kib: u64,
+    pub(crate) secs: f64,
+    pub(crate) valid: usize,
 }
 
 fn vm_hwm_kib() -> u64 {
@@ -291,7 +296,8 @@ fn vm_hwm_kib() -> u64 {
 /// `rss-child MODE DIR`: validates DIR in this (fresh) process and prints
 /// its peak RSS. Modes: `idle` (nothing), `verify` (`verify_dir`, as
 /// `spool verify`), `recover` (open with the lock, `begin_recovery`, every
-/// `continue_recovery` step, as adoption does), `exec CMD...` (runs a
+/// `continue_recovery` step, as `spool recover` does), `drain DIR DB` (a
+/// storage service drains DIR into a store that keeps nothing), `exec CMD...` (runs a
 /// command and reports its peak RSS from `getrusage(RUSAGE_CHILDREN)`).
 pub fn rss_child(args: &[String]) -> Result<()> {
     let never = AtomicBool::new(false);
@@ -321,6 +327,11 @@ pub fn rss_child(args: &[String]) -> Result<()> {
             }
             (valid, vm_hwm_kib())
         }
+        "drain" => {
+            let db = args.get(2).map(PathBuf::from).unwrap_or_default();
+            let indexed = crate::service::drain_child(&dir, &db)?;
+            (indexed, vm_hwm_kib())
+        }
         "exec" => {
             run_cmd(
                 Command::new(&args[1])
@@ -341,7 +352,7 @@ pub fn rss_child(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn child(args: &[&str]) -> Result<ChildReport> {
+pub(crate) fn child(args: &[&str]) -> Result<ChildReport> {
     let out = Command::new(std::env::current_exe()?)
         .arg("rss-child")
         .args(args)
@@ -401,7 +412,7 @@ fn rss(ctx: &Ctx) -> Result<()> {
         ),
         (
             "peak RSS validating a sparse backlog (recovery)",
-            "`begin_recovery` + `continue_recovery` as adoption",
+            "`begin_recovery` + every `continue_recovery` step, as `spool recover`",
             &recover,
         ),
     ] {

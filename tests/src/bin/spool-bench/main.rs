@@ -25,6 +25,7 @@
 
 mod catalog;
 mod core;
+mod null_store;
 mod python;
 mod report;
 mod service;
@@ -224,6 +225,7 @@ fn run(args: &[String]) -> Result<()> {
             "service-drain-large" => service::drain(&ctx, service::Shape::Large)?,
             "service-drain-tiny" => service::drain(&ctx, service::Shape::Tiny)?,
             "service-latency" => service::latency(&ctx)?,
+            "service-drain-rss" => service::drain_rss(&ctx)?,
             "python" => python::run(&ctx)?,
             other => bail!("unknown case {other}"),
         }

@@ -192,8 +192,32 @@ fn drain_in(ctx: &Ctx, db: &Db, n: usize, bytes: usize, goal: f64) -> Result<()>
     let (cpu0, _) = cpu_seconds()?;
     let t = Instant::now();
     svc.start()?;
+    // milestones on stderr, to see where a drain's time goes
+    let mut marks = vec![
+        (n as u64 / 4, "1/4"),
+        (n as u64 / 2, "1/2"),
+        (n as u64 * 3 / 4, "3/4"),
+        (n as u64, "all"),
+    ];
+    marks.reverse();
+    let mut sibling_gone = false;
     loop {
         let s = svc.snapshot();
+        while marks.last().is_some_and(|(k, _)| s.indexed >= *k) {
+            let (_, what) = marks.pop().expect("a mark");
+            eprintln!(
+                "spool-bench: drain: {what} indexed at {:.2} s ({} cycles)",
+                t.elapsed().as_secs_f64(),
+                s.cycles
+            );
+        }
+        if !sibling_gone && !sibling_dir.exists() {
+            sibling_gone = true;
+            eprintln!(
+                "spool-bench: drain: sibling removed at {:.2} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
         // indexed is counted live; the adoption figures are published
         // after the cycle that removed the sibling
         if s.indexed >= n as u64 && !sibling_dir.exists() && s.adopted_spools == 1 {
@@ -277,8 +301,14 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
     let result = (|| -> Result<()> {
         let k = ctx.size.pick(40, 5, 3);
         let kw = ctx.size.pick(100, 10, 3);
-        let woken = latency_run(ctx, &db, "wake", kw, true)?;
-        let polled = latency_run(ctx, &db, "poll", k, false)?;
+        let woken_runs = latency_run(ctx, &db, "wake", kw, true)?;
+        let polled: Vec<Duration> = latency_run(ctx, &db, "poll", k, false)?
+            .into_iter()
+            .map(|(total, _)| total)
+            .collect();
+        let woken: Vec<Duration> = woken_runs.iter().map(|(total, _)| *total).collect();
+        let flushes: Vec<Duration> = woken_runs.iter().map(|(_, f)| *f).collect();
+        let rests: Vec<Duration> = woken_runs.iter().map(|(t, f)| *t - *f).collect();
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         for p in [50.0, 99.0] {
             ctx.record(
@@ -305,7 +335,9 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
                     format!("seal-to-indexed latency, p{p:.0}, against the goal"),
                     "ms",
                     format!(
-                        "the {kw} packs above (the sink's flush — seal, fsync, link, directory fsync — then the registry wake, scan, validate, one PUT to moto, one insert into ClickHouse, until the snapshot counts the row)"
+                        "the {kw} packs above: the sink's flush — seal, fsync, link, directory fsync — (p{p:.0} {:.1} ms), then the registry wake, scan, validate, one PUT to moto, one insert into ClickHouse, until the snapshot counts the row (p{p:.0} {:.1} ms)",
+                        ms(percentile(&flushes, p)),
+                        ms(percentile(&rests, p))
                     ),
                 )
                 .ours(ms(percentile(&woken, p)))
@@ -321,7 +353,15 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
     dropped
 }
 
-fn latency_run(ctx: &Ctx, db: &Db, tag: &str, k: usize, shared: bool) -> Result<Vec<Duration>> {
+/// Each pack's seal-to-indexed time, and the part of it that was the
+/// sink's own flush (seal, fsync, link, directory fsync).
+fn latency_run(
+    ctx: &Ctx,
+    db: &Db,
+    tag: &str,
+    k: usize,
+    shared: bool,
+) -> Result<Vec<(Duration, Duration)>> {
     let root = ctx.dir(&format!("latency-{tag}"))?;
     let prefix = format!("latency-{tag}");
     let dest = destination(db, &prefix)?;
@@ -368,11 +408,12 @@ fn latency_run(ctx: &Ctx, db: &Db, tag: &str, k: usize, shared: bool) -> Result<
         sink.write(format!("record {i}").as_bytes())?;
         let t = Instant::now();
         sink.flush(Duration::from_secs(10))?;
+        let flushed = t.elapsed();
         wait(
             &|| svc.snapshot().indexed > before,
             "indexing a sealed pack",
         )?;
-        out.push(t.elapsed());
+        out.push((t.elapsed(), flushed));
     }
     sink.release()?;
     drop(sink);
@@ -380,4 +421,97 @@ fn latency_run(ctx: &Ctx, db: &Db, tag: &str, k: usize, shared: bool) -> Result<
     own.release_and_remove_if_empty()?;
     std::fs::remove_dir_all(&root).ok();
     Ok(out)
+}
+
+/// Peak RSS of a service draining a 10 GiB backlog (a full run) of sparse
+/// packs just below `multipart_threshold` (each one PUT held in memory: the
+/// uploader's worst case) into a store that keeps nothing and a SQLite
+/// catalog, in a fresh process; against issue 13's bound, 64 MiB +
+/// `max_in_flight_bytes`.
+pub fn drain_rss(ctx: &Ctx) -> Result<()> {
+    let record_len: u32 = (16 << 20) - (64 << 10);
+    let packs = ctx.size.pick(321, 8, 2);
+    let dir = ctx.dir("drain-rss")?;
+    let spool_dir = dir.join("spool");
+    std::fs::create_dir(&spool_dir)?;
+    let mut total = 0;
+    for _ in 0..packs {
+        let id = spool_core::PackId::generate();
+        let p = spool_dir.join(format!("{id}.ready"));
+        total += crate::core::write_sparse_pack(&p, id, 2, record_len)?;
+    }
+    let db = dir.join("catalog.db");
+    let idle = crate::core::child(&["idle"])?;
+    let r = crate::core::child(&[
+        "drain",
+        &spool_dir.display().to_string(),
+        &db.display().to_string(),
+    ])?;
+    if r.valid != packs {
+        bail!("the drain indexed {} of {packs} packs", r.valid);
+    }
+    let bound = spool_upload::UploadConfig::default().max_in_flight_bytes;
+    let mib = |b: u64| b as f64 / MIB;
+    let goal = 64.0 + mib(bound);
+    ctx.record(
+        Figure::new(
+            ctx,
+            "service",
+            format!("peak RSS draining {:.1} GiB", total as f64 / (1u64 << 30) as f64),
+            "MiB",
+            format!(
+                "{packs} sparse packs of {:.1} MiB (each one PUT held in memory), `StorageService` with default upload knobs (max_in_flight_bytes {:.0} MiB) to a store that keeps nothing and a SQLite catalog, in a fresh process ({:.1} s); an idle spool-bench process peaks at {:.1} MiB",
+                mib(total / packs as u64),
+                mib(bound),
+                r.secs,
+                idle.vm_hwm_kib as f64 / 1024.0
+            ),
+        )
+        .ours(r.vm_hwm_kib as f64 / 1024.0)
+        .vs("goal: 64 MiB + max_in_flight_bytes", goal)
+        .lower_is_better()
+        .goal(1.0),
+    )?;
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+/// `rss-child drain DIR DB`'s work: a `StorageService` over DIR (no
+/// adoption) into a [`NullStore`](crate::null_store::NullStore) and the
+/// SQLite catalog DB, until every pack is indexed. Returns how many were.
+pub fn drain_child(dir: &Path, db: &Path) -> Result<usize> {
+    let packs = spool_core::spool::scan_dir(dir, &std::sync::atomic::AtomicBool::new(false))?.len();
+    let url = format!("sqlite://{}", db.display());
+    let catalog = spool_catalog::open(&url)?;
+    let dest = Destination {
+        catalog_url: url,
+        database: "bench".into(),
+        table_prefix: "spool_".into(),
+        store_url: "null://discard".into(),
+        store_id: "default".into(),
+    };
+    let store = Arc::new(crate::null_store::NullStore::default());
+    let mut c = ServiceConfig::new(
+        dir,
+        dest,
+        store as Arc<dyn ObjectStore>,
+        catalog as Arc<dyn Catalog>,
+    );
+    c.adopt = false;
+    let mut svc = StorageService::new(c)?;
+    svc.start()?;
+    let t = Instant::now();
+    loop {
+        let s = svc.snapshot();
+        if s.indexed >= packs as u64 {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(900) {
+            bail!("not drained within 900 s: {s:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let indexed = svc.snapshot().indexed as usize;
+    svc.stop()?;
+    Ok(indexed)
 }
