@@ -47,6 +47,14 @@ pub enum ProxyAction {
     /// Forward the request, then cut the connection after this many bytes
     /// of the response.
     CutResponseAfter(usize),
+    /// Forward the request, pass this many bytes of the response, then
+    /// stop relaying it (a server that stalls mid-answer): the connection
+    /// stays open until the client closes it or the proxy stops.
+    StallResponseAfter(usize),
+    /// Receive the request whole, never forward it, and answer it with
+    /// this HTTP status and a short body (`injected fault`), keeping the
+    /// connection: a 503 / 500 / 403 burst without a mock server.
+    Respond(u16),
 }
 
 /// A scripted fault: which requests, what, how often.
@@ -123,6 +131,10 @@ pub enum EventKind {
     CutRequest,
     /// A connection was cut mid-response.
     CutResponse,
+    /// A response was stalled mid-way (the rest never relayed).
+    StalledResponse,
+    /// A request was answered by the proxy itself ([`ProxyAction::Respond`]).
+    Responded,
     /// A client went away before its request arrived whole (not forwarded).
     Incomplete,
 }
@@ -414,6 +426,26 @@ struct Upstream {
     relay: JoinHandle<()>,
 }
 
+/// The client's write half, shared by the relay and the proxy's own
+/// answers ([`ProxyAction::Respond`]).
+type ClientWrite = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
+
+/// A canned answer with `status` and a short body, keeping the connection.
+fn canned(status: u16) -> Vec<u8> {
+    let reason = match status {
+        403 => "Forbidden",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Injected",
+    };
+    let body = "injected fault";
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 impl Drop for Upstream {
     fn drop(&mut self) {
         self.relay.abort();
@@ -422,9 +454,10 @@ impl Drop for Upstream {
 
 async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
     let (mut cr, cw) = client.into_split();
-    let mut cw = Some(cw);
+    let cw: ClientWrite = Arc::new(tokio::sync::Mutex::new(cw));
     let mut upstream: Option<Upstream> = None;
     let cut_response = Arc::new(AtomicU64::new(u64::MAX));
+    let stall_response = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let response_sent = Arc::new(AtomicU64::new(0));
     let mut buf: Vec<u8> = Vec::new();
     let ev = |kind: EventKind, method: &str, path: &str, body_len: usize| Event {
@@ -516,6 +549,14 @@ async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
                     return;
                 }
             }
+            Some(ProxyAction::Respond(status)) => {
+                let answer = canned(*status);
+                if cw.lock().await.write_all(&answer).await.is_err() {
+                    return;
+                }
+                shared.emit(ev(EventKind::Responded, &head.method, &head.path, body_len));
+                continue;
+            }
             Some(ProxyAction::Delay(d)) => {
                 tokio::select! {
                     _ = client_gone(&mut cr, &mut buf) => {
@@ -534,11 +575,11 @@ async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
             };
             let _ = s.set_nodelay(true);
             let (ur, uw) = s.into_split();
-            let Some(w) = cw.take() else { return };
             let relay = tokio::spawn(relay(
                 ur,
-                w,
+                Arc::clone(&cw),
                 Arc::clone(&cut_response),
+                Arc::clone(&stall_response),
                 Arc::clone(&response_sent),
                 Arc::clone(&shared),
                 conn,
@@ -546,11 +587,15 @@ async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
             upstream = Some(Upstream { write: uw, relay });
         }
         let limit = match action {
-            Some(ProxyAction::CutResponseAfter(n)) => {
+            Some(ProxyAction::CutResponseAfter(n) | ProxyAction::StallResponseAfter(n)) => {
                 response_sent.load(Ordering::SeqCst) + n as u64
             }
             _ => u64::MAX,
         };
+        stall_response.store(
+            matches!(action, Some(ProxyAction::StallResponseAfter(_))),
+            Ordering::SeqCst,
+        );
         cut_response.store(limit, Ordering::SeqCst);
         let up = upstream.as_mut().expect("connected above");
         if up.write.write_all(&request).await.is_err() {
@@ -562,8 +607,9 @@ async fn connection(client: TcpStream, conn: usize, shared: Arc<Shared>) {
 
 async fn relay(
     mut ur: OwnedReadHalf,
-    mut cw: OwnedWriteHalf,
+    cw: ClientWrite,
     cut: Arc<AtomicU64>,
+    stall: Arc<std::sync::atomic::AtomicBool>,
     sent_total: Arc<AtomicU64>,
     shared: Arc<Shared>,
     conn: usize,
@@ -578,7 +624,20 @@ async fn relay(
         let limit = cut.load(Ordering::SeqCst);
         if limit != u64::MAX && sent + n as u64 >= limit {
             let keep = (limit - sent) as usize;
-            let _ = cw.write_all(&chunk[..keep]).await;
+            let mut w = cw.lock().await;
+            let _ = w.write_all(&chunk[..keep]).await;
+            if stall.load(Ordering::SeqCst) {
+                shared.emit(Event {
+                    kind: EventKind::StalledResponse,
+                    conn,
+                    method: String::new(),
+                    path: String::new(),
+                    body_len: 0,
+                });
+                // the rest is never relayed; the client must give up
+                drop(w);
+                match std::future::pending::<std::convert::Infallible>().await {}
+            }
             shared.emit(Event {
                 kind: EventKind::CutResponse,
                 conn,
@@ -586,11 +645,11 @@ async fn relay(
                 path: String::new(),
                 body_len: 0,
             });
-            let _ = cw.shutdown().await;
+            let _ = w.shutdown().await;
             return;
         }
         sent_total.fetch_add(n as u64, Ordering::SeqCst);
-        if cw.write_all(&chunk[..n]).await.is_err() {
+        if cw.lock().await.write_all(&chunk[..n]).await.is_err() {
             return;
         }
     }
@@ -609,5 +668,72 @@ mod tests {
         assert_eq!(chunked_end(b"5\r\nhello\r\n0\r\n\r\n"), Some(15));
         assert_eq!(chunked_end(b"5\r\nhello\r\n0\r\n"), None);
         assert_eq!(chunked_end(b"5\r\nhel"), None);
+    }
+
+    /// An upstream that answers every request `HTTP/1.1 200` with `hello`.
+    async fn upstream() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        while let Some(h) = parse_head(&buf) {
+                            buf.drain(..h.len);
+                            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+                            if s.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// Sends `GET /` on `s` and reads what comes within 500 ms.
+    async fn get(s: &mut TcpStream) -> Vec<u8> {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = s.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&chunk[..n]);
+                if out.ends_with(b"hello") || out.ends_with(b"injected fault") {
+                    break;
+                }
+            }
+        })
+        .await;
+        out
+    }
+
+    #[tokio::test]
+    async fn canned_answers_keep_the_connection_and_stalled_responses_stop_mid_way() {
+        let proxy = Proxy::start(upstream().await).await.unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(get(&mut s).await.ends_with(b"hello"));
+        proxy.add_rule(ProxyRule::new(ProxyAction::Respond(503)).times(1));
+        let answer = get(&mut s).await;
+        assert!(answer.starts_with(b"HTTP/1.1 503 "), "{answer:?}");
+        assert!(answer.ends_with(b"injected fault"));
+        // the same connection goes on to the server afterwards
+        assert!(get(&mut s).await.ends_with(b"hello"));
+        proxy.add_rule(ProxyRule::new(ProxyAction::StallResponseAfter(9)).times(1));
+        assert_eq!(get(&mut s).await, b"HTTP/1.1 ");
+        assert_eq!(proxy.count(EventKind::Responded), 1);
+        assert_eq!(proxy.count(EventKind::StalledResponse), 1);
     }
 }

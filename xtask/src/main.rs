@@ -7,7 +7,9 @@
 //! real-server tier: it installs what is missing (Debian packages, Python
 //! virtualenvs, npm), starts each server on loopback under `target/xtask/`, runs
 //! the `real_*` test binaries with the servers' addresses in the
-//! environment, and stops the servers afterwards — also when a step fails.
+//! environment and a short fault torture on them (`cargo xtask torture
+//! --store s3 --catalog clickhouse`, one seed), and stops the servers
+//! afterwards — also when a step fails.
 #![forbid(unsafe_code)]
 
 mod fuzz;
@@ -40,7 +42,7 @@ fn main() -> Result<()> {
                  bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
                  mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
-                 torture [--seed S] [--minutes M] [--runs N]   seeded crash torture with an oracle (RELIABILITY.md)"
+                 torture [--seed S] [--minutes M] [--runs N] [--store s3] [--catalog clickhouse] [--no-faults]   seeded crash / fault torture with an oracle (RELIABILITY.md)"
             );
             std::process::exit(2);
         }
@@ -130,7 +132,10 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         for (k, v) in servers.env() {
             cmd.env(k, v);
         }
-        let result = run(&mut cmd).and_then(|()| python_tests(root, "real", &servers.env()));
+        let result = run(&mut cmd)
+            .and_then(|()| python_tests(root, "real", &servers.env()))
+            // a short fault torture (RELIABILITY.md) on these servers
+            .and_then(|()| torture::ci_faults(root, &servers.env()));
         drop(servers); // stops every server, whatever `result` is
         result?;
     }

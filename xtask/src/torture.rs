@@ -3,8 +3,16 @@
 //!
 //! ```text
 //! cargo xtask torture [--seed S] [--minutes M] [--runs N] [--run-secs S]
-//!                     [--store file|s3] [--catalog sqlite|clickhouse] [--keep] [--bin PATH]
+//!                     [--store file|s3] [--catalog sqlite|clickhouse]
+//!                     [--faults|--no-faults] [--keep] [--bin PATH]
 //! ```
+//!
+//! With `--store s3` / `--catalog clickhouse` the destination is real moto /
+//! ClickHouse ([`remote`]), by default through fault proxies that open
+//! seeded fault windows ([`faults`]; RELIABILITY.md "Fault torture").
+//! Every run times each engine close (its last durable pack to its exit;
+//! bound: its deadline + 2 s) and each stop (SIGTERM to exit; bound 5 s)
+//! and fails past them.
 //!
 //! Each run works on one spool root (`<work>/spool`, the layout
 //! `root/<catalog key>/r<rank>-<inc>/`) with one destination (a `file://`
@@ -42,6 +50,9 @@
 //! is a failure: none is injected). A failing run prints its seed and the
 //! command that reproduces its choices (timing still varies).
 
+mod faults;
+mod remote;
+
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -72,6 +83,20 @@ const RECHECK: &str = "0.5";
 /// Unheld `.creating` staging copies (a claim SIGKILLed mid-way) older
 /// than this are removed by adoption (SPEC §3; 60 s by default).
 const STAGING_MAX_AGE: &str = "2s";
+/// A daemon's last flush after SIGTERM (`service.stop_flush_timeout`).
+const STOP_FLUSH_TIMEOUT: &str = "2s";
+/// The longest SIGTERM-to-exit of a daemon or holder the torture accepts:
+/// the stop flush (2 s) + 3 s.
+const STOP_BOUND: Duration = Duration::from_secs(5);
+/// An engine producer's `--timeout`: each flush's and the close's deadline.
+const ENGINE_TIMEOUT: u64 = 20;
+/// How far past its deadline an engine's close may return.
+const OVERRUN_BOUND: Duration = Duration::from_secs(2);
+/// The object store client's and the catalog's per-request bounds in a
+/// run (`client.request_timeout`, `catalog.request_timeout`): short, so a
+/// stalled request costs seconds, not minutes, of a run.
+const CLIENT_REQUEST_TIMEOUT: &str = "10s";
+const CATALOG_REQUEST_TIMEOUT: &str = "5s";
 
 /// What `cargo xtask torture` was asked.
 #[derive(Debug, Clone)]
@@ -86,8 +111,16 @@ pub struct Options {
     pub run_secs: f64,
     /// Keep each run's directory (always kept when it fails).
     pub keep: bool,
-    /// A `spool-with-seams` binary to use instead of building one.
+    /// A `spool-with-seams` binary to use instead of building one
+    /// (`fault-proxy` is taken from beside it).
     pub bin: Option<PathBuf>,
+    /// `--store s3`: moto instead of a `file://` store.
+    pub s3: bool,
+    /// `--catalog clickhouse`: ClickHouse instead of SQLite.
+    pub clickhouse: bool,
+    /// `--faults`: fault proxies in front of the real servers (on by
+    /// default with either; `--no-faults` turns them off).
+    pub faults: bool,
 }
 
 /// The figures of runs, summed.
@@ -99,8 +132,23 @@ pub struct Figures {
     pub kills_random: u64,
     /// Processes that killed themselves at an armed kill point.
     pub kills_at_points: u64,
-    /// Injected faults (none in the crash torture; the fault torture's).
+    /// Fault windows opened (none in the crash torture; the fault
+    /// torture's), by kind in `faults_by`.
     pub faults: u64,
+    /// Fault windows by kind (`faults::KINDS`), per server.
+    pub faults_by: BTreeMap<String, u64>,
+    /// Requests the fault proxies hit, by what was done to them.
+    pub requests_hit: BTreeMap<String, u64>,
+    /// Engine closes timed (last durable pack to exit) and the longest.
+    pub closes: u64,
+    /// The longest engine close, from its last durable pack to its exit.
+    pub longest_close: Duration,
+    /// How far the longest close went past its deadline (`--timeout`).
+    pub longest_overrun: Duration,
+    /// Stops timed (SIGTERM to exit, daemons and holders) and the longest.
+    pub stops: u64,
+    /// The longest SIGTERM-to-exit.
+    pub longest_stop: Duration,
     /// Packs producers reported durable.
     pub packs: u64,
     /// Reported packs missing, damaged or unindexed at the end.
@@ -132,6 +180,17 @@ impl Figures {
         for (k, n) in &o.points {
             *self.points.entry(k.clone()).or_default() += n;
         }
+        for (k, n) in &o.faults_by {
+            *self.faults_by.entry(k.clone()).or_default() += n;
+        }
+        for (k, n) in &o.requests_hit {
+            *self.requests_hit.entry(k.clone()).or_default() += n;
+        }
+        self.closes += o.closes;
+        self.stops += o.stops;
+        self.longest_close = self.longest_close.max(o.longest_close);
+        self.longest_overrun = self.longest_overrun.max(o.longest_overrun);
+        self.longest_stop = self.longest_stop.max(o.longest_stop);
     }
 
     fn line(&self) -> String {
@@ -140,20 +199,43 @@ impl Figures {
             .iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
+        let by = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let faults = if self.faults == 0 {
+            "0".to_string()
+        } else {
+            format!(
+                "{} ({}; requests hit: {})",
+                self.faults,
+                by(&self.faults_by),
+                by(&self.requests_hit)
+            )
+        };
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {})",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
             self.kills_at_points,
             points.join(", "),
-            self.faults,
+            faults,
             self.packs,
             self.lost,
             self.duplicates,
             self.live_touched,
             self.rows_before_object,
-            self.unreported
+            self.unreported,
+            self.longest_overrun.as_secs_f64(),
+            self.longest_close.as_secs_f64(),
+            self.closes,
+            OVERRUN_BOUND.as_secs(),
+            self.longest_stop.as_secs_f64(),
+            self.stops,
+            STOP_BOUND.as_secs()
         )
     }
 }
@@ -167,7 +249,11 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
         run_secs: 20.0,
         keep: false,
         bin: None,
+        s3: false,
+        clickhouse: false,
+        faults: false,
     };
+    let mut faults = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -183,22 +269,31 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
             "--keep" => o.keep = true,
             "--bin" => o.bin = Some(value("--bin")?.into()),
             "--store" => {
-                let v = value("--store")?;
-                if v != "file" {
-                    bail!("--store {v}: only `file` is implemented (the s3 variant is not yet)");
+                o.s3 = match value("--store")?.as_str() {
+                    "file" => false,
+                    "s3" => true,
+                    v => bail!("--store {v}: `file` or `s3` (moto)"),
                 }
             }
             "--catalog" => {
-                let v = value("--catalog")?;
-                if v != "sqlite" {
-                    bail!("--catalog {v}: only `sqlite` is implemented (the clickhouse variant is not yet)");
+                o.clickhouse = match value("--catalog")?.as_str() {
+                    "sqlite" => false,
+                    "clickhouse" => true,
+                    v => bail!("--catalog {v}: `sqlite` or `clickhouse`"),
                 }
             }
+            "--faults" => faults = Some(true),
+            "--no-faults" => faults = Some(false),
             other => bail!(
                 "unknown option {other}; usage: cargo xtask torture [--seed S] [--minutes M] \
-                 [--runs N] [--run-secs S] [--store file] [--catalog sqlite] [--keep] [--bin PATH]"
+                 [--runs N] [--run-secs S] [--store file|s3] [--catalog sqlite|clickhouse] \
+                 [--faults|--no-faults] [--keep] [--bin PATH]"
             ),
         }
+    }
+    o.faults = faults.unwrap_or(o.s3 || o.clickhouse);
+    if o.faults && !o.s3 && !o.clickhouse {
+        bail!("--faults needs a real server to put the proxy in front of: --store s3 and/or --catalog clickhouse");
     }
     let figures = torture(root, &o)?;
     eprintln!("torture: {}", figures.line());
@@ -219,10 +314,36 @@ pub fn ci(root: &Path) -> Result<()> {
             run_secs: 15.0,
             keep: false,
             bin: Some(bin.clone()),
+            s3: false,
+            clickhouse: false,
+            faults: false,
         };
         total.add(&torture(root, &o)?);
     }
     eprintln!("torture: {}", total.line());
+    Ok(())
+}
+
+/// CI's short fault pass (`cargo xtask test`, after the real tier, with its
+/// servers): one run of the day's seed against moto + ClickHouse through
+/// the fault proxies, 20 s of production (about 40 s in all).
+pub fn ci_faults(root: &Path, servers: &[(String, String)]) -> Result<()> {
+    crate::run(crate::cargo().args(["build", "-p", "spool-cli", "-p", "spool-tests", "--bins"]))?;
+    let o = Options {
+        seed: seed_of_the_day(),
+        minutes: None,
+        runs: Some(1),
+        run_secs: 20.0,
+        keep: false,
+        bin: Some(crate::target_dir(root).join("debug/spool-with-seams")),
+        s3: true,
+        clickhouse: true,
+        faults: true,
+    };
+    let env = |k: &str| servers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let remote = remote::Remote::start_with(root, &o, &env)?;
+    let figures = runs(root, &o, &remote)?;
+    eprintln!("torture (faults): {}", figures.line());
     Ok(())
 }
 
@@ -266,6 +387,20 @@ pub fn torture(root: &Path, o: &Options) -> Result<Figures> {
             crate::target_dir(root).join("debug/spool-with-seams")
         }
     };
+    let remote = remote::Remote::start(root, o)?;
+    runs(
+        root,
+        &Options {
+            bin: Some(bin),
+            ..o.clone()
+        },
+        &remote,
+    )
+}
+
+/// The runs of [`torture`] with `o.bin` built and the servers up.
+fn runs(root: &Path, o: &Options, remote: &remote::Remote) -> Result<Figures> {
+    let bin = o.bin.clone().context("a built spool-with-seams")?;
     let work = crate::target_dir(root).join("xtask/torture");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let runs = o
@@ -289,7 +424,7 @@ pub fn torture(root: &Path, o: &Options) -> Result<Figures> {
         let dir = work.join(format!("seed-{seed}"));
         let _ = std::fs::remove_dir_all(&dir);
         eprintln!("torture: run {} seed {seed} in {}", n + 1, dir.display());
-        let (figures, problems) = Run::new(seed, &dir, &bin, o.run_secs)?.go()?;
+        let (figures, problems) = Run::new(seed, &dir, &bin, o, remote)?.go()?;
         eprintln!("torture: seed {seed}: {}", figures.line());
         total.add(&figures);
         if problems.is_empty() {
@@ -305,9 +440,10 @@ pub fn torture(root: &Path, o: &Options) -> Result<Figures> {
                 eprintln!("torture:   {p}");
             }
             eprintln!(
-                "torture: reproduce with: cargo xtask torture --seed {seed} --runs 1 --run-secs {} \
+                "torture: reproduce with: cargo xtask torture --seed {seed} --runs 1 --run-secs {}{} \
                  (its directory is kept: {})",
                 o.run_secs,
+                variant(o),
                 dir.display()
             );
             failures.push(seed);
@@ -321,6 +457,84 @@ pub fn torture(root: &Path, o: &Options) -> Result<Figures> {
         );
     }
     Ok(total)
+}
+
+/// The options that pick the variant, as `cargo xtask torture` spells them.
+fn variant(o: &Options) -> String {
+    let mut v = String::new();
+    if o.s3 {
+        v.push_str(" --store s3");
+    }
+    if o.clickhouse {
+        v.push_str(" --catalog clickhouse");
+    }
+    if (o.s3 || o.clickhouse) && !o.faults {
+        v.push_str(" --no-faults");
+    }
+    v
+}
+
+/// The port of `127.0.0.1:PORT`.
+fn remote_port(addr: &str) -> Result<u16> {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .with_context(|| format!("{addr} is not IP:PORT"))
+}
+
+/// Where a run's store is, as the oracle reads it.
+#[derive(Clone)]
+enum StoreAt {
+    /// A `file://` store's directory.
+    File(PathBuf),
+    /// moto: port (direct, not the proxy), bucket, the run's prefix.
+    S3 {
+        port: u16,
+        bucket: String,
+        prefix: String,
+    },
+}
+
+impl StoreAt {
+    /// Every object: its key (relative to the store's root) and bytes.
+    fn objects(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        match self {
+            StoreAt::File(dir) => {
+                let mut files = Vec::new();
+                walk_files(dir, &mut files);
+                Ok(files
+                    .into_iter()
+                    .map(|f| {
+                        let key = f.strip_prefix(dir).unwrap_or(&f).display().to_string();
+                        (key, std::fs::read(&f).unwrap_or_default())
+                    })
+                    .collect())
+            }
+            StoreAt::S3 {
+                port,
+                bucket,
+                prefix,
+            } => {
+                let mut out = Vec::new();
+                for key in remote::s3_keys(*port, bucket, prefix)? {
+                    let bytes = remote::s3_get(*port, bucket, &key)?.unwrap_or_default();
+                    out.push((key, bytes));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Whether the object a catalog row names is there.
+    fn has(&self, key: &str) -> bool {
+        match self {
+            StoreAt::File(dir) => dir.join(key).exists(),
+            StoreAt::S3 { port, bucket, .. } => {
+                // moto may be busy: an unanswered HEAD is no evidence
+                remote::s3_exists(*port, bucket, key).unwrap_or(true)
+            }
+        }
+    }
 }
 
 /// splitmix64: small, seedable, good enough to pick actions.
@@ -384,6 +598,13 @@ struct Proc {
     stderr_reader: Option<std::thread::JoinHandle<()>>,
     /// A paused holder's release file.
     release: Option<PathBuf>,
+    /// When the scheduler sent it SIGTERM.
+    term_at: Option<Instant>,
+    /// When its stderr closed (it exited), seen by the reader thread.
+    ended: Arc<Mutex<Option<Instant>>>,
+    /// An engine's packs to stage, and when it reported its last one.
+    packs: u64,
+    last_report: Arc<Mutex<(u64, Option<Instant>)>>,
 }
 
 /// A digest of one file of a live directory.
@@ -450,9 +671,21 @@ struct Run {
     rng: Rng,
     dir: PathBuf,
     root: PathBuf,
-    store_dir: PathBuf,
+    /// The store as the oracle reads it.
+    store_at: StoreAt,
+    /// The store and catalog URLs every process of the run gets (through
+    /// the fault proxies with `--faults`).
     store: String,
     catalog: String,
+    /// The catalog URL the oracle reads (never through a proxy).
+    catalog_read: String,
+    /// The environment every process of the run gets.
+    env: Vec<(String, String)>,
+    /// `--faults`: the proxies.
+    proxies: Vec<faults::FaultProxy>,
+    /// A ClickHouse database made for the run (port, name): dropped after
+    /// a passing run.
+    database: Option<(u16, String)>,
     bin: PathBuf,
     run_secs: f64,
     /// How many daemons run at once.
@@ -465,7 +698,7 @@ struct Run {
 }
 
 impl Run {
-    fn new(seed: u64, dir: &Path, bin: &Path, run_secs: f64) -> Result<Run> {
+    fn new(seed: u64, dir: &Path, bin: &Path, o: &Options, remote: &remote::Remote) -> Result<Run> {
         let root = dir.join("spool");
         let store_dir = dir.join("store");
         for d in [&root, &store_dir, &dir.join("bin")] {
@@ -475,16 +708,96 @@ impl Run {
         std::fs::copy(bin, &own_bin)
             .with_context(|| format!("copying {} (built?)", bin.display()))?;
         let dir = dir.canonicalize()?;
+        let mut proxies = Vec::new();
+        if o.faults {
+            let from = bin.with_file_name("fault-proxy");
+            let own = dir.join("bin/fault-proxy");
+            std::fs::copy(&from, &own)
+                .with_context(|| format!("copying {} (built?)", from.display()))?;
+            if let Some((port, _)) = &remote.s3 {
+                proxies.push(faults::FaultProxy::start(&own, "s3", *port)?);
+            }
+            if let Some(port) = remote.clickhouse {
+                proxies.push(faults::FaultProxy::start(&own, "clickhouse", port)?);
+            }
+        }
+        let via = |name: &str, port: u16| {
+            proxies
+                .iter()
+                .find(|p| p.name == name)
+                .map_or(port, |p| p.port)
+        };
+        let mut env: Vec<(String, String)> = vec![
+            ("RUST_LOG".into(), "warn".into()),
+            ("SPOOL_STAGING_MAX_AGE".into(), STAGING_MAX_AGE.into()),
+            ("SPOOL_STOP_FLUSH_TIMEOUT".into(), STOP_FLUSH_TIMEOUT.into()),
+            (
+                "SPOOL_CLIENT_REQUEST_TIMEOUT".into(),
+                CLIENT_REQUEST_TIMEOUT.into(),
+            ),
+            (
+                "SPOOL_CATALOG_REQUEST_TIMEOUT".into(),
+                CATALOG_REQUEST_TIMEOUT.into(),
+            ),
+        ];
+        // a name of the run's own in the shared servers
+        let tag = format!("torture-{seed}-{}", std::process::id());
+        let (store, store_at) = match &remote.s3 {
+            Some((port, bucket)) => {
+                let endpoint = format!("http://127.0.0.1:{}", via("s3", *port));
+                for (k, v) in [
+                    ("AWS_ENDPOINT", endpoint.as_str()),
+                    ("AWS_ALLOW_HTTP", "true"),
+                    ("AWS_REGION", "us-east-1"),
+                    ("AWS_ACCESS_KEY_ID", "spool-test"),
+                    ("AWS_SECRET_ACCESS_KEY", "spool-test"),
+                ] {
+                    env.push((k.into(), v.into()));
+                }
+                (
+                    format!("s3://{bucket}/{tag}"),
+                    StoreAt::S3 {
+                        port: *port,
+                        bucket: bucket.clone(),
+                        prefix: tag.clone(),
+                    },
+                )
+            }
+            None => (
+                format!("file://{}", dir.join("store").display()),
+                StoreAt::File(dir.join("store")),
+            ),
+        };
+        let (catalog, catalog_read, database) = match remote.clickhouse {
+            Some(port) => {
+                let db = tag.replace('-', "_");
+                remote::clickhouse(port, &format!("DROP DATABASE IF EXISTS {db}"))?;
+                remote::clickhouse(port, &format!("CREATE DATABASE {db}"))?;
+                (
+                    format!("clickhouse://127.0.0.1:{}/{db}", via("clickhouse", port)),
+                    format!("clickhouse://127.0.0.1:{port}/{db}"),
+                    Some((port, db)),
+                )
+            }
+            None => {
+                let c = format!("sqlite://{}", dir.join("catalog.db").display());
+                (c.clone(), c, None)
+            }
+        };
         Ok(Run {
             seed,
             rng: Rng(seed),
-            store: format!("file://{}", dir.join("store").display()),
-            catalog: format!("sqlite://{}", dir.join("catalog.db").display()),
+            store,
+            store_at,
+            catalog,
+            catalog_read,
+            env,
+            proxies,
+            database,
             root: dir.join("spool"),
-            store_dir: dir.join("store"),
             bin: dir.join("bin/spool-with-seams"),
             dir,
-            run_secs,
+            run_secs: o.run_secs,
             daemons: 2,
             stdout_readers: Vec::new(),
             procs: Vec::new(),
@@ -519,8 +832,8 @@ impl Run {
             let (shared, stop) = (self.shared.clone(), stop.clone());
             let (bin, catalog, store) = (
                 self.bin.clone(),
-                self.catalog.clone(),
-                self.store_dir.clone(),
+                self.catalog_read.clone(),
+                self.store_at.clone(),
             );
             std::thread::spawn(move || watch_catalog(&bin, &catalog, &store, &shared, &stop))
         };
@@ -540,7 +853,22 @@ impl Run {
             let _ = r.join();
         }
         self.oracle()?;
+        for p in &self.proxies {
+            for (k, n) in p.hits() {
+                *self
+                    .figures
+                    .requests_hit
+                    .entry(format!("{} {k}", p.name))
+                    .or_default() += n;
+            }
+        }
+        self.proxies.clear();
         let shared = lock(&self.shared);
+        if shared.problems.is_empty() {
+            if let Some((port, db)) = &self.database {
+                let _ = remote::clickhouse(*port, &format!("DROP DATABASE IF EXISTS {db}"));
+            }
+        }
         let mut figures = self.figures.clone();
         figures.runs = 1;
         figures.packs = shared.durable.len() as u64;
@@ -595,8 +923,28 @@ impl Run {
                     None => self.unpause(i),
                 }
             }
+            self.inject()?;
+        }
+        for p in &mut self.proxies {
+            p.tick(true)?;
         }
         self.drain()
+    }
+
+    /// `--faults`: ends the fault windows that are due and, by chance,
+    /// opens a new one on a proxy that has none.
+    fn inject(&mut self) -> Result<()> {
+        for k in 0..self.proxies.len() {
+            self.proxies[k].tick(false)?;
+            if self.proxies[k].busy() || !self.rng.chance(0.12) {
+                continue;
+            }
+            let kind = self.proxies[k].open(&mut self.rng)?;
+            self.figures.faults += 1;
+            let name = format!("{} {kind}", self.proxies[k].name);
+            *self.figures.faults_by.entry(name).or_default() += 1;
+        }
+        Ok(())
     }
 
     /// Stops producing and lets everything drain (each wait bounded).
@@ -672,7 +1020,7 @@ impl Run {
             .args(self.dest())
             .args(["--lease-ttl", LEASE_TTL, "--poll-interval", POLL])
             .args(["--recheck-interval", RECHECK, "--max-backoff", "1"])
-            .env("SPOOL_STAGING_MAX_AGE", STAGING_MAX_AGE)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
             .context("running the final spool run --once")?;
@@ -734,6 +1082,9 @@ impl Run {
         }
         let p = &mut self.procs[i];
         p.signalled = Some(sig);
+        if sig == "TERM" {
+            p.term_at = Some(Instant::now());
+        }
         if sig == "KILL" {
             self.figures.kills_random += 1;
             let _ = p.child.kill();
@@ -770,6 +1121,7 @@ impl Run {
             if let Some(o) = lock(&self.shared).owners.get_mut(&i) {
                 o.live = false;
             }
+            self.time_exit(i, status);
             let p = &self.procs[i];
             let by_signal = std::os::unix::process::ExitStatusExt::signal(&status);
             let stderr = p.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -818,6 +1170,56 @@ impl Run {
             }
         }
         dead_daemons
+    }
+
+    /// Times an exit: a stop (SIGTERM to exit) and an engine's close (its
+    /// last durable pack to its exit, when it reported every pack), and
+    /// records a wait past its bound as a problem.
+    fn time_exit(&mut self, i: usize, status: ExitStatus) {
+        let p = &self.procs[i];
+        let Some(ended) = *p.ended.lock().unwrap_or_else(|e| e.into_inner()) else {
+            return;
+        };
+        if std::os::unix::process::ExitStatusExt::signal(&status) == Some(9) {
+            return; // killed: no stop, no close
+        }
+        if let (Some(term), Some("TERM")) = (p.term_at, p.signalled) {
+            let took = ended.saturating_duration_since(term);
+            self.figures.stops += 1;
+            self.figures.longest_stop = self.figures.longest_stop.max(took);
+            if took > STOP_BOUND {
+                let what = format!(
+                    "{} (pid {}) took {:.2} s from SIGTERM to exit (bound {} s: stop_flush_timeout {STOP_FLUSH_TIMEOUT} + 3 s)",
+                    self.name(i),
+                    p.pid,
+                    took.as_secs_f64(),
+                    STOP_BOUND.as_secs()
+                );
+                self.problem(what);
+            }
+        }
+        let (reported, last) = *p.last_report.lock().unwrap_or_else(|e| e.into_inner());
+        if p.kind == Kind::Engine && p.signalled.is_none() && reported == p.packs {
+            if let Some(last) = last {
+                let took = ended.saturating_duration_since(last);
+                let deadline = Duration::from_secs(ENGINE_TIMEOUT);
+                let overrun = took.saturating_sub(deadline);
+                self.figures.closes += 1;
+                self.figures.longest_close = self.figures.longest_close.max(took);
+                self.figures.longest_overrun = self.figures.longest_overrun.max(overrun);
+                if overrun > OVERRUN_BOUND {
+                    let what = format!(
+                        "{} (pid {}) closed {:.2} s after its last pack: {:.2} s past its {ENGINE_TIMEOUT} s deadline (bound +{} s)",
+                        self.name(i),
+                        p.pid,
+                        took.as_secs_f64(),
+                        overrun.as_secs_f64(),
+                        OVERRUN_BOUND.as_secs()
+                    );
+                    self.problem(what);
+                }
+            }
+        }
     }
 
     fn spawn_daemon(&mut self, may_arm: bool) -> Result<()> {
@@ -874,7 +1276,7 @@ impl Run {
         }
         match kind {
             Kind::Engine => {
-                cmd.args(["--serve", "--timeout", "20"]);
+                cmd.args(["--serve", "--timeout", &ENGINE_TIMEOUT.to_string()]);
                 cmd.args(["--lease-ttl", LEASE_TTL, "--poll-interval", POLL]);
                 cmd.args(["--recheck-interval", RECHECK]);
             }
@@ -889,7 +1291,11 @@ impl Run {
             }
         }
         let expect = (kind == Kind::SinkOnly).then_some(packs);
-        self.spawn(kind, cmd, kill_at, release, expect)
+        self.spawn(kind, cmd, kill_at, release, expect)?;
+        if let Some(p) = self.procs.last_mut() {
+            p.packs = packs;
+        }
+        Ok(())
     }
 
     fn spawn(
@@ -902,8 +1308,7 @@ impl Run {
     ) -> Result<()> {
         let i = self.procs.len();
         let mut child = cmd
-            .env("RUST_LOG", "warn")
-            .env("SPOOL_STAGING_MAX_AGE", STAGING_MAX_AGE)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -928,23 +1333,35 @@ impl Run {
             );
         }
         let stderr = Arc::new(Mutex::new(String::new()));
+        let ended: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let last_report: Arc<Mutex<(u64, Option<Instant>)>> = Arc::default();
         let reader;
         {
-            let (out, shared) = (child.stdout.take(), self.shared.clone());
+            let (out, shared, last) = (
+                child.stdout.take(),
+                self.shared.clone(),
+                last_report.clone(),
+            );
             let stdout_reader = std::thread::spawn(move || {
                 if let Some(mut out) = out {
                     if kind == Kind::Daemon {
                         let _ = std::io::copy(&mut out, &mut std::io::sink());
                     } else {
-                        read_reports(out, i, &shared);
+                        read_reports(out, i, &shared, &last);
                     }
                 }
             });
-            let (err, shared, buf) = (child.stderr.take(), self.shared.clone(), stderr.clone());
+            let (err, shared, buf, end) = (
+                child.stderr.take(),
+                self.shared.clone(),
+                stderr.clone(),
+                ended.clone(),
+            );
             reader = std::thread::spawn(move || {
                 if let Some(err) = err {
                     read_stderr(err, i, &shared, &buf);
                 }
+                *end.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
             });
             self.stdout_readers.push(stdout_reader);
         }
@@ -958,6 +1375,10 @@ impl Run {
             stderr,
             stderr_reader: Some(reader),
             release,
+            term_at: None,
+            ended,
+            packs: 0,
+            last_report,
         });
         Ok(())
     }
@@ -965,24 +1386,25 @@ impl Run {
     /// The oracle (see the module docs).
     fn oracle(&mut self) -> Result<()> {
         // the store: every object, by pack id
-        let mut objects: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-        let mut files = Vec::new();
-        walk_files(&self.store_dir, &mut files);
-        for f in files {
-            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let mut objects: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut contents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (key, bytes) in self.store_at.objects()? {
+            let name = key.rsplit('/').next().unwrap_or_default();
             if let Some(id) = name.strip_suffix(".pack") {
-                objects.entry(id.to_string()).or_default().push(f.clone());
+                objects.entry(id.to_string()).or_default().push(key.clone());
+                contents.entry(id.to_string()).or_insert(bytes);
             }
         }
         // the catalog, as read
         let out = Command::new(&self.bin)
-            .args(["ls", "--json", "--catalog", &self.catalog])
+            .args(["ls", "--json", "--catalog", &self.catalog_read])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .context("running spool ls")?;
         if !out.status.success() {
             self.problem(format!(
                 "spool ls --catalog {} failed: {}",
-                self.catalog,
+                self.catalog_read,
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
@@ -1006,21 +1428,18 @@ impl Run {
                     paths.len()
                 ));
             }
-            let bytes = std::fs::read(&paths[0]).unwrap_or_default();
-            match pack_checksum(&bytes) {
+            let bytes = contents.get(id).map(Vec::as_slice).unwrap_or_default();
+            match pack_checksum(bytes) {
                 Some(sha) => {
                     object_sha.insert(id.clone(), (sha.clone(), bytes.len() as u64));
                 }
                 None => problems.push(format!(
                     "object {} does not validate (its trailer's SHA-256 is not its bytes')",
-                    paths[0].display()
+                    paths[0]
                 )),
             }
             match rows.get(id).map(Vec::len) {
-                None => problems.push(format!(
-                    "object {} is in no catalog row",
-                    paths[0].display()
-                )),
+                None => problems.push(format!("object {} is in no catalog row", paths[0])),
                 Some(1) => {}
                 Some(n) => {
                     duplicates += 1;
@@ -1111,13 +1530,22 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// A producer's stdout: `ID SHA256` per durable pack.
-fn read_reports(out: impl Read, i: usize, shared: &Mutex<Shared>) {
+fn read_reports(
+    out: impl Read,
+    i: usize,
+    shared: &Mutex<Shared>,
+    last: &Mutex<(u64, Option<Instant>)>,
+) {
     for line in BufReader::new(out).lines() {
         let Ok(line) = line else { break };
         let mut parts = line.split_whitespace();
         let (Some(id), Some(sha)) = (parts.next(), parts.next()) else {
             continue;
         };
+        {
+            let mut l = last.lock().unwrap_or_else(|e| e.into_inner());
+            *l = (l.0 + 1, Some(Instant::now()));
+        }
         let mut s = lock(shared);
         if let Some((_, other)) = s.durable.get(id) {
             let other = *other;
@@ -1242,7 +1670,7 @@ fn process_alive(pid: u32) -> bool {
 fn watch_catalog(
     bin: &Path,
     catalog: &str,
-    store: &Path,
+    store: &StoreAt,
     shared: &Mutex<Shared>,
     stop: &AtomicBool,
 ) {
@@ -1267,7 +1695,7 @@ fn watch_catalog(
             else {
                 continue;
             };
-            if !store.join(key).exists() {
+            if !store.has(key) {
                 let mut s = lock(shared);
                 if s.early_rows.insert(id.to_string()) {
                     s.problems.push(format!(
@@ -1330,43 +1758,4 @@ fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_rng_is_seeded() {
-        let (mut a, mut b) = (Rng(7), Rng(7));
-        let xs: Vec<u64> = (0..5).map(|_| a.next()).collect();
-        let ys: Vec<u64> = (0..5).map(|_| b.next()).collect();
-        assert_eq!(xs, ys);
-        assert_ne!(Rng(8).next(), xs[0]);
-    }
-
-    #[test]
-    fn a_pack_checksum_is_checked() {
-        let mut body = vec![7u8; 100];
-        let hash = Sha256::digest(&body);
-        body.extend_from_slice(&hash);
-        assert_eq!(pack_checksum(&body), Some(hex(&hash)));
-        body[3] ^= 1;
-        assert_eq!(pack_checksum(&body), None);
-    }
-
-    #[test]
-    fn the_kill_points_are_spool_cores() {
-        let src = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../spool-core/src/seams.rs"),
-        )
-        .unwrap();
-        let start = src.find("pub const KILL_POINTS").unwrap();
-        let list = &src[start..start + src[start..].find("];").unwrap()];
-        let theirs: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
-        assert_eq!(theirs, KILL_POINTS);
-    }
-
-    #[test]
-    fn the_seed_of_the_day_is_a_date() {
-        let s = seed_of_the_day();
-        assert!((20_200_101..21_000_101).contains(&s), "{s}");
-    }
-}
+mod tests;

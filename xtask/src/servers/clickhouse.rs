@@ -25,8 +25,15 @@ const SERVER: &str = "/usr/sbin/clickhouse-server";
 
 /// Installs ClickHouse if missing and starts it under `<root>/target/xtask/clickhouse`.
 pub fn start(root: &Path) -> Result<ServerProcess> {
+    start_in(root, "clickhouse")
+}
+
+/// [`start`] with its state under `<root>/target/xtask/<name>` (the
+/// torture's own, so it never clears the directory of a server that
+/// `cargo xtask servers up` runs beside it).
+pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
     install_if_missing()?;
-    let dir = root.join("target/xtask/clickhouse");
+    let dir = root.join("target/xtask").join(name);
     // A previous run's data would only slow the start and may hold a
     // different schema; every run starts from nothing.
     if dir.exists() {

@@ -23,12 +23,18 @@ const MOTO: &str = "moto[s3]==5.2.5";
 
 /// Installs moto if missing and starts it.
 pub fn start(root: &Path) -> Result<ServerProcess> {
+    start_in(root, "moto")
+}
+
+/// [`start`] logging under `<root>/target/xtask/<name>` (the torture's
+/// own, beside a server `cargo xtask servers up` may run).
+pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
     let venv = root.join("target/xtask/moto-venv");
     let server = venv.join("bin/moto_server");
     if !server.exists() {
         python_venv(&venv, &[MOTO, "flask", "flask-cors"], "moto")?;
     }
-    let dir = root.join("target/xtask/moto");
+    let dir = root.join("target/xtask").join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let log = std::fs::File::create(dir.join("moto.log"))
         .with_context(|| format!("could not create {}/moto.log", dir.display()))?;
