@@ -163,6 +163,10 @@ pub struct Figures {
     pub unreported: u64,
     /// Deaths at each kill point.
     pub points: BTreeMap<String, u64>,
+    /// Daemons that latched and exited 7 (fault runs only): a lease holder
+    /// whose renewals the faults cut was deposed, and a foreign lease
+    /// outlived 2 × TTL (SPEC §6.2). Restarted like any dead daemon.
+    pub latched: u64,
 }
 
 impl Figures {
@@ -177,6 +181,7 @@ impl Figures {
         self.live_touched += o.live_touched;
         self.rows_before_object += o.rows_before_object;
         self.unreported += o.unreported;
+        self.latched += o.latched;
         for (k, n) in &o.points {
             *self.points.entry(k.clone()).or_default() += n;
         }
@@ -216,7 +221,7 @@ impl Figures {
             )
         };
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -229,6 +234,7 @@ impl Figures {
             self.live_touched,
             self.rows_before_object,
             self.unreported,
+            self.latched,
             self.longest_overrun.as_secs_f64(),
             self.longest_close.as_secs_f64(),
             self.closes,
@@ -1146,6 +1152,18 @@ impl Run {
                 // an engine whose close could not drain in time: its
                 // packs stay for adoption (SPEC §7.5), not a broken rule
                 (None, None) if p.kind == Kind::Engine && status.code() == Some(6) => true,
+                // SPEC §6.2: a deposed lease holder that sees a foreign
+                // lease outlive 2 × TTL latches and exits 7; only faults
+                // (stalled or refused renewals) depose a live holder
+                (None, None)
+                    if p.kind == Kind::Daemon
+                        && status.code() == Some(7)
+                        && stderr.contains("latched")
+                        && !self.proxies.is_empty() =>
+                {
+                    self.figures.latched += 1;
+                    true
+                }
                 // a paused holder killed after its release: still a kill
                 (_, None) => status.success(),
                 _ => false,
