@@ -418,9 +418,26 @@ fn corrupt_packs_of_every_kind_are_quarantined_and_nothing_else_is_touched() {
     assert_eq!(quarantined, q, "requeue let a corrupt pack back");
 }
 
-/// A `spool` command run as `nobody` (a privilege-dropped child).
-fn as_nobody() -> Command {
-    let mut c = spool();
+/// A `spool` command run as `nobody` (a privilege-dropped child). It runs
+/// a copy of the binary under `top` (the scratch tree, which `nobody` may
+/// traverse): the build's own may sit under a directory `nobody` cannot
+/// traverse (a fresh clone in a `mktemp -d` directory is 0700).
+fn as_nobody(top: &Path) -> Command {
+    let copy = top.join("bin").join("spool");
+    if !copy.exists() {
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::set_permissions(
+            copy.parent().unwrap(),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::copy(spool_tests::spool_bin(), &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut c = Command::new(copy);
+    if std::env::var_os("RUST_LOG").is_none() {
+        c.env("RUST_LOG", "warn");
+    }
     c.uid(NOBODY).gid(NOBODY);
     c
 }
@@ -446,7 +463,7 @@ fn another_users_directory_gives_clear_errors_and_is_left_whole() {
     }
     // root's dead sibling (0700, its lock file 0600), and nobody's own
     let (roots, _) = s.dead_sibling("r1-00000001", 2);
-    let out = run(as_nobody()
+    let out = run(as_nobody(&s.top)
         .args(["produce", "--pack-bytes", "1024", "--packs", "2", "--dir"])
         .arg(s.key_dir.join("r2-00000002")));
     assert!(out.status.success(), "{}", describe(&out));
@@ -461,7 +478,7 @@ fn another_users_directory_gives_clear_errors_and_is_left_whole() {
         &["status"][..],
         &["unblock"][..],
     ] {
-        let out = run(as_nobody().args(args).arg(&roots));
+        let out = run(as_nobody(&s.top).args(args).arg(&roots));
         assert_eq!(code(&out), 1, "{args:?}: {}", describe(&out));
         let err = stderr(&out);
         assert!(
@@ -472,7 +489,7 @@ fn another_users_directory_gives_clear_errors_and_is_left_whole() {
             "{args:?}: names the path, the refusal and what to do: {err}"
         );
     }
-    let out = run(as_nobody().args(["status", "--json"]).arg(&s.root));
+    let out = run(as_nobody(&s.top).args(["status", "--json"]).arg(&s.root));
     assert!(out.status.success(), "{}", describe(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["rank_dirs"].as_array().unwrap();
@@ -490,7 +507,7 @@ fn another_users_directory_gives_clear_errors_and_is_left_whole() {
     );
     assert_eq!(rows.len(), 2, "{v}");
 
-    let out = run(as_nobody()
+    let out = run(as_nobody(&s.top)
         .args(["run", "--once", "--timeout", "15", "--spool-root"])
         .arg(&s.root));
     assert_eq!(code(&out), 1, "blocked: {}", describe(&out));
