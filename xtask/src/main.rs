@@ -135,7 +135,10 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         let result = run(&mut cmd)
             .and_then(|()| python_tests(root, "real", &servers.env()))
             // a short fault torture (RELIABILITY.md) on these servers
-            .and_then(|()| torture::ci_faults(root, &servers.env()));
+            .and_then(|()| torture::ci_faults(root, &servers.env()))
+            // two nodes in network namespaces, one catalog lease, the
+            // holder's link cut and stalled (its own ClickHouse; root only)
+            .and_then(|()| torture::ci_lease_netns(root));
         drop(servers); // stops every server, whatever `result` is
         result?;
     }

@@ -51,6 +51,7 @@
 //! command that reproduces its choices (timing still varies).
 
 mod faults;
+mod netns;
 mod remote;
 
 use anyhow::{bail, Context, Result};
@@ -260,6 +261,7 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
         faults: false,
     };
     let mut faults = None;
+    let mut lease_netns = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -273,6 +275,7 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
             "--runs" => o.runs = Some(value("--runs")?.parse().context("--runs")?),
             "--run-secs" => o.run_secs = value("--run-secs")?.parse().context("--run-secs")?,
             "--keep" => o.keep = true,
+            "--lease-netns" => lease_netns = true,
             "--bin" => o.bin = Some(value("--bin")?.into()),
             "--store" => {
                 o.s3 = match value("--store")?.as_str() {
@@ -293,9 +296,28 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
             other => bail!(
                 "unknown option {other}; usage: cargo xtask torture [--seed S] [--minutes M] \
                  [--runs N] [--run-secs S] [--store file|s3] [--catalog sqlite|clickhouse] \
-                 [--faults|--no-faults] [--keep] [--bin PATH]"
+                 [--faults|--no-faults] [--keep] [--bin PATH] | --lease-netns [--seed S] [--minutes M]"
             ),
         }
+    }
+    if lease_netns {
+        let bin = match &o.bin {
+            Some(b) => b.clone(),
+            None => {
+                crate::run(crate::cargo().args([
+                    "build",
+                    "-p",
+                    "spool-cli",
+                    "-p",
+                    "spool-tests",
+                    "--bins",
+                ]))?;
+                crate::target_dir(root).join("debug/spool-with-seams")
+            }
+        };
+        let secs = o.minutes.map_or(45.0, |m| m * 60.0);
+        netns::lease_netns(root, &bin, o.seed, secs)?;
+        return Ok(());
     }
     o.faults = faults.unwrap_or(o.s3 || o.clickhouse);
     if o.faults && !o.s3 && !o.clickhouse {
@@ -350,6 +372,15 @@ pub fn ci_faults(root: &Path, servers: &[(String, String)]) -> Result<()> {
     let remote = remote::Remote::start_with(root, &o, &env)?;
     let figures = runs(root, &o, &remote)?;
     eprintln!("torture (faults): {}", figures.line());
+    Ok(())
+}
+
+/// CI's short two-node lease pass (`cargo xtask test`, after the real
+/// tier): the day's seed, 30 s of faults (about 50 s in all; skipped
+/// unless root).
+pub fn ci_lease_netns(root: &Path) -> Result<()> {
+    let bin = crate::target_dir(root).join("debug/spool-with-seams");
+    netns::lease_netns(root, &bin, seed_of_the_day(), 30.0)?;
     Ok(())
 }
 

@@ -32,6 +32,13 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
 /// torture's own, so it never clears the directory of a server that
 /// `cargo xtask servers up` runs beside it).
 pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
+    start_on(root, name, &[])
+}
+
+/// [`start_in`] listening also on each of `extra_hosts` (addresses of this
+/// host, e.g. a bridge's that network namespaces reach), with the
+/// password-less `default` user allowed from each one's /24 too.
+pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<ServerProcess> {
     install_if_missing()?;
     let dir = root.join("target/xtask").join(name);
     // A previous run's data would only slow the start and may hold a
@@ -50,6 +57,14 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
         tcp_port = free_port()?;
     }
     let d = dir.display();
+    let listen: String = std::iter::once("127.0.0.1")
+        .chain(extra_hosts.iter().map(String::as_str))
+        .map(|h| format!("    <listen_host>{h}</listen_host>\n"))
+        .collect();
+    let networks: String = extra_hosts
+        .iter()
+        .map(|h| format!("                <ip>{h}/24</ip>\n"))
+        .collect();
     let config = format!(
         r#"<?xml version="1.0"?>
 <yandex>
@@ -60,8 +75,7 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
         <size>10M</size>
         <count>2</count>
     </logger>
-    <listen_host>127.0.0.1</listen_host>
-    <http_port>{http_port}</http_port>
+{listen}    <http_port>{http_port}</http_port>
     <tcp_port>{tcp_port}</tcp_port>
     <max_connections>256</max_connections>
     <keep_alive_timeout>3</keep_alive_timeout>
@@ -79,7 +93,8 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
 </yandex>
 "#
     );
-    let users = r#"<?xml version="1.0"?>
+    let users = format!(
+        r#"<?xml version="1.0"?>
 <yandex>
     <profiles>
         <default>
@@ -92,7 +107,7 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
             <networks>
                 <ip>127.0.0.1</ip>
                 <ip>::1</ip>
-            </networks>
+{networks}            </networks>
             <profile>default</profile>
             <quota>default</quota>
         </default>
@@ -110,7 +125,8 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
         </default>
     </quotas>
 </yandex>
-"#;
+"#
+    );
     std::fs::write(dir.join("config.xml"), config)?;
     std::fs::write(dir.join("users.xml"), users)?;
     let log = std::fs::File::create(dir.join("log/stdout.log"))?;

@@ -1,0 +1,843 @@
+//! `cargo xtask torture --lease-netns [--seed S] [--minutes M]`: two
+//! "nodes" in network namespaces share one catalog lease (`lease_scope =
+//! catalog`, SPEC §6.2) on one ClickHouse, and the holder's link is cut and
+//! stalled on a seeded schedule (issue 15 §2; RELIABILITY.md "Two nodes,
+//! one lease").
+//!
+//! Topology (root only; skipped with a message otherwise): a bridge
+//! `spb<pid>` on the host with `10.213.X.1/24`, and per node a namespace
+//! `spool-<pid>-<i>` joined to it by a veth pair (`spv<pid>h<i>` on the
+//! bridge, `spv<pid>n<i>` inside with `10.213.X.(2+i)`). A ClickHouse of the
+//! run's own listens on 127.0.0.1 and the bridge address; both nodes spell
+//! the catalog URL with the bridge address, so they compute one catalog key
+//! and compete for one lease name. The store is a shared `file://`
+//! directory. Each node has its own spool root, one `spool run` daemon
+//! inside its namespace (TTL 5 s), and sink-only producers
+//! (`spool-with-seams produce`) started through the run, whose dead
+//! directories its daemon adopts, uploads and indexes — under the lease.
+//!
+//! Faults, each a seeded window of TTL + 1..4 s on the current holder:
+//! - a **cut**: the node's interface down (its connects fail at once);
+//! - a **stall**: its bridge port disabled (`bridge link set ... state 0`):
+//!   carrier up, every frame dropped, so requests in flight hang and their
+//!   retransmissions arrive after the restore. (`tc ... netem` would do the
+//!   same, but the kernel here has no netem.)
+//!
+//! A daemon that latches (exit 7: a foreign lease outlived 2 × TTL — a
+//! deposed holder, or the standby, which in catalog scope is a second
+//! publisher) is counted and restarted.
+//!
+//! **Oracle**, from ClickHouse's own clock: (1) claims of different
+//! holdings (lease ids) never overlap by more than the clock's resolution;
+//! (2) every index row (raw, before merges) was written inside a claim of
+//! its own node's daemon and outside every other node's claim — the fence
+//! (the rows carry no term; `indexed_at_ms` is the server clock of the
+//! fenced `INSERT ... SELECT`, the claims' `acquired_at_ms`/`expires_at_ms`
+//! are the same clock); (3) a node whose link failed wrote no row later than
+//! its last claim's expiry; (4) every pack a producer reported is in the
+//! store with its checksum and indexed exactly once as read; nothing is left
+//! under either root.
+
+use super::{pack_checksum, remote, walk_files, Rng};
+use anyhow::{bail, Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The lease TTL of both daemons (whole seconds).
+const TTL_S: u64 = 5;
+/// The fence margin `LeaseConfig::new` picks for a 5 s TTL.
+const FENCE_MARGIN_MS: u64 = 2_000;
+/// The catalog clock's resolution: the allowed overlap of two holdings.
+const CLOCK_MS: u64 = 1_000;
+/// Nodes.
+const NODES: usize = 2;
+
+/// What a pass measured.
+#[derive(Debug, Default, Clone)]
+pub struct NetnsFigures {
+    /// Link cuts (interface down).
+    pub cuts: u64,
+    /// Link stalls (bridge port disabled).
+    pub stalls: u64,
+    /// Changes of holding node between consecutive held claims.
+    pub handovers: u64,
+    /// Daemons that latched (exit 7) and were restarted.
+    pub latches: u64,
+    /// Packs reported by producers (all found, indexed once).
+    pub packs: u64,
+    /// Index rows written (raw, before merges).
+    pub rows: u64,
+    /// Rows or claims that broke the lease (must be 0).
+    pub overlaps: u64,
+    /// Longest time from a fault's start to the faulted node's last row
+    /// in that window, ms (bound: TTL).
+    pub longest_write_after_fault_ms: u64,
+}
+
+impl NetnsFigures {
+    /// One line for the log and RELIABILITY.md.
+    pub fn line(&self) -> String {
+        format!(
+            "cuts {} stalls {} handovers {} latches {} packs {} rows {} overlaps {} \
+             longest_write_after_fault {} ms",
+            self.cuts,
+            self.stalls,
+            self.handovers,
+            self.latches,
+            self.packs,
+            self.rows,
+            self.overlaps,
+            self.longest_write_after_fault_ms
+        )
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn bridge_port(dev: &str, state: &str) -> Result<()> {
+    let out = Command::new("bridge")
+        .args(["link", "set", "dev", dev, "state", state])
+        .output()
+        .context("running bridge (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "`bridge link set dev {dev} state {state}` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The namespaces, veths and bridge of one pass; removed on drop (also on
+/// failure), after the processes in them are killed.
+struct Net {
+    bridge: String,
+    namespaces: Vec<String>,
+    /// Host-side veth (bridge port) per node.
+    ports: Vec<String>,
+    /// Namespace-side veth per node.
+    inner: Vec<String>,
+    /// The bridge's address (ClickHouse listens there).
+    host_addr: String,
+}
+
+impl Net {
+    fn tag(pid: u32) -> String {
+        (pid % 10_000_000).to_string()
+    }
+
+    /// Deletes what a killed earlier pass left (its pid is gone).
+    fn sweep_stale() {
+        let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+            return;
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            let Some(rest) = name.strip_prefix("spool-") else {
+                continue;
+            };
+            let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = ip(&["netns", "del", name]);
+                let _ = ip(&["link", "del", &format!("spb{}", Net::tag(pid))]);
+            }
+        }
+    }
+
+    fn up() -> Result<Net> {
+        Net::sweep_stale();
+        let pid = std::process::id();
+        let t = Net::tag(pid);
+        let x = 1 + pid % 250;
+        let mut net = Net {
+            bridge: format!("spb{t}"),
+            namespaces: Vec::new(),
+            ports: Vec::new(),
+            inner: Vec::new(),
+            host_addr: format!("10.213.{x}.1"),
+        };
+        ip(&["link", "add", &net.bridge, "type", "bridge"])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.host_addr),
+            "dev",
+            &net.bridge,
+        ])?;
+        ip(&["link", "set", &net.bridge, "up"])?;
+        for i in 0..NODES {
+            let ns = format!("spool-{pid}-{i}");
+            let (h, n) = (format!("spv{t}h{i}"), format!("spv{t}n{i}"));
+            ip(&["netns", "add", &ns])?;
+            net.namespaces.push(ns.clone());
+            ip(&["link", "add", &h, "type", "veth", "peer", "name", &n])?;
+            net.ports.push(h.clone());
+            net.inner.push(n.clone());
+            ip(&["link", "set", &h, "master", &net.bridge])?;
+            ip(&["link", "set", &h, "up"])?;
+            ip(&["link", "set", &n, "netns", &ns])?;
+            let addr = format!("10.213.{x}.{}/24", 2 + i);
+            ip(&["-n", &ns, "addr", "add", &addr, "dev", &n])?;
+            ip(&["-n", &ns, "link", "set", &n, "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(net)
+    }
+
+    /// Cuts (`stall = false`) or stalls node `i`'s link.
+    fn fail(&self, i: usize, stall: bool) -> Result<()> {
+        if stall {
+            bridge_port(&self.ports[i], "0")
+        } else {
+            ip(&[
+                "-n",
+                &self.namespaces[i],
+                "link",
+                "set",
+                &self.inner[i],
+                "down",
+            ])
+        }
+    }
+
+    /// Restores node `i`'s link (both ways).
+    fn restore(&self, i: usize) -> Result<()> {
+        ip(&[
+            "-n",
+            &self.namespaces[i],
+            "link",
+            "set",
+            &self.inner[i],
+            "up",
+        ])?;
+        bridge_port(&self.ports[i], "3")
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            if let Err(e) = ip(&["netns", "del", ns]) {
+                eprintln!("torture --lease-netns: could not delete namespace {ns}: {e:#}");
+            }
+        }
+        // deleting a namespace deletes its veth ends, and so their peers
+        if let Err(e) = ip(&["link", "del", &self.bridge]) {
+            eprintln!(
+                "torture --lease-netns: could not delete bridge {}: {e:#}",
+                self.bridge
+            );
+        }
+    }
+}
+
+/// A child killed (SIGKILL) and reaped on drop.
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One claim of the lease log.
+#[derive(Debug, Clone)]
+struct Claim {
+    term: u64,
+    lease_id: String,
+    holder: String,
+    acquired: u64,
+    expires: u64,
+}
+
+/// One node: its root, its daemon, its producers.
+struct Node {
+    root: PathBuf,
+    daemon: Option<Kid>,
+    daemon_starts: u64,
+    producers: Vec<(Kid, PathBuf)>,
+    /// Daemon pids ever run here.
+    pids: BTreeSet<u32>,
+}
+
+/// The pass's state.
+struct Pass {
+    dir: PathBuf,
+    bin: PathBuf,
+    store_dir: PathBuf,
+    catalog: String,
+    port: u16,
+    db: String,
+    env: Vec<(String, String)>,
+    nodes: Vec<Node>,
+    figures: NetnsFigures,
+    problems: Vec<String>,
+    produced: u64,
+    // keep last: dropped after the processes (fields drop in order)
+    net: Net,
+}
+
+impl Pass {
+    fn dest(&self, i: usize) -> Vec<String> {
+        vec![
+            "--spool-root".into(),
+            self.nodes[i].root.display().to_string(),
+            "--store".into(),
+            format!("file://{}", self.store_dir.display()),
+            "--catalog".into(),
+            self.catalog.clone(),
+        ]
+    }
+
+    fn spawn_daemon(&mut self, i: usize) -> Result<()> {
+        let n = self.nodes[i].daemon_starts;
+        let log = std::fs::File::create(self.dir.join(format!("daemon-{i}-{n}.log")))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.net.namespaces[i]])
+            .arg(&self.bin)
+            .arg("run")
+            .args(self.dest(i))
+            .args(["--lease-ttl", &TTL_S.to_string(), "--poll-interval", "0.2"])
+            .args(["--recheck-interval", "0.5", "--max-backoff", "1"])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting a daemon in its namespace")?;
+        // `ip netns exec` execs the command: the pid is the daemon's
+        self.nodes[i].pids.insert(child.id());
+        self.nodes[i].daemon = Some(Kid(child));
+        self.nodes[i].daemon_starts += 1;
+        Ok(())
+    }
+
+    fn spawn_producer(&mut self, i: usize, rng: &mut Rng) -> Result<()> {
+        let out = self.dir.join(format!("producer-{}.out", self.produced));
+        self.produced += 1;
+        let child = Command::new(&self.bin)
+            .arg("produce")
+            .args(self.dest(i))
+            .args(["--packs", &(2 + rng.below(4)).to_string()])
+            .args(["--records", &(4 + rng.below(8)).to_string()])
+            .args(["--pack-bytes", &(1024 + rng.below(8 * 1024)).to_string()])
+            .args(["--pack-interval", &format!("{:.3}", rng.between(0.02, 0.2))])
+            .args(["--print-sha256", "--timeout", "20"])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out)?)
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting a producer")?;
+        self.nodes[i].producers.push((Kid(child), out));
+        Ok(())
+    }
+
+    /// Reaps exited daemons: a latch (exit 7) is counted and restarted,
+    /// anything else is a problem (and restarted too, to go on).
+    fn reap(&mut self) -> Result<()> {
+        for i in 0..NODES {
+            let status = match self.nodes[i].daemon.as_mut() {
+                Some(k) => k.0.try_wait()?,
+                None => None,
+            };
+            if let Some(st) = status {
+                self.nodes[i].daemon = None;
+                if st.code() == Some(7) {
+                    self.figures.latches += 1;
+                } else {
+                    self.problems.push(format!(
+                        "node {i}'s daemon exited {st} (see {}/daemon-{i}-{}.log)",
+                        self.dir.display(),
+                        self.nodes[i].daemon_starts - 1
+                    ));
+                }
+                self.spawn_daemon(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn table(&self, suffix: &str) -> Result<String> {
+        let t = remote::clickhouse(self.port, &format!("SHOW TABLES FROM {}", self.db))?;
+        t.lines()
+            .find(|l| l.ends_with(suffix))
+            .map(|l| format!("{}.{l}", self.db))
+            .with_context(|| format!("no *{suffix} table in {} (tables: {t:?})", self.db))
+    }
+
+    fn claims(&self) -> Result<Vec<Claim>> {
+        let Ok(lease) = self.table("lease") else {
+            return Ok(Vec::new());
+        };
+        let text = remote::clickhouse(
+            self.port,
+            &format!(
+                "SELECT term, toString(lease_id), holder, acquired_at_ms, expires_at_ms FROM {lease} \
+                 ORDER BY term, lease_id FORMAT TabSeparated"
+            ),
+        )?;
+        let mut out = Vec::new();
+        for l in text.lines() {
+            let f: Vec<&str> = l.split('\t').collect();
+            if f.len() != 5 {
+                bail!("a lease row of 5 fields expected: {l:?}");
+            }
+            out.push(Claim {
+                term: f[0].parse()?,
+                lease_id: f[1].into(),
+                holder: f[2].into(),
+                acquired: f[3].parse()?,
+                expires: f[4].parse()?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The node whose daemon wrote this holder string (`host:pid:dir`).
+    fn node_of_holder(&self, holder: &str) -> Option<usize> {
+        let dir = holder.splitn(3, ':').nth(2)?;
+        (0..NODES).find(|&i| Path::new(dir).starts_with(&self.nodes[i].root))
+    }
+
+    /// The node holding the lease now (the sole, live head claim).
+    fn holder_now(&self) -> Result<Option<usize>> {
+        let claims = self.claims()?;
+        let Some(top) = claims.last().map(|c| c.term) else {
+            return Ok(None);
+        };
+        let head: Vec<&Claim> = claims.iter().filter(|c| c.term == top).collect();
+        Ok(match head.as_slice() {
+            [c] if c.expires > now_ms() => self.node_of_holder(&c.holder),
+            _ => None,
+        })
+    }
+
+    fn backlog(&self, i: usize) -> usize {
+        let mut files = Vec::new();
+        walk_files(&self.nodes[i].root, &mut files);
+        files
+            .iter()
+            .filter(|f| !f.to_string_lossy().ends_with(".owner.lock"))
+            .count()
+    }
+}
+
+/// Runs a pass of `secs` seconds of faults with `seed`; fails if a rule
+/// broke (after printing the seed and the command). Skips (Ok, `None`)
+/// when not root.
+pub fn lease_netns(root: &Path, bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigures>> {
+    // the effective uid, from /proc (xtask has no libc dependency)
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+        })
+        .unwrap_or_default();
+    if uid != "0" {
+        eprintln!(
+            "torture --lease-netns: SKIPPED: network namespaces need root (effective uid {uid}); \
+             run as root (CI does)"
+        );
+        return Ok(None);
+    }
+    eprintln!("torture --lease-netns: seed {seed}, {secs} s of faults");
+    let net = Net::up().context("setting up the namespaces (root, iproute2)")?;
+    let work = crate::target_dir(root).join(format!("xtask/lease-netns-{seed}"));
+    if work.exists() {
+        std::fs::remove_dir_all(&work)?;
+    }
+    std::fs::create_dir_all(work.join("bin"))?;
+    let own_bin = work.join("bin/spool-with-seams");
+    std::fs::copy(bin, &own_bin).with_context(|| format!("copying {} (built?)", bin.display()))?;
+    let ch = crate::servers::clickhouse::start_on(
+        root,
+        &format!("lease-netns-clickhouse-{}", std::process::id()),
+        std::slice::from_ref(&net.host_addr),
+    )?;
+    let http = ch
+        .env
+        .iter()
+        .find(|(k, _)| k == "SPOOL_TEST_CLICKHOUSE_HTTP")
+        .map(|(_, v)| v.clone())
+        .context("ClickHouse's HTTP address")?;
+    let port: u16 = http.rsplit(':').next().unwrap_or_default().parse()?;
+    let db = format!("lease_netns_{seed}");
+    remote::clickhouse(port, &format!("CREATE DATABASE IF NOT EXISTS {db}"))?;
+    let store_dir = work.join("store");
+    std::fs::create_dir_all(&store_dir)?;
+    let mut nodes = Vec::new();
+    for i in 0..NODES {
+        let r = work.join(format!("node{i}/spool"));
+        std::fs::create_dir_all(&r)?;
+        nodes.push(Node {
+            root: r,
+            daemon: None,
+            daemon_starts: 0,
+            producers: Vec::new(),
+            pids: BTreeSet::new(),
+        });
+    }
+    let mut pass = Pass {
+        catalog: format!("clickhouse://{}:{port}/{db}", net.host_addr),
+        dir: work.clone(),
+        bin: own_bin,
+        store_dir,
+        port,
+        db,
+        env: vec![
+            ("RUST_LOG".into(), "warn".into()),
+            ("SPOOL_LEASE_SCOPE".into(), "catalog".into()),
+            (
+                "SPOOL_STAGING_MAX_AGE".into(),
+                super::STAGING_MAX_AGE.into(),
+            ),
+            (
+                "SPOOL_STOP_FLUSH_TIMEOUT".into(),
+                super::STOP_FLUSH_TIMEOUT.into(),
+            ),
+            (
+                "SPOOL_CLIENT_REQUEST_TIMEOUT".into(),
+                super::CLIENT_REQUEST_TIMEOUT.into(),
+            ),
+            (
+                "SPOOL_CATALOG_REQUEST_TIMEOUT".into(),
+                super::CATALOG_REQUEST_TIMEOUT.into(),
+            ),
+        ],
+        nodes,
+        figures: NetnsFigures::default(),
+        problems: Vec::new(),
+        produced: 0,
+        net,
+    };
+    let result = drive(&mut pass, seed, secs);
+    // the processes first (their namespaces go when `pass` drops)
+    for n in &mut pass.nodes {
+        n.daemon = None;
+        n.producers.clear();
+    }
+    let figures = pass.figures.clone();
+    let problems = std::mem::take(&mut pass.problems);
+    drop(pass);
+    drop(ch);
+    result?;
+    eprintln!("torture --lease-netns: {}", figures.line());
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("torture --lease-netns: FAIL: {p}");
+        }
+        bail!(
+            "torture --lease-netns: seed {seed} broke {} rule(s); reproduce with \
+             `cargo xtask torture --lease-netns --seed {seed} --minutes {:.2}`; the run's files are in {}",
+            problems.len(),
+            secs / 60.0,
+            work.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(Some(figures))
+}
+
+/// The schedule, the drain and the oracle.
+fn drive(p: &mut Pass, seed: u64, secs: f64) -> Result<()> {
+    let mut rng = Rng(seed);
+    for i in 0..NODES {
+        p.spawn_daemon(i)?;
+    }
+    // (node, start ms, end ms) of every fault window
+    let mut windows: Vec<(usize, u64, u64)> = Vec::new();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let mut next_producer = Instant::now();
+    let mut fault: Option<(usize, Instant)> = None;
+    let mut next_fault = Instant::now() + Duration::from_secs_f64(rng.between(2.0, 4.0));
+    while Instant::now() < end || fault.is_some() {
+        p.reap()?;
+        let now = Instant::now();
+        if now >= next_producer && now < end {
+            let i = rng.below(NODES as u64) as usize;
+            p.spawn_producer(i, &mut rng)?;
+            next_producer = now + Duration::from_secs_f64(rng.between(0.3, 1.2));
+        }
+        match fault {
+            Some((i, until)) if now >= until => {
+                p.net.restore(i)?;
+                if let Some(w) = windows.last_mut() {
+                    w.2 = now_ms();
+                }
+                fault = None;
+                next_fault = now + Duration::from_secs_f64(rng.between(2.0, 5.0));
+            }
+            None if now >= next_fault && now < end => {
+                if let Some(i) = p.holder_now()? {
+                    let stall = rng.chance(0.5);
+                    p.net.fail(i, stall)?;
+                    if stall {
+                        p.figures.stalls += 1;
+                    } else {
+                        p.figures.cuts += 1;
+                    }
+                    let len = TTL_S as f64 + rng.between(1.0, 4.0);
+                    windows.push((i, now_ms(), u64::MAX));
+                    fault = Some((i, now + Duration::from_secs_f64(len)));
+                } else {
+                    next_fault = now + Duration::from_millis(500);
+                }
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // drain: producers done, daemons stopped (they release), then each
+    // node's `spool run --once` in turn
+    for n in &mut p.nodes {
+        for (k, _) in &mut n.producers {
+            let _ = k.0.wait();
+        }
+    }
+    for i in 0..NODES {
+        if let Some(k) = &p.nodes[i].daemon {
+            let _ = Command::new("kill")
+                .args(["-TERM", &k.0.id().to_string()])
+                .status();
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(20);
+    for i in 0..NODES {
+        if let Some(mut k) = p.nodes[i].daemon.take() {
+            while k.0.try_wait()?.is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            match k.0.try_wait()? {
+                Some(st) if st.success() => {}
+                Some(st) if st.code() == Some(7) => p.figures.latches += 1,
+                st => p.problems.push(format!("node {i}'s daemon's stop: {st:?}")),
+            }
+        }
+    }
+    for i in 0..NODES {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &p.net.namespaces[i]])
+            .arg(&p.bin)
+            .args(["run", "--once", "--timeout", "60"])
+            .args(p.dest(i))
+            .args(["--lease-ttl", &TTL_S.to_string(), "--poll-interval", "0.2"])
+            .args(["--recheck-interval", "0.5", "--max-backoff", "1"])
+            .envs(p.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .context("running the final spool run --once")?;
+        if !out.status.success() {
+            p.problems.push(format!(
+                "node {i}'s final `spool run --once` exited {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    oracle(p, &windows)
+}
+
+fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
+    // what the producers reported, by node
+    let mut reported: BTreeMap<String, (String, usize)> = BTreeMap::new();
+    for (i, n) in p.nodes.iter().enumerate() {
+        for (_, out) in &n.producers {
+            for l in std::fs::read_to_string(out).unwrap_or_default().lines() {
+                let mut w = l.split_whitespace();
+                if let (Some(id), Some(sha)) = (w.next(), w.next()) {
+                    reported.insert(id.into(), (sha.into(), i));
+                }
+            }
+        }
+    }
+    p.figures.packs = reported.len() as u64;
+    let claims = p.claims()?;
+    let packs = p.table("packs")?;
+    // held claims: the sole claim at its term, not a tombstone
+    let mut per_term: BTreeMap<u64, Vec<&Claim>> = BTreeMap::new();
+    for c in &claims {
+        per_term.entry(c.term).or_default().push(c);
+    }
+    let held: Vec<(&Claim, Option<usize>)> = per_term
+        .values()
+        .filter_map(|v| match v.as_slice() {
+            [c] if c.expires > c.acquired => Some((*c, p.node_of_holder(&c.holder))),
+            _ => None,
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let mut overlaps = 0;
+    // (1) holdings never overlap
+    for (a, _) in &held {
+        for (b, _) in &held {
+            if a.lease_id < b.lease_id
+                && a.acquired.max(b.acquired) + CLOCK_MS < a.expires.min(b.expires)
+            {
+                overlaps += 1;
+                problems.push(format!(
+                    "claims overlap: term {} ({}) [{}, {}] and term {} ({}) [{}, {}]",
+                    a.term,
+                    a.holder,
+                    a.acquired,
+                    a.expires,
+                    b.term,
+                    b.holder,
+                    b.acquired,
+                    b.expires
+                ));
+            }
+        }
+    }
+    let mut handovers = 0;
+    for w in held.windows(2) {
+        if w[0].1 != w[1].1 {
+            handovers += 1;
+        }
+    }
+    p.figures.handovers = handovers;
+    // (2) every raw row inside its node's claim, outside the others'
+    let rows = remote::clickhouse(
+        p.port,
+        &format!("SELECT pack_id, indexed_at_ms FROM {packs} FORMAT TabSeparated"),
+    )?;
+    let mut nrows = 0;
+    let mut last_row: Vec<Vec<u64>> = vec![Vec::new(); NODES];
+    for l in rows.lines() {
+        let mut f = l.split('\t');
+        let (Some(id), Some(t)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let t: u64 = t.parse()?;
+        nrows += 1;
+        let Some((_, node)) = reported.get(id) else {
+            problems.push(format!("row of pack {id} that no producer reported"));
+            continue;
+        };
+        last_row[*node].push(t);
+        let own = held.iter().any(|(c, n)| {
+            *n == Some(*node) && c.acquired <= t && t + FENCE_MARGIN_MS < c.expires + CLOCK_MS
+        });
+        let foreign: Vec<&Claim> = held
+            .iter()
+            .filter(|(c, n)| *n != Some(*node) && c.acquired + CLOCK_MS <= t && t < c.expires)
+            .map(|(c, _)| *c)
+            .collect();
+        if !own || !foreign.is_empty() {
+            overlaps += 1;
+            problems.push(format!(
+                "pack {id} of node {node} indexed at {t} ms {}{}",
+                if own {
+                    ""
+                } else {
+                    "outside every claim of its node's daemon; "
+                },
+                foreign
+                    .iter()
+                    .map(|c| format!(
+                        "while term {} of {} held [{}, {}]",
+                        c.term, c.holder, c.acquired, c.expires
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    p.figures.rows = nrows;
+    // (3) a faulted node's last write in its window, from the window's start
+    for &(node, from, to) in windows {
+        if let Some(t) = last_row[node]
+            .iter()
+            .filter(|&&t| t >= from && t <= to)
+            .max()
+        {
+            let after = t - from;
+            p.figures.longest_write_after_fault_ms =
+                p.figures.longest_write_after_fault_ms.max(after);
+            if after > TTL_S * 1000 + CLOCK_MS {
+                problems.push(format!(
+                    "node {node} indexed {after} ms after its link failed (bound: TTL {TTL_S} s + 1 s)"
+                ));
+            }
+        }
+    }
+    // (4) every reported pack: in the store with its checksum, indexed once
+    let read = remote::clickhouse(
+        p.port,
+        &format!(
+            "SELECT pack_id, sha256, object_key, count() FROM {packs} FINAL GROUP BY pack_id, sha256, object_key FORMAT TabSeparated"
+        ),
+    )?;
+    let mut as_read: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for l in read.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        if f.len() == 4 {
+            for _ in 0..f[3].parse::<u64>().unwrap_or(1) {
+                as_read
+                    .entry(f[0].into())
+                    .or_default()
+                    .push((f[1].into(), f[2].into()));
+            }
+        }
+    }
+    for (id, (sha, node)) in &reported {
+        match as_read.get(id).map(Vec::as_slice) {
+            None | Some([]) => problems.push(format!("pack {id} of node {node} is not indexed")),
+            Some([(s, key)]) => {
+                if s != sha {
+                    problems.push(format!(
+                        "pack {id} is indexed with sha256 {s}, reported {sha}"
+                    ));
+                }
+                let bytes = std::fs::read(p.store_dir.join(key)).unwrap_or_default();
+                if pack_checksum(&bytes).as_deref() != Some(sha.as_str()) {
+                    problems.push(format!(
+                        "pack {id}'s object {key} is missing or not its checksum {sha}"
+                    ));
+                }
+            }
+            Some(more) => {
+                problems.push(format!("pack {id} is indexed {} times as read", more.len()))
+            }
+        }
+    }
+    for i in 0..NODES {
+        let left = p.backlog(i);
+        if left > 0 {
+            problems.push(format!(
+                "node {i} left {left} file(s) under {}",
+                p.nodes[i].root.display()
+            ));
+        }
+    }
+    p.figures.overlaps = overlaps;
+    p.problems.extend(problems);
+    Ok(())
+}
