@@ -272,6 +272,8 @@ struct Claim {
     holder: String,
     acquired: u64,
     expires: u64,
+    /// Where it ends: its expiry, or the append of a higher term.
+    end: u64,
 }
 
 /// One node: its root, its daemon, its producers.
@@ -413,6 +415,7 @@ impl Pass {
                 holder: f[2].into(),
                 acquired: f[3].parse()?,
                 expires: f[4].parse()?,
+                end: f[4].parse()?,
             });
         }
         Ok(out)
@@ -686,21 +689,37 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
     for c in &claims {
         per_term.entry(c.term).or_default().push(c);
     }
-    let held: Vec<(&Claim, Option<usize>)> = per_term
+    // a claim ends at its expiry or when a higher term is appended (a
+    // renewal, a successor, a release's tombstone), whichever is first:
+    // the fence reads the head only
+    let superseded = |term: u64| {
+        claims
+            .iter()
+            .filter(|c| c.term > term)
+            .map(|c| c.acquired)
+            .min()
+            .unwrap_or(u64::MAX)
+    };
+    let ended: Vec<Claim> = per_term
         .values()
         .filter_map(|v| match v.as_slice() {
-            [c] if c.expires > c.acquired => Some((*c, p.node_of_holder(&c.holder))),
+            [c] if c.expires > c.acquired => Some(Claim {
+                end: c.expires.min(superseded(c.term)),
+                ..(*c).clone()
+            }),
             _ => None,
         })
+        .collect();
+    let held: Vec<(&Claim, Option<usize>)> = ended
+        .iter()
+        .map(|c| (c, p.node_of_holder(&c.holder)))
         .collect();
     let mut problems = Vec::new();
     let mut overlaps = 0;
     // (1) holdings never overlap
     for (a, _) in &held {
         for (b, _) in &held {
-            if a.lease_id < b.lease_id
-                && a.acquired.max(b.acquired) + CLOCK_MS < a.expires.min(b.expires)
-            {
+            if a.lease_id < b.lease_id && a.acquired.max(b.acquired) + CLOCK_MS < a.end.min(b.end) {
                 overlaps += 1;
                 problems.push(format!(
                     "claims overlap: term {} ({}) [{}, {}] and term {} ({}) [{}, {}]",
@@ -743,11 +762,14 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
         };
         last_row[*node].push(t);
         let own = held.iter().any(|(c, n)| {
-            *n == Some(*node) && c.acquired <= t && t + FENCE_MARGIN_MS < c.expires + CLOCK_MS
+            *n == Some(*node)
+                && c.acquired <= t
+                && t <= c.end + CLOCK_MS
+                && t + FENCE_MARGIN_MS < c.expires + CLOCK_MS
         });
         let foreign: Vec<&Claim> = held
             .iter()
-            .filter(|(c, n)| *n != Some(*node) && c.acquired + CLOCK_MS <= t && t < c.expires)
+            .filter(|(c, n)| *n != Some(*node) && c.acquired + CLOCK_MS <= t && t < c.end)
             .map(|(c, _)| *c)
             .collect();
         if !own || !foreign.is_empty() {
