@@ -44,12 +44,12 @@ pub struct UploadResult {
     /// The outcome.
     pub outcome: UploadOutcome,
     /// The pack's summary when this upload validated the whole pack from
-    /// the very bytes it sent (a single PUT to a store that is not
-    /// `file://`: the body is read whole, checked by
-    /// [`spool_core::pack::validate`] and only then sent), so its caller
-    /// need not read and hash the file a second time. `None` for a
-    /// multipart upload, a `file://` store, a pack found in the store
-    /// before anything was read, and a failure.
+    /// the very bytes it sent (see [`Uploader::validates_whole`]: a single
+    /// PUT's body read whole, a `file://` copy read back, each checked by
+    /// [`spool_core::pack::validate`] before anything is visible at the
+    /// key), so its caller need not read and hash the file a second time.
+    /// `None` for a multipart upload, a pack found in the store before
+    /// anything was read, and a failure.
     pub summary: Option<PackSummary>,
 }
 
@@ -168,18 +168,25 @@ impl Uploader {
     }
 
     /// Whether [`Uploader::upload_one`] of a pack of `size` bytes validates
-    /// it whole before it sends anything and returns its summary with every
-    /// stored outcome ([`UploadResult::summary`]): a single PUT (at most
-    /// `multipart_threshold` and `max_in_flight_bytes`) to a store that is
-    /// not `file://` and honours a conditional create (so the body is read
-    /// before anything else, even when the object is already there). A
-    /// caller may then skip its own validation of the pack.
+    /// it whole before anything of it becomes visible at its key, returning
+    /// its summary ([`UploadResult::summary`]): a single PUT (at most
+    /// `multipart_threshold`) to a store that honours a conditional create
+    /// (the body is read before anything else, so even a pack found already
+    /// stored comes back with its summary), and any upload to a `file://`
+    /// store (validated as it is copied, before the publish; a pack found
+    /// at its key before the copy comes back without one); never a pack
+    /// over `max_in_flight_bytes` (refused unread). A caller may skip its
+    /// own validation of such a pack, and validates one that comes back
+    /// stored without a summary.
     pub fn validates_whole(&self, size: u64) -> bool {
         let cfg = &self.inner.config;
-        self.inner.store.local().is_none()
-            && self.inner.store.conditional_create()
-            && size <= cfg.multipart_threshold
-            && size <= cfg.max_in_flight_bytes
+        if size > cfg.max_in_flight_bytes {
+            return false; // refused before anything is read
+        }
+        if self.inner.store.local().is_some() {
+            return true; // validated as it is copied
+        }
+        self.inner.store.conditional_create() && size <= cfg.multipart_threshold
     }
 
     /// A pack's object key in this store.
@@ -460,17 +467,13 @@ impl Uploader {
         trailer_bytes: &[u8; TRAILER_LEN],
         cancel: &CancellationToken,
     ) -> Result<Done> {
-        let (local, owned) = (
-            local.clone(),
-            (item.clone(), key.clone(), *trailer, *trailer_bytes),
-        );
+        let (local, owned) = (local.clone(), (item.clone(), key.clone(), *trailer_bytes));
         let token = cancel.clone();
         let put = tokio::task::spawn_blocking(move || {
-            let (item, key, trailer, trailer_bytes) = &owned;
+            let (item, key, trailer_bytes) = &owned;
             local.put(&Job {
                 item,
                 key,
-                trailer,
                 trailer_bytes,
                 cancel: &token,
             })
@@ -480,7 +483,7 @@ impl Uploader {
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
         match published {
-            Published::Created => Ok(Done::Uploaded(trailer.sha256, None)),
+            Published::Created(summary) => Ok(Done::Uploaded(trailer.sha256, Some(summary))),
             Published::Exists => self.taken(item, key, trailer, cancel).await,
         }
     }
@@ -794,7 +797,7 @@ impl std::io::Read for ChunksReader<'_> {
 /// The validator refused a body read whole: its bytes do not hash to the
 /// trailer's checksum ([`Error::ChecksumMismatch`], as for a multipart
 /// upload), or another corruption ([`Error::CorruptPack`]).
-fn invalid(item: &UploadItem, read: u64, e: spool_core::Error) -> Error {
+pub(crate) fn invalid(item: &UploadItem, read: u64, e: spool_core::Error) -> Error {
     match e {
         spool_core::Error::CorruptPack {
             problem: spool_core::Corruption::ChecksumMismatch { trailer, computed },
