@@ -673,7 +673,6 @@ mod tests {
     /// `CorruptPack`, never published, its staging file removed.
     #[tokio::test]
     async fn a_copy_is_validated_whole_as_it_goes_and_a_misframed_pack_is_never_published() {
-        use sha2::Digest;
         let fx = fixture();
         let id = PackId::generate();
         let (item, body) = stage_pack(&fx.spool, id, (CHUNK as usize) * 2 + 12345, 0x5a);
@@ -685,15 +684,7 @@ mod tests {
         assert_eq!(std::fs::read(fx.file(&r.key)).unwrap(), body);
 
         let bad_id = PackId::generate();
-        let mut w = spool_core::PackWriter::new(bad_id, bad_id.timestamp_ms());
-        w.push_record(b"one");
-        w.push_record(b"two");
-        let mut bad = w.finish();
-        let at = spool_core::pack::HEADER_LEN;
-        bad[at..at + 4].copy_from_slice(&9u32.to_le_bytes());
-        let hashed = bad.len() - 32;
-        let digest: [u8; 32] = sha2::Sha256::digest(&bad[..hashed]).into();
-        bad[hashed..].copy_from_slice(&digest);
+        let bad = spool_core::pack::testing_misframed_pack(bad_id);
         let path = fx.spool.join(format!("{bad_id}.ready"));
         std::fs::write(&path, &bad).unwrap();
         let item = UploadItem {

@@ -1255,15 +1255,7 @@ mod tests {
         // the first record's length now runs into the footer; the hash is
         // made to match again
         let bad_id = PackId::generate();
-        let mut w = spool_core::PackWriter::new(bad_id, spool_core::pack::now_ms());
-        w.push_record(b"one");
-        w.push_record(b"two");
-        let mut bad = w.finish();
-        bad[spool_core::pack::HEADER_LEN..spool_core::pack::HEADER_LEN + 4]
-            .copy_from_slice(&9u32.to_le_bytes());
-        let hashed = bad.len() - (TRAILER_LEN - TRAILER_HASH_OFFSET);
-        let digest: [u8; 32] = Sha256::digest(&bad[..hashed]).into();
-        bad[hashed..].copy_from_slice(&digest);
+        let bad = spool_core::pack::testing_misframed_pack(bad_id);
         let puts = fault.calls(Op::Put);
         let r = up
             .upload_one(write(bad_id, &bad), &CancellationToken::new())

@@ -249,16 +249,7 @@ fn a_misframed_pack_with_a_matching_hash_is_quarantined_on_either_upload_path() 
         let own = fx.claim(&fx.dest, 0);
         stage(own.dir(), 3);
         let id = spool_core::PackId::generate();
-        let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
-        w.push_record(b"one");
-        w.push_record(b"two");
-        let mut bad = w.finish();
-        let at = spool_core::pack::HEADER_LEN;
-        bad[at..at + 4].copy_from_slice(&9u32.to_le_bytes());
-        let hashed = bad.len() - 32;
-        use sha2::Digest;
-        let digest: [u8; 32] = sha2::Sha256::digest(&bad[..hashed]).into();
-        bad[hashed..].copy_from_slice(&digest);
+        let bad = spool_core::pack::testing_misframed_pack(id);
         std::fs::write(own.dir().join(format!("{id}.ready")), &bad).unwrap();
         let mut c = fx.config(own.dir());
         c.adopt = false;
