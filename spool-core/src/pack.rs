@@ -677,6 +677,23 @@ pub fn validate_bytes(bytes: &[u8], expected_id: Option<PackId>) -> Result<PackS
     validate(bytes, expected_id, &AtomicBool::new(false))
 }
 
+/// A pack that is corrupt in a way its hash cannot show (feature
+/// `testing`): two records, the first one's length changed to run into the
+/// second, and the trailer's SHA-256 recomputed over the changed bytes, so
+/// only a whole-pack validation (framing, footer) refuses it.
+#[cfg(feature = "testing")]
+pub fn testing_misframed_pack(id: PackId) -> Vec<u8> {
+    let mut w = PackWriter::new(id, id.timestamp_ms());
+    w.push_record(b"one");
+    w.push_record(b"two");
+    let mut bad = w.finish();
+    bad[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&9u32.to_le_bytes());
+    let hashed = bad.len() - (TRAILER_LEN - TRAILER_HASH_OFFSET);
+    let digest: [u8; 32] = Sha256::digest(&bad[..hashed]).into();
+    bad[hashed..].copy_from_slice(&digest);
+    bad
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
     SystemTime::now()
