@@ -1059,6 +1059,92 @@ fn a_waiting_flush_makes_the_cycle_yield_after_its_first_step() {
     assert_eq!(report.paused, Some(Pause::FlushWaiting));
 }
 
+/// Scripts `pack`'s next upload to fail retryably (a 503).
+fn fail_retryably_once(env: &mut Fake, pack: String) {
+    env.pack_script.insert(
+        pack,
+        [PackOutcome::Failed {
+            retryable: true,
+            reason: "503".into(),
+        }]
+        .into(),
+    );
+}
+
+/// One `run_cycle` from a fresh adopter over sibling 1 (`packs` packs),
+/// with `setup` applied to the fake first.
+fn first_cycle(packs: u32, setup: impl FnOnce(&mut Fake)) -> CycleReport {
+    let mut env = Fake::new();
+    env.add(1, packs);
+    setup(&mut env);
+    let mut a = adopter_for(&env);
+    block_on(a.run_cycle(&mut env, Fake::budget))
+}
+
+#[test]
+fn a_cycles_report_flags_only_the_flow_that_ended_it_after_the_steps_that_went_on() {
+    // Discovery, staging, probe, queue, take and listing go on (Flow::
+    // Continue); the first round ends the cycle with the flow its packs
+    // gave, and only that flow is flagged (the loop backs off on `failed`
+    // only, and waits for the catalog on `owed` only).
+    let failed = first_cycle(2, |env| {
+        fail_retryably_once(env, id(1, 0));
+    });
+    let cut = first_cycle(2, |env| {
+        env.pack_script
+            .insert(id(1, 0), [PackOutcome::Cancelled].into());
+    });
+    let owed = first_cycle(2, |env| {
+        env.pack_script.insert(id(1, 0), [PackOutcome::Owed].into());
+    });
+    for (r, flags) in [
+        (&failed, (true, false, false)),
+        (&cut, (false, true, false)),
+        (&owed, (false, false, true)),
+    ] {
+        assert!(r.steps > 5, "{r:?}");
+        assert_eq!((r.failed, r.cut_short, r.owed), flags, "{r:?}");
+        assert_eq!(r.paused, None, "{r:?}");
+    }
+    // A cycle that drains everything and pauses flags nothing.
+    let clean = first_cycle(2, |_| {});
+    assert!(clean.steps > 5, "{clean:?}");
+    assert_eq!(
+        (clean.failed, clean.cut_short, clean.owed),
+        (false, false, false)
+    );
+    assert_eq!(clean.paused, Some(Pause::Idle));
+}
+
+#[test]
+fn a_marked_blocked_sibling_is_due_for_its_recheck_before_the_next_discovery() {
+    let mut env = Fake::new();
+    let d = env.add(1, 1);
+    env.d(&d).marked = Some("pack above the in-flight bound".into());
+    let mut a = adopter_with(|c| {
+        c.recheck_interval = Duration::from_secs(10);
+        c.discovery_interval = Duration::from_secs(3600);
+    });
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d).name(), "marked-blocked");
+    // The loop sleeps until the recheck, not until the hourly listing.
+    assert_eq!(a.next_due(), Some(env.now() + Duration::from_secs(10)));
+}
+
+#[test]
+fn the_adopter_keeps_the_knobs_it_was_made_with() {
+    let cfg = AdoptionConfig {
+        recheck_interval: Duration::from_secs(7),
+        discovery_interval: Duration::from_secs(11),
+        staging_max_age: Duration::from_secs(13),
+        adoption_slice: Duration::from_millis(17),
+        max_round_packs: 19,
+        max_round_bytes: 23,
+    };
+    let a = Adopter::new(cfg.clone(), PathBuf::from(KEY), PathBuf::from(OWN));
+    assert_eq!(a.config(), &cfg);
+}
+
 #[test]
 fn every_adopting_cycle_takes_at_least_one_step_however_many_flushes_wait() {
     let mut env = Fake::new();
@@ -1136,14 +1222,7 @@ fn lock_listing_and_remaining_packs_are_kept_between_cycles_so_a_backlog_is_list
 fn retryable_failures_requeue_at_the_back_and_count_toward_backoff() {
     let (mut env, mut a, d) = sibling_in(3, "uploading", |env, _| {
         env.max_round_packs = 2;
-        env.pack_script.insert(
-            id(1, 0),
-            [PackOutcome::Failed {
-                retryable: true,
-                reason: "503".into(),
-            }]
-            .into(),
-        );
+        fail_retryably_once(env, id(1, 0));
     });
     let s = stepped(step(&mut a, &mut env));
     assert!(s.flow == Flow::Failed && s.ends_cycle());
@@ -1847,6 +1926,8 @@ fn each_sibling_state_is_terminal_holds_the_lock_or_is_owed_as_spec_7_3_says() {
         (SiblingState::ReleasedOnLatch, true, false, true),
     ];
     for (state, terminal, holds, owed) in table {
+        // Logs and `last_error` print the state by its snapshot name.
+        assert_eq!(state.to_string(), state.name());
         assert_eq!(
             (state.is_terminal(), state.holds_lock(), state.is_owed()),
             (terminal, holds, owed),
