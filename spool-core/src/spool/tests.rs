@@ -757,3 +757,42 @@ fn usage_counts_committed_reserved_and_dead_sibling_bytes_against_the_budget() {
     assert_eq!(u.used(), 1230);
     assert_eq!(Usage::default().used(), 0);
 }
+
+#[test]
+fn a_restage_of_a_pack_larger_than_one_compare_buffer_is_idempotent_and_a_late_difference_conflicts(
+) {
+    // The existing file is compared in 1 MiB reads: a 3 MiB pack takes
+    // several, and only the last one differs below.
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = Spool::open(tmp.path(), &take()).unwrap();
+    let id = PackId::generate();
+    let a = pack_bytes(id, 3 << 20);
+    spool.stage(None, id, &a).unwrap();
+    let used = spool.usage().committed;
+    spool.stage(None, id, &a).unwrap();
+    assert_eq!(spool.usage().committed, used);
+    let mut b = a.clone();
+    let at = b.len() - 40; // in the last record, before the trailer
+    b[at] ^= 1;
+    assert!(matches!(
+        spool.stage(None, id, &b),
+        Err(Error::Conflict { .. })
+    ));
+}
+
+#[test]
+fn worker_directories_are_w_and_a_canonical_decimal_only() {
+    for (name, want) in [
+        ("w0", Some(0)),
+        ("w7", Some(7)),
+        ("w10", Some(10)),
+        ("w01", None),
+        ("w00", None),
+        ("w", None),
+        ("w1a", None),
+        ("x1", None),
+    ] {
+        assert_eq!(parse_ordinal_dir(name), want, "{name}");
+    }
+    assert_eq!(parse_ordinal_dir(&ordinal_dir_name(42)), Some(42));
+}
