@@ -987,6 +987,26 @@ fn vanished_siblings_are_forgotten_and_a_recreated_drained_one_is_new() {
 }
 
 #[test]
+fn a_drained_directory_recreated_before_the_next_listing_is_a_new_sibling() {
+    let mut env = Fake::new();
+    let d = env.add(1, 1);
+    let mut a = adopter();
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d), SiblingState::Drained { removed: true });
+    // Packs moved back in by hand before the next listing: listed again
+    // under the same name, counted new (nothing gone), adopted again.
+    env.add(1, 2);
+    env.advance(Duration::from_secs(30));
+    let s = stepped(step(&mut a, &mut env));
+    assert_eq!(s.action, Action::Discovered { new: 1, gone: 0 });
+    assert_eq!(state(&a, &d), SiblingState::Unprobed);
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d), SiblingState::Drained { removed: true });
+    assert_eq!(a.snapshot().adopted_spools, 2);
+    assert_eq!(env.count(|c| matches!(c, Call::TryAdopt(_))), 2);
+}
+
+#[test]
 fn a_probe_that_finds_the_directory_gone_forgets_it() {
     let mut env = Fake::new();
     let d = env.add(1, 0);
