@@ -535,6 +535,36 @@ mod tests {
     }
 
     #[test]
+    fn flat_walk_skips_a_subdirectory_it_cannot_read_and_counts_the_rest() {
+        // A subdirectory whose path is longer than PATH_MAX: listed by its
+        // parent, but its own read_dir fails (ENAMETOOLONG), as one that
+        // cannot be read would for a user other than root. The walk goes
+        // on without it; only the root itself failing is an error.
+        let tmp = tempfile::tempdir().unwrap();
+        let key = "0123456789ab";
+        let mut root = tmp.path().to_path_buf();
+        while root.as_os_str().len() < 3900 {
+            root = root.join("d".repeat(200));
+        }
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join(format!("{}.ready", PackId::generate())), b"x").unwrap();
+        let name = "e".repeat(250);
+        let made = std::process::Command::new("mkdir")
+            .arg(&name)
+            .current_dir(&root)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = std::fs::read_dir(root.join(&name)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG), "{err}");
+        let flat = find_flat_packs(&root, key).unwrap().unwrap();
+        assert_eq!(
+            (flat.count, flat.example_dir.as_path()),
+            (1, root.as_path())
+        );
+    }
+
+    #[test]
     fn claim_creates_a_locked_fresh_rank_dir_under_the_key() {
         let root = tempfile::tempdir().unwrap();
         let key = dest().catalog_key().unwrap();

@@ -619,3 +619,94 @@ fn an_adoption_names_the_dead_producer_and_carries_it_across_takes() {
     assert_eq!(c.producer(), None);
     c.release().unwrap();
 }
+
+#[test]
+fn a_lock_file_that_is_not_a_regular_file_is_refused_naming_what_it_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    /// What to expect, and how to plant it at the lock file's path.
+    type Plant<'a> = (&'a str, &'a dyn Fn(&std::path::Path));
+    let plant: [Plant; 4] = [
+        ("a symlink", &|p| {
+            std::os::unix::fs::symlink("/etc/hostname", p).unwrap();
+        }),
+        ("a FIFO", &|p| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        }),
+        ("a socket", &|p| {
+            std::mem::forget(std::os::unix::net::UnixListener::bind(p).unwrap());
+        }),
+        ("a directory", &|p| std::fs::create_dir(p).unwrap()),
+    ];
+    for (want, make) in plant {
+        let dir = tmp.path().join(want.replace(' ', "-"));
+        std::fs::create_dir(&dir).unwrap();
+        make(&dir.join(LOCK_FILE_NAME));
+        match acquire(&dir, &opts()) {
+            Err(Error::LockFileNotRegular {
+                kind, lock_path, ..
+            }) => {
+                assert_eq!(kind, want);
+                assert_eq!(lock_path, dir.join(LOCK_FILE_NAME));
+            }
+            other => panic!("{want}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_claim_is_held_on_two_open_descriptors_until_released() {
+    let tmp = tempfile::tempdir().unwrap();
+    let claim = acquire(&tmp.path().join("spool"), &opts()).unwrap();
+    assert!(claim.is_held());
+    let [file, dir] = claim
+        .raw_descriptors()
+        .expect("a held claim has descriptors");
+    assert!(file >= 0 && dir >= 0 && file != dir, "{file} {dir}");
+    for fd in [file, dir] {
+        // Open descriptors of this process.
+        assert!(
+            std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok(),
+            "{fd}"
+        );
+    }
+    claim.release().unwrap();
+}
+
+#[test]
+fn removing_a_drained_directory_copes_with_a_missing_lock_file_and_keeps_late_arrivals() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Its lock file unlinked behind the holder: still removed.
+    let dir = tmp.path().join("gone-lock");
+    let claim = acquire(&dir, &opts()).unwrap();
+    std::fs::remove_file(dir.join(LOCK_FILE_NAME)).unwrap();
+    assert!(claim.release_and_remove_if_empty().unwrap());
+    assert!(!dir.exists());
+    // A pack arriving after the emptiness check: kept, not an error.
+    let dir = tmp.path().join("late");
+    let claim = acquire(&dir, &opts()).unwrap();
+    testing::set_lock_hook(
+        &dir,
+        std::sync::Arc::new(|point, path: &std::path::Path| {
+            if point == spool_lock::HookPoint::RemovingDirectory {
+                std::fs::write(path.join("late.ready"), b"x").unwrap();
+            }
+        }),
+    );
+    assert!(!claim.release_and_remove_if_empty().unwrap());
+    assert!(dir.join("late.ready").exists());
+    testing::clear_lock_hook(&dir);
+    // The directory removed by someone else meanwhile: an error naming it.
+    let dir = tmp.path().join("raced");
+    let claim = acquire(&dir, &opts()).unwrap();
+    testing::set_lock_hook(
+        &dir,
+        std::sync::Arc::new(|point, path: &std::path::Path| {
+            if point == spool_lock::HookPoint::RemovingDirectory {
+                std::fs::rename(path, path.with_extension("moved")).unwrap();
+            }
+        }),
+    );
+    let err = claim.release_and_remove_if_empty().unwrap_err();
+    assert!(err.to_string().contains("raced"), "{err}");
+    testing::clear_lock_hook(&dir);
+}

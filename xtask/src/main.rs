@@ -41,7 +41,7 @@ fn main() -> Result<()> {
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
                  bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
-                 mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
+                 mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed] [--sample N --seed S]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
                  torture [--seed S] [--minutes M] [--runs N] [--store s3] [--catalog clickhouse] [--no-faults]   seeded crash / fault torture with an oracle (RELIABILITY.md)"
             );
             std::process::exit(2);

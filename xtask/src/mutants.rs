@@ -1,6 +1,7 @@
 //! `cargo xtask mutants [CRATE...] [--shard K/N] [--file GLOB]... [--fresh]
-//! [--lock FILE] [--timeout SECS] [-- NEXTEST-ARGS...]`: mutation testing
-//! with cargo-mutants, on demand (hours on 2 cores; never in CI).
+//! [--lock FILE [--chunk N] [--untested | --missed] [--sample N --seed S]]
+//! [--timeout SECS] [-- NEXTEST-ARGS...]`: mutation testing with
+//! cargo-mutants, on demand (hours on 2 cores; never in CI).
 //!
 //! Each crate's outcomes are committed under `mutants/<crate>/`:
 //! `caught.txt`, `missed.txt`, `timeout.txt`, `unviable.txt` (one mutant
@@ -30,7 +31,13 @@
 //! outcomes are merged into `mutants/<crate>/` as soon as it ends, so an
 //! interrupted run keeps what it tested; `--untested` skips the mutants
 //! those lists already hold (to resume), `--missed` re-tests only the
-//! survivors of `missed.txt` (after adding tests). `--timeout SECS` bounds
+//! survivors of `missed.txt` (after adding tests). `--sample N --seed S`
+//! tests only a seeded random sample of N of the mutants that would be
+//! tested (with `--untested`: of the crate's untested rest), recorded in
+//! `mutants/<crate>/sample-<S>.txt` (its first line says N of how many);
+//! `score.txt` then gives the exhaustive part (the mutants in no sample)
+//! and each sample's score with its 95 % Wilson interval apart, so a
+//! sampled figure is never read as an exhaustive one. `--timeout SECS` bounds
 //! each test run (default: cargo-mutants' own, from the baseline; with
 //! `--lock`, 300 s). Arguments after `--` go to each test run (a nextest filter such
 //! as `-E 'test(/adoption/)'`, to run only the tests of the mutated part).
@@ -98,6 +105,8 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
     let mut chunk = 4usize;
     let mut untested = false;
     let mut only_missed = false;
+    let mut sample = None;
+    let mut seed = None;
     let mut test_args = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -123,15 +132,37 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
             }
             "--untested" => untested = true,
             "--missed" => only_missed = true,
+            "--sample" => {
+                let n = it.next().context("--sample takes a number of mutants")?;
+                sample = Some(
+                    n.parse::<usize>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .with_context(|| format!("--sample {n:?}: not a positive number"))?,
+                );
+            }
+            "--seed" => {
+                let n = it.next().context("--seed takes a number")?;
+                seed = Some(
+                    n.parse::<u64>()
+                        .with_context(|| format!("--seed {n:?}: not a number"))?,
+                );
+            }
             "--" => test_args.extend(it.by_ref().cloned()),
             c if SCOPES.iter().any(|s| s.krate == c) => crates.push(c.to_string()),
             other => bail!(
                 "unknown argument {other:?}; usage: cargo xtask mutants [CRATE...] [--shard K/N] \
-                 [--file GLOB]... [--fresh] [--lock FILE [--chunk N] [--untested | --missed]] \
-                 [--timeout SECS] [-- NEXTEST-ARGS...]; \
+                 [--file GLOB]... [--fresh] [--lock FILE [--chunk N] [--untested | --missed] \
+                 [--sample N --seed S]] [--timeout SECS] [-- NEXTEST-ARGS...]; \
                  crates: spool-lock, spool-core, spool-service"
             ),
         }
+    }
+    if sample.is_some() != seed.is_some() {
+        bail!("--sample N and --seed S go together (the seed makes the sample reproducible)");
+    }
+    if sample.is_some() && lock.is_none() {
+        bail!("--sample needs --lock (the sample is drawn from the listed mutants)");
     }
     if crates.is_empty() {
         crates = SCOPES.iter().map(|s| s.krate.to_string()).collect();
@@ -220,6 +251,44 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
             .filter(|l| !only_missed || missed.iter().any(|m| m == l))
             .map(str::to_owned)
             .collect();
+        let names = match (sample, seed) {
+            (Some(n), Some(seed)) if keep.join(format!("sample-{seed}.txt")).exists() => {
+                // Resuming a sample drawn before: its members still to test.
+                let members = lines_of(&keep.join(format!("sample-{seed}.txt")));
+                if members.len().saturating_sub(1) != n {
+                    eprintln!(
+                        "xtask: {krate}: sample-{seed}.txt holds {} mutants, not {n}; resuming it as it is",
+                        members.len().saturating_sub(1)
+                    );
+                }
+                names.into_iter().filter(|m| members.contains(m)).collect()
+            }
+            (Some(n), Some(seed)) => {
+                let picked = pick_sample(&names, n, seed);
+                let mut text = format!(
+                    "# seed {seed}: {} of {} mutants ({})\n",
+                    picked.len(),
+                    names.len(),
+                    if untested {
+                        "the untested ones"
+                    } else if only_missed {
+                        "the survivors"
+                    } else {
+                        "all listed"
+                    }
+                );
+                for m in &picked {
+                    text.push_str(m);
+                    text.push('\n');
+                }
+                let path = keep.join(format!("sample-{seed}.txt"));
+                std::fs::create_dir_all(&keep)?;
+                std::fs::write(&path, text)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                picked
+            }
+            _ => names,
+        };
         let chunks: Vec<&[String]> = names.chunks(chunk).collect();
         for (i, part) in chunks.iter().enumerate() {
             eprintln!(
@@ -296,6 +365,44 @@ fn exact_re(name: &str) -> String {
     re
 }
 
+/// `n` of `names` (all of them if fewer), drawn by a partial
+/// Fisher-Yates shuffle seeded with `seed` (splitmix64), returned in the
+/// listing's order: the same seed over the same listing picks the same
+/// mutants.
+fn pick_sample(names: &[String], n: usize, seed: u64) -> Vec<String> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut idx: Vec<usize> = (0..names.len()).collect();
+    let n = n.min(names.len());
+    for i in 0..n {
+        let j = i + (next() % (idx.len() - i) as u64) as usize;
+        idx.swap(i, j);
+    }
+    let mut picked = idx[..n].to_vec();
+    picked.sort_unstable();
+    picked.into_iter().map(|i| names[i].clone()).collect()
+}
+
+/// The 95 % Wilson score interval of `k` successes in `n` trials, in
+/// percent.
+fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 100.0);
+    }
+    let (k, n, z) = (k as f64, n as f64, 1.96f64);
+    let p = k / n;
+    let d = 1.0 + z * z / n;
+    let c = (p + z * z / (2.0 * n)) / d;
+    let h = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / d;
+    (100.0 * (c - h).max(0.0), 100.0 * (c + h).min(1.0))
+}
+
 fn lines_of(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -340,19 +447,74 @@ fn merge(run: &Path, keep: &Path, fresh: bool) -> Result<()> {
     Ok(())
 }
 
-/// The score text of the committed lists under `keep`.
+/// The score text of the committed lists under `keep`: every mutant
+/// tested, then the exhaustive part (the mutants of no sample) and each
+/// sample (`sample-<seed>.txt`) apart.
 fn score(krate: &str, keep: &Path) -> Result<String> {
-    let counts: Vec<usize> = OUTCOMES
-        .iter()
-        .map(|n| lines_of(&keep.join(n)).len())
-        .collect();
+    let lists: Vec<Vec<String>> = OUTCOMES.iter().map(|n| lines_of(&keep.join(n))).collect();
+    let mut samples: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(keep)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_else(|_| Vec::new());
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some(seed) = name
+            .strip_prefix("sample-")
+            .and_then(|n| n.strip_suffix(".txt"))
+        {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let head = text.lines().next().unwrap_or("").trim_start_matches("# ");
+            let members = lines_of(&path)
+                .into_iter()
+                .filter(|l| !l.starts_with('#'))
+                .collect();
+            samples.push((seed.to_string(), head.to_string(), members));
+        }
+    }
+    let in_sample = |m: &String| samples.iter().any(|(_, _, s)| s.contains(m));
+    let mut text = tally(krate, &lists, keep, "every mutant tested")?;
+    if !samples.is_empty() {
+        let exhaustive: Vec<Vec<String>> = lists
+            .iter()
+            .map(|l| l.iter().filter(|m| !in_sample(m)).cloned().collect())
+            .collect();
+        text.push_str(&tally(
+            krate,
+            &exhaustive,
+            keep,
+            "exhaustive part (in no sample)",
+        )?);
+        for (seed, head, members) in &samples {
+            let of = |i: usize| lists[i].iter().filter(|m| members.contains(m)).count();
+            let (caught, missed, timeout, unviable) = (of(0), of(1), of(2), of(3));
+            let untested = members.len() - caught - missed - timeout - unviable;
+            let viable = caught + missed + timeout;
+            let (lo, hi) = wilson(caught + timeout, viable);
+            text.push_str(&format!(
+                "sample {seed} ({head}): caught {caught}, missed {missed}, timeout {timeout}, \
+                 unviable {unviable}, not tested yet {untested}; \
+                 score {:.1} % of {viable} viable, 95 % Wilson interval {lo:.1}-{hi:.1} %\n",
+                if viable == 0 {
+                    0.0
+                } else {
+                    100.0 * (caught + timeout) as f64 / viable as f64
+                },
+            ));
+        }
+    }
+    Ok(text)
+}
+
+/// One score block over `lists` (the four outcome lists).
+fn tally(krate: &str, lists: &[Vec<String>], keep: &Path, what: &str) -> Result<String> {
+    let counts: Vec<usize> = lists.iter().map(Vec::len).collect();
     let equivalent: Vec<String> = lines_of(&keep.join("equivalent.txt"))
         .into_iter()
         .filter_map(|l| l.split(" # ").next().map(|m| m.trim().to_string()))
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect();
-    let missed = lines_of(&keep.join("missed.txt"));
-    let judged = missed.iter().filter(|m| equivalent.contains(m)).count();
+    let judged = lists[1].iter().filter(|m| equivalent.contains(m)).count();
     let (caught, missed_n, timeout) = (counts[0], counts[1], counts[2]);
     // A timeout counts as caught (the mutant hung the tests), as
     // cargo-mutants itself reads it.
@@ -365,7 +527,7 @@ fn score(krate: &str, keep: &Path) -> Result<String> {
         }
     };
     Ok(format!(
-        "crate: {krate}\ncaught: {caught}\nmissed: {missed_n}\ntimeout: {timeout}\nunviable: {}\n\
+        "crate: {krate} ({what})\ncaught: {caught}\nmissed: {missed_n}\ntimeout: {timeout}\nunviable: {}\n\
          score (caught + timeout) / viable: {:.1} %\n\
          score without the {judged} survivors judged equivalent: {:.1} %\n",
         counts[3],
@@ -398,6 +560,55 @@ mod tests {
         merge(&run, &keep, true).unwrap();
         assert_eq!(lines_of(&keep.join("caught.txt")), ["a"]);
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_seeded_sample_is_reproducible_distinct_and_in_listing_order() {
+        let names: Vec<String> = (0..200).map(|i| format!("m{i:03}")).collect();
+        let a = pick_sample(&names, 30, 7);
+        assert_eq!(a, pick_sample(&names, 30, 7));
+        assert_ne!(a, pick_sample(&names, 30, 8));
+        assert_eq!(a.len(), 30);
+        let mut sorted = a.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted, a, "distinct and in the listing's order");
+        // Not just the front of the list: the draw spreads over it.
+        assert!(a.iter().any(|m| m.as_str() >= "m100"), "{a:?}");
+        assert_eq!(pick_sample(&names[..5], 30, 7), names[..5].to_vec());
+        let (lo, hi) = wilson(9, 10);
+        assert!(
+            (lo - 59.6).abs() < 0.1 && (hi - 98.2).abs() < 0.1,
+            "{lo} {hi}"
+        );
+        assert_eq!(wilson(0, 0), (0.0, 100.0));
+    }
+
+    #[test]
+    fn a_samples_score_is_reported_apart_from_the_exhaustive_part() {
+        let keep = std::env::temp_dir().join(format!("xtask-sample-{}", std::process::id()));
+        std::fs::create_dir_all(&keep).unwrap();
+        std::fs::write(keep.join("caught.txt"), "a\nb\ns1\ns2\ns3\n").unwrap();
+        std::fs::write(keep.join("missed.txt"), "c\ns4\n").unwrap();
+        std::fs::write(
+            keep.join("sample-5.txt"),
+            "# seed 5: 5 of 40 mutants\ns1\ns2\ns3\ns4\ns5\n",
+        )
+        .unwrap();
+        let s = score("x", &keep).unwrap();
+        assert!(
+            s.contains("(every mutant tested)\ncaught: 5\nmissed: 2"),
+            "{s}"
+        );
+        assert!(
+            s.contains("(exhaustive part (in no sample))\ncaught: 2\nmissed: 1"),
+            "{s}"
+        );
+        assert!(
+            s.contains("sample 5 (seed 5: 5 of 40 mutants): caught 3, missed 1, timeout 0, unviable 0, not tested yet 1; score 75.0 % of 4 viable"),
+            "{s}"
+        );
+        std::fs::remove_dir_all(&keep).unwrap();
     }
 
     #[test]

@@ -255,6 +255,8 @@ fn ordinals_get_their_own_slots_and_carry_the_count_over() {
             ..config(&registry)
         },
     );
+    // The engine finds a worker's sink by this ordinal.
+    assert_eq!((w3.ordinal(), w5.ordinal()), (Some(3), Some(5)));
     w3.write(b"a").unwrap();
     w3.write(b"b").unwrap();
     w5.write(b"c").unwrap();

@@ -706,3 +706,93 @@ fn verify_progress_counts_the_listed_packs_and_bytes_from_the_first_report() {
         (2, bytes, 2, bytes)
     );
 }
+
+#[test]
+fn verify_skips_a_pack_gone_since_the_listing_and_fails_on_one_it_cannot_read() {
+    // Two listed packs; at the first progress report (after the listing,
+    // before any check) the first one changes under the walk.
+    fn listed_then(change: impl Fn(&Path)) -> (Result<VerifyReport, Error>, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let mut paths = Vec::new();
+        for payload in [300, 500] {
+            let id = PackId::generate();
+            let p = dir.join(format!("{id}.ready"));
+            std::fs::write(&p, pack_bytes(id, payload)).unwrap();
+            paths.push(p);
+        }
+        paths.sort();
+        let (first, second) = (paths[0].clone(), paths[1].clone());
+        let mut changed = false;
+        let r = verify_dir_with_progress(dir, &AtomicBool::new(false), |_| {
+            if !std::mem::replace(&mut changed, true) {
+                change(&first);
+            }
+        });
+        (r, first, second)
+    }
+    // Removed by its uploader meanwhile: not a problem, the rest is checked.
+    let (r, _, second) = listed_then(|p| std::fs::remove_file(p).unwrap());
+    let report = r.unwrap();
+    let valid: Vec<_> = report.valid.iter().map(|p| p.path.clone()).collect();
+    assert_eq!(valid, vec![second]);
+    assert!(report.corrupt.is_empty(), "{:?}", report.corrupt);
+    // Replaced by a symlink (never followed): a read error naming it.
+    let (r, first, _) = listed_then(|p| {
+        std::fs::remove_file(p).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", p).unwrap();
+    });
+    let e = r.unwrap_err();
+    assert!(matches!(e, Error::PackRead { .. }), "{e}");
+    assert!(e.to_string().contains(&first.display().to_string()), "{e}");
+}
+
+#[test]
+fn usage_counts_committed_reserved_and_dead_sibling_bytes_against_the_budget() {
+    let u = Usage {
+        committed: 1000,
+        reserved: 200,
+        dead_sibling_bytes: 30,
+    };
+    assert_eq!(u.used(), 1230);
+    assert_eq!(Usage::default().used(), 0);
+}
+
+#[test]
+fn a_restage_of_a_pack_larger_than_one_compare_buffer_is_idempotent_and_a_late_difference_conflicts(
+) {
+    // The existing file is compared in 1 MiB reads: a 3 MiB pack takes
+    // several, and only the last one differs below.
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = Spool::open(tmp.path(), &take()).unwrap();
+    let id = PackId::generate();
+    let a = pack_bytes(id, 3 << 20);
+    spool.stage(None, id, &a).unwrap();
+    let used = spool.usage().committed;
+    spool.stage(None, id, &a).unwrap();
+    assert_eq!(spool.usage().committed, used);
+    let mut b = a.clone();
+    let at = b.len() - 40; // in the last record, before the trailer
+    b[at] ^= 1;
+    assert!(matches!(
+        spool.stage(None, id, &b),
+        Err(Error::Conflict { .. })
+    ));
+}
+
+#[test]
+fn worker_directories_are_w_and_a_canonical_decimal_only() {
+    for (name, want) in [
+        ("w0", Some(0)),
+        ("w7", Some(7)),
+        ("w10", Some(10)),
+        ("w01", None),
+        ("w00", None),
+        ("w", None),
+        ("w1a", None),
+        ("x1", None),
+    ] {
+        assert_eq!(parse_ordinal_dir(name), want, "{name}");
+    }
+    assert_eq!(parse_ordinal_dir(&ordinal_dir_name(42)), Some(42));
+}

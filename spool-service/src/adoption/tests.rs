@@ -646,6 +646,55 @@ fn staging_copies_older_than_staging_age_are_cleaned_after_each_discovery() {
     assert_eq!(env.count(|c| matches!(c, Call::Staging(_))), 2);
 }
 
+/// A log sink for one test: every line the adopter writes while `f` runs
+/// on this thread.
+fn logged(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    text
+}
+
+#[test]
+fn removed_staging_copies_are_logged_with_their_count_and_a_clean_pass_is_not() {
+    for (removed, expected) in [(0, false), (1, true), (3, true)] {
+        let mut env = Fake::new();
+        env.staging_removed = removed;
+        let mut a = adopter();
+        let log = logged(|| {
+            stepped(step(&mut a, &mut env)); // discovery
+            stepped(step(&mut a, &mut env)); // staging
+        });
+        let line = log
+            .lines()
+            .find(|l| l.contains("removed stale staging copies"));
+        assert_eq!(line.is_some(), expected, "{removed} removed: {log}");
+        if let Some(l) = line {
+            assert!(
+                l.contains(&format!("removed={removed}")) && l.contains(KEY),
+                "{l}"
+            );
+        }
+    }
+}
+
 #[test]
 fn only_rank_directories_under_this_key_are_siblings_never_our_own() {
     let mut env = Fake::new();
@@ -938,6 +987,26 @@ fn vanished_siblings_are_forgotten_and_a_recreated_drained_one_is_new() {
 }
 
 #[test]
+fn a_drained_directory_recreated_before_the_next_listing_is_a_new_sibling() {
+    let mut env = Fake::new();
+    let d = env.add(1, 1);
+    let mut a = adopter();
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d), SiblingState::Drained { removed: true });
+    // Packs moved back in by hand before the next listing: listed again
+    // under the same name, counted new (nothing gone), adopted again.
+    env.add(1, 2);
+    env.advance(Duration::from_secs(30));
+    let s = stepped(step(&mut a, &mut env));
+    assert_eq!(s.action, Action::Discovered { new: 1, gone: 0 });
+    assert_eq!(state(&a, &d), SiblingState::Unprobed);
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d), SiblingState::Drained { removed: true });
+    assert_eq!(a.snapshot().adopted_spools, 2);
+    assert_eq!(env.count(|c| matches!(c, Call::TryAdopt(_))), 2);
+}
+
+#[test]
 fn a_probe_that_finds_the_directory_gone_forgets_it() {
     let mut env = Fake::new();
     let d = env.add(1, 0);
@@ -1059,6 +1128,92 @@ fn a_waiting_flush_makes_the_cycle_yield_after_its_first_step() {
     assert_eq!(report.paused, Some(Pause::FlushWaiting));
 }
 
+/// Scripts `pack`'s next upload to fail retryably (a 503).
+fn fail_retryably_once(env: &mut Fake, pack: String) {
+    env.pack_script.insert(
+        pack,
+        [PackOutcome::Failed {
+            retryable: true,
+            reason: "503".into(),
+        }]
+        .into(),
+    );
+}
+
+/// One `run_cycle` from a fresh adopter over sibling 1 (`packs` packs),
+/// with `setup` applied to the fake first.
+fn first_cycle(packs: u32, setup: impl FnOnce(&mut Fake)) -> CycleReport {
+    let mut env = Fake::new();
+    env.add(1, packs);
+    setup(&mut env);
+    let mut a = adopter_for(&env);
+    block_on(a.run_cycle(&mut env, Fake::budget))
+}
+
+#[test]
+fn a_cycles_report_flags_only_the_flow_that_ended_it_after_the_steps_that_went_on() {
+    // Discovery, staging, probe, queue, take and listing go on (Flow::
+    // Continue); the first round ends the cycle with the flow its packs
+    // gave, and only that flow is flagged (the loop backs off on `failed`
+    // only, and waits for the catalog on `owed` only).
+    let failed = first_cycle(2, |env| {
+        fail_retryably_once(env, id(1, 0));
+    });
+    let cut = first_cycle(2, |env| {
+        env.pack_script
+            .insert(id(1, 0), [PackOutcome::Cancelled].into());
+    });
+    let owed = first_cycle(2, |env| {
+        env.pack_script.insert(id(1, 0), [PackOutcome::Owed].into());
+    });
+    for (r, flags) in [
+        (&failed, (true, false, false)),
+        (&cut, (false, true, false)),
+        (&owed, (false, false, true)),
+    ] {
+        assert!(r.steps > 5, "{r:?}");
+        assert_eq!((r.failed, r.cut_short, r.owed), flags, "{r:?}");
+        assert_eq!(r.paused, None, "{r:?}");
+    }
+    // A cycle that drains everything and pauses flags nothing.
+    let clean = first_cycle(2, |_| {});
+    assert!(clean.steps > 5, "{clean:?}");
+    assert_eq!(
+        (clean.failed, clean.cut_short, clean.owed),
+        (false, false, false)
+    );
+    assert_eq!(clean.paused, Some(Pause::Idle));
+}
+
+#[test]
+fn a_marked_blocked_sibling_is_due_for_its_recheck_before_the_next_discovery() {
+    let mut env = Fake::new();
+    let d = env.add(1, 1);
+    env.d(&d).marked = Some("pack above the in-flight bound".into());
+    let mut a = adopter_with(|c| {
+        c.recheck_interval = Duration::from_secs(10);
+        c.discovery_interval = Duration::from_secs(3600);
+    });
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d).name(), "marked-blocked");
+    // The loop sleeps until the recheck, not until the hourly listing.
+    assert_eq!(a.next_due(), Some(env.now() + Duration::from_secs(10)));
+}
+
+#[test]
+fn the_adopter_keeps_the_knobs_it_was_made_with() {
+    let cfg = AdoptionConfig {
+        recheck_interval: Duration::from_secs(7),
+        discovery_interval: Duration::from_secs(11),
+        staging_max_age: Duration::from_secs(13),
+        adoption_slice: Duration::from_millis(17),
+        max_round_packs: 19,
+        max_round_bytes: 23,
+    };
+    let a = Adopter::new(cfg.clone(), PathBuf::from(KEY), PathBuf::from(OWN));
+    assert_eq!(a.config(), &cfg);
+}
+
 #[test]
 fn every_adopting_cycle_takes_at_least_one_step_however_many_flushes_wait() {
     let mut env = Fake::new();
@@ -1136,14 +1291,7 @@ fn lock_listing_and_remaining_packs_are_kept_between_cycles_so_a_backlog_is_list
 fn retryable_failures_requeue_at_the_back_and_count_toward_backoff() {
     let (mut env, mut a, d) = sibling_in(3, "uploading", |env, _| {
         env.max_round_packs = 2;
-        env.pack_script.insert(
-            id(1, 0),
-            [PackOutcome::Failed {
-                retryable: true,
-                reason: "503".into(),
-            }]
-            .into(),
-        );
+        fail_retryably_once(env, id(1, 0));
     });
     let s = stepped(step(&mut a, &mut env));
     assert!(s.flow == Flow::Failed && s.ends_cycle());
@@ -1847,6 +1995,8 @@ fn each_sibling_state_is_terminal_holds_the_lock_or_is_owed_as_spec_7_3_says() {
         (SiblingState::ReleasedOnLatch, true, false, true),
     ];
     for (state, terminal, holds, owed) in table {
+        // Logs and `last_error` print the state by its snapshot name.
+        assert_eq!(state.to_string(), state.name());
         assert_eq!(
             (state.is_terminal(), state.holds_lock(), state.is_owed()),
             (terminal, holds, owed),
