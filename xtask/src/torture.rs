@@ -50,6 +50,7 @@
 //! is a failure: none is injected). A failing run prints its seed and the
 //! command that reproduces its choices (timing still varies).
 
+mod disk;
 mod faults;
 mod remote;
 
@@ -121,6 +122,9 @@ pub struct Options {
     /// `--faults`: fault proxies in front of the real servers (on by
     /// default with either; `--no-faults` turns them off).
     pub faults: bool,
+    /// `--disk`: the spool root on a small tmpfs that fills up and turns
+    /// read-only ([`disk`]).
+    pub disk: Option<disk::DiskOptions>,
 }
 
 /// The figures of runs, summed.
@@ -167,6 +171,8 @@ pub struct Figures {
     /// whose renewals the faults cut was deposed, and a foreign lease
     /// outlived 2 × TTL (SPEC §6.2). Restarted like any dead daemon.
     pub latched: u64,
+    /// `--disk`: the full-disk and read-only figures.
+    pub disk: Option<disk::DiskFigures>,
 }
 
 impl Figures {
@@ -182,6 +188,9 @@ impl Figures {
         self.rows_before_object += o.rows_before_object;
         self.unreported += o.unreported;
         self.latched += o.latched;
+        if let Some(d) = &o.disk {
+            self.disk.get_or_insert_with(Default::default).add(d);
+        }
         for (k, n) in &o.points {
             *self.points.entry(k.clone()).or_default() += n;
         }
@@ -220,8 +229,12 @@ impl Figures {
                 by(&self.requests_hit)
             )
         };
+        let disk = self
+            .disk
+            .as_ref()
+            .map_or(String::new(), |d| format!(" {}", d.line()));
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -258,8 +271,10 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
         s3: false,
         clickhouse: false,
         faults: false,
+        disk: None,
     };
     let mut faults = None;
+    let mut read_only = true;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -288,16 +303,41 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
                     v => bail!("--catalog {v}: `sqlite` or `clickhouse`"),
                 }
             }
+            "--disk" => {
+                o.disk.get_or_insert(disk::DiskOptions {
+                    mib: disk::DEFAULT_MIB,
+                    read_only: true,
+                });
+            }
+            "--tmpfs-mib" => {
+                let mib = value("--tmpfs-mib")?.parse().context("--tmpfs-mib: MiB")?;
+                o.disk = Some(disk::DiskOptions {
+                    mib,
+                    read_only: true,
+                });
+            }
+            "--no-ro" => read_only = false,
             "--faults" => faults = Some(true),
             "--no-faults" => faults = Some(false),
             other => bail!(
                 "unknown option {other}; usage: cargo xtask torture [--seed S] [--minutes M] \
                  [--runs N] [--run-secs S] [--store file|s3] [--catalog sqlite|clickhouse] \
-                 [--faults|--no-faults] [--keep] [--bin PATH]"
+                 [--faults|--no-faults] [--disk] [--tmpfs-mib N] [--no-ro] [--keep] [--bin PATH]"
             ),
         }
     }
     o.faults = faults.unwrap_or(o.s3 || o.clickhouse);
+    if let Some(d) = &mut o.disk {
+        d.read_only = read_only;
+        if !disk::in_namespace() {
+            // the tmpfs is mounted in a private mount namespace of its own
+            let all: Vec<String> = std::iter::once("torture".to_string())
+                .chain(args.iter().cloned())
+                .chain(["--seed".to_string(), o.seed.to_string()])
+                .collect();
+            return disk::reexec(&all);
+        }
+    }
     if o.faults && !o.s3 && !o.clickhouse {
         bail!("--faults needs a real server to put the proxy in front of: --store s3 and/or --catalog clickhouse");
     }
@@ -323,6 +363,7 @@ pub fn ci(root: &Path) -> Result<()> {
             s3: false,
             clickhouse: false,
             faults: false,
+            disk: None,
         };
         total.add(&torture(root, &o)?);
     }
@@ -345,6 +386,7 @@ pub fn ci_faults(root: &Path, servers: &[(String, String)]) -> Result<()> {
         s3: true,
         clickhouse: true,
         faults: true,
+        disk: None,
     };
     let env = |k: &str| servers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let remote = remote::Remote::start_with(root, &o, &env)?;
@@ -476,6 +518,12 @@ fn variant(o: &Options) -> String {
     }
     if (o.s3 || o.clickhouse) && !o.faults {
         v.push_str(" --no-faults");
+    }
+    if let Some(d) = &o.disk {
+        v.push_str(&format!(" --tmpfs-mib {}", d.mib));
+        if !d.read_only {
+            v.push_str(" --no-ro");
+        }
     }
     v
 }
@@ -696,6 +744,8 @@ struct Run {
     run_secs: f64,
     /// How many daemons run at once.
     daemons: usize,
+    /// `--disk`: the run's tmpfs (the spool root is on it).
+    disk: Option<disk::Disk>,
     /// The threads reading producers' reports (joined before the oracle).
     stdout_readers: Vec<std::thread::JoinHandle<()>>,
     procs: Vec<Proc>,
@@ -705,15 +755,26 @@ struct Run {
 
 impl Run {
     fn new(seed: u64, dir: &Path, bin: &Path, o: &Options, remote: &remote::Remote) -> Result<Run> {
-        let root = dir.join("spool");
         let store_dir = dir.join("store");
-        for d in [&root, &store_dir, &dir.join("bin")] {
+        for d in [&store_dir, &dir.join("bin")] {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         let own_bin = dir.join("bin/spool-with-seams");
         std::fs::copy(bin, &own_bin)
             .with_context(|| format!("copying {} (built?)", bin.display()))?;
         let dir = dir.canonicalize()?;
+        let (root, disk) = match &o.disk {
+            Some(d) => {
+                let disk = disk::Disk::mount(&dir, d)?;
+                (disk.mount.join("spool"), Some(disk))
+            }
+            None => {
+                let root = dir.join("spool");
+                std::fs::create_dir_all(&root)
+                    .with_context(|| format!("creating {}", root.display()))?;
+                (root, None)
+            }
+        };
         let mut proxies = Vec::new();
         if o.faults {
             let from = bin.with_file_name("fault-proxy");
@@ -800,7 +861,8 @@ impl Run {
             env,
             proxies,
             database,
-            root: dir.join("spool"),
+            root,
+            disk,
             bin: dir.join("bin/spool-with-seams"),
             dir,
             run_secs: o.run_secs,
@@ -808,7 +870,10 @@ impl Run {
             stdout_readers: Vec::new(),
             procs: Vec::new(),
             shared: Arc::default(),
-            figures: Figures::default(),
+            figures: Figures {
+                disk: o.disk.map(|_| disk::DiskFigures::default()),
+                ..Figures::default()
+            },
         })
     }
 
@@ -869,6 +934,15 @@ impl Run {
             }
         }
         self.proxies.clear();
+        if let Some(d) = self.disk.take() {
+            if !lock(&self.shared).problems.is_empty() {
+                d.keep(&self.dir.join("spool-left"));
+            }
+            if let Some(f) = &mut self.figures.disk {
+                f.add(&d.figures);
+            }
+            d.unmount(&mut self.rng)?;
+        }
         let shared = lock(&self.shared);
         if shared.problems.is_empty() {
             if let Some((port, db)) = &self.database {
@@ -930,9 +1004,16 @@ impl Run {
                 }
             }
             self.inject()?;
+            if let Some(d) = &mut self.disk {
+                d.tick(&mut self.rng, false)?;
+            }
         }
         for p in &mut self.proxies {
             p.tick(true)?;
+        }
+        // the drain has room and a writable spool
+        if let Some(d) = &mut self.disk {
+            d.tick(&mut self.rng, true)?;
         }
         self.drain()
     }
@@ -1135,6 +1216,10 @@ impl Run {
             if p.kind == Kind::Daemon {
                 dead_daemons += 1;
             }
+            if let Some(f) = &mut self.figures.disk {
+                f.count(&stderr, p.kind == Kind::Daemon);
+            }
+            let disk = self.figures.disk.is_some();
             let expected = match (p.signalled, by_signal) {
                 // its own kill point (also while it stops after a SIGTERM)
                 (_, Some(9)) if at_point => {
@@ -1147,7 +1232,7 @@ impl Run {
                 (Some("KILL"), Some(9)) => true,
                 // a holder or daemon told to stop: exit 0 (or the signal
                 // itself, if it came before the process took it over)
-                (Some("TERM"), None) => status.success(),
+                (Some("TERM"), None) if status.success() => true,
                 (Some("TERM"), Some(15)) => true,
                 // an engine whose close could not drain in time: its
                 // packs stay for adoption (SPEC §7.5), not a broken rule
@@ -1162,6 +1247,19 @@ impl Run {
                         && !self.proxies.is_empty() =>
                 {
                     self.figures.latched += 1;
+                    true
+                }
+                // --disk: a producer whose stage, flush, open or release
+                // met ENOSPC / EROFS (or the budget) and said so
+                (None | Some("TERM"), None)
+                    if disk
+                        && p.kind != Kind::Daemon
+                        && matches!(status.code(), Some(1 | 5))
+                        && disk::refused(&stderr) =>
+                {
+                    if let Some(f) = &mut self.figures.disk {
+                        f.refused_exits += 1;
+                    }
                     true
                 }
                 // a paused holder killed after its release: still a kill
@@ -1266,7 +1364,12 @@ impl Run {
         };
         let packs = 3 + self.rng.below(13);
         let records = 4 + self.rng.below(13);
-        let pack_bytes = 1024 + self.rng.below(15 * 1024);
+        // --disk: packs big enough that a few fill what the ballast left
+        let pack_bytes = if self.disk.is_some() {
+            16 * 1024 + self.rng.below(400 * 1024)
+        } else {
+            1024 + self.rng.below(15 * 1024)
+        };
         let interval = self.rng.between(0.02, 0.3);
         let mut cmd = Command::new(&self.bin);
         let mut kill_at = None;
