@@ -19,11 +19,14 @@
 //! through this same code.
 //!
 //! The rules it keeps (SPEC §2):
-//! - **Validated before uploaded.** A pack is uploaded only once its
-//!   summary is known (validated by this pipeline, own and adopted packs
-//!   alike); a corrupt one is quarantined and never uploaded. A pack
-//!   whose bytes changed after validation is caught by the upload's hash
-//!   and quarantined too.
+//! - **Validated before uploaded.** A pack is uploaded only once it is
+//!   validated, own and adopted packs alike: a pack that goes up in one
+//!   PUT ([`spool_upload::Uploader::validates_whole`]) is validated by the
+//!   uploader from the very bytes it holds for the PUT, before it sends
+//!   them (one read and one hash of the file, not two); any other is
+//!   validated by this pipeline a few packs ahead of its upload. A corrupt
+//!   one is quarantined and never uploaded. A pack whose bytes changed
+//!   after validation is caught by the upload's hash and quarantined too.
 //! - **Removed only after its row is confirmed.** A file is removed only
 //!   after the catalog answered `Ok` to the statement carrying its row.
 //! - **At most `pipeline_depth` packs out of the spool and not in the
@@ -272,7 +275,11 @@ impl UploadPath {
             let Some(front) = st.input.front() else {
                 return;
             };
-            if self.summaries.contains_key(&front.pack.id) {
+            if self.summaries.contains_key(&front.pack.id)
+                || self.uploader.validates_whole(front.pack.bytes)
+            {
+                // validated before, or validated by its upload from the
+                // very bytes it sends (one read, one hash)
                 st.validated.extend(st.input.pop_front());
                 continue;
             }
@@ -284,6 +291,7 @@ impl UploadPath {
             while st.validated.len() + st.validating_jobs + chunk.len() < ahead {
                 let Some(next) = st.input.front() else { break };
                 if self.summaries.contains_key(&next.pack.id)
+                    || self.uploader.validates_whole(next.pack.bytes)
                     || (!chunk.is_empty() && bytes + next.pack.bytes > VALIDATION_CHUNK_BYTES)
                 {
                     break;
@@ -385,7 +393,28 @@ impl UploadPath {
         self.count_upload(&r, store);
         let UploadResult { outcome, .. } = &r;
         let spool_upload::UploadOutcome::Failed(f) = outcome else {
-            let summary = self.summaries[&job.pack.id].clone();
+            let known = r.summary.clone();
+            let summary = match known.or_else(|| self.summaries.get(&job.pack.id).cloned()) {
+                Some(s) => s,
+                // `validates_whole` promises a summary with every stored
+                // outcome; should an upload come back without one, the
+                // row's summary is read here (the object is in the store)
+                None => match self.validate_now(&job).await {
+                    Ok(s) => s,
+                    Err(e) if e.is_corrupt() => {
+                        let why = e.to_string();
+                        self.quarantine(job.spool.clone(), &job.pack, why.clone())
+                            .await;
+                        st.done.push((job, Outcome::Quarantined(why)));
+                        return;
+                    }
+                    Err(e) => {
+                        self.note_error(format!("reading {}: {e}", job.pack.path.display()));
+                        st.done.push((job, Outcome::ReadFailed(e)));
+                        return;
+                    }
+                },
+            };
             let row = self.row(&r, &summary, &job.dir, job.pack.ordinal, &job.source);
             let owed = Owed {
                 row,
@@ -421,6 +450,17 @@ impl UploadPath {
             };
             st.done.push((job, Outcome::UploadFailed(f)));
         }
+    }
+
+    /// Validates one job's file now, on the blocking pool.
+    async fn validate_now(&self, job: &Job) -> Result<PackSummary, spool_core::Error> {
+        let (path, id) = (job.pack.path.clone(), job.pack.id);
+        tokio::task::spawn_blocking(move || {
+            let never = AtomicBool::new(false);
+            spool_core::spool::validate_file(&path, id, &never)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     /// Sends the next batch (at most `batch_max` of what is uploaded) to the

@@ -121,6 +121,18 @@ pub enum Error {
         problem: String,
     },
 
+    /// The staged pack, read whole for a single PUT, is not a valid pack
+    /// (SPEC §4.2: a record length past the end, a bad footer, another
+    /// pack's id, ...) although its trailer parsed: nothing was sent, and
+    /// the service quarantines it like any other corrupt pack.
+    #[error("staged pack {path} is corrupt: {problem}; nothing was uploaded and the pack must be quarantined (`spool verify` shows it)")]
+    CorruptPack {
+        /// The staged pack.
+        path: PathBuf,
+        /// What the validator found.
+        problem: String,
+    },
+
     /// Reading the staged pack failed.
     #[error("cannot read staged pack {path}: {source}")]
     ReadStaged {
@@ -196,6 +208,7 @@ impl Error {
             | Error::StagedMismatch { .. }
             | Error::ChecksumMismatch { .. }
             | Error::CorruptTrailer { .. }
+            | Error::CorruptPack { .. }
             | Error::LocalDir { .. } => false,
         }
     }
@@ -206,7 +219,9 @@ impl Error {
     pub fn is_corrupt(&self) -> bool {
         matches!(
             self,
-            Error::ChecksumMismatch { .. } | Error::CorruptTrailer { .. }
+            Error::ChecksumMismatch { .. }
+                | Error::CorruptTrailer { .. }
+                | Error::CorruptPack { .. }
         )
     }
 }

@@ -19,14 +19,17 @@
 //!    between two `File`s, which on Linux is `copy_file_range(2)`: an
 //!    in-kernel copy, a reflink (shared extents) on filesystems that clone
 //!    in `copy_file_range` (Btrfs, XFS with reflink, bcachefs), and std's
-//!    read/write loop where the call is not available. Each chunk is then
-//!    read back from the staging file (page cache, hot) and hashed: the
-//!    bytes verified are the bytes that will be published. A cancel is
-//!    checked before every chunk, and before the fsync and the publish.
+//!    read/write loop where the call is not available. spool-core's
+//!    `pack::validate` drives the copy: it reads the staging file back
+//!    (page cache, hot), and a chunk is copied whenever it has read all
+//!    that was copied, so the bytes validated — framing, footer, id and
+//!    SHA-256, in one pass — are the bytes that will be published, and the
+//!    service need not read the pack a second time (the upload returns its
+//!    summary). A cancel is checked before every chunk, and before the
+//!    fsync and the publish.
 //! 5. The copy must be exactly `size` bytes ending in the trailer that was
-//!    checked, and the SHA-256 of everything before the trailer's hash
-//!    field must equal the trailer's checksum (otherwise `StagedMismatch` or
-//!    `ChecksumMismatch`, and nothing is published).
+//!    checked, and a valid pack (otherwise `StagedMismatch`,
+//!    `ChecksumMismatch` or `CorruptPack`, and nothing is published).
 //! 6. The staging file is fsynced, then published under the key with
 //!    `renameat2(RENAME_NOREPLACE)` (Linux/glibc; `link(2)` + unlink of the
 //!    staging name where the flag or the call is refused, and on other
@@ -48,18 +51,15 @@ use std::sync::Arc;
 
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use spool_core::pack::{Trailer, TRAILER_LEN};
+use spool_core::pack::{PackSummary, TRAILER_LEN};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::uploader::{keep_tail, mismatch, read_err, BodyHash, UploadItem};
+use crate::uploader::{invalid, keep_tail, mismatch, read_err, UploadItem};
 
 /// Bytes copied between two cancel checks (one `copy_file_range` call at
 /// most): a cancel waits for at most one chunk, a few milliseconds.
 pub(crate) const CHUNK: u64 = 4 << 20;
-
-/// Bytes read back (and hashed) per read of the staging file.
-const READ_BACK: usize = 1 << 20;
 
 /// Staging names tried per key (`<key>#1` .. `<key>#64`) before giving up:
 /// more live uploaders of one pack than that is not a real situation.
@@ -120,11 +120,98 @@ impl std::fmt::Debug for LocalDir {
     }
 }
 
+/// The reader the validator pulls a `file://` upload through: each read
+/// returns bytes read back from the staging file; once everything copied
+/// has been read, the next [`CHUNK`] is copied from the staged pack first
+/// (`std::io::copy` between two files: `copy_file_range(2)`), after a
+/// cancel check. It stops at the staged size. The first failure (a cancel,
+/// a short file, a write error) is kept in `failed`, which wins over what
+/// the validator makes of the I/O error it sees.
+struct CopyThrough<'a, 'j> {
+    job: &'a Job<'j>,
+    src: &'a File,
+    staging: &'a Staging<'a>,
+    after_chunk: &'a mut dyn FnMut(u64),
+    /// Bytes copied into the staging file so far.
+    copied: u64,
+    /// Bytes read back so far.
+    at: u64,
+    /// The last [`TRAILER_LEN`] bytes read back.
+    tail: Vec<u8>,
+    failed: Option<Error>,
+}
+
+impl CopyThrough<'_, '_> {
+    fn fail(&mut self, e: Error) -> std::io::Error {
+        let io = std::io::Error::other(e.to_string());
+        self.failed.get_or_insert(e);
+        io
+    }
+
+    /// Copies the next chunk; `false` at the staged size.
+    fn copy_next(&mut self) -> std::io::Result<bool> {
+        let size = self.job.item.size;
+        if self.copied >= size {
+            return Ok(false);
+        }
+        if self.job.cancel.is_cancelled() {
+            let e = cancelled(self.job.key);
+            return Err(self.fail(e));
+        }
+        let want = (size - self.copied).min(CHUNK);
+        let n = match std::io::copy(&mut self.src.take(want), &mut &self.staging.file) {
+            Ok(n) => n,
+            Err(source) => {
+                let e = Error::LocalWrite {
+                    what: "copying the staged pack into",
+                    path: self.staging.path.clone(),
+                    source,
+                };
+                return Err(self.fail(e));
+            }
+        };
+        if n == 0 {
+            let e = mismatch(
+                self.job.item,
+                format!("the file ended at {} bytes", self.copied),
+            );
+            return Err(self.fail(e));
+        }
+        self.copied += n;
+        (self.after_chunk)(self.copied);
+        Ok(true)
+    }
+}
+
+impl Read for CopyThrough<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.failed.is_some() {
+            return Err(std::io::Error::other("the copy failed"));
+        }
+        if self.at == self.copied && !self.copy_next()? {
+            return Ok(0);
+        }
+        let k = ((self.copied - self.at) as usize).min(buf.len());
+        if let Err(source) = self.staging.file.read_exact_at(&mut buf[..k], self.at) {
+            let e = Error::LocalWrite {
+                what: "reading back the staged copy",
+                path: self.staging.path.clone(),
+                source,
+            };
+            return Err(self.fail(e));
+        }
+        keep_tail(&mut self.tail, &buf[..k]);
+        self.at += k as u64;
+        Ok(k)
+    }
+}
+
 /// How a publish ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Published {
-    /// The object is at its key, durably.
-    Created,
+    /// The object is at its key, durably; the summary of the pack, which
+    /// was validated whole from the bytes copied.
+    Created(PackSummary),
     /// Something is at the key already; nothing was written. The uploader
     /// compares it.
     Exists,
@@ -134,7 +221,6 @@ pub(crate) enum Published {
 pub(crate) struct Job<'a> {
     pub(crate) item: &'a UploadItem,
     pub(crate) key: &'a Path,
-    pub(crate) trailer: &'a Trailer,
     pub(crate) trailer_bytes: &'a [u8; TRAILER_LEN],
     pub(crate) cancel: &'a CancellationToken,
 }
@@ -239,7 +325,7 @@ impl LocalDir {
             Err(e) => return Err(read_err(&job.item.path, e)),
         };
         let mut staging = self.stage(dir, name)?;
-        self.fill(job, &src, &staging, after_chunk)?;
+        let summary = self.fill(job, &src, &staging, after_chunk)?;
         if job.cancel.is_cancelled() {
             return Err(cancelled(job.key));
         }
@@ -259,54 +345,38 @@ impl LocalDir {
         staging.published = true;
         bump(&self.counters.published);
         self.sync_dir(dir)?;
-        Ok(Published::Created)
+        Ok(Published::Created(summary))
     }
 
-    /// Copies the pack into `staging` chunk by chunk, hashing what was
-    /// written, and checks size, trailer and checksum.
+    /// Copies the pack into `staging` chunk by chunk while validating it
+    /// whole (spool-core's `pack::validate` reads what was written back
+    /// from the staging file, chunk by chunk: the bytes verified are the
+    /// bytes that will be published), and checks size and trailer.
     fn fill(
         &self,
         job: &Job<'_>,
         src: &File,
         staging: &Staging<'_>,
         after_chunk: &mut dyn FnMut(u64),
-    ) -> Result<()> {
+    ) -> Result<PackSummary> {
         let item = job.item;
         let size = item.size;
-        let copy_err = |source| Error::LocalWrite {
-            what: "copying the staged pack into",
-            path: staging.path.clone(),
-            source,
+        let mut copy = CopyThrough {
+            job,
+            src,
+            staging,
+            after_chunk,
+            copied: 0,
+            at: 0,
+            tail: Vec::with_capacity(TRAILER_LEN),
+            failed: None,
         };
-        let mut hash = BodyHash::new(size);
-        let mut tail: Vec<u8> = Vec::with_capacity(TRAILER_LEN);
-        let mut buf = vec![0u8; READ_BACK.min(size as usize).max(1)];
-        let mut done: u64 = 0;
-        while done < size {
-            if job.cancel.is_cancelled() {
-                return Err(cancelled(job.key));
-            }
-            let want = (size - done).min(CHUNK);
-            // std::io::copy between two files is copy_file_range(2) on Linux.
-            let n = std::io::copy(&mut src.take(want), &mut &staging.file).map_err(copy_err)?;
-            if n == 0 {
-                return Err(mismatch(item, format!("the file ended at {done} bytes")));
-            }
-            let end = done + n;
-            let mut at = done;
-            while at < end {
-                let k = ((end - at) as usize).min(buf.len());
-                staging
-                    .file
-                    .read_exact_at(&mut buf[..k], at)
-                    .map_err(copy_err)?;
-                hash.update(&buf[..k]);
-                keep_tail(&mut tail, &buf[..k]);
-                at += k as u64;
-            }
-            done = end;
-            after_chunk(done);
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let validated = spool_core::pack::validate(&mut copy, Some(item.pack_id), &never);
+        if let Some(e) = copy.failed.take() {
+            return Err(e);
         }
+        let (copied, tail) = (copy.copied, std::mem::take(&mut copy.tail));
         let now = src
             .metadata()
             .map_err(|source| read_err(&item.path, source))?
@@ -317,13 +387,14 @@ impl LocalDir {
                 format!("it is now {now} bytes, staged as {size}"),
             ));
         }
-        if tail.as_slice() != job.trailer_bytes.as_slice() {
+        let summary = validated.map_err(|e| invalid(item, copied, e))?;
+        if copied != size || tail.as_slice() != job.trailer_bytes.as_slice() {
             return Err(mismatch(
                 item,
                 "its trailer changed while it was copied".into(),
             ));
         }
-        hash.check(item, job.trailer)
+        Ok(summary)
     }
 
     /// Creates a staging file beside the key, held under an exclusive lock.
@@ -592,6 +663,51 @@ mod tests {
 
     fn name_of(key: &Path) -> String {
         key.filename().unwrap().to_string()
+    }
+
+    /// Issue 13: a `file://` upload validates the pack whole as it copies
+    /// it (the validator pulls the copy, chunk by chunk, reading it back):
+    /// a valid pack of several chunks comes back with its summary; one
+    /// whose hash matches its trailer but whose framing is broken (a record
+    /// length running into the next record, the hash recomputed) is
+    /// `CorruptPack`, never published, its staging file removed.
+    #[tokio::test]
+    async fn a_copy_is_validated_whole_as_it_goes_and_a_misframed_pack_is_never_published() {
+        use sha2::Digest;
+        let fx = fixture();
+        let id = PackId::generate();
+        let (item, body) = stage_pack(&fx.spool, id, (CHUNK as usize) * 2 + 12345, 0x5a);
+        assert!(fx.up.validates_whole(item.size));
+        let r = fx.up.upload_one(item, &CancellationToken::new()).await;
+        assert!(matches!(r.outcome, UploadOutcome::Uploaded { .. }), "{r:?}");
+        let s = r.summary.expect("the copy's summary");
+        assert_eq!((s.id, s.bytes), (id, body.len() as u64));
+        assert_eq!(std::fs::read(fx.file(&r.key)).unwrap(), body);
+
+        let bad_id = PackId::generate();
+        let mut w = spool_core::PackWriter::new(bad_id, bad_id.timestamp_ms());
+        w.push_record(b"one");
+        w.push_record(b"two");
+        let mut bad = w.finish();
+        let at = spool_core::pack::HEADER_LEN;
+        bad[at..at + 4].copy_from_slice(&9u32.to_le_bytes());
+        let hashed = bad.len() - 32;
+        let digest: [u8; 32] = sha2::Sha256::digest(&bad[..hashed]).into();
+        bad[hashed..].copy_from_slice(&digest);
+        let path = fx.spool.join(format!("{bad_id}.ready"));
+        std::fs::write(&path, &bad).unwrap();
+        let item = UploadItem {
+            path,
+            pack_id: bad_id,
+            size: bad.len() as u64,
+        };
+        let r = fx.up.upload_one(item, &CancellationToken::new()).await;
+        let f = r.outcome.failure().expect("a mis-framed pack fails");
+        assert!(f.corrupt && !f.retryable, "{f:?}");
+        assert!(matches!(f.error, Error::CorruptPack { .. }), "{}", f.error);
+        assert!(r.summary.is_none());
+        assert!(!fx.file(&r.key).exists(), "never published");
+        assert_eq!(fx.dir_entries(&r.key), vec![name_of(&fx.up.key(&id))]);
     }
 
     /// An object that lands at the key while the pack is being copied (a

@@ -9,7 +9,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload};
 use sha2::{Digest, Sha256};
-use spool_core::pack::{PackId, Trailer, TRAILER_HASH_OFFSET, TRAILER_LEN};
+use spool_core::pack::{PackId, PackSummary, Trailer, TRAILER_HASH_OFFSET, TRAILER_LEN};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::sync::CancellationToken;
 
@@ -43,6 +43,14 @@ pub struct UploadResult {
     pub key: Path,
     /// The outcome.
     pub outcome: UploadOutcome,
+    /// The pack's summary when this upload validated the whole pack from
+    /// the very bytes it sent (see [`Uploader::validates_whole`]: a single
+    /// PUT's body read whole, a `file://` copy read back, each checked by
+    /// [`spool_core::pack::validate`] before anything is visible at the
+    /// key), so its caller need not read and hash the file a second time.
+    /// `None` for a multipart upload, a pack found in the store before
+    /// anything was read, and a failure.
+    pub summary: Option<PackSummary>,
 }
 
 /// The outcome of one pack's upload.
@@ -133,10 +141,11 @@ struct Inner {
     config: UploadConfig,
 }
 
-/// What one successful attempt did.
+/// What one successful attempt did, with the summary of the pack when the
+/// attempt validated it whole (see [`UploadResult::summary`]).
 enum Done {
-    Uploaded([u8; 32]),
-    Skipped([u8; 32]),
+    Uploaded([u8; 32], Option<PackSummary>),
+    Skipped([u8; 32], Option<PackSummary>),
 }
 
 impl Uploader {
@@ -156,6 +165,28 @@ impl Uploader {
     /// The configuration.
     pub fn config(&self) -> &UploadConfig {
         &self.inner.config
+    }
+
+    /// Whether [`Uploader::upload_one`] of a pack of `size` bytes validates
+    /// it whole before anything of it becomes visible at its key, returning
+    /// its summary ([`UploadResult::summary`]): a single PUT (at most
+    /// `multipart_threshold`) to a store that honours a conditional create
+    /// (the body is read before anything else, so even a pack found already
+    /// stored comes back with its summary), and any upload to a `file://`
+    /// store (validated as it is copied, before the publish; a pack found
+    /// at its key before the copy comes back without one); never a pack
+    /// over `max_in_flight_bytes` (refused unread). A caller may skip its
+    /// own validation of such a pack, and validates one that comes back
+    /// stored without a summary.
+    pub fn validates_whole(&self, size: u64) -> bool {
+        let cfg = &self.inner.config;
+        if size > cfg.max_in_flight_bytes {
+            return false; // refused before anything is read
+        }
+        if self.inner.store.local().is_some() {
+            return true; // validated as it is copied
+        }
+        self.inner.store.conditional_create() && size <= cfg.multipart_threshold
     }
 
     /// A pack's object key in this store.
@@ -206,7 +237,7 @@ impl Uploader {
     /// capped exponential backoff up to `max_attempts`.
     pub async fn upload_one(&self, item: UploadItem, cancel: &CancellationToken) -> UploadResult {
         let key = self.key(&item.pack_id);
-        let outcome = self.upload_with_retries(&item, &key, cancel).await;
+        let (outcome, summary) = self.upload_with_retries(&item, &key, cancel).await;
         match &outcome {
             UploadOutcome::Uploaded { attempts, .. } => tracing::info!(
                 pack = %item.path.display(), %key, bytes = item.size, attempts, "uploaded pack"
@@ -222,7 +253,12 @@ impl Uploader {
                 error = %f.error, "upload failed; the pack stays in the spool"
             ),
         }
-        UploadResult { item, key, outcome }
+        UploadResult {
+            item,
+            key,
+            outcome,
+            summary,
+        }
     }
 
     async fn upload_with_retries(
@@ -230,17 +266,18 @@ impl Uploader {
         item: &UploadItem,
         key: &Path,
         cancel: &CancellationToken,
-    ) -> UploadOutcome {
+    ) -> (UploadOutcome, Option<PackSummary>) {
         let cfg = &self.inner.config;
         let fail = |error: Error, attempts: u32| {
             let cancelled = matches!(error, Error::Cancelled { .. });
-            UploadOutcome::Failed(UploadFailure {
+            let failure = UploadFailure {
                 retryable: error.is_retryable(),
                 cancelled,
                 corrupt: error.is_corrupt(),
                 attempts,
                 error,
-            })
+            };
+            (UploadOutcome::Failed(failure), None)
         };
         if item.size > cfg.max_in_flight_bytes {
             let error = Error::TooLarge {
@@ -260,13 +297,16 @@ impl Uploader {
             }
             attempt += 1;
             match self.attempt(item, key, cancel).await {
-                Ok(Done::Uploaded(sha256)) => {
-                    return UploadOutcome::Uploaded {
+                Ok(Done::Uploaded(sha256, summary)) => {
+                    let outcome = UploadOutcome::Uploaded {
                         sha256,
                         attempts: attempt,
-                    }
+                    };
+                    return (outcome, summary);
                 }
-                Ok(Done::Skipped(sha256)) => return UploadOutcome::Skipped { sha256 },
+                Ok(Done::Skipped(sha256, summary)) => {
+                    return (UploadOutcome::Skipped { sha256 }, summary)
+                }
                 Err(e) if !e.is_retryable() || attempt >= cfg.max_attempts => {
                     return fail(e, attempt)
                 }
@@ -404,7 +444,7 @@ impl Uploader {
         };
         match Trailer::parse(arr) {
             Ok(theirs) if theirs.sha256 == ours.sha256 && theirs.id == ours.id => {
-                Ok(Done::Skipped(ours.sha256))
+                Ok(Done::Skipped(ours.sha256, None))
             }
             Ok(theirs) => Err(conflict(format!(
                 "{size} bytes, pack {} with sha256 {}",
@@ -427,17 +467,13 @@ impl Uploader {
         trailer_bytes: &[u8; TRAILER_LEN],
         cancel: &CancellationToken,
     ) -> Result<Done> {
-        let (local, owned) = (
-            local.clone(),
-            (item.clone(), key.clone(), *trailer, *trailer_bytes),
-        );
+        let (local, owned) = (local.clone(), (item.clone(), key.clone(), *trailer_bytes));
         let token = cancel.clone();
         let put = tokio::task::spawn_blocking(move || {
-            let (item, key, trailer, trailer_bytes) = &owned;
+            let (item, key, trailer_bytes) = &owned;
             local.put(&Job {
                 item,
                 key,
-                trailer,
                 trailer_bytes,
                 cancel: &token,
             })
@@ -447,7 +483,7 @@ impl Uploader {
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
         match published {
-            Published::Created => Ok(Done::Uploaded(trailer.sha256)),
+            Published::Created(summary) => Ok(Done::Uploaded(trailer.sha256, Some(summary))),
             Published::Exists => self.taken(item, key, trailer, cancel).await,
         }
     }
@@ -487,14 +523,27 @@ impl Uploader {
         trailer_bytes: &[u8; TRAILER_LEN],
         cancel: &CancellationToken,
     ) -> Result<Done> {
-        // One trip to the blocking pool: open, read in chunks, hash.
-        let (path, size) = (item.path.clone(), item.size);
-        let read = tokio::task::spawn_blocking(move || read_body(&path, size))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-            .map_err(|source| read_err(&item.path, source))?;
+        // One trip to the blocking pool: open, read in chunks, validate the
+        // whole pack from the bytes read (its hash included: one pass).
+        let (path, size, id) = (item.path.clone(), item.size, item.pack_id);
+        let (read, validated) = tokio::task::spawn_blocking(move || {
+            let read = read_body(&path, size)?;
+            let complete = read.read == size && !read.grown;
+            let validated = complete.then(|| {
+                let never = std::sync::atomic::AtomicBool::new(false);
+                spool_core::pack::validate(ChunksReader::new(&read.chunks), Some(id), &never)
+            });
+            Ok((read, validated))
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+        .map_err(|source| read_err(&item.path, source))?;
         check_end(item, (read.read, read.grown, &read.tail), trailer_bytes)?;
-        read.hash.check(item, trailer)?;
+        let summary = match validated {
+            Some(Ok(summary)) => summary,
+            Some(Err(e)) => return Err(invalid(item, read.read, e)),
+            None => unreachable!("check_end refuses a body of another size"),
+        };
         let body = read.chunks;
         let store = self.inner.store.object_store();
         let mode = if self.inner.store.conditional_create() {
@@ -508,11 +557,14 @@ impl Uploader {
         };
         let payload: PutPayload = body.into_iter().collect();
         match Self::cut(key, cancel, store.put_opts(key, payload, opts)).await? {
-            Ok(_) => Ok(Done::Uploaded(trailer.sha256)),
+            Ok(_) => Ok(Done::Uploaded(trailer.sha256, Some(summary))),
             Err(
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
-            ) => self.taken(item, key, trailer, cancel).await,
+            ) => match self.taken(item, key, trailer, cancel).await? {
+                Done::Skipped(sha256, _) => Ok(Done::Skipped(sha256, Some(summary))),
+                done => Ok(done),
+            },
             Err(e) => Err(self.store_err("PUT", key, e)),
         }
     }
@@ -545,7 +597,7 @@ impl Uploader {
             .await;
         let err = match result {
             Ok(()) => match Self::cut(key, cancel, upload.complete()).await {
-                Ok(Ok(_)) => return Ok(Done::Uploaded(trailer.sha256)),
+                Ok(Ok(_)) => return Ok(Done::Uploaded(trailer.sha256, None)),
                 Ok(Err(e)) => self.store_err("multipart complete", key, e),
                 Err(cancelled) => cancelled,
             },
@@ -710,11 +762,65 @@ struct Body {
     grown: bool,
     /// The last [`TRAILER_LEN`] bytes read.
     tail: Vec<u8>,
-    hash: BodyHash,
+}
+
+/// The chunks of a [`Body`] as one reader (for the validator).
+struct ChunksReader<'a> {
+    chunks: std::slice::Iter<'a, Bytes>,
+    current: &'a [u8],
+}
+
+impl<'a> ChunksReader<'a> {
+    fn new(chunks: &'a [Bytes]) -> ChunksReader<'a> {
+        ChunksReader {
+            chunks: chunks.iter(),
+            current: &[],
+        }
+    }
+}
+
+impl std::io::Read for ChunksReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.next() {
+                Some(c) => self.current = c,
+                None => return Ok(0),
+            }
+        }
+        let n = self.current.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = &self.current[n..];
+        Ok(n)
+    }
+}
+
+/// The validator refused a body read whole: its bytes do not hash to the
+/// trailer's checksum ([`Error::ChecksumMismatch`], as for a multipart
+/// upload), or another corruption ([`Error::CorruptPack`]).
+pub(crate) fn invalid(item: &UploadItem, read: u64, e: spool_core::Error) -> Error {
+    match e {
+        spool_core::Error::CorruptPack {
+            problem: spool_core::Corruption::ChecksumMismatch { trailer, computed },
+            ..
+        } => Error::ChecksumMismatch {
+            path: item.path.clone(),
+            bytes: read,
+            expected: trailer,
+            computed,
+        },
+        spool_core::Error::CorruptPack { problem, .. } => Error::CorruptPack {
+            path: item.path.clone(),
+            problem: problem.to_string(),
+        },
+        other => Error::CorruptPack {
+            path: item.path.clone(),
+            problem: other.to_string(),
+        },
+    }
 }
 
 /// Reads the `size` bytes of the file at `path` in buffers of at most
-/// [`READ_CHUNK`], hashing them, and looks for a byte past them.
+/// [`READ_CHUNK`] and looks for a byte past them.
 fn read_body(path: &FsPath, size: u64) -> std::io::Result<Body> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
@@ -723,7 +829,6 @@ fn read_body(path: &FsPath, size: u64) -> std::io::Result<Body> {
         read: 0,
         grown: false,
         tail: Vec::with_capacity(TRAILER_LEN),
-        hash: BodyHash::new(size),
     };
     while body.read < size {
         let want = (size - body.read).min(READ_CHUNK as u64) as usize;
@@ -739,7 +844,6 @@ fn read_body(path: &FsPath, size: u64) -> std::io::Result<Body> {
         }
         buf.truncate(n);
         keep_tail(&mut body.tail, &buf);
-        body.hash.update(&buf);
         body.read += n as u64;
         if n > 0 {
             body.chunks.push(Bytes::from(buf));
@@ -1102,6 +1206,93 @@ mod tests {
     #[tokio::test]
     async fn a_multipart_upload_of_bytes_that_do_not_match_the_checksum_is_aborted() {
         upload_corrupt(true).await;
+    }
+
+    /// Issue 13: a single PUT validates the whole pack from the bytes it
+    /// holds (one read, one hash): a valid pack comes back with its summary,
+    /// on a fresh PUT and on finding itself already stored; a pack whose
+    /// hash matches its trailer but whose framing is broken (a record
+    /// length running into the footer, the hash recomputed) is corrupt and
+    /// never sent, which the hash alone would not catch. A multipart upload
+    /// returns no summary (its caller validates).
+    #[tokio::test]
+    async fn a_single_put_validates_the_whole_pack_and_returns_its_summary() {
+        use crate::testing::Op;
+        let dir = tempfile::tempdir().unwrap();
+        let fault = Arc::new(crate::testing::FaultStore::new(Arc::new(
+            object_store::memory::InMemory::new(),
+        )));
+        let store = Store::new(fault.clone(), "p", "memory", true).unwrap();
+        let up = Uploader::new(store.clone(), UploadConfig::default()).unwrap();
+        let write = |id: PackId, bytes: &[u8]| {
+            let path = dir.path().join(format!("{id}.ready"));
+            std::fs::write(&path, bytes).unwrap();
+            UploadItem {
+                path,
+                pack_id: id,
+                size: bytes.len() as u64,
+            }
+        };
+        let id = PackId::generate();
+        let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+        for r in [&b"one"[..], b"two", b"three"] {
+            w.push_record(r);
+        }
+        let good = w.finish();
+        assert!(up.validates_whole(good.len() as u64));
+        let item = write(id, &good);
+        for round in ["fresh", "already stored"] {
+            let r = up.upload_one(item.clone(), &CancellationToken::new()).await;
+            assert!(r.outcome.is_stored(), "{round}: {:?}", r.outcome);
+            let s = r.summary.unwrap_or_else(|| panic!("{round}: no summary"));
+            assert_eq!(
+                (s.id, s.records, s.bytes),
+                (id, 3, good.len() as u64),
+                "{round}"
+            );
+        }
+
+        // the first record's length now runs into the footer; the hash is
+        // made to match again
+        let bad_id = PackId::generate();
+        let mut w = spool_core::PackWriter::new(bad_id, spool_core::pack::now_ms());
+        w.push_record(b"one");
+        w.push_record(b"two");
+        let mut bad = w.finish();
+        bad[spool_core::pack::HEADER_LEN..spool_core::pack::HEADER_LEN + 4]
+            .copy_from_slice(&9u32.to_le_bytes());
+        let hashed = bad.len() - (TRAILER_LEN - TRAILER_HASH_OFFSET);
+        let digest: [u8; 32] = Sha256::digest(&bad[..hashed]).into();
+        bad[hashed..].copy_from_slice(&digest);
+        let puts = fault.calls(Op::Put);
+        let r = up
+            .upload_one(write(bad_id, &bad), &CancellationToken::new())
+            .await;
+        let f = r.outcome.failure().expect("a mis-framed pack fails");
+        assert!(f.corrupt && !f.retryable, "{f:?}");
+        assert!(matches!(f.error, Error::CorruptPack { .. }), "{}", f.error);
+        assert!(f.error.to_string().contains("quarantined"), "{}", f.error);
+        assert!(r.summary.is_none());
+        assert_eq!(fault.calls(Op::Put), puts, "never PUT");
+
+        let multipart = Uploader::new(
+            store,
+            UploadConfig {
+                multipart_threshold: 16,
+                part_size: 5 << 20,
+                ..UploadConfig::default()
+            },
+        )
+        .unwrap();
+        let other = PackId::generate();
+        let mut w = spool_core::PackWriter::new(other, spool_core::pack::now_ms());
+        w.push_record(b"a record");
+        let bytes = w.finish();
+        assert!(!multipart.validates_whole(bytes.len() as u64));
+        let r = multipart
+            .upload_one(write(other, &bytes), &CancellationToken::new())
+            .await;
+        assert!(r.outcome.is_stored() && r.summary.is_none(), "{r:?}");
     }
 
     #[test]

@@ -235,6 +235,63 @@ fn small_packs_go_up_more_at_once_than_large_ones() {
     }
 }
 
+/// Issue 13 / SPEC §2: validated before uploaded, on both paths. A pack
+/// whose hash matches its trailer but whose framing is broken (its first
+/// record's length runs into the next one, the hash recomputed) is
+/// quarantined and never sent, whether it goes up in one PUT (validated by
+/// the uploader from the bytes it holds, the pipeline skipping its own
+/// read) or in parts (validated by the pipeline ahead of the upload); the
+/// valid packs beside it are uploaded and indexed.
+#[test]
+fn a_misframed_pack_with_a_matching_hash_is_quarantined_on_either_upload_path() {
+    for multipart in [false, true] {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 3);
+        let id = spool_core::PackId::generate();
+        let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
+        w.push_record(b"one");
+        w.push_record(b"two");
+        let mut bad = w.finish();
+        let at = spool_core::pack::HEADER_LEN;
+        bad[at..at + 4].copy_from_slice(&9u32.to_le_bytes());
+        let hashed = bad.len() - 32;
+        use sha2::Digest;
+        let digest: [u8; 32] = sha2::Sha256::digest(&bad[..hashed]).into();
+        bad[hashed..].copy_from_slice(&digest);
+        std::fs::write(own.dir().join(format!("{id}.ready")), &bad).unwrap();
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        if multipart {
+            c.upload.multipart_threshold = 16;
+        }
+        let up = spool_upload::Uploader::new(
+            spool_upload::Store::new(fx.store.clone(), "p", "memory", true).unwrap(),
+            c.upload.clone(),
+        )
+        .unwrap();
+        assert_eq!(up.validates_whole(bad.len() as u64), !multipart);
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(svc.flush(Duration::from_secs(20)).unwrap());
+        let snap = svc.snapshot();
+        assert_eq!(
+            (snap.quarantined, snap.indexed),
+            (1, 3),
+            "multipart {multipart}: {snap:?}"
+        );
+        assert!(own.dir().join(format!("{id}.quarantined")).exists());
+        assert_eq!(
+            objects(&fx),
+            3,
+            "multipart {multipart}: the bad pack never stored"
+        );
+        let (puts, creates) = (fx.store.calls(Op::Put), fx.store.calls(Op::CreateMultipart));
+        assert_eq!(puts + creates, 3, "multipart {multipart}: never sent");
+        svc.stop().unwrap();
+    }
+}
+
 mod serial {
     use super::*;
 
