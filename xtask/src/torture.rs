@@ -1301,8 +1301,9 @@ impl Run {
                     true
                 }
                 // --disk: a producer whose stage, flush, open or release
-                // met ENOSPC / EROFS (or the budget) and said so
-                (None | Some("TERM"), None)
+                // met ENOSPC / EROFS (or the budget) and said so (also
+                // if the scheduler's signal came after that exit)
+                (_, None)
                     if disk
                         && p.kind != Kind::Daemon
                         && matches!(status.code(), Some(1 | 5))
