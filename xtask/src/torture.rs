@@ -50,6 +50,7 @@
 //! is a failure: none is injected). A failing run prints its seed and the
 //! command that reproduces its choices (timing still varies).
 
+mod disk;
 mod faults;
 mod netns;
 mod remote;
@@ -122,6 +123,9 @@ pub struct Options {
     /// `--faults`: fault proxies in front of the real servers (on by
     /// default with either; `--no-faults` turns them off).
     pub faults: bool,
+    /// `--disk`: the spool root on a small tmpfs that fills up and turns
+    /// read-only ([`disk`]).
+    pub disk: Option<disk::DiskOptions>,
 }
 
 /// The figures of runs, summed.
@@ -168,6 +172,8 @@ pub struct Figures {
     /// whose renewals the faults cut was deposed, and a foreign lease
     /// outlived 2 × TTL (SPEC §6.2). Restarted like any dead daemon.
     pub latched: u64,
+    /// `--disk`: the full-disk and read-only figures.
+    pub disk: Option<disk::DiskFigures>,
 }
 
 impl Figures {
@@ -183,6 +189,9 @@ impl Figures {
         self.rows_before_object += o.rows_before_object;
         self.unreported += o.unreported;
         self.latched += o.latched;
+        if let Some(d) = &o.disk {
+            self.disk.get_or_insert_with(Default::default).add(d);
+        }
         for (k, n) in &o.points {
             *self.points.entry(k.clone()).or_default() += n;
         }
@@ -221,8 +230,12 @@ impl Figures {
                 by(&self.requests_hit)
             )
         };
+        let disk = self
+            .disk
+            .as_ref()
+            .map_or(String::new(), |d| format!(" {}", d.line()));
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -259,9 +272,11 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
         s3: false,
         clickhouse: false,
         faults: false,
+        disk: None,
     };
     let mut faults = None;
     let mut lease_netns = false;
+    let mut read_only = true;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -291,12 +306,27 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
                     v => bail!("--catalog {v}: `sqlite` or `clickhouse`"),
                 }
             }
+            "--disk" => {
+                o.disk.get_or_insert(disk::DiskOptions {
+                    mib: disk::DEFAULT_MIB,
+                    read_only: true,
+                });
+            }
+            "--tmpfs-mib" => {
+                let mib = value("--tmpfs-mib")?.parse().context("--tmpfs-mib: MiB")?;
+                o.disk = Some(disk::DiskOptions {
+                    mib,
+                    read_only: true,
+                });
+            }
+            "--no-ro" => read_only = false,
             "--faults" => faults = Some(true),
             "--no-faults" => faults = Some(false),
             other => bail!(
                 "unknown option {other}; usage: cargo xtask torture [--seed S] [--minutes M] \
                  [--runs N] [--run-secs S] [--store file|s3] [--catalog sqlite|clickhouse] \
-                 [--faults|--no-faults] [--keep] [--bin PATH] | --lease-netns [--seed S] [--minutes M]"
+                 [--faults|--no-faults] [--disk] [--tmpfs-mib N] [--no-ro] [--keep] [--bin PATH] \
+                 | --lease-netns [--seed S] [--minutes M]"
             ),
         }
     }
@@ -320,6 +350,17 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
         return Ok(());
     }
     o.faults = faults.unwrap_or(o.s3 || o.clickhouse);
+    if let Some(d) = &mut o.disk {
+        d.read_only = read_only;
+        if !disk::in_namespace() {
+            // the tmpfs is mounted in a private mount namespace of its own
+            let all: Vec<String> = std::iter::once("torture".to_string())
+                .chain(args.iter().cloned())
+                .chain(["--seed".to_string(), o.seed.to_string()])
+                .collect();
+            return disk::reexec(&all);
+        }
+    }
     if o.faults && !o.s3 && !o.clickhouse {
         bail!("--faults needs a real server to put the proxy in front of: --store s3 and/or --catalog clickhouse");
     }
@@ -345,11 +386,38 @@ pub fn ci(root: &Path) -> Result<()> {
             s3: false,
             clickhouse: false,
             faults: false,
+            disk: None,
         };
         total.add(&torture(root, &o)?);
     }
     eprintln!("torture: {}", total.line());
     Ok(())
+}
+
+/// CI's short disk pass (`cargo xtask test`): one 15 s run of the day's
+/// seed with the spool root on a 32 MiB tmpfs that fills and turns
+/// read-only ([`disk`]); skipped, saying why, when not root.
+pub fn ci_disk(root: &Path) -> Result<()> {
+    if let Some(why) = disk::unavailable() {
+        eprintln!("torture --disk: SKIPPED: {why}");
+        return Ok(());
+    }
+    let bin = crate::target_dir(root).join("debug/spool-with-seams");
+    let seed = seed_of_the_day().to_string();
+    let args = [
+        "torture",
+        "--disk",
+        "--runs",
+        "1",
+        "--run-secs",
+        "15",
+        "--seed",
+        &seed,
+        "--bin",
+    ];
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    all.push(bin.display().to_string());
+    disk::reexec(&all)
 }
 
 /// CI's short fault pass (`cargo xtask test`, after the real tier, with its
@@ -367,20 +435,12 @@ pub fn ci_faults(root: &Path, servers: &[(String, String)]) -> Result<()> {
         s3: true,
         clickhouse: true,
         faults: true,
+        disk: None,
     };
     let env = |k: &str| servers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let remote = remote::Remote::start_with(root, &o, &env)?;
     let figures = runs(root, &o, &remote)?;
     eprintln!("torture (faults): {}", figures.line());
-    Ok(())
-}
-
-/// CI's short two-node lease pass (`cargo xtask test`, after the real
-/// tier): the day's seed, 30 s of faults (about 50 s in all; skipped
-/// unless root).
-pub fn ci_lease_netns(root: &Path) -> Result<()> {
-    let bin = crate::target_dir(root).join("debug/spool-with-seams");
-    netns::lease_netns(root, &bin, seed_of_the_day(), 30.0)?;
     Ok(())
 }
 
@@ -507,6 +567,12 @@ fn variant(o: &Options) -> String {
     }
     if (o.s3 || o.clickhouse) && !o.faults {
         v.push_str(" --no-faults");
+    }
+    if let Some(d) = &o.disk {
+        v.push_str(&format!(" --tmpfs-mib {}", d.mib));
+        if !d.read_only {
+            v.push_str(" --no-ro");
+        }
     }
     v
 }
@@ -727,6 +793,8 @@ struct Run {
     run_secs: f64,
     /// How many daemons run at once.
     daemons: usize,
+    /// `--disk`: the run's tmpfs (the spool root is on it).
+    disk: Option<disk::Disk>,
     /// The threads reading producers' reports (joined before the oracle).
     stdout_readers: Vec<std::thread::JoinHandle<()>>,
     procs: Vec<Proc>,
@@ -736,15 +804,26 @@ struct Run {
 
 impl Run {
     fn new(seed: u64, dir: &Path, bin: &Path, o: &Options, remote: &remote::Remote) -> Result<Run> {
-        let root = dir.join("spool");
         let store_dir = dir.join("store");
-        for d in [&root, &store_dir, &dir.join("bin")] {
+        for d in [&store_dir, &dir.join("bin")] {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         let own_bin = dir.join("bin/spool-with-seams");
         std::fs::copy(bin, &own_bin)
             .with_context(|| format!("copying {} (built?)", bin.display()))?;
         let dir = dir.canonicalize()?;
+        let (root, disk) = match &o.disk {
+            Some(d) => {
+                let disk = disk::Disk::mount(&dir, d)?;
+                (disk.mount.join("spool"), Some(disk))
+            }
+            None => {
+                let root = dir.join("spool");
+                std::fs::create_dir_all(&root)
+                    .with_context(|| format!("creating {}", root.display()))?;
+                (root, None)
+            }
+        };
         let mut proxies = Vec::new();
         if o.faults {
             let from = bin.with_file_name("fault-proxy");
@@ -831,7 +910,8 @@ impl Run {
             env,
             proxies,
             database,
-            root: dir.join("spool"),
+            root,
+            disk,
             bin: dir.join("bin/spool-with-seams"),
             dir,
             run_secs: o.run_secs,
@@ -839,7 +919,10 @@ impl Run {
             stdout_readers: Vec::new(),
             procs: Vec::new(),
             shared: Arc::default(),
-            figures: Figures::default(),
+            figures: Figures {
+                disk: o.disk.map(|_| disk::DiskFigures::default()),
+                ..Figures::default()
+            },
         })
     }
 
@@ -900,6 +983,15 @@ impl Run {
             }
         }
         self.proxies.clear();
+        if let Some(d) = self.disk.take() {
+            if !lock(&self.shared).problems.is_empty() {
+                d.keep(&self.dir.join("spool-left"));
+            }
+            if let Some(f) = &mut self.figures.disk {
+                f.add(&d.figures);
+            }
+            d.unmount(&mut self.rng)?;
+        }
         let shared = lock(&self.shared);
         if shared.problems.is_empty() {
             if let Some((port, db)) = &self.database {
@@ -961,9 +1053,16 @@ impl Run {
                 }
             }
             self.inject()?;
+            if let Some(d) = &mut self.disk {
+                d.tick(&mut self.rng, false)?;
+            }
         }
         for p in &mut self.proxies {
             p.tick(true)?;
+        }
+        // the drain has room and a writable spool
+        if let Some(d) = &mut self.disk {
+            d.tick(&mut self.rng, true)?;
         }
         self.drain()
     }
@@ -1031,6 +1130,16 @@ impl Run {
                 break;
             }
             std::thread::sleep(Duration::from_millis(200));
+        }
+        // --disk: the windows are over, so the daemons themselves must
+        // drain everything; a sibling left behind is one a daemon gave up
+        // on for a transient ENOSPC / EROFS (the final run would hide it)
+        let left = self.backlog();
+        if self.disk.is_some() && left > 0 {
+            self.problem(format!(
+                "{left} rank director(y/ies) under {} not drained by the daemons within 30 s of the last full / read-only window (a sibling given up on for a transient error?)",
+                self.root.display()
+            ));
         }
         for i in self.live(|k| k == Kind::Daemon) {
             self.signal(i, "TERM");
@@ -1166,6 +1275,10 @@ impl Run {
             if p.kind == Kind::Daemon {
                 dead_daemons += 1;
             }
+            if let Some(f) = &mut self.figures.disk {
+                f.count(&stderr, p.kind == Kind::Daemon);
+            }
+            let disk = self.figures.disk.is_some();
             let expected = match (p.signalled, by_signal) {
                 // its own kill point (also while it stops after a SIGTERM)
                 (_, Some(9)) if at_point => {
@@ -1178,7 +1291,7 @@ impl Run {
                 (Some("KILL"), Some(9)) => true,
                 // a holder or daemon told to stop: exit 0 (or the signal
                 // itself, if it came before the process took it over)
-                (Some("TERM"), None) => status.success(),
+                (Some("TERM"), None) if status.success() => true,
                 (Some("TERM"), Some(15)) => true,
                 // an engine whose close could not drain in time: its
                 // packs stay for adoption (SPEC §7.5), not a broken rule
@@ -1193,6 +1306,35 @@ impl Run {
                         && !self.proxies.is_empty() =>
                 {
                     self.figures.latched += 1;
+                    true
+                }
+                // --disk: a daemon (re)started inside a window cannot
+                // claim its own rank directory and exits 1 saying why; it
+                // is restarted like any dead daemon
+                (None, None)
+                    if disk
+                        && p.kind == Kind::Daemon
+                        && status.code() == Some(1)
+                        && stderr.contains("cannot start the daemon")
+                        && disk::refused(&stderr) =>
+                {
+                    if let Some(f) = &mut self.figures.disk {
+                        f.refused_starts += 1;
+                    }
+                    true
+                }
+                // --disk: a producer whose stage, flush, open or release
+                // met ENOSPC / EROFS (or the budget) and said so (also
+                // if the scheduler's signal came after that exit)
+                (_, None)
+                    if disk
+                        && p.kind != Kind::Daemon
+                        && matches!(status.code(), Some(1 | 5))
+                        && disk::refused(&stderr) =>
+                {
+                    if let Some(f) = &mut self.figures.disk {
+                        f.refused_exits += 1;
+                    }
                     true
                 }
                 // a paused holder killed after its release: still a kill
@@ -1297,7 +1439,12 @@ impl Run {
         };
         let packs = 3 + self.rng.below(13);
         let records = 4 + self.rng.below(13);
-        let pack_bytes = 1024 + self.rng.below(15 * 1024);
+        // --disk: packs big enough that a few fill what the ballast left
+        let pack_bytes = if self.disk.is_some() {
+            16 * 1024 + self.rng.below(400 * 1024)
+        } else {
+            1024 + self.rng.below(15 * 1024)
+        };
         let interval = self.rng.between(0.02, 0.3);
         let mut cmd = Command::new(&self.bin);
         let mut kill_at = None;
@@ -1328,6 +1475,16 @@ impl Run {
                 cmd.args(["--serve", "--timeout", &ENGINE_TIMEOUT.to_string()]);
                 cmd.args(["--lease-ttl", LEASE_TTL, "--poll-interval", POLL]);
                 cmd.args(["--recheck-interval", RECHECK]);
+            }
+            // --disk: a flush deadline a full or read-only window can
+            // outlast, so some producers fail and say why
+            // (a holder's: its release flush, within the stop bound)
+            Kind::Holder if self.disk.is_some() => {
+                cmd.args(["--hold", "--timeout", "2"]);
+            }
+            Kind::SinkOnly if self.disk.is_some() => {
+                let t = 2 + self.rng.below(5);
+                cmd.args(["--timeout", &t.to_string()]);
             }
             Kind::Holder => {
                 cmd.args(["--hold", "--timeout", "20"]);

@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use spool_lock::LockOptions;
 
-use super::{probe_sync, take_sync};
+use super::{is_permanent, probe_sync, take_sync};
 use crate::adoption::{AdoptRefusal, Probe};
 
 /// Lowers this process's descriptor limit to its lowest free descriptor
@@ -67,4 +67,20 @@ fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passe
     assert_eq!(spool.scan(&Default::default()).unwrap().len(), 1);
     drop(spool);
     claim.release().unwrap();
+}
+
+/// A read-only spool (remounted read-only for a while) is transient: a
+/// take that meets EROFS is retried, never a sibling blocked until the
+/// daemon restarts; another user's files stay permanent.
+#[test]
+fn erofs_is_transient_and_eacces_is_permanent() {
+    let io = |errno| spool_lock::Error::Io {
+        op: "open",
+        path: "/spool/key/r1-00000001/.owner.lock".into(),
+        source: std::io::Error::from_raw_os_error(errno),
+    };
+    assert!(!is_permanent(&io(30)), "EROFS must be retried");
+    assert!(!is_permanent(&io(28)), "ENOSPC must be retried");
+    assert!(!is_permanent(&io(24)), "EMFILE must be retried");
+    assert!(is_permanent(&io(13)), "EACCES blocks the sibling");
 }
