@@ -394,32 +394,6 @@ pub fn ci(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// CI's short disk pass (`cargo xtask test`): one 15 s run of the day's
-/// seed with the spool root on a 32 MiB tmpfs that fills and turns
-/// read-only ([`disk`]); skipped, saying why, when not root.
-pub fn ci_disk(root: &Path) -> Result<()> {
-    if let Some(why) = disk::unavailable() {
-        eprintln!("torture --disk: SKIPPED: {why}");
-        return Ok(());
-    }
-    let bin = crate::target_dir(root).join("debug/spool-with-seams");
-    let seed = seed_of_the_day().to_string();
-    let args = [
-        "torture",
-        "--disk",
-        "--runs",
-        "1",
-        "--run-secs",
-        "15",
-        "--seed",
-        &seed,
-        "--bin",
-    ];
-    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    all.push(bin.display().to_string());
-    disk::reexec(&all)
-}
-
 /// CI's short fault pass (`cargo xtask test`, after the real tier, with its
 /// servers): one run of the day's seed against moto + ClickHouse through
 /// the fault proxies, 20 s of production (about 40 s in all).

@@ -32,12 +32,14 @@ pub(crate) struct Env<'a> {
 }
 
 /// An I/O failure of a take that no retry can fix from here: another
-/// user's files (EACCES, EPERM), a symlink loop or a path that is not a
-/// directory (ELOOP, ENOTDIR). Transient ones (EMFILE, EINTR, EIO, ...) are
-/// retried, and so is a read-only filesystem (EROFS): a spool remounted
-/// read-only for a while becomes writable again, and a sibling blocked on
-/// it would stay in place until the daemon restarts (the disk torture,
-/// RELIABILITY.md "Full disk and read-only spool").
+/// user's files (EACCES, EPERM), a read-only filesystem (EROFS), a symlink
+/// loop or a path that is not a directory (ELOOP, ENOTDIR). Transient ones
+/// (EMFILE, EINTR, EIO, ENOSPC, ...) are retried. EROFS stays permanent
+/// (issue 11 §8: a sibling on a read-only mount is blocked once, never
+/// retried in a loop), though a spool read-only only for a while then keeps
+/// that sibling blocked until the daemon restarts (RELIABILITY.md "Full
+/// disk and read-only spool": a blocked-on-EROFS sibling should be
+/// rechecked like one marked blocked; not done).
 fn is_permanent(e: &spool_lock::Error) -> bool {
     let spool_lock::Error::Io { source, .. } = e else {
         return false;
@@ -45,7 +47,13 @@ fn is_permanent(e: &spool_lock::Error) -> bool {
     source.kind() == std::io::ErrorKind::PermissionDenied
         || matches!(
             source.raw_os_error(),
-            Some(libc_codes::EACCES | libc_codes::EPERM | libc_codes::ELOOP | libc_codes::ENOTDIR)
+            Some(
+                libc_codes::EACCES
+                    | libc_codes::EPERM
+                    | libc_codes::EROFS
+                    | libc_codes::ELOOP
+                    | libc_codes::ENOTDIR
+            )
         )
 }
 
@@ -54,6 +62,7 @@ mod libc_codes {
     pub(super) const EPERM: i32 = 1;
     pub(super) const EACCES: i32 = 13;
     pub(super) const ENOTDIR: i32 = 20;
+    pub(super) const EROFS: i32 = 30;
     pub(super) const ELOOP: i32 = 40;
 }
 

@@ -69,17 +69,17 @@ fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passe
     claim.release().unwrap();
 }
 
-/// A read-only spool (remounted read-only for a while) is transient: a
-/// take that meets EROFS is retried, never a sibling blocked until the
-/// daemon restarts; another user's files stay permanent.
+/// What blocks a sibling and what is retried: another user's files and a
+/// read-only filesystem block it (issue 11 §8: once, never a loop), a full
+/// disk or a descriptor limit is retried.
 #[test]
-fn erofs_is_transient_and_eacces_is_permanent() {
+fn eacces_and_erofs_block_a_sibling_enospc_and_emfile_are_retried() {
     let io = |errno| spool_lock::Error::Io {
         op: "open",
         path: "/spool/key/r1-00000001/.owner.lock".into(),
         source: std::io::Error::from_raw_os_error(errno),
     };
-    assert!(!is_permanent(&io(30)), "EROFS must be retried");
+    assert!(is_permanent(&io(30)), "EROFS blocks the sibling");
     assert!(!is_permanent(&io(28)), "ENOSPC must be retried");
     assert!(!is_permanent(&io(24)), "EMFILE must be retried");
     assert!(is_permanent(&io(13)), "EACCES blocks the sibling");
