@@ -35,10 +35,11 @@
 //!   can cost a successor: it uploads those packs again (the store's
 //!   conditional create finds each already there: one request each, and a
 //!   ranged read of its trailer) and indexes them.
-//! - **Concurrency fits the pack size**: packs of at most 1 MiB
+//! - **Concurrency fits the pack size**: packs of at most 16 MiB
 //!   ([`SMALL_PACK_BYTES`]) are latency-bound (a transfer is mostly round
-//!   trips), so up to `small_pack_workers` (16) of them are in flight;
-//!   larger ones `max_workers` (4), each multipart one with
+//!   trips, and one connection seldom fills the store's side), so up to
+//!   `small_pack_workers` (16) of them are in flight, their bytes within
+//!   `max_in_flight_bytes`; larger ones `max_workers` (4), each multipart one with
 //!   `part_concurrency` parts in flight.
 //! - **Memory is bounded by `max_in_flight_bytes`**: the packs in upload at
 //!   once sum to at most that (one pack larger than it is refused by the

@@ -4,20 +4,29 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// Packs of at most this size are latency-bound: the service's pipeline
-/// keeps up to [`UploadConfig::small_pack_workers`] of them in flight.
-pub const SMALL_PACK_BYTES: u64 = 1 << 20;
+/// Packs of at most this size (16 MiB) go up many at once: the service's
+/// pipeline keeps up to [`UploadConfig::small_pack_workers`] of them in
+/// flight (their bytes still bounded by `max_in_flight_bytes`). Below a
+/// few hundred KiB a transfer is mostly round trips; up to 16 MiB one
+/// connection seldom fills the store's side (moto: 64 × 16 MiB drained
+/// 1.16× rclone with 4 in flight, 1.26× with 8, 1.22× with 16,
+/// BENCHMARKS.md). Larger packs are few and held whole in memory (or go up
+/// in parts), so `max_workers` of them.
+pub const SMALL_PACK_BYTES: u64 = 16 << 20;
 
 /// How the uploader works through staged packs (SPEC §5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadConfig {
     /// Packs transferred at once in a round (≥ 1); the service's pipeline
-    /// keeps this many packs larger than [`SMALL_PACK_BYTES`] in flight.
+    /// keeps this many packs larger than [`SMALL_PACK_BYTES`] (16 MiB) in
+    /// flight.
     pub max_workers: usize,
-    /// Packs of at most [`SMALL_PACK_BYTES`] in flight at once in the
-    /// service's pipeline (at least `max_workers` is used). A small pack's
-    /// transfer is mostly round trips, so more of them at once keep the link
-    /// busy; `max_in_flight_bytes` still bounds their bytes together.
+    /// Packs of at most [`SMALL_PACK_BYTES`] (16 MiB) in flight at once in
+    /// the service's pipeline (at least `max_workers` is used). A small
+    /// pack's transfer is mostly round trips, and one connection seldom
+    /// fills the store's side, so more of them at once keep the link busy;
+    /// `max_in_flight_bytes` still bounds their bytes together (16 × 16 MiB
+    /// is the default 256 MiB).
     pub small_pack_workers: usize,
     /// Bytes of packs in a round, summed (≥ 1). A pack larger than this is
     /// refused, not retryable.

@@ -93,8 +93,12 @@
 //!
 //! # Default concurrency, and why
 //!
-//! - `max_workers = 4` packs in flight: a small pack is latency-bound (one
-//!   conditional PUT, a round trip), so several go at once; four keep a
+//! - `small_pack_workers = 16` packs of at most 16 MiB
+//!   ([`SMALL_PACK_BYTES`]) in flight in the service's pipeline: a small
+//!   pack is latency-bound (one conditional PUT, a round trip), and up to
+//!   16 MiB one connection seldom fills the store's side, so many go at once
+//!   (within `max_in_flight_bytes`).
+//! - `max_workers = 4` packs in flight otherwise (and in a round): four keep a
 //!   store link busy while the hashing of what is sent (SHA-256, SHA-NI)
 //!   stays within two cores, and match `rclone --transfers 4`, the baseline
 //!   operators compare with. `max_in_flight_bytes = 256 MiB` caps the bytes

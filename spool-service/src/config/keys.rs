@@ -421,7 +421,7 @@ pub const UPLOAD_SMALL_PACK_WORKERS: Setting<u64> = Setting::new(Key {
     flag: None,
     kind: Kind::Count(1),
     default: Some("16"),
-    help: "packs of at most 1 MiB in flight at once (latency-bound; at least max_workers)",
+    help: "packs of at most 16 MiB in flight at once (latency-bound; at least max_workers)",
 });
 
 /// `upload.part_concurrency` (SPOOL_UPLOAD_PART_CONCURRENCY).

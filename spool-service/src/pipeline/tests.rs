@@ -209,10 +209,11 @@ fn stage_sized(dir: &Path, n: usize, bytes: usize) {
 
 #[test]
 fn small_packs_go_up_more_at_once_than_large_ones() {
-    for (bytes, expect) in [(4 << 10, 6), (1536 << 10, 2)] {
+    let large = spool_upload::SMALL_PACK_BYTES as usize + (4 << 10);
+    for (n, bytes, expect) in [(12, 4 << 10, 6), (12, 1536 << 10, 6), (5, large, 2)] {
         let fx = Fixture::new();
         let own = fx.claim(&fx.dest, 0);
-        stage_sized(own.dir(), 12, bytes);
+        stage_sized(own.dir(), n, bytes);
         fx.store.script(Rule::new(
             Op::Put,
             Action::Delay(Duration::from_millis(100)),
@@ -225,7 +226,7 @@ fn small_packs_go_up_more_at_once_than_large_ones() {
         let mut svc = StorageService::new(c).unwrap();
         svc.start().unwrap();
         assert!(svc.flush(Duration::from_secs(30)).unwrap());
-        assert_eq!(objects(&fx), 12);
+        assert_eq!(objects(&fx), n);
         assert_eq!(
             fx.store.max_concurrent_transfers(),
             expect,
