@@ -15,7 +15,7 @@ use spool_lock::LockMode;
 use spool_upload::{CancellationToken, Store, Uploader};
 
 use crate::adoption::real_env::Env;
-use crate::adoption::{Adopter, AdoptionConfig, StepBudget};
+use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
 use crate::pipeline::{Job, Outcome};
@@ -45,6 +45,12 @@ pub struct CycleOutcome {
     pub own_left: usize,
     /// Adoption steps taken.
     pub adoption_steps: usize,
+    /// Adoption ended the cycle at a gate (no lease, something owed, an
+    /// own pack not yet uploaded): the rechecks it has due cannot run
+    /// until the gate opens, so they do not cut the loop's wait short (a
+    /// past-due recheck would otherwise spin the loop, and defeat its
+    /// backoff, for as long as the gate stays shut).
+    pub adoption_gated: bool,
 }
 
 struct Shared {
@@ -620,7 +626,12 @@ async fn run_loop(
                     return;
                 }
             };
-            (out, c.adopter.as_ref().and_then(|a| a.next_due()))
+            let next_due = c
+                .adopter
+                .as_ref()
+                .filter(|_| !out.adoption_gated)
+                .and_then(|a| a.next_due());
+            (out, next_due)
         };
         backoff = if out.failed {
             (backoff * 2).clamp(poll.min(Duration::from_millis(100)), max_backoff)
@@ -696,9 +707,10 @@ impl Core {
         }
         watcher.abort();
         if mode == CycleMode::Loop {
-            let (steps, failed) = self.adopt(shared, deadline).await;
+            let (steps, failed, gated) = self.adopt(shared, deadline).await;
             out.adoption_steps = steps;
             out.failed |= failed;
+            out.adoption_gated = gated;
         }
         self.publish(shared);
         out
@@ -775,9 +787,11 @@ impl Core {
         out
     }
 
-    async fn adopt(&mut self, shared: &Shared, deadline: Instant) -> (usize, bool) {
+    /// One adoption slice: (steps taken, a retryable failure, ended at a
+    /// gate: no lease, something owed, own backlog).
+    async fn adopt(&mut self, shared: &Shared, deadline: Instant) -> (usize, bool, bool) {
         let Some(mut adopter) = self.adopter.take() else {
-            return (0, false);
+            return (0, false, false);
         };
         let lease = self.io.lease_state();
         let lease_held = lease.as_ref().is_some_and(|s| s.held());
@@ -817,7 +831,11 @@ impl Core {
             self.io.note_error(e);
         }
         self.adopter = Some(adopter);
-        (report.steps, report.failed)
+        let gated = matches!(
+            report.paused,
+            Some(Pause::NoLease | Pause::Owed | Pause::OwnBacklog)
+        );
+        (report.steps, report.failed, gated)
     }
 
     async fn shutdown(&mut self, shared: &Shared) {

@@ -290,3 +290,50 @@ fn a_memory_store_or_catalog_is_refused_for_serving_with_exit_2() {
         "nothing was claimed or created"
     );
 }
+
+/// Liveness bounds (nextest's serial group).
+mod serial {
+    use super::*;
+    use spool_tests::KillOnDrop;
+
+    /// A holder told to stop while it still stages (SIGTERM before its last
+    /// pack) stages no more packs and exits at once: a stop never waits for
+    /// the rest of the run (the torture's stop bound).
+    #[test]
+    fn sigterm_while_a_holder_stages_stops_it_after_the_pack_in_flight() {
+        let (_tmp, dir) = scratch();
+        let dir_arg = dir.to_str().unwrap();
+        let mut holder = KillOnDrop(spawn_produce(&[
+            "--dir",
+            dir_arg,
+            "--packs",
+            "1000",
+            "--pack-interval",
+            "0.05",
+            "--hold",
+        ]));
+        let ids = lines(holder.stdout.take().unwrap());
+        ids.recv_timeout(Duration::from_secs(30))
+            .expect("the holder reports its first pack");
+        kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = holder.try_wait().unwrap() {
+                break status;
+            }
+            // 1000 packs 50 ms apart take 50 s: a stop must not wait for them
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "SIGTERM while staging did not stop the holder within 3 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(status.success(), "{status}");
+        let staged = names(&dir, ".ready").len();
+        assert!((1..1000).contains(&staged), "{staged} packs staged");
+        // what it reported is what it staged, and the lock is free again
+        let reported = 1 + ids.iter().count();
+        assert_eq!(reported, staged);
+        produce_ok(&dir, &["--packs", "1"]);
+    }
+}

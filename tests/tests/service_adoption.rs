@@ -360,6 +360,57 @@ fn other_process_sibling(
 mod serial {
     use super::*;
 
+    /// A loop whose adoption waits at a gate (here: own packs owed to an
+    /// unreachable catalog) keeps its backoff although a live sibling's
+    /// recheck is past due: the recheck cannot run until the gate opens,
+    /// so it does not cut the wait short. (It did: the loop ran a cycle
+    /// every ~1.5 ms, logging and retrying the index each time, for as
+    /// long as the catalog was down or the lease was another's — seen in
+    /// the two-node lease torture, RELIABILITY.md.)
+    #[test]
+    fn a_past_due_recheck_behind_a_gate_does_not_spin_the_loop() {
+        let fx = Fixture::new();
+        let own = fx.claim(0);
+        let kept = fx.claim(1);
+        let mut c = fx.config(own.dir());
+        c.recheck_interval = Duration::from_millis(300);
+        let svc = started(c);
+        assert!(
+            wait_for(Duration::from_secs(10), || svc.snapshot().live_siblings
+                == 1),
+            "{:?}",
+            svc.snapshot()
+        );
+        fx.memory().set_reachable(false);
+        stage(own.dir(), 1);
+        assert!(
+            wait_for(Duration::from_secs(10), || svc.snapshot().pending_index
+                == 1),
+            "{:?}",
+            svc.snapshot()
+        );
+        // past the recheck: the loop backs off (100 ms doubling to 500 ms),
+        // about 6 cycles in 2 s; a spinning one runs hundreds
+        std::thread::sleep(Duration::from_millis(600));
+        let c0 = svc.snapshot().cycles;
+        std::thread::sleep(Duration::from_secs(2));
+        let ran = svc.snapshot().cycles - c0;
+        assert!(
+            ran <= 40,
+            "{ran} cycles in 2 s with the catalog down: the loop spins"
+        );
+        // the gate opens: the owed pack is indexed, the loop goes on
+        fx.memory().set_reachable(true);
+        assert!(
+            wait_for(Duration::from_secs(10), || svc.snapshot().pending_index
+                == 0),
+            "{:?}",
+            svc.snapshot()
+        );
+        drop(svc);
+        kept.release().unwrap();
+    }
+
     #[test]
     fn a_sibling_with_a_pack_over_the_in_flight_bound_is_blocked() {
         let fx = Fixture::new();

@@ -45,14 +45,16 @@
 //! valid and with that checksum, and in the catalog exactly once with it;
 //! no catalog row without its object (same size and checksum); no object
 //! the catalog does not list; no live directory lost or changed a file
-//! while its owner lived; no unexpected exit; nothing left under the root
-//! but the catalog key's empty directory (a quarantined or rejected pack
-//! is a failure: none is injected). A failing run prints its seed and the
+//! while its owner lived; no `.open` outlived its owner past one adoption
+//! (checked while the run goes on, [`opens`]); no unexpected exit;
+//! nothing left under the root but the catalog key's empty directory (a
+//! quarantined or rejected pack is a failure: none is injected). A failing run prints its seed and the
 //! command that reproduces its choices (timing still varies).
 
 mod disk;
 mod faults;
 mod netns;
+mod opens;
 mod remote;
 
 use anyhow::{bail, Context, Result};
@@ -168,6 +170,10 @@ pub struct Figures {
     pub unreported: u64,
     /// Deaths at each kill point.
     pub points: BTreeMap<String, u64>,
+    /// Adoptions of a dead owner's directory seen past their sweep (the
+    /// adopter removed a ready pack; [`opens`]): each had to leave no
+    /// `.open` behind.
+    pub adoptions_swept: u64,
     /// Daemons that latched and exited 7 (fault runs only): a lease holder
     /// whose renewals the faults cut was deposed, and a foreign lease
     /// outlived 2 × TTL (SPEC §6.2). Restarted like any dead daemon.
@@ -189,6 +195,7 @@ impl Figures {
         self.rows_before_object += o.rows_before_object;
         self.unreported += o.unreported;
         self.latched += o.latched;
+        self.adoptions_swept += o.adoptions_swept;
         if let Some(d) = &o.disk {
             self.disk.get_or_insert_with(Default::default).add(d);
         }
@@ -235,7 +242,7 @@ impl Figures {
             .as_ref()
             .map_or(String::new(), |d| format!(" {}", d.line()));
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -248,6 +255,7 @@ impl Figures {
             self.live_touched,
             self.rows_before_object,
             self.unreported,
+            self.adoptions_swept,
             self.latched,
             self.longest_overrun.as_secs_f64(),
             self.longest_close.as_secs_f64(),
@@ -331,20 +339,7 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
         }
     }
     if lease_netns {
-        let bin = match &o.bin {
-            Some(b) => b.clone(),
-            None => {
-                crate::run(crate::cargo().args([
-                    "build",
-                    "-p",
-                    "spool-cli",
-                    "-p",
-                    "spool-tests",
-                    "--bins",
-                ]))?;
-                crate::target_dir(root).join("debug/spool-with-seams")
-            }
-        };
+        let bin = seams_binary(root, &o)?;
         let secs = o.minutes.map_or(45.0, |m| m * 60.0);
         netns::lease_netns(root, &bin, o.seed, secs)?;
         return Ok(());
@@ -372,7 +367,7 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
 /// CI's short pass (`cargo xtask test`): seeds 1 and 2 and the date's,
 /// 15 s of production each (about a minute in all).
 pub fn ci(root: &Path) -> Result<()> {
-    crate::run(crate::cargo().args(["build", "-p", "spool-cli", "-p", "spool-tests", "--bins"]))?;
+    build_helpers()?;
     let bin = crate::target_dir(root).join("debug/spool-with-seams");
     let mut total = Figures::default();
     for seed in [1, 2, seed_of_the_day()] {
@@ -424,7 +419,7 @@ pub fn ci_disk(root: &Path) -> Result<()> {
 /// servers): one run of the day's seed against moto + ClickHouse through
 /// the fault proxies, 20 s of production (about 40 s in all).
 pub fn ci_faults(root: &Path, servers: &[(String, String)]) -> Result<()> {
-    crate::run(crate::cargo().args(["build", "-p", "spool-cli", "-p", "spool-tests", "--bins"]))?;
+    build_helpers()?;
     let o = Options {
         seed: seed_of_the_day(),
         minutes: None,
@@ -443,6 +438,20 @@ pub fn ci_faults(root: &Path, servers: &[(String, String)]) -> Result<()> {
     eprintln!("torture (faults): {}", figures.line());
     Ok(())
 }
+
+/// CI's short two-node lease pass (`cargo xtask test`, after the real
+/// tier): the day's seed, [`CI_LEASE_NETNS_SECS`] of link faults, with a
+/// ClickHouse of its own; skipped, saying why, when not root or without
+/// network namespaces (RELIABILITY.md "Two nodes, one lease").
+pub fn ci_lease_netns(root: &Path) -> Result<()> {
+    build_helpers()?;
+    let bin = crate::target_dir(root).join("debug/spool-with-seams");
+    netns::lease_netns(root, &bin, seed_of_the_day(), CI_LEASE_NETNS_SECS)?;
+    Ok(())
+}
+
+/// How long CI's two-node lease pass injects link faults.
+const CI_LEASE_NETNS_SECS: f64 = 30.0;
 
 /// A seed from the clock (printed, so any run can be repeated).
 fn seed_from_clock() -> u64 {
@@ -470,20 +479,7 @@ pub fn seed_of_the_day() -> u64 {
 /// Runs the torture as `o` says; fails (after printing the seed and the
 /// command of the first failing run) if any run broke a rule.
 pub fn torture(root: &Path, o: &Options) -> Result<Figures> {
-    let bin = match &o.bin {
-        Some(b) => b.clone(),
-        None => {
-            crate::run(crate::cargo().args([
-                "build",
-                "-p",
-                "spool-cli",
-                "-p",
-                "spool-tests",
-                "--bins",
-            ]))?;
-            crate::target_dir(root).join("debug/spool-with-seams")
-        }
-    };
+    let bin = seams_binary(root, o)?;
     let remote = remote::Remote::start(root, o)?;
     runs(
         root,
@@ -493,6 +489,23 @@ pub fn torture(root: &Path, o: &Options) -> Result<Figures> {
         },
         &remote,
     )
+}
+
+/// The `spool-with-seams` binary a pass runs: `o.bin` when given (`--bin`),
+/// else the workspace's, built first (with `spool` and the other helper
+/// binaries beside it, e.g. `fault-proxy`).
+fn seams_binary(root: &Path, o: &Options) -> Result<PathBuf> {
+    if let Some(b) = &o.bin {
+        return Ok(b.clone());
+    }
+    build_helpers()?;
+    Ok(crate::target_dir(root).join("debug/spool-with-seams"))
+}
+
+/// Builds `spool` and the test helper binaries (`spool-with-seams`,
+/// `fault-proxy`).
+fn build_helpers() -> Result<()> {
+    crate::run(crate::cargo().args(["build", "-p", "spool-cli", "-p", "spool-tests", "--bins"]))
 }
 
 /// The runs of [`torture`] with `o.bin` built and the servers up.
@@ -701,8 +714,10 @@ struct Proc {
     stderr_reader: Option<std::thread::JoinHandle<()>>,
     /// A paused holder's release file.
     release: Option<PathBuf>,
-    /// When the scheduler sent it SIGTERM.
+    /// When the scheduler sent it SIGTERM, and how many packs it had
+    /// reported by then.
     term_at: Option<Instant>,
+    reported_at_term: u64,
     /// When its stderr closed (it exited), seen by the reader thread.
     ended: Arc<Mutex<Option<Instant>>>,
     /// An engine's packs to stage, and when it reported its last one.
@@ -749,6 +764,10 @@ struct Owner {
     pid: u32,
     /// What it is, for reports.
     what: String,
+    /// Once dead: its directory's adoptions, for the `.open` rule.
+    watch: opens::Watch,
+    /// Dead and its directory gone (or the rule reported): no more looks.
+    settled: bool,
 }
 
 /// What the reader and monitor threads share with the scheduler.
@@ -762,6 +781,8 @@ struct Shared {
     duplicates: u64,
     /// Catalog rows seen (while the run went on) before their object.
     early_rows: BTreeSet<String>,
+    /// Adoptions seen past their sweep ([`Figures::adoptions_swept`]).
+    adoptions_swept: u64,
 }
 
 fn lock(s: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -948,6 +969,10 @@ impl Run {
             let (shared, stop) = (self.shared.clone(), stop.clone());
             std::thread::spawn(move || monitor(&shared, &stop))
         };
+        let adoptions = {
+            let (shared, stop) = (self.shared.clone(), stop.clone());
+            std::thread::spawn(move || watch_adoptions(&shared, &stop))
+        };
         let watch = {
             let (shared, stop) = (self.shared.clone(), stop.clone());
             let (bin, catalog, store) = (
@@ -960,6 +985,7 @@ impl Run {
         let result = self.schedule();
         stop.store(true, Ordering::SeqCst);
         let _ = monitor.join();
+        let _ = adoptions.join();
         let _ = watch.join();
         // never leave a process behind, whatever happened
         for p in &mut self.procs {
@@ -1003,6 +1029,7 @@ impl Run {
         figures.packs = shared.durable.len() as u64;
         figures.live_touched = shared.live_touched;
         figures.rows_before_object = shared.early_rows.len() as u64;
+        figures.adoptions_swept = shared.adoptions_swept;
         figures.duplicates += shared.duplicates;
         Ok((figures, shared.problems.clone()))
     }
@@ -1235,6 +1262,7 @@ impl Run {
         p.signalled = Some(sig);
         if sig == "TERM" {
             p.term_at = Some(Instant::now());
+            p.reported_at_term = p.last_report.lock().unwrap_or_else(|e| e.into_inner()).0;
         }
         if sig == "KILL" {
             self.figures.kills_random += 1;
@@ -1384,12 +1412,16 @@ impl Run {
             self.figures.stops += 1;
             self.figures.longest_stop = self.figures.longest_stop.max(took);
             if took > STOP_BOUND {
+                let reported = p.last_report.lock().unwrap_or_else(|e| e.into_inner()).0;
                 let what = format!(
-                    "{} (pid {}) took {:.2} s from SIGTERM to exit (bound {} s: stop_flush_timeout {STOP_FLUSH_TIMEOUT} + 3 s)",
+                    "{} (pid {}) took {:.2} s from SIGTERM to exit (bound {} s: stop_flush_timeout {STOP_FLUSH_TIMEOUT} + 3 s); \
+                     it had reported {} of its {} pack(s) at SIGTERM, {reported} at exit",
                     self.name(i),
                     p.pid,
                     took.as_secs_f64(),
-                    STOP_BOUND.as_secs()
+                    STOP_BOUND.as_secs(),
+                    p.reported_at_term,
+                    p.packs
                 );
                 self.problem(what);
             }
@@ -1587,6 +1619,7 @@ impl Run {
             stderr_reader: Some(reader),
             release,
             term_at: None,
+            reported_at_term: 0,
             ended,
             packs: 0,
             last_report,
@@ -1859,6 +1892,52 @@ fn monitor(shared: &Mutex<Shared>, stop: &AtomicBool) {
             }
         }
         std::thread::sleep(Duration::from_millis(40));
+    }
+}
+
+/// Looks at every dead owner's directory every 5 ms until `stop` (names
+/// only, so a look is cheap and an adoption's drain is seen mid-way).
+fn watch_adoptions(shared: &Mutex<Shared>, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        watch_dead(shared);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One look at every dead owner's directory (names only): once an
+/// adopter has removed one of its ready packs, no `.open` may be left in
+/// it ([`opens`]).
+fn watch_dead(shared: &Mutex<Shared>) {
+    let dead: Vec<(usize, PathBuf)> = lock(shared)
+        .owners
+        .iter()
+        .filter(|(_, o)| !o.live && !o.settled)
+        .filter_map(|(i, o)| o.dir.clone().map(|d| (*i, d)))
+        .collect();
+    for (i, dir) in dead {
+        let look = opens::look(&dir);
+        let mut s = lock(shared);
+        let Some(o) = s.owners.get_mut(&i) else {
+            continue;
+        };
+        let pid = o.pid;
+        let what = o.what.clone();
+        match o.watch.see(pid, look) {
+            opens::Seen::Nothing => {}
+            opens::Seen::Gone => o.settled = true,
+            opens::Seen::Swept { .. } => s.adoptions_swept += 1,
+            opens::Seen::Outlived { pid: adopter, open } => {
+                o.settled = true;
+                let names: Vec<String> = open.iter().map(|f| f.display().to_string()).collect();
+                s.problems.push(format!(
+                    "a `.open` outlived its owner past one adoption: {} of dead #{i} {what} (pid {pid}) \
+                     still holds {} after its adopter (pid {adopter} in the owner record) removed a ready pack or blocked it with none left: \
+                     that adopter's recovery should have swept it",
+                    dir.display(),
+                    names.join(", ")
+                ));
+            }
+        }
     }
 }
 

@@ -20,8 +20,12 @@
 //! is a pack whose `.ready` file exists and whose directory was fsynced
 //! (`--print-sha256` adds its trailer checksum: `ID SHA256`).
 //! `--hold` keeps the lock after staging until SIGTERM or SIGINT (the signals
-//! are blocked in every thread and taken with `sigwait`, so no handler runs
-//! in an arbitrary thread). The hidden `--pause-before-publish FILE` makes
+//! are blocked in every thread and taken with `sigwait` by a thread of
+//! their own, so no handler runs in an arbitrary thread). A signal that
+//! comes while it is still staging stops it after the pack in flight (one
+//! flush, `--timeout`, at the most): it stages no more packs and lets go as
+//! it would after the last one, so a stop never waits for the whole run of
+//! packs (the torture's stop bound, RELIABILITY.md). The hidden `--pause-before-publish FILE` makes
 //! every stage wait before its publish until FILE exists (a test seam; a
 //! build without test seams refuses it).
 
@@ -57,7 +61,8 @@ Each pack is --records records filling about --pack-bytes bytes. With
 --max-bytes (or spool.max_bytes / SPOOL_MAX_BYTES) a stage over the
 directory's budget fails with exit 5; under --spool-root what dead sibling
 rank directories hold counts against it too. With --hold the lock
-is kept after staging until SIGTERM or SIGINT.
+is kept after staging until SIGTERM or SIGINT; one that comes while it
+still stages stops it after the pack in flight.
 
 Examples:
   spool produce --dir /tmp/spool-tour --packs 5
@@ -194,10 +199,13 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
     let signals = if args.hold {
-        Some(crate::signals::block_stop_signals().context("--hold")?)
+        let set = crate::signals::block_stop_signals().context("--hold")?;
+        Some(crate::signals::spawn_waiter(set).context("--hold")?)
     } else {
         None
     };
+    // A stop signal taken while staging: no more packs.
+    let mut stopped = None;
 
     let mut spool = SpoolConfig::default(); // lock mode `take`
     spool.lock.allow_shared_filesystem = args.allow_shared_filesystem;
@@ -245,7 +253,21 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     let record_len = (args.pack_bytes / args.records) as usize;
     let mut stdout = std::io::stdout().lock();
     for pack in 0..args.packs {
-        if pack > 0 && !pack_interval.is_zero() {
+        if let Some(rx) = &signals {
+            // the pack interval, cut short by a stop signal
+            let wait = if pack > 0 {
+                pack_interval
+            } else {
+                Duration::ZERO
+            };
+            if let Ok(signal) = rx.recv_timeout(wait) {
+                let dir = sink.dir().display().to_string();
+                tracing::info!(dir = %dir, "{signal:?} while staging: {pack} of {} pack(s) staged, letting go of {dir}", args.packs);
+                eprintln!("spool: {signal:?} while staging: {pack} of {} pack(s) staged; letting go of {dir}", args.packs);
+                stopped = Some(signal);
+                break;
+            }
+        } else if pack > 0 && !pack_interval.is_zero() {
             std::thread::sleep(pack_interval);
         }
         for i in 0..args.records {
@@ -281,11 +303,13 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     } else if let Err(err) = sink.release() {
         return report(err, "release");
     }
-    if let Some(signals) = signals {
+    if let (Some(signals), None) = (signals, stopped) {
         let dir = sink.dir().display().to_string();
         tracing::info!(dir = %dir, "holding the lock on {dir} until SIGTERM or SIGINT");
         eprintln!("spool: holding the lock on {dir} until SIGTERM or SIGINT");
-        let signal = signals.wait().context("waiting for SIGTERM/SIGINT")?;
+        let signal = signals
+            .recv()
+            .context("waiting for SIGTERM/SIGINT: the signal thread ended")?;
         tracing::info!(dir = %dir, "{signal:?}: letting go of {dir}");
     }
     Ok(close(target))

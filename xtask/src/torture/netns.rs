@@ -100,14 +100,16 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
+/// Runs an iproute2 `tool` (`ip`, `bridge`) with `args`; fails with its
+/// stderr when it does.
+fn iproute2(tool: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(tool)
         .args(args)
         .output()
-        .context("running ip (iproute2)")?;
+        .with_context(|| format!("running {tool} (iproute2)"))?;
     if !out.status.success() {
         bail!(
-            "`ip {}` failed: {}",
+            "`{tool} {}` failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );
@@ -115,18 +117,14 @@ fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+fn ip(args: &[&str]) -> Result<()> {
+    iproute2("ip", args)
+}
+
+/// Sets bridge port `dev`'s STP state (`0` disabled: every frame dropped;
+/// `3` forwarding).
 fn bridge_port(dev: &str, state: &str) -> Result<()> {
-    let out = Command::new("bridge")
-        .args(["link", "set", "dev", dev, "state", state])
-        .output()
-        .context("running bridge (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "`bridge link set dev {dev} state {state}` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    iproute2("bridge", &["link", "set", "dev", dev, "state", state])
 }
 
 /// The namespaces, veths and bridge of one pass; removed on drop (also on
@@ -207,32 +205,30 @@ impl Net {
         Ok(net)
     }
 
-    /// Cuts (`stall = false`) or stalls node `i`'s link.
-    fn fail(&self, i: usize, stall: bool) -> Result<()> {
-        if stall {
-            bridge_port(&self.ports[i], "0")
-        } else {
-            ip(&[
-                "-n",
-                &self.namespaces[i],
-                "link",
-                "set",
-                &self.inner[i],
-                "down",
-            ])
-        }
-    }
-
-    /// Restores node `i`'s link (both ways).
-    fn restore(&self, i: usize) -> Result<()> {
+    /// Sets node `i`'s interface inside its namespace `up` or `down`.
+    fn inner_link(&self, i: usize, state: &str) -> Result<()> {
         ip(&[
             "-n",
             &self.namespaces[i],
             "link",
             "set",
             &self.inner[i],
-            "up",
-        ])?;
+            state,
+        ])
+    }
+
+    /// Cuts (`stall = false`) or stalls node `i`'s link.
+    fn fail(&self, i: usize, stall: bool) -> Result<()> {
+        if stall {
+            bridge_port(&self.ports[i], "0")
+        } else {
+            self.inner_link(i, "down")
+        }
+    }
+
+    /// Restores node `i`'s link (both ways).
+    fn restore(&self, i: usize) -> Result<()> {
+        self.inner_link(i, "up")?;
         bridge_port(&self.ports[i], "3")
     }
 }
@@ -250,6 +246,44 @@ impl Drop for Net {
                 "torture --lease-netns: could not delete bridge {}: {e:#}",
                 self.bridge
             );
+        }
+    }
+}
+
+/// The prefix of a pass's ClickHouse state directory under
+/// `<root>/target/xtask` (the pass's pid follows).
+const CLICKHOUSE_DIR: &str = "lease-netns-clickhouse-";
+
+/// A directory removed (whole) on drop.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!(
+                    "torture --lease-netns: could not remove {}: {e}",
+                    self.0.display()
+                );
+            }
+        }
+    }
+}
+
+/// Removes the ClickHouse state directories of earlier passes under `dir`
+/// whose process is gone (a pass killed before its own cleanup ran).
+fn sweep_stale_clickhouse(dir: &Path) {
+    for d in super::read_dir(dir) {
+        let name = d.file_name().map(|n| n.to_string_lossy().into_owned());
+        let Some(pid) = name
+            .as_deref()
+            .and_then(|n| n.strip_prefix(CLICKHOUSE_DIR))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            drop(RemoveOnDrop(d));
         }
     }
 }
@@ -450,10 +484,9 @@ impl Pass {
     }
 }
 
-/// Runs a pass of `secs` seconds of faults with `seed`; fails if a rule
-/// broke (after printing the seed and the command). Skips (Ok, `None`)
-/// when not root.
-pub fn lease_netns(root: &Path, bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigures>> {
+/// Why the pass cannot run here (not root, no iproute2, no network
+/// namespaces), or `None` when it can.
+pub fn unavailable() -> Option<String> {
     // the effective uid, from /proc (xtask has no libc dependency)
     let uid = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -464,13 +497,37 @@ pub fn lease_netns(root: &Path, bin: &Path, seed: u64, secs: f64) -> Result<Opti
         })
         .unwrap_or_default();
     if uid != "0" {
-        eprintln!(
-            "torture --lease-netns: SKIPPED: network namespaces need root (effective uid {uid}); \
-             run as root (CI does)"
-        );
+        return Some(format!(
+            "network namespaces need root (effective uid {uid}); run as root (CI does)"
+        ));
+    }
+    if !Path::new("/proc/self/ns/net").exists() {
+        return Some("this kernel has no network namespaces (/proc/self/ns/net)".into());
+    }
+    for tool in ["ip", "bridge"] {
+        let ok = Command::new(tool)
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return Some(format!(
+                "`{tool}` (iproute2) is not installed: apt-get install iproute2"
+            ));
+        }
+    }
+    None
+}
+
+/// Runs a pass of `secs` seconds of faults with `seed`; fails if a rule
+/// broke (after printing the seed and the command). Skips (Ok, `None`),
+/// saying why, when [`unavailable`].
+pub fn lease_netns(root: &Path, bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigures>> {
+    if let Some(why) = unavailable() {
+        eprintln!("torture --lease-netns: SKIPPED: {why}");
         return Ok(None);
     }
     eprintln!("torture --lease-netns: seed {seed}, {secs} s of faults");
+    sweep_stale_clickhouse(&root.join("target/xtask"));
     let net = Net::up().context("setting up the namespaces (root, iproute2)")?;
     let work = crate::target_dir(root).join(format!("xtask/lease-netns-{seed}"));
     if work.exists() {
@@ -479,11 +536,12 @@ pub fn lease_netns(root: &Path, bin: &Path, seed: u64, secs: f64) -> Result<Opti
     std::fs::create_dir_all(work.join("bin"))?;
     let own_bin = work.join("bin/spool-with-seams");
     std::fs::copy(bin, &own_bin).with_context(|| format!("copying {} (built?)", bin.display()))?;
-    let ch = crate::servers::clickhouse::start_on(
-        root,
-        &format!("lease-netns-clickhouse-{}", std::process::id()),
-        std::slice::from_ref(&net.host_addr),
-    )?;
+    // ClickHouse's state goes with the pass, whatever way it ends (declared
+    // before `ch`, so it drops after the server has stopped)
+    let ch_name = format!("{CLICKHOUSE_DIR}{}", std::process::id());
+    let _ch_dir = RemoveOnDrop(root.join("target/xtask").join(&ch_name));
+    let ch =
+        crate::servers::clickhouse::start_on(root, &ch_name, std::slice::from_ref(&net.host_addr))?;
     let http = ch
         .env
         .iter()
@@ -684,6 +742,26 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
     p.figures.packs = reported.len() as u64;
     let claims = p.claims()?;
     let packs = p.table("packs")?;
+    // for a failing pass's post-mortem (the directory is kept then; the
+    // database goes with ClickHouse)
+    let mut record = String::from("# fault windows: node from_ms to_ms\n");
+    for (node, from, to) in windows {
+        record.push_str(&format!("{node} {from} {to}\n"));
+    }
+    record.push_str("# claims: term lease_id holder acquired_ms expires_ms\n");
+    for c in &claims {
+        record.push_str(&format!(
+            "{} {} {} {} {}\n",
+            c.term, c.lease_id, c.holder, c.acquired, c.expires
+        ));
+    }
+    let rows_ms = remote::clickhouse(
+        p.port,
+        &format!("SELECT indexed_at_ms, count() FROM {packs} GROUP BY indexed_at_ms ORDER BY indexed_at_ms FORMAT TabSeparated"),
+    )?;
+    record.push_str("# rows: indexed_at_ms count\n");
+    record.push_str(&rows_ms);
+    std::fs::write(p.dir.join("oracle.txt"), record)?;
     // held claims: the sole claim at its term, not a tombstone
     let mut per_term: BTreeMap<u64, Vec<&Claim>> = BTreeMap::new();
     for c in &claims {
@@ -793,11 +871,15 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
         }
     }
     p.figures.rows = nrows;
-    // (3) a faulted node's last write in its window, from the window's start
+    // (3) a faulted node's last write in its window, from the window's
+    // start. A row's clock is the second it was written in (floored), so
+    // only a row stamped a whole second before the restore was certainly
+    // written inside the window; one stamped later may be the node's first
+    // write after its link came back.
     for &(node, from, to) in windows {
         if let Some(t) = last_row[node]
             .iter()
-            .filter(|&&t| t >= from && t <= to)
+            .filter(|&&t| t >= from && t.saturating_add(CLOCK_MS) <= to)
             .max()
         {
             let after = t - from;
@@ -805,7 +887,8 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
                 p.figures.longest_write_after_fault_ms.max(after);
             if after > TTL_S * 1000 + CLOCK_MS {
                 problems.push(format!(
-                    "node {node} indexed {after} ms after its link failed (bound: TTL {TTL_S} s + 1 s)"
+                    "node {node} indexed at {t} ms (the catalog's second), {after} ms after its link \
+                     failed at {from} ms (restored at {to} ms; bound: TTL {TTL_S} s + 1 s)"
                 ));
             }
         }

@@ -38,3 +38,134 @@ fn the_seed_of_the_day_is_a_date() {
     let s = seed_of_the_day();
     assert!((20_200_101..21_000_101).contains(&s), "{s}");
 }
+
+/// A look at a dead owner's directory: the record's pid, ready and open files.
+fn look(pid: u32, ready: &[&str], open: &[&str]) -> Option<opens::Look> {
+    Some(opens::Look {
+        record_pid: Some(pid),
+        blocked: false,
+        ready: ready.iter().map(PathBuf::from).collect(),
+        open: open.iter().map(PathBuf::from).collect(),
+    })
+}
+
+#[test]
+fn an_open_left_once_the_adopter_removed_a_pack_breaks_the_rule() {
+    let mut w = opens::Watch::default();
+    // the dead owner's own record, then adopter 20's take (sweep pending)
+    assert_eq!(
+        w.see(10, look(10, &["a.ready", "b.ready"], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+    assert_eq!(
+        w.see(10, look(20, &["a.ready", "b.ready"], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+    // 20 shipped a pack: its sweep is behind it, the .open must be gone
+    assert_eq!(
+        w.see(10, look(20, &["b.ready"], &[".c.1.open"])),
+        opens::Seen::Outlived {
+            pid: 20,
+            open: vec![PathBuf::from(".c.1.open")]
+        }
+    );
+    // reported once
+    assert_eq!(
+        w.see(10, look(20, &[], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+}
+
+#[test]
+fn an_adoption_past_its_sweep_is_counted_and_a_cut_one_proves_nothing() {
+    let mut w = opens::Watch::default();
+    // adopter 20 took the directory and died before its sweep (no pack
+    // removed); 30 takes it over: the .open is still allowed
+    assert_eq!(
+        w.see(10, look(20, &["a.ready", "b.ready"], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+    assert_eq!(
+        w.see(10, look(30, &["a.ready", "b.ready"], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+    // 30 swept, then shipped a pack: counted once
+    assert_eq!(
+        w.see(10, look(30, &["a.ready", "b.ready"], &[])),
+        opens::Seen::Nothing
+    );
+    assert_eq!(
+        w.see(10, look(30, &["b.ready"], &[])),
+        opens::Seen::Swept { pid: 30 }
+    );
+    assert_eq!(w.see(10, look(30, &[], &[])), opens::Seen::Nothing);
+    // a record mid-rewrite says nothing; the directory's removal ends it
+    let torn = opens::Look::default();
+    assert_eq!(w.see(10, Some(torn)), opens::Seen::Nothing);
+    assert_eq!(w.see(10, None), opens::Seen::Gone);
+}
+
+#[test]
+fn a_directory_blocked_with_only_an_open_left_breaks_the_rule() {
+    // a dead paused holder: one .open, no pack; the adopter went through
+    // its recovery and gave up on what it left
+    let mut w = opens::Watch::default();
+    assert_eq!(
+        w.see(10, look(20, &[], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+    let mut blocked = look(20, &[], &[".c.1.open"]).unwrap();
+    blocked.blocked = true;
+    assert_eq!(
+        w.see(10, Some(blocked)),
+        opens::Seen::Outlived {
+            pid: 20,
+            open: vec![PathBuf::from(".c.1.open")]
+        }
+    );
+    // blocked with packs left (a doomed upload) says nothing of a sweep
+    let mut w = opens::Watch::default();
+    let mut doomed = look(20, &["a.ready"], &[".c.1.open"]).unwrap();
+    doomed.blocked = true;
+    assert_eq!(w.see(10, Some(doomed)), opens::Seen::Nothing);
+}
+
+#[test]
+fn packs_gone_before_any_adopter_took_the_directory_prove_nothing() {
+    // an engine's own service removed its packs, then it died mid-stage:
+    // what vanished under its own record is not an adopter's work
+    let mut w = opens::Watch::default();
+    assert_eq!(
+        w.see(10, look(10, &["a.ready", "b.ready"], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+    assert_eq!(
+        w.see(10, look(10, &["b.ready"], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+    assert_eq!(
+        w.see(10, look(20, &[], &[".c.1.open"])),
+        opens::Seen::Nothing
+    );
+}
+
+#[test]
+fn a_look_reads_the_record_pid_and_the_stages_in_subdirectories() {
+    let dir = std::env::temp_dir().join(format!("torture-opens-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("w1")).unwrap();
+    std::fs::write(
+        dir.join(".owner.lock"),
+        "host: h\npid: 4242\npurpose: blocked: why\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("a.ready"), b"x").unwrap();
+    std::fs::write(dir.join("w1/.b.0000abcd.open"), b"x").unwrap();
+    let l = opens::look(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(l.record_pid, Some(4242));
+    assert!(l.blocked);
+    assert_eq!(l.ready, [PathBuf::from("a.ready")].into_iter().collect());
+    assert_eq!(l.open, vec![PathBuf::from("w1/.b.0000abcd.open")]);
+    assert_eq!(opens::look(&dir), None);
+}
