@@ -27,7 +27,9 @@
 //!   │  (recheck_at)    (by another;        │ queue
 //!   │     │             recheck_at)        ▼
 //!   │     └─ probe again when due ──    Queued ──try_adopt──► refused: Live ──► ProbedLive
-//!   │        (never if interval is 0)      │                  unadoptable ────► Blocked*
+//!   │        (never if interval is 0)      │  ▲               unadoptable ────► Blocked*
+//!   │                                      │  └─ queued again ── ReadOnly ◄── EROFS
+//!   │                                      │     when due       (recheck_at)
 //!   │                                      ▼ (lock + "adopting" record held from here)
 //!   └──────────────────────────────────  Taken
 //!                      begin_recovery      │ (sweep .open, list, no hashing)
@@ -108,6 +110,10 @@
 //!   (`mark_blocked`) and released. Listed in `blocked_siblings`; the reason is
 //!   reported once ([`Step::error`], for the service's `last_error`); never
 //!   looked at again; not owed; never a reason to back the loop off.
+//! - **Read-only** (a take met `EROFS`): listed blocked and not owed, the
+//!   reason reported once, never a backoff, like a block; but a remount can
+//!   end it, so it is queued for a take again every `recheck_interval` (0:
+//!   never), and the reason is not reported again while it stays read-only.
 //! - Retryable failures re-queue the pack (back of the queue) and end the
 //!   cycle with [`Step::failed`] set, which the loop counts toward its backoff.
 //! - A cancelled pack goes back to the **front** of the queue and ends the
@@ -210,6 +216,11 @@ pub enum AdoptRefusal {
     /// It can never be taken from here: another user's lock file, a held
     /// ancestor spool, an unreadable directory. Blocks the sibling.
     Unadoptable(Cause),
+    /// Its filesystem is read-only (`EROFS`): nothing can be taken there
+    /// now, but a remount may end it. The sibling is listed blocked, is not
+    /// owed, never backs the loop off, and is taken again every
+    /// `recheck_interval` (0: never).
+    ReadOnly(Cause),
     /// A transient failure (`EMFILE`, `EIO`, ...): try again after backoff.
     Retryable(Cause),
     /// Only shared flocks hold its lock file or directory, and they outlast
@@ -602,6 +613,15 @@ pub enum SiblingState {
         /// Whether the directory was removed.
         removed: bool,
     },
+    /// Blocked by this adopter for now: its take met a read-only filesystem
+    /// ([`AdoptRefusal::ReadOnly`]). Listed blocked, not owed; taken again at
+    /// `recheck_at` (`None`: never), since a remount can end it.
+    ReadOnly {
+        /// The take's failure.
+        reason: String,
+        /// When to take it again.
+        recheck_at: Option<Instant>,
+    },
     /// Terminal: blocked by this adopter (marked and released if it was
     /// held). Never looked at again, not owed.
     Blocked {
@@ -652,6 +672,7 @@ impl SiblingState {
             Self::Unprobed => "unprobed",
             Self::ProbedLive { .. } => "probed-live",
             Self::MarkedBlocked { .. } => "marked-blocked",
+            Self::ReadOnly { .. } => "read-only",
             Self::Dead => "dead",
             Self::Queued => "queued",
             Self::Taken => "taken",
@@ -753,6 +774,9 @@ pub struct Adopter {
     steps_this_cycle: usize,
     adopted_spools: u64,
     adopted_packs: u64,
+    /// Read-only siblings whose reason was reported already (once per
+    /// stretch of read-only takes; a successful take forgets it).
+    read_only_reported: std::collections::HashSet<PathBuf>,
 }
 
 impl Adopter {
@@ -772,6 +796,7 @@ impl Adopter {
             steps_this_cycle: 0,
             adopted_spools: 0,
             adopted_packs: 0,
+            read_only_reported: Default::default(),
         }
     }
 
@@ -811,6 +836,7 @@ impl Adopter {
         let rechecks = self.siblings.iter().filter_map(|s| match &s.state {
             SiblingState::ProbedLive { recheck_at } => *recheck_at,
             SiblingState::MarkedBlocked { recheck_at, .. } => *recheck_at,
+            SiblingState::ReadOnly { recheck_at, .. } => *recheck_at,
             _ => None,
         });
         self.next_discovery.into_iter().chain(rechecks).min()
@@ -822,11 +848,13 @@ impl Adopter {
             .siblings
             .iter()
             .filter_map(|s| match &s.state {
-                SiblingState::Blocked { reason } => Some(BlockedSibling {
-                    dir: s.dir.clone(),
-                    reason: reason.clone(),
-                    by: BlockedBy::Us,
-                }),
+                SiblingState::Blocked { reason } | SiblingState::ReadOnly { reason, .. } => {
+                    Some(BlockedSibling {
+                        dir: s.dir.clone(),
+                        reason: reason.clone(),
+                        by: BlockedBy::Us,
+                    })
+                }
                 SiblingState::MarkedBlocked { reason, .. } => Some(BlockedSibling {
                     dir: s.dir.clone(),
                     reason: reason.clone(),
@@ -973,7 +1001,13 @@ impl Adopter {
         }) {
             return Some(Work::Probe(i));
         }
-        if let Some(i) = self.position(|s| matches!(s, SiblingState::Dead)) {
+        // A read-only sibling due again is queued for a take, like a dead
+        // one (a take, not a probe, is what met EROFS).
+        if let Some(i) = self.position(|s| match s {
+            SiblingState::Dead => true,
+            SiblingState::ReadOnly { recheck_at, .. } => due(recheck_at),
+            _ => false,
+        }) {
             return Some(Work::Queue(i));
         }
         if let Some(i) = self.position(SiblingState::holds_lock) {
@@ -1081,6 +1115,7 @@ impl Adopter {
         let dir = self.siblings[i].dir.clone();
         match env.try_adopt(&dir).await {
             Ok(()) => {
+                self.read_only_reported.remove(&dir);
                 tracing::info!(dir = %dir.display(), "adopting dead spool directory {}", dir.display());
                 self.siblings[i].state = SiblingState::Taken;
                 Step::new(Some(&dir), Action::Took)
@@ -1114,6 +1149,9 @@ impl Adopter {
                     }
                     AdoptRefusal::Unadoptable(reason) => {
                         step.error = Some(self.block_unheld(i, reason));
+                    }
+                    AdoptRefusal::ReadOnly(reason) => {
+                        step.error = self.read_only(i, reason, now);
                     }
                     AdoptRefusal::Retryable(reason) => {
                         step.flow = Flow::Failed;
@@ -1346,6 +1384,36 @@ impl Adopter {
             reason: reason.to_string(),
         };
         msg
+    }
+
+    /// A take met a read-only filesystem: the sibling waits in
+    /// [`SiblingState::ReadOnly`] for its next take. The reason is reported
+    /// (returned, and logged as a warning) the first time only, not at each
+    /// recheck while the filesystem stays read-only.
+    fn read_only(&mut self, i: usize, reason: impl fmt::Display, now: Instant) -> Option<String> {
+        let recheck_at = self.recheck_at(now);
+        let s = &mut self.siblings[i];
+        s.state = SiblingState::ReadOnly {
+            reason: reason.to_string(),
+            recheck_at,
+        };
+        if !self.read_only_reported.insert(s.dir.clone()) {
+            tracing::debug!(dir = %s.dir.display(), "sibling spool directory {} is still read-only: {reason}", s.dir.display());
+            return None;
+        }
+        let again = match self.config.recheck_interval {
+            d if d.is_zero() => {
+                "never taken again by this service (recheck_interval is 0)".to_string()
+            }
+            d => format!("taken again every {d:?} (recheck_interval)"),
+        };
+        let msg = format!(
+            "sibling spool directory {} is on a read-only filesystem and cannot be adopted: {reason}; \
+             its packs stay in place and it is {again}. Remount it read-write for a service to adopt it",
+            s.dir.display()
+        );
+        tracing::warn!(dir = %s.dir.display(), "{msg}");
+        Some(msg)
     }
 
     async fn release_all<E: AdoptionEnv>(&mut self, env: &mut E, mode: Mode) -> Step {

@@ -112,9 +112,8 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         // a short seeded crash torture (RELIABILITY.md): real processes
         // on a file:// store and an SQLite catalog
         torture::ci(root)?;
-        // The disk pass (`torture --disk`) is on demand only: a sibling
-        // that meets EROFS at a take stays blocked until its daemon
-        // restarts, which that pass reports (RELIABILITY.md).
+        // the same with a spool that fills up and turns read-only (root)
+        torture::ci_disk(root)?;
     }
     if real {
         // Build first, so server start-up is not counted against a cold compile.

@@ -394,6 +394,32 @@ pub fn ci(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// CI's short disk pass (`cargo xtask test`): one 15 s run of the day's
+/// seed with the spool root on a 32 MiB tmpfs that fills and turns
+/// read-only ([`disk`]); skipped, saying why, when not root.
+pub fn ci_disk(root: &Path) -> Result<()> {
+    if let Some(why) = disk::unavailable() {
+        eprintln!("torture --disk: SKIPPED: {why}");
+        return Ok(());
+    }
+    let bin = crate::target_dir(root).join("debug/spool-with-seams");
+    let seed = seed_of_the_day().to_string();
+    let args = [
+        "torture",
+        "--disk",
+        "--runs",
+        "1",
+        "--run-secs",
+        "15",
+        "--seed",
+        &seed,
+        "--bin",
+    ];
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    all.push(bin.display().to_string());
+    disk::reexec(&all)
+}
+
 /// CI's short fault pass (`cargo xtask test`, after the real tier, with its
 /// servers): one run of the day's seed against moto + ClickHouse through
 /// the fault proxies, 20 s of production (about 40 s in all).
@@ -543,7 +569,7 @@ fn variant(o: &Options) -> String {
         v.push_str(" --no-faults");
     }
     if let Some(d) = &o.disk {
-        v.push_str(&format!(" --tmpfs-mib {}", d.mib));
+        v.push_str(&format!(" --disk --tmpfs-mib {}", d.mib));
         if !d.read_only {
             v.push_str(" --no-ro");
         }
@@ -1072,11 +1098,16 @@ impl Run {
         for i in self.live(|k| k == Kind::Holder) {
             self.signal(i, "TERM");
         }
-        // producers finish by themselves (engines drain and close)
+        // producers finish by themselves (engines drain and close); the
+        // ones just signalled too: a holder publishing its paused stage on
+        // the way out would otherwise stage after the daemons' drain below
+        // (and hold its directory live through the final `run --once`)
         let until = Instant::now() + Duration::from_secs(60);
         loop {
             self.reap();
-            let left = self.live(|k| k != Kind::Daemon);
+            let left: Vec<usize> = (0..self.procs.len())
+                .filter(|&i| self.procs[i].kind != Kind::Daemon && self.procs[i].exit.is_none())
+                .collect();
             if left.is_empty() {
                 break;
             }

@@ -32,14 +32,10 @@ pub(crate) struct Env<'a> {
 }
 
 /// An I/O failure of a take that no retry can fix from here: another
-/// user's files (EACCES, EPERM), a read-only filesystem (EROFS), a symlink
-/// loop or a path that is not a directory (ELOOP, ENOTDIR). Transient ones
-/// (EMFILE, EINTR, EIO, ENOSPC, ...) are retried. EROFS stays permanent
-/// (issue 11 §8: a sibling on a read-only mount is blocked once, never
-/// retried in a loop), though a spool read-only only for a while then keeps
-/// that sibling blocked until the daemon restarts (RELIABILITY.md "Full
-/// disk and read-only spool": a blocked-on-EROFS sibling should be
-/// rechecked like one marked blocked; not done).
+/// user's files (EACCES, EPERM), a symlink loop or a path that is not a
+/// directory (ELOOP, ENOTDIR). Transient ones (EMFILE, EINTR, EIO, ENOSPC,
+/// ...) are retried. A read-only filesystem (EROFS) is neither: see
+/// [`is_read_only`].
 fn is_permanent(e: &spool_lock::Error) -> bool {
     let spool_lock::Error::Io { source, .. } = e else {
         return false;
@@ -47,17 +43,30 @@ fn is_permanent(e: &spool_lock::Error) -> bool {
     source.kind() == std::io::ErrorKind::PermissionDenied
         || matches!(
             source.raw_os_error(),
-            Some(
-                libc_codes::EACCES
-                    | libc_codes::EPERM
-                    | libc_codes::EROFS
-                    | libc_codes::ELOOP
-                    | libc_codes::ENOTDIR
-            )
+            Some(libc_codes::EACCES | libc_codes::EPERM | libc_codes::ELOOP | libc_codes::ENOTDIR)
         )
 }
 
-/// The errno values [`is_permanent`] names (Linux).
+/// Whether `e`, or any error in its source chain, is an I/O error EROFS: a
+/// take on a read-only filesystem. The sibling is blocked for now (listed,
+/// not owed, no backoff, reported once) and taken again every
+/// `recheck_interval`, since a remount can end it (issue 11 §8: blocked
+/// once, never retried in a loop; issue 15 §2: a spool read-only for a
+/// while is drained once it is writable again).
+fn is_read_only(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc_codes::EROFS))
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// The errno values [`is_permanent`] and [`is_read_only`] name (Linux).
 mod libc_codes {
     pub(super) const EPERM: i32 = 1;
     pub(super) const EACCES: i32 = 13;
@@ -397,6 +406,9 @@ fn take_sync(dir: &Path, lock: LockOptions) -> Result<(spool_lock::Claim, Spool)
         Err(e @ spool_lock::Error::HeldByThisProcess { .. }) => {
             return Err(AdoptRefusal::Live(e.into()))
         }
+        Err(e @ spool_lock::Error::Io { .. }) if is_read_only(&e) => {
+            return Err(AdoptRefusal::ReadOnly(e.into()))
+        }
         Err(e @ spool_lock::Error::Io { .. }) if is_permanent(&e) => {
             return Err(AdoptRefusal::Unadoptable(e.into()))
         }
@@ -423,7 +435,11 @@ fn take_sync(dir: &Path, lock: LockOptions) -> Result<(spool_lock::Claim, Spool)
         Ok(spool) => Ok((claim, spool)),
         Err(e) => {
             let _ = claim.release();
-            Err(AdoptRefusal::Unadoptable(e.into()))
+            if is_read_only(&e) {
+                Err(AdoptRefusal::ReadOnly(e.into()))
+            } else {
+                Err(AdoptRefusal::Unadoptable(e.into()))
+            }
         }
     }
 }

@@ -904,6 +904,84 @@ fn a_take_refused_as_live_goes_back_to_probed_live() {
     assert_eq!(state(&a, &d).name(), "probed-live");
 }
 
+/// Issue 11 §8 and issue 15 §2: a take that meets a read-only filesystem
+/// blocks the sibling for now (listed blocked by us, not owed, reported
+/// once, never a backoff); it is taken again every `recheck_interval`, the
+/// reason not reported again while it stays read-only, and drained once
+/// the filesystem is writable again.
+#[test]
+fn a_read_only_sibling_is_blocked_reported_once_and_taken_again_at_each_recheck() {
+    let mut env = Fake::new();
+    let d = env.add(1, 3);
+    for _ in 0..3 {
+        env.take_script.push_back(AdoptRefusal::ReadOnly(
+            "open X/.owner.lock: Read-only file system (os error 30)".into(),
+        ));
+    }
+    let mut a = adopter_with(|c| c.discovery_interval = Duration::from_secs(3600));
+    let mut errors = Vec::new();
+    let (steps, p) = run_to_pause(&mut a, &mut env);
+    assert_eq!(p, Pause::Idle);
+    assert!(
+        steps.iter().all(|s| s.flow != Flow::Failed),
+        "no backoff: {steps:?}"
+    );
+    errors.extend(steps.into_iter().filter_map(|s| s.error));
+    assert_eq!(state(&a, &d).name(), "read-only");
+    let snap = a.snapshot();
+    assert_eq!(snap.blocked_siblings.len(), 1);
+    assert_eq!(snap.blocked_siblings[0].by, BlockedBy::Us);
+    assert!(!snap.adoption_owed, "a read-only sibling is not owed");
+    assert_eq!(a.next_due(), Some(env.now() + Duration::from_secs(30)));
+    // not taken again before its recheck
+    env.advance(Duration::from_secs(29));
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(env.count(|c| matches!(c, Call::TryAdopt(_))), 1);
+    // two more read-only takes, one per recheck, reported no more
+    for n in 2..=3 {
+        env.advance(Duration::from_secs(1));
+        let (steps, _) = run_to_pause(&mut a, &mut env);
+        assert!(steps.iter().all(|s| s.flow != Flow::Failed));
+        errors.extend(steps.into_iter().filter_map(|s| s.error));
+        assert_eq!(env.count(|c| matches!(c, Call::TryAdopt(_))), n);
+        assert_eq!(state(&a, &d).name(), "read-only");
+        env.advance(Duration::from_secs(29));
+    }
+    assert_eq!(errors.len(), 1, "reported once: {errors:?}");
+    assert!(
+        errors[0].contains(&d.display().to_string()) && errors[0].contains("read-only"),
+        "{errors:?}"
+    );
+    // writable again: the next take adopts it
+    env.advance(Duration::from_secs(1));
+    run_to_pause(&mut a, &mut env);
+    assert_eq!(state(&a, &d), SiblingState::Drained { removed: true });
+    assert_eq!(env.indexed.len(), 3);
+    assert_no_violations(&env);
+}
+
+/// With `recheck_interval` 0 a read-only sibling is never taken again.
+#[test]
+fn recheck_interval_zero_never_takes_a_read_only_sibling_again() {
+    let mut env = Fake::new();
+    let d = env.add(1, 1);
+    env.take_script
+        .push_back(AdoptRefusal::ReadOnly("EROFS".into()));
+    let mut a = adopter_with(|c| c.recheck_interval = Duration::ZERO);
+    for _ in 0..5 {
+        run_to_pause(&mut a, &mut env);
+        env.advance(Duration::from_secs(3600));
+    }
+    assert_eq!(env.count(|c| matches!(c, Call::TryAdopt(_))), 1);
+    assert_eq!(
+        state(&a, &d),
+        SiblingState::ReadOnly {
+            reason: "EROFS".into(),
+            recheck_at: None
+        }
+    );
+}
+
 /// Issue 12 §6: a reader's lingering shared flock (group mode) delays a
 /// take; it is reported (the step's error names the pid), never blocks
 /// the sibling and never backs the loop off, and a later pass takes it —

@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use spool_lock::LockOptions;
 
-use super::{is_permanent, probe_sync, take_sync};
+use super::{is_permanent, is_read_only, probe_sync, take_sync};
 use crate::adoption::{AdoptRefusal, Probe};
 
 /// Lowers this process's descriptor limit to its lowest free descriptor
@@ -69,17 +69,28 @@ fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passe
     claim.release().unwrap();
 }
 
-/// What blocks a sibling and what is retried: another user's files and a
-/// read-only filesystem block it (issue 11 §8: once, never a loop), a full
-/// disk or a descriptor limit is retried.
+/// What blocks a sibling and what is retried: another user's files block
+/// it (issue 11 §8: once, never a loop); a read-only filesystem blocks it
+/// until a recheck (neither permanent nor a backoff); a full disk or a
+/// descriptor limit is retried.
 #[test]
-fn eacces_and_erofs_block_a_sibling_enospc_and_emfile_are_retried() {
+fn eacces_blocks_a_sibling_erofs_waits_for_a_recheck_enospc_and_emfile_are_retried() {
     let io = |errno| spool_lock::Error::Io {
         op: "open",
         path: "/spool/key/r1-00000001/.owner.lock".into(),
         source: std::io::Error::from_raw_os_error(errno),
     };
-    assert!(is_permanent(&io(30)), "EROFS blocks the sibling");
+    assert!(
+        !is_permanent(&io(30)),
+        "EROFS is rechecked, not blocked for good"
+    );
+    assert!(is_read_only(&io(30)), "EROFS is a read-only take");
+    let wrapped = spool_core::Error::from(io(30));
+    assert!(
+        is_read_only(&wrapped),
+        "EROFS under Spool::open's error: {wrapped:?}"
+    );
+    assert!(!is_read_only(&io(13)) && !is_read_only(&io(28)));
     assert!(!is_permanent(&io(28)), "ENOSPC must be retried");
     assert!(!is_permanent(&io(24)), "EMFILE must be retried");
     assert!(is_permanent(&io(13)), "EACCES blocks the sibling");
