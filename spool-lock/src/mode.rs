@@ -203,6 +203,7 @@ impl Access {
         std::fs::DirBuilder::new()
             .mode(self.dir_mode())
             .create(path)?;
+        crate::seams::run_hook(crate::seams::HookPoint::DirectoryMade, path);
         let applied = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)

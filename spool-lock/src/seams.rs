@@ -12,8 +12,15 @@
 //!   need no `unsafe` of their own.
 //! * **lock hooks**: [`testing::set_lock_hook`] runs a closure at a
 //!   [`HookPoint`] for paths under a prefix: between a lock file's open and
-//!   its flock, inside a release before its descriptors close, and inside
-//!   the removal of a drained directory.
+//!   its flock, inside a release before its descriptors close, inside
+//!   the removal of a drained directory, and at the windows where another
+//!   process may change a directory under a take (before the lock file's
+//!   open, before the directory's open, before and after a `mkdir`), and
+//!   at every refused flock of a take.
+//! * **`/proc/locks` silent**: [`testing::set_proc_locks_hidden`] makes a
+//!   take read `/proc/locks` as naming no holder for paths under a prefix
+//!   (as when the holder is in another pid namespace), so its bounded
+//!   retries decide.
 //!
 //! * **parent fsync failure**: [`testing::set_parent_fsync_fails`] makes
 //!   the fsync of a parent directory under a prefix fail with `EIO` (after
@@ -37,6 +44,21 @@ pub enum HookPoint {
     /// A drained directory is being removed: its lock file is unlinked,
     /// the directory not yet (path: the spool directory).
     RemovingDirectory,
+    /// A lock in place is about to open (or create) the lock file of an
+    /// existing directory (path: the lock file).
+    OpeningLockFile,
+    /// A lock in place holds the lock file and is about to open the
+    /// directory to flock it (path: the spool directory).
+    OpeningDirectory,
+    /// `create_parents` is about to `mkdir` a missing parent (path: that
+    /// directory).
+    CreatingDirectory,
+    /// [`crate::Access::create_dir`] made the directory and is about to open
+    /// it to set its mode and group (path: that directory).
+    DirectoryMade,
+    /// A take's flock was refused and it is about to ask `/proc/locks`
+    /// who holds it (path: the lock file or directory).
+    FlockRefused,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -56,23 +78,44 @@ pub mod testing {
     static HIDE_FDINFO_LOCKS: AtomicBool = AtomicBool::new(false);
     static HOOKS: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
     static FSYNC_FAILS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    static LOCKS_HIDDEN: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-    /// Makes the fsync of every parent directory under `prefix` fail with
-    /// `EIO` (`false`: removes the fault).
-    pub fn set_parent_fsync_fails(prefix: &Path, fail: bool) {
-        let mut v = FSYNC_FAILS.lock().unwrap_or_else(|e| e.into_inner());
+    /// Adds `prefix` to a seam's prefixes (`on`), or removes it.
+    fn set_prefix(prefixes: &Mutex<Vec<PathBuf>>, prefix: &Path, on: bool) {
+        let mut v = prefixes.lock().unwrap_or_else(|e| e.into_inner());
         v.retain(|p| p != prefix);
-        if fail {
+        if on {
             v.push(prefix.to_path_buf());
         }
     }
 
-    pub(crate) fn parent_fsync_fails(path: &Path) -> bool {
-        FSYNC_FAILS
+    /// Whether `path` is under one of a seam's prefixes.
+    fn under_prefix(prefixes: &Mutex<Vec<PathBuf>>, path: &Path) -> bool {
+        prefixes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .any(|p| path.starts_with(p))
+    }
+
+    /// Makes a take read `/proc/locks` as naming no holder of any path
+    /// under `prefix` (`false`: removes the seam).
+    pub fn set_proc_locks_hidden(prefix: &Path, hidden: bool) {
+        set_prefix(&LOCKS_HIDDEN, prefix, hidden);
+    }
+
+    pub(crate) fn proc_locks_hidden(path: &Path) -> bool {
+        under_prefix(&LOCKS_HIDDEN, path)
+    }
+
+    /// Makes the fsync of every parent directory under `prefix` fail with
+    /// `EIO` (`false`: removes the fault).
+    pub fn set_parent_fsync_fails(prefix: &Path, fail: bool) {
+        set_prefix(&FSYNC_FAILS, prefix, fail);
+    }
+
+    pub(crate) fn parent_fsync_fails(path: &Path) -> bool {
+        under_prefix(&FSYNC_FAILS, path)
     }
 
     /// Every path under `prefix` reports statfs `f_type` `magic`.
@@ -156,6 +199,14 @@ pub(crate) fn fdinfo_hides_locks() -> bool {
 pub(crate) fn parent_fsync_fails(_path: &Path) -> bool {
     #[cfg(any(test, feature = "testing"))]
     return testing::parent_fsync_fails(_path);
+    #[cfg(not(any(test, feature = "testing")))]
+    false
+}
+
+/// Whether a seam hides `path`'s holders in `/proc/locks`.
+pub(crate) fn proc_locks_hidden(_path: &Path) -> bool {
+    #[cfg(any(test, feature = "testing"))]
+    return testing::proc_locks_hidden(_path);
     #[cfg(not(any(test, feature = "testing")))]
     false
 }

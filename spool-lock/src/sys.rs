@@ -334,4 +334,43 @@ mod tests {
         // SAFETY: F_GETFD only queries the (now closed) descriptor number.
         assert_eq!(unsafe { libc::fcntl(raw, libc::F_GETFD) }, -1);
     }
+
+    #[test]
+    fn dropping_a_descriptor_unregisters_that_one_and_no_other() {
+        // The fork child handler closes what the registry lists: a dropped
+        // descriptor left listed (or a live one lost) would close a reused
+        // number, or keep a lock open, in every child.
+        let dir = std::env::temp_dir();
+        let a = RegFd::open(&dir, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        let b = RegFd::open(&dir, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        let (ra, rb) = (a.raw(), b.raw());
+        drop(a);
+        let listed = RegistryGuard::lock().fds().clone();
+        assert!(!listed.contains(&ra), "{ra} closed but listed: {listed:?}");
+        assert!(listed.contains(&rb), "{rb} open but not listed: {listed:?}");
+        drop(b);
+    }
+
+    #[test]
+    fn descriptor_zero_is_a_descriptor() {
+        // A daemon started with stdin closed gets 0 from its first open.
+        // (nextest runs each test in a process of its own, so freeing this
+        // process's fd 0 for a moment disturbs no other test.)
+        // SAFETY: dup and close of descriptor 0, which nothing in this
+        // test process reads.
+        let saved = unsafe { libc::dup(0) };
+        // SAFETY: as above.
+        unsafe { libc::close(0) };
+        let fd = RegFd::open(&std::env::temp_dir(), libc::O_RDONLY | libc::O_DIRECTORY, 0);
+        let raw = fd.as_ref().map(RegFd::raw).map_err(|e| e.to_string());
+        drop(fd);
+        if saved >= 0 {
+            // SAFETY: puts the saved stdin back at 0 and closes the copy.
+            unsafe {
+                libc::dup2(saved, 0);
+                libc::close(saved);
+            }
+        }
+        assert_eq!(raw, Ok(0));
+    }
 }

@@ -27,7 +27,10 @@
 //! cargo-mutants run under `flock FILE`, so the lock is held for a few
 //! mutants' builds and tests at a time and never for the whole run, and
 //! the build and test timeouts never count a wait for the lock. Only the
-//! first chunk runs cargo-mutants' unmutated baseline. Each chunk's
+//! first chunk runs cargo-mutants' unmutated baseline. Before testing, the
+//! names in `mutants/<crate>/` whose lines moved (code added above them)
+//! are renumbered to this tree's listing, so an outcome stays with its
+//! mutant ([`renumber`]). Each chunk's
 //! outcomes are merged into `mutants/<crate>/` as soon as it ends, so an
 //! interrupted run keeps what it tested; `--untested` skips the mutants
 //! those lists already hold (to resume), `--missed` re-tests only the
@@ -235,6 +238,18 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
                 String::from_utf8_lossy(&listed.stderr)
             );
         }
+        let listed_names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let moved = renumber(&keep, &listed_names)?;
+        if moved > 0 {
+            eprintln!(
+                "xtask: {krate}: {moved} mutant names in mutants/{krate}/ renumbered to the lines they moved to"
+            );
+        }
         let done: Vec<String> = if untested {
             OUTCOMES
                 .iter()
@@ -244,10 +259,10 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
             Vec::new()
         };
         let missed = lines_of(&keep.join("missed.txt"));
-        let names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !done.iter().any(|d| d == l))
+        let names: Vec<String> = listed_names
+            .iter()
+            .map(String::as_str)
+            .filter(|l| !done.iter().any(|d| d == l))
             .filter(|l| !only_missed || missed.iter().any(|m| m == l))
             .map(str::to_owned)
             .collect();
@@ -411,6 +426,110 @@ fn lines_of(path: &Path) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// A mutant's file and description (what stays when its line moves).
+type NameKey<'a> = (&'a str, &'a str);
+
+/// A mutant name split into its place and what it does:
+/// `file:line:col: description` gives `((file, description), (line, col))`.
+fn name_parts(name: &str) -> Option<(NameKey<'_>, (u32, u32))> {
+    let mut it = name.splitn(3, ':');
+    let (file, line, rest) = (it.next()?, it.next()?, it.next()?);
+    let (col, what) = rest.split_once(": ")?;
+    Some(((file, what), (line.parse().ok()?, col.parse().ok()?)))
+}
+
+/// Renames the mutants of the committed lists under `keep` whose lines
+/// moved (code added or removed above them) to their names in `listed`
+/// (this tree's listing), so an outcome stays with its mutant: a name no
+/// longer listed is matched, in order, with the listed names of the same
+/// file and description that no list holds yet, when both are as many.
+/// Rewrites the outcome lists, the samples and `equivalent.txt`; returns
+/// how many names changed.
+fn renumber(keep: &Path, listed: &[String]) -> Result<usize> {
+    use std::collections::BTreeSet;
+    let mut files: Vec<std::path::PathBuf> = OUTCOMES.iter().map(|n| keep.join(n)).collect();
+    if let Ok(dir) = std::fs::read_dir(keep) {
+        for e in dir.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("sample-") && n.ends_with(".txt") {
+                files.push(e.path());
+            }
+        }
+    }
+    files.push(keep.join("equivalent.txt"));
+    let name_of =
+        |line: &str| -> String { line.split(" # ").next().unwrap_or("").trim().to_owned() };
+    let known: BTreeSet<String> = files
+        .iter()
+        .flat_map(|f| lines_of(f))
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| name_of(&l))
+        .collect();
+    let listed_set: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
+    type Group<'a> = BTreeMap<NameKey<'a>, Vec<((u32, u32), &'a str)>>;
+    let mut stale: Group = BTreeMap::new();
+    let mut fresh: Group = BTreeMap::new();
+    for name in &known {
+        if !listed_set.contains(name.as_str()) {
+            if let Some((key, at)) = name_parts(name) {
+                stale.entry(key).or_default().push((at, name));
+            }
+        }
+    }
+    for name in listed {
+        if !known.contains(name) {
+            if let Some((key, at)) = name_parts(name) {
+                fresh.entry(key).or_default().push((at, name));
+            }
+        }
+    }
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    for (key, mut old) in stale {
+        let Some(mut new) = fresh.remove(&key) else {
+            continue;
+        };
+        if old.len() != new.len() {
+            eprintln!(
+                "xtask: {}: {} mutants '{}' were renamed and {} are new: not renumbered (re-test them)",
+                key.0,
+                old.len(),
+                key.1,
+                new.len()
+            );
+            continue;
+        }
+        old.sort_unstable();
+        new.sort_unstable();
+        for ((_, o), (_, n)) in old.iter().zip(&new) {
+            map.insert((*o).to_owned(), (*n).to_owned());
+        }
+    }
+    if map.is_empty() {
+        return Ok(0);
+    }
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        let mut out = String::new();
+        for line in text.lines() {
+            let name = name_of(line);
+            match map.get(&name) {
+                Some(new) if !line.starts_with('#') => {
+                    out.push_str(new);
+                    out.push_str(&line.trim_end()[name.len()..]);
+                }
+                _ => out.push_str(line),
+            }
+            out.push('\n');
+        }
+        std::fs::write(f, out).with_context(|| format!("cannot write {}", f.display()))?;
+    }
+    // The outcome lists stay sorted.
+    merge(&keep.join("no-run"), keep, false)?;
+    Ok(map.len())
 }
 
 /// Merges one run's outcome lists (`run`) into the committed ones
@@ -608,6 +727,63 @@ mod tests {
             s.contains("sample 5 (seed 5: 5 of 40 mutants): caught 3, missed 1, timeout 0, unviable 0, not tested yet 1; score 75.0 % of 4 viable"),
             "{s}"
         );
+        std::fs::remove_dir_all(&keep).unwrap();
+    }
+
+    #[test]
+    fn names_whose_lines_moved_are_renumbered_in_every_list() {
+        let keep = std::env::temp_dir().join(format!("xtask-renumber-{}", std::process::id()));
+        std::fs::create_dir_all(&keep).unwrap();
+        std::fs::write(
+            keep.join("caught.txt"),
+            "a.rs:10:5: replace | with & in f\na.rs:3:1: replace g -> bool with true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            keep.join("missed.txt"),
+            "a.rs:20:9: replace | with & in f\n",
+        )
+        .unwrap();
+        std::fs::write(
+            keep.join("sample-1.txt"),
+            "# seed 1: 1 of 9 mutants\na.rs:20:9: replace | with & in f\n",
+        )
+        .unwrap();
+        std::fs::write(
+            keep.join("equivalent.txt"),
+            "# header\na.rs:20:9: replace | with & in f # same bits\n",
+        )
+        .unwrap();
+        // Two lines added above line 10; g did not move; h is new.
+        let listed: Vec<String> = [
+            "a.rs:3:1: replace g -> bool with true",
+            "a.rs:12:5: replace | with & in f",
+            "a.rs:22:9: replace | with & in f",
+            "a.rs:30:1: replace h -> bool with true",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(renumber(&keep, &listed).unwrap(), 2);
+        assert_eq!(
+            lines_of(&keep.join("caught.txt")),
+            [
+                "a.rs:12:5: replace | with & in f",
+                "a.rs:3:1: replace g -> bool with true"
+            ]
+        );
+        assert_eq!(
+            lines_of(&keep.join("missed.txt")),
+            ["a.rs:22:9: replace | with & in f"]
+        );
+        assert_eq!(
+            lines_of(&keep.join("sample-1.txt"))[1],
+            "a.rs:22:9: replace | with & in f"
+        );
+        assert_eq!(
+            lines_of(&keep.join("equivalent.txt")),
+            ["# header", "a.rs:22:9: replace | with & in f # same bits"]
+        );
+        assert_eq!(renumber(&keep, &listed).unwrap(), 0, "nothing moved since");
         std::fs::remove_dir_all(&keep).unwrap();
     }
 

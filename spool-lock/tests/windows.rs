@@ -1,0 +1,330 @@
+//! The windows in which another process may change a directory under a
+//! take (a directory that vanishes, is replaced by a file or a symlink, or
+//! is made by someone else meanwhile), what `/proc/locks` may leave unsaid
+//! (a blocked waiter, a holder it does not list), and what a take meets on
+//! paths it cannot read. Each window is opened with a lock hook
+//! (`testing::set_lock_hook`) at the exact point, so every case is
+//! deterministic.
+#![forbid(unsafe_code)]
+
+use spool_lock::{
+    acquire, create_parents, read_owner, testing, try_adopt, Access, Error, HookPoint, LockOptions,
+    LOCK_FILE_NAME,
+};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn opts() -> LockOptions {
+    LockOptions::default()
+}
+
+/// Runs `f` once, at the first pass through `at` under `prefix`.
+fn hook_once(prefix: &Path, at: HookPoint, f: impl Fn(&Path) + Send + Sync + 'static) {
+    let done = AtomicBool::new(false);
+    testing::set_lock_hook(
+        prefix,
+        Arc::new(move |point, path: &Path| {
+            if point == at && !done.swap(true, Ordering::SeqCst) {
+                f(path);
+            }
+        }),
+    );
+}
+
+/// Waits (≤ 5 s) until `/proc/locks` shows a blocked waiter (`->`) on
+/// the inode of `path` (other processes' waiters, such as a build waiting
+/// for a lock, are on other inodes).
+fn wait_for_a_waiter(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let inode = format!(":{} ", std::fs::metadata(path).unwrap().ino());
+    let until = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains("->") && l.contains(&inode))
+    {
+        assert!(Instant::now() < until, "no blocked waiter in /proc/locks");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_directory_that_vanishes_before_its_lock_file_opens_is_created_afresh() {
+    // The take saw the directory, then (before the lock file's open) a
+    // remover took it away: the take starts over and creates it, rather
+    // than failing on the missing lock file's directory.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    hook_once(tmp.path(), HookPoint::OpeningLockFile, |lock: &Path| {
+        std::fs::remove_dir(lock.parent().unwrap()).unwrap();
+    });
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    let claim = taken.expect("the vanished directory is created afresh");
+    assert!(read_owner(&dir).unwrap().held);
+    claim.release().unwrap();
+}
+
+#[test]
+fn a_directory_replaced_by_a_file_before_its_own_flock_is_refused() {
+    // Between the lock file's flock and the directory's open, the
+    // directory is renamed away and a regular file put in its place: the
+    // take must not flock that file and call it the directory.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let moved = tmp.path().join("spool.moved");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join(LOCK_FILE_NAME), b"").unwrap();
+    let (d, m) = (dir.clone(), moved.clone());
+    hook_once(tmp.path(), HookPoint::OpeningDirectory, move |_| {
+        std::fs::rename(&d, &m).unwrap();
+        std::fs::write(&d, b"not a directory").unwrap();
+    });
+    let taken = try_adopt(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    match taken {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!(op, "open directory");
+            assert_eq!(path, dir);
+            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{source}");
+        }
+        other => panic!("a file in the directory's place: {other:?}"),
+    }
+    assert_eq!(std::fs::read(&dir).unwrap(), b"not a directory");
+    assert!(!read_owner(&moved).unwrap().held, "nothing left held");
+}
+
+#[test]
+fn a_file_made_in_place_of_a_missing_parent_is_an_error_naming_it() {
+    // Someone else made a *file* where create_parents was about to make a
+    // directory: that is no parent (only a directory made meanwhile is
+    // theirs and fine), and what this call made is removed again.
+    let tmp = tempfile::tempdir().unwrap();
+    let outer = tmp.path().join("a");
+    let inner = outer.join("b");
+    let i = inner.clone();
+    testing::set_lock_hook(
+        tmp.path(),
+        Arc::new(move |point, path: &Path| {
+            if point == HookPoint::CreatingDirectory && path == i {
+                std::fs::write(path, b"a file").unwrap();
+            }
+        }),
+    );
+    let made = create_parents(&inner, &Access::default());
+    testing::clear_lock_hook(tmp.path());
+    match made {
+        Err(Error::Io { op, path, .. }) => {
+            assert_eq!((op, path.as_path()), ("create", inner.as_path()));
+        }
+        other => panic!("a file where a parent should be: {other:?}"),
+    }
+    // `a` held only the planted file, so it stays (remove_dir refuses);
+    // with the file gone the parent made by this call would be empty.
+    assert!(std::fs::metadata(&inner).unwrap().is_file());
+
+    // A directory made meanwhile by someone else: accepted, not claimed.
+    let tmp = tempfile::tempdir().unwrap();
+    let inner = tmp.path().join("a").join("b");
+    let i = inner.clone();
+    testing::set_lock_hook(
+        tmp.path(),
+        Arc::new(move |point, path: &Path| {
+            if point == HookPoint::CreatingDirectory && path == i {
+                std::fs::create_dir(path).unwrap();
+            }
+        }),
+    );
+    let made = create_parents(&inner, &Access::default());
+    testing::clear_lock_hook(tmp.path());
+    assert_eq!(made.unwrap(), vec![tmp.path().join("a")]);
+    assert!(inner.is_dir());
+}
+
+#[test]
+fn a_new_directory_swapped_for_a_symlink_is_refused_and_its_target_left_alone() {
+    // Between the mkdir and the open that sets its mode, the new directory
+    // is replaced by a symlink to a directory elsewhere: the mode must not
+    // be applied through the symlink to that directory.
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let new = tmp.path().join("new");
+    let target = elsewhere.clone();
+    hook_once(tmp.path(), HookPoint::DirectoryMade, move |p: &Path| {
+        std::fs::remove_dir(p).unwrap();
+        std::os::unix::fs::symlink(&target, p).unwrap();
+    });
+    let made = Access::default().create_dir(&new);
+    testing::clear_lock_hook(tmp.path());
+    let err = made.expect_err("a symlink in the new directory's place");
+    // O_DIRECTORY | O_NOFOLLOW on a symlink: ENOTDIR (or ELOOP).
+    assert!(
+        matches!(err.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)),
+        "{err}"
+    );
+    let mode = std::fs::metadata(&elsewhere).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755, "the symlink's target keeps its mode");
+}
+
+#[test]
+fn the_nesting_walk_skips_a_subdirectory_it_cannot_read() {
+    // A subdirectory whose path is longer than PATH_MAX: listed by its
+    // parent, but its own listing fails (ENAMETOOLONG), as an unreadable
+    // one would for a user other than root. Nothing held can be seen
+    // there, so the take goes on; only the directory taken failing to list
+    // is an error.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dir = tmp.path().to_path_buf();
+    while dir.as_os_str().len() < 3900 {
+        dir = dir.join("d".repeat(200));
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = "e".repeat(250);
+    let made = std::process::Command::new("mkdir")
+        .arg(&name)
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = std::fs::read_dir(dir.join(&name)).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG), "{err}");
+    let claim = acquire(&dir, &opts()).expect("an unreadable subdirectory holds nothing");
+    claim.release().unwrap();
+}
+
+#[test]
+fn a_blocked_waiter_is_not_read_as_an_exclusive_holder() {
+    // A reader holds a shared flock on the lock file and another process
+    // waits (blocked) for an exclusive one: `/proc/locks` lists the waiter
+    // as `-> FLOCK ... WRITE`. That is no holder: the take sees only the
+    // reader's shared lock, waits out the probe limit and names the reader.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    std::fs::write(&lock_path, b"").unwrap();
+    let reader = FlockChild::shared(&lock_path);
+    let waiter = FlockChild::waiting(&lock_path);
+    wait_for_a_waiter(&lock_path);
+    let taken = acquire(&dir, &opts());
+    drop(waiter);
+    match taken {
+        Err(Error::HeldShared { dir: d, pids, .. }) => {
+            assert_eq!((d, pids), (dir, vec![reader.0.id()]));
+        }
+        other => panic!("a shared holder and a blocked waiter: {other:?}"),
+    }
+}
+
+#[test]
+fn when_proc_locks_names_no_holder_a_take_retries_twenty_times_then_refuses() {
+    // /proc/locks silent about the holder (as for one in another pid
+    // namespace): the take cannot tell a probe from an owner, retries the
+    // flock TAKE_RETRIES = 20 times (1 + 20 attempts), then refuses.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    std::fs::write(&lock_path, b"").unwrap();
+    let holder = std::fs::File::open(&lock_path).unwrap();
+    holder.lock().unwrap();
+    let refused = Arc::new(AtomicUsize::new(0));
+    let (count, lp) = (refused.clone(), lock_path.clone());
+    testing::set_lock_hook(
+        tmp.path(),
+        Arc::new(move |point, path: &Path| {
+            if point == HookPoint::FlockRefused && path == lp {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }),
+    );
+    testing::set_proc_locks_hidden(tmp.path(), true);
+    let taken = acquire(&dir, &opts());
+    testing::set_proc_locks_hidden(tmp.path(), false);
+    testing::clear_lock_hook(tmp.path());
+    drop(holder);
+    assert!(taken.is_err(), "{taken:?}");
+    assert_eq!(refused.load(Ordering::SeqCst), 21, "1 attempt + 20 retries");
+}
+
+#[test]
+fn a_symlinked_lock_file_is_named_by_read_owner_not_read_as_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", dir.join(LOCK_FILE_NAME)).unwrap();
+    match read_owner(&dir) {
+        Err(Error::LockFileNotRegular { kind, .. }) => assert_eq!(kind, "a symlink"),
+        other => panic!("a symlinked lock file: {other:?}"),
+    }
+}
+
+/// A `flock(1)` child (util-linux; `-F`: the lock is the child's own,
+/// under its pid), killed on drop.
+struct FlockChild(std::process::Child);
+
+impl FlockChild {
+    /// Holds a shared flock on `path` (returns once it is held).
+    fn shared(path: &Path) -> FlockChild {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("flock")
+            .args(["-F", "-s", "-n"])
+            .arg(path)
+            .args(["sh", "-c", "echo locked; exec sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("flock(1) from util-linux");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        FlockChild(child)
+    }
+
+    /// Waits (blocked) for an exclusive flock on `path`.
+    fn waiting(path: &Path) -> FlockChild {
+        let child = std::process::Command::new("flock")
+            .arg("-F")
+            .arg(path)
+            .args(["sleep", "60"])
+            .spawn()
+            .expect("flock(1) from util-linux");
+        FlockChild(child)
+    }
+}
+
+impl Drop for FlockChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn shared_readers_are_reported_only_when_nothing_holds_the_lock() {
+    // Another process holds a shared flock on the lock file.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    std::fs::write(&lock_path, b"").unwrap();
+    let reader = FlockChild::shared(&lock_path);
+    let status = read_owner(&dir).unwrap();
+    assert!(!status.held);
+    assert_eq!(status.shared_by, vec![reader.0.id()]);
+    // The directory's own lock held (the lock file replaced behind its
+    // owner): held, so no shared reader is reported.
+    let dir_lock = std::fs::File::open(&dir).unwrap();
+    dir_lock.lock().unwrap();
+    let status = read_owner(&dir).unwrap();
+    drop(dir_lock);
+    assert!(status.held && status.lock_file_replaced, "{status:?}");
+    assert!(status.shared_by.is_empty(), "{status:?}");
+}
