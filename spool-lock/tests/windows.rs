@@ -11,7 +11,7 @@ use spool_lock::{
     acquire, create_parents, read_owner, testing, try_adopt, Access, Error, HookPoint, LockOptions,
     LOCK_FILE_NAME,
 };
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -205,10 +205,7 @@ fn a_blocked_waiter_is_not_read_as_an_exclusive_holder() {
     // as `-> FLOCK ... WRITE`. That is no holder: the take sees only the
     // reader's shared lock, waits out the probe limit and names the reader.
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("spool");
-    std::fs::create_dir(&dir).unwrap();
-    let lock_path = dir.join(LOCK_FILE_NAME);
-    std::fs::write(&lock_path, b"").unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
     let reader = FlockChild::shared(&lock_path);
     let waiter = FlockChild::waiting(&lock_path);
     wait_for_a_waiter(&lock_path);
@@ -228,10 +225,7 @@ fn when_proc_locks_names_no_holder_a_take_retries_twenty_times_then_refuses() {
     // namespace): the take cannot tell a probe from an owner, retries the
     // flock TAKE_RETRIES = 20 times (1 + 20 attempts), then refuses.
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("spool");
-    std::fs::create_dir(&dir).unwrap();
-    let lock_path = dir.join(LOCK_FILE_NAME);
-    std::fs::write(&lock_path, b"").unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
     let holder = std::fs::File::open(&lock_path).unwrap();
     holder.lock().unwrap();
     let refused = Arc::new(AtomicUsize::new(0));
@@ -311,10 +305,7 @@ impl Drop for FlockChild {
 fn shared_readers_are_reported_only_when_nothing_holds_the_lock() {
     // Another process holds a shared flock on the lock file.
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("spool");
-    std::fs::create_dir(&dir).unwrap();
-    let lock_path = dir.join(LOCK_FILE_NAME);
-    std::fs::write(&lock_path, b"").unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
     let reader = FlockChild::shared(&lock_path);
     let status = read_owner(&dir).unwrap();
     assert!(!status.held);
@@ -327,4 +318,14 @@ fn shared_readers_are_reported_only_when_nothing_holds_the_lock() {
     drop(dir_lock);
     assert!(status.held && status.lock_file_replaced, "{status:?}");
     assert!(status.shared_by.is_empty(), "{status:?}");
+}
+
+/// `base/spool` with an empty lock file in it: (the directory, its lock
+/// file).
+fn spool_with_empty_lock_file(base: &Path) -> (PathBuf, PathBuf) {
+    let dir = base.join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    std::fs::write(&lock_path, b"").unwrap();
+    (dir, lock_path)
 }

@@ -1132,9 +1132,7 @@ impl Run {
         let until = Instant::now() + Duration::from_secs(60);
         loop {
             self.reap();
-            let left: Vec<usize> = (0..self.procs.len())
-                .filter(|&i| self.procs[i].kind != Kind::Daemon && self.procs[i].exit.is_none())
-                .collect();
+            let left = self.live_or_unreaped(|k| k != Kind::Daemon);
             if left.is_empty() {
                 break;
             }
@@ -1155,7 +1153,7 @@ impl Run {
         let until = Instant::now() + Duration::from_secs(30);
         loop {
             self.reap();
-            while self.live_or_unreaped(Kind::Daemon).len() < self.daemons {
+            while self.live_or_unreaped(|k| k == Kind::Daemon).len() < self.daemons {
                 self.spawn_daemon(false)?;
             }
             if Instant::now() >= until || self.backlog() == 0 {
@@ -1177,11 +1175,11 @@ impl Run {
             self.signal(i, "TERM");
         }
         let until = Instant::now() + Duration::from_secs(20);
-        while !self.live_or_unreaped(Kind::Daemon).is_empty() && Instant::now() < until {
+        while !self.live_or_unreaped(|k| k == Kind::Daemon).is_empty() && Instant::now() < until {
             self.reap();
             std::thread::sleep(Duration::from_millis(100));
         }
-        for i in self.live_or_unreaped(Kind::Daemon) {
+        for i in self.live_or_unreaped(|k| k == Kind::Daemon) {
             self.problem(format!(
                 "daemon {} (pid {}) did not stop within 20 s of SIGTERM; killed",
                 self.name(i),
@@ -1239,9 +1237,11 @@ impl Run {
             .collect()
     }
 
-    fn live_or_unreaped(&self, kind: Kind) -> Vec<usize> {
+    /// Indexes of processes of a kind that have not exited, signalled or
+    /// not.
+    fn live_or_unreaped(&self, kind: impl Fn(Kind) -> bool) -> Vec<usize> {
         (0..self.procs.len())
-            .filter(|&i| self.procs[i].kind == kind && self.procs[i].exit.is_none())
+            .filter(|&i| kind(self.procs[i].kind) && self.procs[i].exit.is_none())
             .collect()
     }
 
