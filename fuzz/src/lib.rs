@@ -18,6 +18,7 @@ pub const TARGETS: &[&str] = &[
     "owner_record",
     "catalog_url",
     "store_url",
+    "config",
 ];
 
 /// Runs the body of target `name` on `data`. Panics on an unknown name.
@@ -28,6 +29,7 @@ pub fn run(name: &str, data: &[u8]) {
         "owner_record" => owner_record(data),
         "catalog_url" => catalog_url(data),
         "store_url" => store_url(data),
+        "config" => config(data),
         other => panic!("unknown fuzz target {other:?} (known: {TARGETS:?})"),
     }
 }
@@ -217,4 +219,59 @@ pub fn store_url(data: &[u8]) {
         return;
     }
     let _ = spool_upload::Store::from_url(text, &spool_upload::ClientConfig::default());
+}
+
+/// Arbitrary bytes as a config file (`spool.toml`), read with no
+/// environment and no flags: loading never panics; a refusal names the
+/// file it read; and every value loaded from the file, shown as
+/// `spool config show` shows it, parses back to the same value (so what an
+/// operator reads there is what the service runs with, and pasting it into
+/// a config means the same). URLs and names are left out of the last check:
+/// they are shown with credentials masked, on purpose.
+pub fn config(data: &[u8]) {
+    use spool_service::config::{parse_value, Config, Source, Value};
+    let thread = format!("{:?}", std::thread::current().id());
+    let id: String = thread.chars().filter(char::is_ascii_digit).collect();
+    let path = std::env::temp_dir().join(format!(
+        "spool-fuzz-config-{}-{id}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&path, data).expect("write the scratch config file");
+    let no_env = |_: &str| -> Option<String> { None };
+    let loaded = Config::load_with(Some(&path), &[], &no_env);
+    let _ = std::fs::remove_file(&path);
+    let cfg = match loaded {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            assert!(
+                e.0.contains(&path.display().to_string()),
+                "a refusal of a config file does not name the file: {e}"
+            );
+            return;
+        }
+    };
+    for entry in cfg.entries() {
+        let (Source::File(_), Some(value)) = (&entry.source, &entry.value) else {
+            continue;
+        };
+        if matches!(value, Value::Text(_)) {
+            continue;
+        }
+        let shown = value.to_string();
+        match parse_value(entry.key, &shown, &entry.source) {
+            Ok(again) => assert_eq!(
+                &again, value,
+                "{} is shown as {shown:?}, which reads back as another value",
+                entry.key.name
+            ),
+            Err(e) => panic!(
+                "{} is shown as {shown:?}, which is refused: {e}",
+                entry.key.name
+            ),
+        }
+    }
+    let _ = cfg.upload();
+    let _ = cfg.lock_options();
+    let _ = cfg.access();
+    let _ = cfg.destination();
 }
