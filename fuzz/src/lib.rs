@@ -166,7 +166,9 @@ pub fn owner_record(data: &[u8]) {
 /// redacted form nor an error message shows a secret: the URL's password
 /// or a `password=` parameter (checked where the secret is at least 6
 /// characters and occurs only once in the input, so that it cannot also be
-/// part of the host or the path).
+/// part of the host or the path). A secret that is also part of the
+/// messages' own wording (`ckhous` in "expected clickhouse://...") may show
+/// as often as that wording does, no more.
 pub fn catalog_url(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -177,13 +179,40 @@ pub fn catalog_url(data: &[u8]) {
     };
     for secret in secrets(text) {
         if secret.len() >= 6 && text.matches(secret.as_str()).count() == 1 {
+            let in_wording = MESSAGE_WORDING.matches(secret.as_str()).count();
             assert!(
-                !shown.contains(secret.as_str()),
+                shown.matches(secret.as_str()).count() <= in_wording,
                 "{shown:?} shows the secret {secret:?}"
             );
         }
     }
 }
+
+/// The fixed wording of the catalog URL messages and redacted forms
+/// (spool-catalog's `target.rs` and the url crate's parse errors), one
+/// phrase a line.
+const MESSAGE_WORDING: &str = "invalid catalog URL
+expected clickhouse://HOST:PORT/DATABASE, sqlite:///ABS/PATH.db or memory://
+must be ASCII letters, digits and '_' (not starting with a digit, at most 64)
+table_prefix
+database
+async_insert=: expected 1, true, 0 or false
+unknown parameter (known: table_prefix, user, password, async_insert)
+no host
+a SQLite catalog is a local file: sqlite:///ABS/PATH.db (three slashes)
+the SQLite path is not UTF-8 once decoded
+the SQLite path must be absolute
+unknown scheme; expected clickhouse, sqlite or memory
+empty host
+invalid international domain name
+invalid port number
+invalid IPv4 address
+invalid IPv6 address
+invalid domain character
+relative URL without a base
+relative URL with a cannot-be-a-base base
+a cannot-be-a-base URL doesn't have a host to set
+URLs more than 4 GB are not supported";
 
 /// The secrets a catalog URL carries: its password and `password=` values,
 /// as spelled in the input.
