@@ -369,6 +369,58 @@ fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> 
     }
 }
 
+/// Jobs for `packs` of `dir`, staged by this process.
+fn jobs_of(path: &UploadPath, dir: &Path, packs: Vec<spool_core::ReadyPack>) -> Vec<Job> {
+    packs
+        .into_iter()
+        .map(|pack| Job {
+            pack,
+            dir: dir.to_path_buf(),
+            spool: path.own.clone(),
+            source: Source::this_process("h"),
+        })
+        .collect()
+}
+
+/// A bound that cuts nothing for 30 s.
+fn no_cut() -> Bound {
+    Bound::new(
+        Instant::now() + Duration::from_secs(30),
+        tokio_util::sync::CancellationToken::new(),
+    )
+}
+
+/// Issue 13: a batch closes at once when no upload is in flight, however
+/// long the linger, and the pipeline goes on: with two packs out at a time
+/// (`pipeline_depth` 2), each pair is indexed the moment its uploads end,
+/// which frees the depth for the next pair, so one run indexes all six
+/// (nothing is left owed or not done for a later cycle).
+#[test]
+fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 6);
+    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
+    path.pipeline_depth = 2;
+    path.index_batch = 64;
+    path.index_linger = Duration::from_secs(30);
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let t = Instant::now();
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let outcomes: Vec<String> = done.iter().map(|(_, o)| format!("{o:?}")).collect();
+    assert!(
+        outcomes.iter().all(|o| o == "Indexed"),
+        "{outcomes:?} after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(outcomes.len(), 6);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
+    assert!(path.pending.is_empty());
+}
+
 /// SPEC §2: only a corrupt pack is quarantined. A pack the pipeline cannot
 /// read for another reason (here a directory where its file was: EISDIR)
 /// is reported and left where it is, not renamed `.quarantined`; the valid
@@ -392,20 +444,8 @@ fn a_pack_that_cannot_be_read_is_reported_and_left_in_place_not_quarantined() {
         bytes: 4096,
         ordinal: None,
     });
-    let jobs = packs
-        .into_iter()
-        .map(|pack| Job {
-            pack,
-            dir: own.dir().to_path_buf(),
-            spool: path.own.clone(),
-            source: Source::this_process("h"),
-        })
-        .collect();
-    let bound = Bound::new(
-        Instant::now() + Duration::from_secs(30),
-        tokio_util::sync::CancellationToken::new(),
-    );
-    let done = block_on(path.pipeline(jobs, &bound, &never));
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
     let outcome = |id: spool_core::PackId| {
         done.iter()
             .find(|(j, _)| j.pack.id == id)
