@@ -369,6 +369,59 @@ fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> 
     }
 }
 
+/// Issue 13: validation runs a few packs ahead of the uploads, never more
+/// than `small_pack_workers` validated or validating. One upload at a time
+/// (`pipeline_depth` 1), the second stalls: the three packs behind it are
+/// validated, and the corrupt one behind those (the sixth) is not read
+/// (not quarantined) until the store moves again; then it is, and the rest
+/// go up.
+#[test]
+fn validation_runs_at_most_small_pack_workers_packs_ahead_of_the_uploads() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let spool = held_spool(own.dir());
+    let base = spool_core::pack::now_ms();
+    for i in 0..8u64 {
+        let id = spool_core::PackId::with_timestamp(base + i);
+        let bytes = if i == 5 {
+            spool_core::pack::testing_misframed_pack(id)
+        } else {
+            let mut w = spool_core::PackWriter::new(id, base);
+            w.push_record(format!("record {i}").as_bytes());
+            w.finish()
+        };
+        spool.stage(None, id, &bytes).unwrap();
+    }
+    fx.store.script(
+        Rule::new(Op::CreateMultipart, Action::Stall)
+            .after(1)
+            .times(1),
+    );
+    let mut c = fx.config(own.dir());
+    c.adopt = false;
+    c.pipeline_depth = 1;
+    c.upload.max_workers = 1;
+    c.upload.small_pack_workers = 3;
+    c.upload.multipart_threshold = 16; // validated by the pipeline
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(wait_for(Duration::from_secs(10), || fx
+        .store
+        .calls(Op::CreateMultipart)
+        >= 2));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        files(own.dir(), "quarantined"),
+        0,
+        "a pack more than small_pack_workers ahead of the uploads was read"
+    );
+    fx.store.release_stalls();
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    let snap = svc.snapshot();
+    assert_eq!((snap.quarantined, snap.indexed), (1, 7), "{snap:?}");
+    svc.stop().unwrap();
+}
+
 /// Jobs for `packs` of `dir`, staged by this process.
 fn jobs_of(path: &UploadPath, dir: &Path, packs: Vec<spool_core::ReadyPack>) -> Vec<Job> {
     packs
