@@ -1375,7 +1375,20 @@ fn a_non_retryable_pack_blocks_its_directory_after_the_rest_went_up() {
         panic!("{}", state(&a, &d))
     };
     assert!(reason.contains("in-flight bound"), "{reason}");
-    // The rest went up; the poisoned pack stays where it was.
+    // Its round counts it as failed for good, once; the rest went up; the
+    // poisoned pack stays where it was.
+    let tallies: Vec<RoundTally> = steps
+        .iter()
+        .filter_map(|s| match s.action {
+            Action::Round(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tallies.iter().map(|t| t.non_retryable).sum::<usize>(),
+        1,
+        "{tallies:?}"
+    );
     assert_eq!(env.indexed.len(), 3);
     let fd = &env.dirs[&d];
     assert!(fd.exists && !fd.held);

@@ -369,6 +369,111 @@ fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> 
     }
 }
 
+/// Issue 13: validation runs a few packs ahead of the uploads, never more
+/// than `small_pack_workers` validated or validating. One upload at a time
+/// (`pipeline_depth` 1), the second stalls: the three packs behind it are
+/// validated, and the corrupt one behind those (the sixth) is not read
+/// (not quarantined) until the store moves again; then it is, and the rest
+/// go up.
+#[test]
+fn validation_runs_at_most_small_pack_workers_packs_ahead_of_the_uploads() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let spool = held_spool(own.dir());
+    let base = spool_core::pack::now_ms();
+    for i in 0..8u64 {
+        let id = spool_core::PackId::with_timestamp(base + i);
+        let bytes = if i == 5 {
+            spool_core::pack::testing_misframed_pack(id)
+        } else {
+            let mut w = spool_core::PackWriter::new(id, base);
+            w.push_record(format!("record {i}").as_bytes());
+            w.finish()
+        };
+        spool.stage(None, id, &bytes).unwrap();
+    }
+    fx.store.script(
+        Rule::new(Op::CreateMultipart, Action::Stall)
+            .after(1)
+            .times(1),
+    );
+    let mut c = fx.config(own.dir());
+    c.adopt = false;
+    c.pipeline_depth = 1;
+    c.upload.max_workers = 1;
+    c.upload.small_pack_workers = 3;
+    c.upload.multipart_threshold = 16; // validated by the pipeline
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(wait_for(Duration::from_secs(10), || fx
+        .store
+        .calls(Op::CreateMultipart)
+        >= 2));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        files(own.dir(), "quarantined"),
+        0,
+        "a pack more than small_pack_workers ahead of the uploads was read"
+    );
+    fx.store.release_stalls();
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    let snap = svc.snapshot();
+    assert_eq!((snap.quarantined, snap.indexed), (1, 7), "{snap:?}");
+    svc.stop().unwrap();
+}
+
+/// Jobs for `packs` of `dir`, staged by this process.
+fn jobs_of(path: &UploadPath, dir: &Path, packs: Vec<spool_core::ReadyPack>) -> Vec<Job> {
+    packs
+        .into_iter()
+        .map(|pack| Job {
+            pack,
+            dir: dir.to_path_buf(),
+            spool: path.own.clone(),
+            source: Source::this_process("h"),
+        })
+        .collect()
+}
+
+/// A bound that cuts nothing for 30 s.
+fn no_cut() -> Bound {
+    Bound::new(
+        Instant::now() + Duration::from_secs(30),
+        tokio_util::sync::CancellationToken::new(),
+    )
+}
+
+/// Issue 13: a batch closes at once when no upload is in flight, however
+/// long the linger, and the pipeline goes on: with two packs out at a time
+/// (`pipeline_depth` 2), each pair is indexed the moment its uploads end,
+/// which frees the depth for the next pair, so one run indexes all six
+/// (nothing is left owed or not done for a later cycle).
+#[test]
+fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 6);
+    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
+    path.pipeline_depth = 2;
+    path.index_batch = 64;
+    path.index_linger = Duration::from_secs(30);
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let t = Instant::now();
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let outcomes: Vec<String> = done.iter().map(|(_, o)| format!("{o:?}")).collect();
+    assert!(
+        outcomes.iter().all(|o| o == "Indexed"),
+        "{outcomes:?} after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(outcomes.len(), 6);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
+    assert!(path.pending.is_empty());
+}
+
 /// SPEC §2: only a corrupt pack is quarantined. A pack the pipeline cannot
 /// read for another reason (here a directory where its file was: EISDIR)
 /// is reported and left where it is, not renamed `.quarantined`; the valid
@@ -392,20 +497,8 @@ fn a_pack_that_cannot_be_read_is_reported_and_left_in_place_not_quarantined() {
         bytes: 4096,
         ordinal: None,
     });
-    let jobs = packs
-        .into_iter()
-        .map(|pack| Job {
-            pack,
-            dir: own.dir().to_path_buf(),
-            spool: path.own.clone(),
-            source: Source::this_process("h"),
-        })
-        .collect();
-    let bound = Bound::new(
-        Instant::now() + Duration::from_secs(30),
-        tokio_util::sync::CancellationToken::new(),
-    );
-    let done = block_on(path.pipeline(jobs, &bound, &never));
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
     let outcome = |id: spool_core::PackId| {
         done.iter()
             .find(|(j, _)| j.pack.id == id)
