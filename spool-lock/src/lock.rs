@@ -462,6 +462,7 @@ fn create_locked(
             name.to_string_lossy(),
             random_u32()
         ));
+        seams::run_hook(HookPoint::CreatingDirectory, &candidate);
         match access.create_dir(&candidate) {
             Ok(()) => {
                 staging = candidate;

@@ -50,8 +50,9 @@ pub enum HookPoint {
     /// A lock in place holds the lock file and is about to open the
     /// directory to flock it (path: the spool directory).
     OpeningDirectory,
-    /// `create_parents` is about to `mkdir` a missing parent (path: that
-    /// directory).
+    /// `create_parents` is about to `mkdir` a missing parent, or a
+    /// create-locked take its staging copy `.<name>.<8 hex>.creating`
+    /// (path: that directory).
     CreatingDirectory,
     /// [`crate::Access::create_dir`] made the directory and is about to open
     /// it to set its mode and group (path: that directory).

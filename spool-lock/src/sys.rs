@@ -352,6 +352,26 @@ mod tests {
     }
 
     #[test]
+    fn read_prefix_reads_up_to_max_and_asks_for_nothing_past_it() {
+        // A record exactly `max` bytes long is read whole; one byte longer
+        // is cut at `max`. Once it has `max` bytes it issues no further
+        // read: the only trace such a read (of 0 bytes) would leave is the
+        // error it gets on a descriptor that cannot read, so `max` 0 on a
+        // write-only descriptor reads nothing and succeeds.
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("record");
+        std::fs::write(&path, [b'x'; 4096]).unwrap();
+        let fd = RegFd::open(&path, libc::O_RDONLY, 0).unwrap();
+        assert_eq!(fd.read_prefix(4096).unwrap(), vec![b'x'; 4096]);
+        assert_eq!(fd.read_prefix(4095).unwrap(), vec![b'x'; 4095]);
+        assert_eq!(fd.read_prefix(5000).unwrap().len(), 4096);
+        let wronly = RegFd::open(&path, libc::O_WRONLY, 0).unwrap();
+        assert_eq!(wronly.read_prefix(0).unwrap(), Vec::<u8>::new());
+        let err = wronly.read_prefix(1).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{err}");
+    }
+
+    #[test]
     fn descriptor_zero_is_a_descriptor() {
         // A daemon started with stdin closed gets 0 from its first open.
         // (nextest runs each test in a process of its own, so freeing this

@@ -329,3 +329,199 @@ fn spool_with_empty_lock_file(base: &Path) -> (PathBuf, PathBuf) {
     std::fs::write(&lock_path, b"").unwrap();
     (dir, lock_path)
 }
+
+#[test]
+fn a_lock_file_moved_away_and_replaced_between_open_and_flock_is_opened_again() {
+    // Between the take's open and its flock, the lock file is renamed
+    // elsewhere (still linked, so its link count stays 1) and a new one
+    // put at the path. The take's flock lands on the moved file: same
+    // device, another inode. It must open the new file and lock that,
+    // not keep a lock nobody finds at `.owner.lock`.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
+    let moved = tmp.path().join("moved.lock");
+    let m = moved.clone();
+    hook_once(tmp.path(), HookPoint::LockFileOpened, move |lock: &Path| {
+        std::fs::rename(lock, &m).unwrap();
+        std::fs::write(lock, b"").unwrap();
+    });
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    let claim = taken.expect("the replaced lock file is opened again");
+    let status = read_owner(&dir).unwrap();
+    assert!(status.held && !status.lock_file_replaced, "{status:?}");
+    assert_eq!(status.holder().pid, Some(std::process::id()));
+    assert!(std::fs::metadata(&lock_path).unwrap().len() > 0);
+    assert_eq!(
+        std::fs::read(&moved).unwrap(),
+        b"",
+        "the moved file was not written"
+    );
+    claim.release().unwrap();
+}
+
+#[test]
+fn a_device_in_place_of_the_lock_file_is_refused_naming_a_device() {
+    // A character device (1:3, as /dev/null) at `.owner.lock`: it opens
+    // and flocks, but it is no lock file, and the refusal says what it is.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    let made = nix::sys::stat::mknod(
+        &lock_path,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        nix::sys::stat::makedev(1, 3),
+    );
+    if made == Err(nix::errno::Errno::EPERM) {
+        eprintln!("SKIPPED: mknod needs CAP_MKNOD (run as root to test a device lock file)");
+        return;
+    }
+    made.unwrap();
+    for taken in [acquire(&dir, &opts()), try_adopt(&dir, &opts())] {
+        match taken {
+            Err(Error::LockFileNotRegular {
+                kind, lock_path: p, ..
+            }) => {
+                assert_eq!((kind, p.as_path()), ("a device", lock_path.as_path()));
+            }
+            other => panic!("a device as lock file: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_directory_turned_into_a_symlink_loop_is_an_error_not_a_vanished_directory() {
+    // Before the lock file's open, the directory is replaced by a symlink
+    // to itself: the open fails with ELOOP. Only a directory that is gone
+    // (ENOENT, nothing at the path) reads as vanished; this is an error
+    // naming the lock file, not "adopt: not found".
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
+    hook_once(tmp.path(), HookPoint::OpeningLockFile, |lock: &Path| {
+        let d = lock.parent().unwrap();
+        std::fs::remove_file(lock).unwrap();
+        std::fs::remove_dir(d).unwrap();
+        std::os::unix::fs::symlink(d, d).unwrap();
+    });
+    let taken = try_adopt(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    match taken {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!((op, path.as_path()), ("open", lock_path.as_path()));
+            assert_eq!(source.raw_os_error(), Some(libc::ELOOP), "{source}");
+        }
+        other => panic!("a directory turned into a symlink loop: {other:?}"),
+    }
+}
+
+/// Plants a directory at each of the first `count` staging names a
+/// create-locked take under `base` picks, as another take that drew the
+/// same random name would; returns the names planted.
+fn plant_staging_names(base: &Path, count: usize) -> Arc<std::sync::Mutex<Vec<PathBuf>>> {
+    let planted = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let p = planted.clone();
+    testing::set_lock_hook(
+        base,
+        Arc::new(move |point, path: &Path| {
+            let staging = path.to_string_lossy().ends_with(".creating");
+            let mut p = p.lock().unwrap();
+            if point == HookPoint::CreatingDirectory && staging && p.len() < count {
+                std::fs::create_dir(path).unwrap();
+                p.push(path.to_path_buf());
+            }
+        }),
+    );
+    planted
+}
+
+#[test]
+fn a_staging_name_taken_meanwhile_is_skipped_for_another_eight_times_at_most() {
+    // The staging copy's random name already exists (another take drew
+    // it): the take draws another, and leaves the other one's alone.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let planted = plant_staging_names(tmp.path(), 1);
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    let claim = taken.expect("another staging name is drawn");
+    let planted = planted.lock().unwrap().clone();
+    assert_eq!(planted.len(), 1);
+    assert!(
+        planted[0].is_dir(),
+        "the other take's staging copy is left alone"
+    );
+    assert!(read_owner(&dir).unwrap().held);
+    claim.release().unwrap();
+
+    // Every one of the 8 names drawn taken: a refusal naming the parent.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let planted = plant_staging_names(tmp.path(), usize::MAX);
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    match taken {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!(
+                (op, path.as_path()),
+                ("create staging directory in", tmp.path())
+            );
+            assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists);
+        }
+        other => panic!("every staging name taken: {other:?}"),
+    }
+    assert_eq!(planted.lock().unwrap().len(), 8);
+    assert!(!dir.exists());
+}
+
+#[test]
+fn a_staging_copy_replaced_by_a_file_before_its_own_open_is_refused_and_nothing_renamed_into_place()
+{
+    // Between the staging lock file's open and the staging directory's
+    // own open, the staging copy is renamed away and a regular file put in
+    // its place: the take must not lock that file as the directory and
+    // rename it into place as the spool directory.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let moved = tmp.path().join("staging.moved");
+    let m = moved.clone();
+    hook_once(tmp.path(), HookPoint::LockFileOpened, move |lock: &Path| {
+        let staging = lock.parent().unwrap();
+        std::fs::rename(staging, &m).unwrap();
+        std::fs::write(staging, b"not a directory").unwrap();
+    });
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    match taken {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!(op, "open directory");
+            assert!(
+                path.to_string_lossy().ends_with(".creating"),
+                "{}",
+                path.display()
+            );
+            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{source}");
+        }
+        other => panic!("a file in the staging copy's place: {other:?}"),
+    }
+    assert!(!dir.exists(), "nothing renamed into place");
+    assert!(!read_owner(&moved).unwrap().held, "nothing left held");
+}
+
+#[test]
+fn create_parents_names_an_ancestor_it_cannot_stat_rather_than_making_it() {
+    // `file/sub`, where `file` is a regular file: stat says ENOTDIR. That
+    // is no missing directory to create, but an error naming the path.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let inner = file.join("sub");
+    match create_parents(&inner, &Access::default()) {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!((op, path.as_path()), ("stat", inner.as_path()));
+            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{source}");
+        }
+        other => panic!("a file as an ancestor: {other:?}"),
+    }
+}
