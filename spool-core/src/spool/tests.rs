@@ -1015,3 +1015,26 @@ fn validating_a_symlink_or_a_fifo_named_as_a_pack_is_a_read_error_at_once() {
         }
     }
 }
+
+/// An entry the walk cannot stat for another reason than its removal
+/// fails the walk naming it: here a pack whose path is beyond PATH_MAX (the
+/// directory's own path is within it, so its listing works).
+#[test]
+fn a_scan_fails_on_an_entry_it_cannot_stat() {
+    let tmp = tempfile::tempdir().unwrap();
+    let short = tmp.path().join("s");
+    std::fs::create_dir(&short).unwrap();
+    let id = PackId::generate();
+    std::fs::write(short.join(format!("{id}.ready")), pack_bytes(id, 10)).unwrap();
+    let mut deep = tmp.path().to_path_buf();
+    while deep.as_os_str().len() < 3800 {
+        deep.push("d".repeat(200));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    // the directory's path: 4070 bytes; its pack's: 4070 + 1 + 38 > 4096
+    deep.push("s".repeat(4070 - deep.as_os_str().len() - 1));
+    assert_eq!(deep.as_os_str().len(), 4070);
+    std::fs::rename(&short, &deep).unwrap();
+    let e = scan_dir(&deep, &AtomicBool::new(false)).unwrap_err();
+    assert!(matches!(e, Error::Io { op: "stat", .. }), "{e}");
+}
