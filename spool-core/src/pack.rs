@@ -681,7 +681,7 @@ pub fn validate_bytes(bytes: &[u8], expected_id: Option<PackId>) -> Result<PackS
 /// `testing`): two records, the first one's length changed to run into the
 /// second, and the trailer's SHA-256 recomputed over the changed bytes, so
 /// only a whole-pack validation (framing, footer) refuses it.
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub fn testing_misframed_pack(id: PackId) -> Vec<u8> {
     let mut w = PackWriter::new(id, id.timestamp_ms());
     w.push_record(b"one");
@@ -721,6 +721,32 @@ mod tests {
             Error::CorruptPack { problem, .. } => problem,
             other => panic!("expected a corrupt pack, got {other:?}"),
         }
+    }
+
+    /// The test aid other crates' tests rely on: its trailer's SHA-256 is
+    /// that of the bytes before it (a hash check alone passes it), its id is
+    /// the one asked for, and a whole validation refuses its framing.
+    #[test]
+    fn the_misframed_test_pack_hashes_right_and_fails_only_whole_validation() {
+        let id = PackId::generate();
+        let bad = testing_misframed_pack(id);
+        // the SHA-256 is the last 32 bytes, over all that precedes them
+        let hashed = bad.len() - 32;
+        let digest: [u8; 32] = Sha256::digest(&bad[..hashed]).into();
+        assert_eq!(&bad[hashed..], &digest[..], "the trailer's hash is right");
+        let trailer: &[u8; TRAILER_LEN] = bad[bad.len() - TRAILER_LEN..].try_into().unwrap();
+        assert_eq!(Trailer::parse(trailer).unwrap().sha256, digest);
+        assert_eq!(
+            Header::parse(bad[..HEADER_LEN].try_into().unwrap())
+                .unwrap()
+                .id,
+            id
+        );
+        let problem = problem(validate_bytes(&bad, Some(id)).unwrap_err());
+        assert!(
+            !matches!(problem, Corruption::ChecksumMismatch { .. }),
+            "refused for its framing, not its hash: {problem:?}"
+        );
     }
 
     #[test]

@@ -241,6 +241,17 @@ fn registry_is_published_only_after_the_stage_returned() {
     }
 }
 
+/// A sink's `Debug` (what logs and panics print) names its spool
+/// directory and its ordinal, nothing else.
+#[test]
+fn a_sinks_debug_names_its_directory_and_ordinal() {
+    let (_registry, _target, sink) = sink_with(|c| c.ordinal = Some(3));
+    assert_eq!(
+        format!("{sink:?}"),
+        format!("Sink {{ dir: {DIR:?}, ordinal: Some(3) }}")
+    );
+}
+
 #[test]
 fn ordinals_get_their_own_slots_and_carry_the_count_over() {
     let (registry, target, w3) = sink_with(|c| {
@@ -685,6 +696,21 @@ mod serial {
         target.open_gate();
         sink.release().unwrap();
         assert!(sink.sealed_on_release());
+    }
+
+    /// A refused stage is retried with a backoff that doubles from 20 ms to
+    /// its cap (retries at 20, 60, 140, 300, 620 and 1260 ms: 6 in 2 s), not
+    /// every 20 ms (100 in 2 s): a full spool is not polled hot.
+    #[test]
+    fn a_refused_stage_is_retried_with_a_doubling_backoff() {
+        let (target, sink) = full_sink(AdmissionPolicy::Refuse);
+        fill(&target, &sink);
+        let first = target.attempts();
+        std::thread::sleep(Duration::from_secs(2));
+        let retries = target.attempts() - first;
+        assert!((3..=12).contains(&retries), "{retries} retries in 2 s");
+        assert!(target.staged().is_empty());
+        drop(sink);
     }
 
     #[test]

@@ -35,6 +35,81 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A `Take` open shows the claim it holds (the one `into_claim` gives
+/// back); a `HeldByCaller` open holds none: the caller's claim stays the
+/// caller's.
+#[test]
+fn a_take_open_shows_its_claim_and_a_held_by_caller_open_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let claim = spool.claim().expect("a take holds its claim");
+    assert_eq!(claim.dir(), dir);
+    assert!(claim.is_held());
+    let other = tmp.path().join("held");
+    let caller = lk::acquire(&other, &LockOptions::default()).unwrap();
+    let held = Spool::open(
+        &other,
+        &SpoolConfig {
+            lock_mode: LockMode::HeldByCaller,
+            ..take()
+        },
+    )
+    .unwrap();
+    assert!(held.claim().is_none());
+    assert!(held.into_claim().is_none());
+    assert!(caller.is_held(), "the caller's claim stays held");
+    caller.release().unwrap();
+}
+
+/// A reconcile while stages are in flight (paused before their publish by
+/// the test seam) leaves their files to them: here two stages of one id (a
+/// retry racing its original) beside a quarantined earlier copy of that
+/// id. The copy is counted at once; the stage that publishes adds the
+/// pack, the one that finds it there identical adds nothing, so the
+/// account ends as a fresh walk's.
+#[test]
+fn a_reconcile_during_stages_in_flight_counts_each_file_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = std::sync::Arc::new(Spool::open(&dir, &take()).unwrap());
+    let id = PackId::generate();
+    let bytes = pack_bytes(id, 100);
+    let n = bytes.len() as u64;
+    let copy = b"an earlier copy, quarantined";
+    std::fs::write(dir.join(format!("{id}.quarantined")), copy).unwrap();
+    let q = copy.len() as u64;
+    let release = tmp.path().join("release");
+    set_pause_before_publish(Some(&release)).unwrap();
+    let stages: Vec<_> = (0..2)
+        .map(|_| {
+            let (spool, bytes) = (spool.clone(), bytes.clone());
+            std::thread::spawn(move || spool.stage(None, id, &bytes).unwrap())
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while names(&dir).iter().filter(|n| n.ends_with(".open")).count() < 2 {
+        assert!(std::time::Instant::now() < deadline, "two stages pause");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(
+        spool.reconcile().unwrap().committed,
+        q,
+        "the temp files are the stages'"
+    );
+    std::fs::write(&release, b"").unwrap();
+    for s in stages {
+        s.join().unwrap();
+    }
+    set_pause_before_publish(None).unwrap();
+    assert_eq!(spool.usage().committed, q + n);
+    assert_eq!(
+        spool.reconcile().unwrap().committed,
+        q + n,
+        "as a fresh walk"
+    );
+}
+
 #[test]
 fn stage_publishes_a_ready_pack_and_leaves_no_temp_file() {
     let tmp = tempfile::tempdir().unwrap();
@@ -747,6 +822,51 @@ fn verify_skips_a_pack_gone_since_the_listing_and_fails_on_one_it_cannot_read() 
     assert!(e.to_string().contains(&first.display().to_string()), "{e}");
 }
 
+/// A recovery step skips a pack removed since the listing (its uploader
+/// shipped it) and goes on; one it cannot read (replaced by a symlink,
+/// never followed) fails the step naming it, and stays first for the next
+/// call, which validates it once it is readable again.
+#[test]
+fn recovery_skips_a_pack_gone_since_the_listing_and_fails_on_one_it_cannot_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let mut packs: Vec<(PackId, Vec<u8>)> = (0..3)
+        .map(|i| {
+            let id = PackId::generate();
+            let bytes = pack_bytes(id, 100 + i);
+            spool.stage(None, id, &bytes).unwrap();
+            (id, bytes)
+        })
+        .collect();
+    packs.sort_by_key(|(id, _)| *id);
+    let path = |id: PackId| dir.join(format!("{id}.ready"));
+    let mut rec = spool.begin_recovery().unwrap();
+    std::fs::remove_file(path(packs[0].0)).unwrap();
+    let unreadable = path(packs[1].0);
+    std::fs::remove_file(&unreadable).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", &unreadable).unwrap();
+    let never = AtomicBool::new(false);
+    for _ in 0..2 {
+        let e = spool.continue_recovery(&mut rec, &never).unwrap_err();
+        assert!(matches!(e, Error::PackRead { .. }), "{e}");
+        assert!(
+            e.to_string().contains(&unreadable.display().to_string()),
+            "{e}"
+        );
+    }
+    std::fs::remove_file(&unreadable).unwrap();
+    std::fs::write(&unreadable, &packs[1].1).unwrap();
+    let mut valid = Vec::new();
+    while let Some(step) = spool.continue_recovery(&mut rec, &never).unwrap() {
+        match step {
+            RecoveryStep::Valid(p, _) => valid.push(p.path),
+            RecoveryStep::Quarantined(q) => panic!("quarantined {q:?}"),
+        }
+    }
+    assert_eq!(valid, vec![unreadable, path(packs[2].0)]);
+}
+
 #[test]
 fn usage_counts_committed_reserved_and_dead_sibling_bytes_against_the_budget() {
     let u = Usage {
@@ -795,4 +915,126 @@ fn worker_directories_are_w_and_a_canonical_decimal_only() {
         assert_eq!(parse_ordinal_dir(name), want, "{name}");
     }
     assert_eq!(parse_ordinal_dir(&ordinal_dir_name(42)), Some(42));
+}
+
+/// What a report calls each kind of file met where a pack was expected.
+#[test]
+fn file_type_names_say_what_a_file_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    std::fs::write(p("file"), b"x").unwrap();
+    std::os::unix::fs::symlink("file", p("link")).unwrap();
+    nix::unistd::mkfifo(&p("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(p("socket")).unwrap();
+    std::fs::create_dir(p("dir")).unwrap();
+    let name = |path: &Path| file_type_name(std::fs::symlink_metadata(path).unwrap().file_type());
+    for (n, what) in [
+        ("file", "a regular file"),
+        ("link", "a symlink"),
+        ("fifo", "a FIFO"),
+        ("socket", "a socket"),
+        ("dir", "a directory"),
+    ] {
+        assert_eq!(name(&p(n)), what, "{n}");
+    }
+    assert_eq!(name(Path::new("/dev/null")), "a device");
+}
+
+/// A walk of a path that is not a directory fails naming it as an I/O
+/// error, not as a vanished directory (which a missing one is).
+#[test]
+fn a_scan_of_a_file_is_an_io_error_and_of_a_missing_directory_a_vanished_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let never = AtomicBool::new(false);
+    let e = scan_dir(&file, &never).unwrap_err();
+    assert!(
+        matches!(e, Error::Io { ref path, .. } if *path == file),
+        "{e}"
+    );
+    let gone = tmp.path().join("gone");
+    let e = scan_dir(&gone, &never).unwrap_err();
+    assert!(
+        matches!(e, Error::DirectoryVanished { ref dir } if *dir == gone),
+        "{e}"
+    );
+}
+
+/// A stage into a worker subdirectory whose spool directory was replaced
+/// by a file fails as an I/O error naming the subdirectory (only a missing
+/// spool directory is [`Error::DirectoryVanished`]).
+#[test]
+fn a_worker_stage_into_a_spool_replaced_by_a_file_is_an_io_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"a file now").unwrap();
+    let id = PackId::generate();
+    let e = spool.stage(Some(3), id, &pack_bytes(id, 10)).unwrap_err();
+    assert!(
+        matches!(e, Error::Io { ref path, .. } if *path == dir.join("w3")),
+        "{e}"
+    );
+}
+
+/// A pack file is opened without following a symlink (a read error naming
+/// it, though the target is a valid pack) and without blocking on a FIFO
+/// (no writer: it reads as empty, so corrupt), each at once.
+#[test]
+fn validating_a_symlink_or_a_fifo_named_as_a_pack_is_a_read_error_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let id = PackId::generate();
+    let target = tmp.path().join("a-valid-pack");
+    std::fs::write(&target, pack_bytes(id, 10)).unwrap();
+    let link = tmp.path().join(format!("{id}.ready"));
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let fifo = tmp.path().join(format!("w1-{id}.ready"));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for path in [link, fifo] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(validate_file(&p, id, &AtomicBool::new(false)));
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("validating {} blocked", path.display()));
+        let e = r.unwrap_err();
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("w1-")
+        {
+            assert!(e.is_corrupt(), "{e}");
+        } else {
+            assert!(matches!(e, Error::PackRead { .. }), "{e}");
+        }
+    }
+}
+
+/// An entry the walk cannot stat for another reason than its removal
+/// fails the walk naming it: here a pack whose path is beyond PATH_MAX (the
+/// directory's own path is within it, so its listing works).
+#[test]
+fn a_scan_fails_on_an_entry_it_cannot_stat() {
+    let tmp = tempfile::tempdir().unwrap();
+    let short = tmp.path().join("s");
+    std::fs::create_dir(&short).unwrap();
+    let id = PackId::generate();
+    std::fs::write(short.join(format!("{id}.ready")), pack_bytes(id, 10)).unwrap();
+    let mut deep = tmp.path().to_path_buf();
+    while deep.as_os_str().len() < 3800 {
+        deep.push("d".repeat(200));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    // the directory's path: 4070 bytes; its pack's: 4070 + 1 + 38 > 4096
+    deep.push("s".repeat(4070 - deep.as_os_str().len() - 1));
+    assert_eq!(deep.as_os_str().len(), 4070);
+    std::fs::rename(&short, &deep).unwrap();
+    let e = scan_dir(&deep, &AtomicBool::new(false)).unwrap_err();
+    assert!(matches!(e, Error::Io { op: "stat", .. }), "{e}");
 }
