@@ -76,22 +76,41 @@ pub fn mask_url(s: &str) -> String {
 /// `out` followed by `tail` with the value of every credential parameter
 /// masked.
 fn mask_params(mut out: String, tail: &str) -> String {
-    // The tail as segments between separators, each `name=value` whose
-    // name is a credential masked; the separators are kept as spelled.
+    // The tail as segments between separators, the separators kept as
+    // spelled. A value runs to the next `&` or `#`, as url's query_pairs
+    // reads it, so a `?` or `;` inside a password is part of it (found by
+    // fuzzing: `password=ab?cd` showed `?cd`); a `?` or `;` may also start
+    // a parameter for a reader that splits there, so a segment is masked
+    // from the first credential name behind any of them to its end.
     let mut segment = String::new();
     let flush = |segment: &mut String, out: &mut String| {
-        match segment.split_once('=') {
-            Some((name, _)) if is_secret_param(name) => {
-                out.push_str(name);
-                out.push_str("=****");
+        let starts = std::iter::once(0).chain(
+            segment
+                .match_indices([';', '?'])
+                .map(|(i, sep)| i + sep.len()),
+        );
+        for start in starts {
+            if let Some((name, _)) = segment[start..].split_once('=') {
+                if !name.contains([';', '?']) && is_secret_param(name) {
+                    out.push_str(&segment[..start]);
+                    out.push_str(name);
+                    out.push_str("=****");
+                    segment.clear();
+                    return;
+                }
             }
-            _ => out.push_str(segment),
         }
+        out.push_str(segment);
         segment.clear();
     };
     let mut in_path = true;
     for c in tail.chars() {
-        if matches!(c, '?' | '&' | '#' | ';') {
+        let separator = if in_path {
+            matches!(c, '?' | '&' | '#' | ';')
+        } else {
+            matches!(c, '&' | '#')
+        };
+        if separator {
             if in_path {
                 out.push_str(&segment);
                 segment.clear();
@@ -165,6 +184,24 @@ mod tests {
         assert_eq!(
             mask_url("clic//ch/db?user=a&password=hunter2"),
             "clic//ch/db?user=a&password=****"
+        );
+        // A `?` or `;` inside a password is part of it (found by fuzzing),
+        // and a credential behind one is masked too.
+        assert_eq!(
+            mask_url("clickhouse://h/db?password=ab?cdef&table_prefix=t"),
+            "clickhouse://h/db?password=****&table_prefix=t"
+        );
+        assert_eq!(
+            mask_url("clickhouse://h/db?password=ab;cdef#x"),
+            "clickhouse://h/db?password=****#x"
+        );
+        assert_eq!(
+            mask_url("clickhouse://h/db?table_prefix=t;password=hunter2&user=u"),
+            "clickhouse://h/db?table_prefix=t;password=****&user=u"
+        );
+        assert_eq!(
+            mask_url("clickhouse://h/db?a=1?password=hunter2"),
+            "clickhouse://h/db?a=1?password=****"
         );
         // Leading controls and embedded tabs do not hide a scheme.
         assert_eq!(mask_url("\u{17}\u{17}ws:u:hunter2@h"), "ws:u:****@h");

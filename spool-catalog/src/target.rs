@@ -190,7 +190,12 @@ impl CatalogUrl {
                             .into(),
                     ));
                 }
-                let path = PathBuf::from(decode(parsed.path()));
+                // Percent-decoded only: a `+` in a path is a `+` (form
+                // decoding, as for the credentials, would make it a space).
+                let path = percent_encoding::percent_decode_str(parsed.path())
+                    .decode_utf8()
+                    .map_err(|_| invalid("the SQLite path is not UTF-8 once decoded".into()))?;
+                let path = PathBuf::from(path.as_ref());
                 if !path.is_absolute() || path.as_os_str().len() <= 1 {
                     return Err(invalid("the SQLite path must be absolute".into()));
                 }

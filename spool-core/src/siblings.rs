@@ -190,4 +190,98 @@ mod tests {
         claim.release().unwrap();
         assert_eq!(classify(&held), Owner::Dead);
     }
+
+    /// Set in the child of [`a_dead_sibling_another_user_may_not_empty_is_not_ours`]:
+    /// the key directory whose siblings it classifies as `nobody`.
+    const AS_NOBODY: &str = "SPOOL_CORE_SIBLINGS_AS_NOBODY";
+
+    /// SPEC §4.2 as a non-root user (root's `access(2)` grants whatever the
+    /// mode says): this test runs itself again as `nobody` (uid 65534), which
+    /// classifies four dead siblings. Its own with its own lock file, and its
+    /// own without one, are dead; one whose directory is root's (it may not
+    /// write it), and one of its own whose lock file is root's and only
+    /// readable (it may probe it but not write it), are not ours.
+    #[test]
+    fn a_dead_sibling_another_user_may_not_empty_is_not_ours() {
+        use std::os::unix::fs::{chown, PermissionsExt};
+        use std::os::unix::process::CommandExt;
+        const NOBODY: u32 = 65534;
+        const NAME: &str = "siblings::tests::a_dead_sibling_another_user_may_not_empty_is_not_ours";
+        if let Some(key) = std::env::var_os(AS_NOBODY) {
+            for dir in rank_dirs(Path::new(&key)).unwrap() {
+                let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+                println!("classified {name} {:?}", classify(&dir));
+            }
+            return;
+        }
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipped: needs root to run a child as another user");
+            return;
+        }
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        // under /tmp: the ancestors of $TMPDIR may be closed to `nobody`
+        let key = tempfile::tempdir_in("/tmp").unwrap();
+        mode(key.path(), 0o755);
+        let dead = |name: &str, lock_owner: Option<u32>| {
+            let dir = key.path().join(name);
+            lk::acquire(&dir, &lk::LockOptions::default())
+                .unwrap()
+                .release()
+                .unwrap();
+            let lock = dir.join(lk::LOCK_FILE_NAME);
+            match lock_owner {
+                Some(uid) => {
+                    chown(&lock, Some(uid), Some(uid)).unwrap();
+                    mode(&lock, 0o644);
+                }
+                None => std::fs::remove_file(&lock).unwrap(),
+            }
+            dir
+        };
+        for (name, lock_owner) in [("r0-0000000a", Some(NOBODY)), ("r1-0000000b", Some(0))] {
+            let dir = dead(name, lock_owner);
+            chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
+            mode(&dir, 0o700);
+        }
+        let no_lock = dead("r2-0000000c", None);
+        chown(&no_lock, Some(NOBODY), Some(NOBODY)).unwrap();
+        mode(&dead("r3-0000000d", None), 0o755);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(AS_NOBODY, key.path())
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the child as uid {NOBODY} failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said = |name: &str| {
+            stdout
+                .lines()
+                // libtest's `test … ... ` may start the first line
+                .find_map(|l| l.split_once(&format!("classified {name} ")))
+                .map(|(_, owner)| owner)
+                .unwrap_or_else(|| panic!("the child did not classify {name}: {stdout}"))
+                .to_owned()
+        };
+        assert_eq!(
+            said("r0-0000000a"),
+            "Dead",
+            "its own, with its own lock file"
+        );
+        assert_eq!(said("r2-0000000c"), "Dead", "its own, without a lock file");
+        for name in ["r1-0000000b", "r3-0000000d"] {
+            assert!(
+                said(name).starts_with("NotOurs(\"this process may not list and write"),
+                "{name} (root's lock file, or root's directory) is not ours: {}",
+                said(name)
+            );
+        }
+    }
 }

@@ -72,6 +72,24 @@ use crate::upload_path::{Owed, Source, UploadPath};
 /// task (one task per pack would cost more than hashing a small pack).
 const VALIDATION_CHUNK_BYTES: u64 = 8 << 20;
 
+/// How many of the jobs at the front of the input (each `(bytes, validated
+/// elsewhere)`, in order) the next validation task takes: at most `room`,
+/// none validated elsewhere, and at most [`VALIDATION_CHUNK_BYTES`] in all
+/// (the bound included), except that the first job goes alone whatever its
+/// size.
+fn chunk_len(front: impl IntoIterator<Item = (u64, bool)>, room: usize) -> usize {
+    let mut n = 0;
+    let mut bytes = 0u64;
+    for (size, elsewhere) in front {
+        if n == room || elsewhere || (n > 0 && bytes + size > VALIDATION_CHUNK_BYTES) {
+            break;
+        }
+        bytes += size;
+        n += 1;
+    }
+    n
+}
+
 /// One pack to upload and index.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
@@ -276,30 +294,21 @@ impl UploadPath {
             let Some(front) = st.input.front() else {
                 return;
             };
-            if self.summaries.contains_key(&front.pack.id)
-                || self.uploader.validates_whole(front.pack.bytes)
-            {
-                // validated before, or validated by its upload from the
-                // very bytes it sends (one read, one hash)
+            if self.validated_elsewhere(front) {
                 st.validated.extend(st.input.pop_front());
                 continue;
             }
             if !st.validating.is_empty() {
                 return; // one validation task at a time
             }
-            let mut chunk = Vec::new();
-            let mut bytes = 0u64;
-            while st.validated.len() + st.validating_jobs + chunk.len() < ahead {
-                let Some(next) = st.input.front() else { break };
-                if self.summaries.contains_key(&next.pack.id)
-                    || self.uploader.validates_whole(next.pack.bytes)
-                    || (!chunk.is_empty() && bytes + next.pack.bytes > VALIDATION_CHUNK_BYTES)
-                {
-                    break;
-                }
-                bytes += next.pack.bytes;
-                chunk.extend(st.input.pop_front());
-            }
+            let room = ahead - st.validated.len() - st.validating_jobs;
+            let n = chunk_len(
+                st.input
+                    .iter()
+                    .map(|j| (j.pack.bytes, self.validated_elsewhere(j))),
+                room,
+            );
+            let chunk: Vec<Job> = st.input.drain(..n).collect();
             st.validating_jobs += chunk.len();
             let flag = flag.clone();
             st.validating.spawn_blocking(move || {
@@ -313,6 +322,13 @@ impl UploadPath {
                     .collect()
             });
         }
+    }
+
+    /// Whether `job` needs no validation task of the pipeline: this service
+    /// validated it before, or its upload validates it from the very bytes
+    /// it sends (one read, one hash).
+    fn validated_elsewhere(&self, job: &Job) -> bool {
+        self.summaries.contains_key(&job.pack.id) || self.uploader.validates_whole(job.pack.bytes)
     }
 
     /// One job's validation answer.

@@ -119,7 +119,10 @@ impl Store {
                         "a file URL names a local absolute path: file:///ABS/PATH",
                     ));
                 }
-                let dir = PathBuf::from(parsed.path());
+                // Percent-decoded: `file:///data/my%20spool` is `/data/my spool`.
+                let dir = parsed.to_file_path().map_err(|()| {
+                    bad("a file URL names a local absolute path: file:///ABS/PATH")
+                })?;
                 if !dir.is_absolute() || parsed.path() == "/" {
                     return Err(bad("a file URL names an absolute directory other than /"));
                 }

@@ -48,7 +48,8 @@ fn every_target_has_a_replay_test() {
             "pack_roundtrip",
             "owner_record",
             "catalog_url",
-            "store_url"
+            "store_url",
+            "config"
         ],
         "a new target needs its #[test] below"
     );
@@ -77,4 +78,9 @@ fn catalog_url() {
 #[test]
 fn store_url() {
     replay("store_url");
+}
+
+#[test]
+fn config() {
+    replay("config");
 }

@@ -22,6 +22,7 @@ const TARGETS: &[&str] = &[
     "owner_record",
     "catalog_url",
     "store_url",
+    "config",
 ];
 
 /// `cargo xtask fuzz [TARGET...] [--minutes M] [--merge] [--replay FILE]`.

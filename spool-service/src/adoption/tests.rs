@@ -646,39 +646,13 @@ fn staging_copies_older_than_staging_age_are_cleaned_after_each_discovery() {
     assert_eq!(env.count(|c| matches!(c, Call::Staging(_))), 2);
 }
 
-/// A log sink for one test: every line the adopter writes while `f` runs
-/// on this thread.
-fn logged(f: impl FnOnce()) -> String {
-    #[derive(Clone, Default)]
-    struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let w = buf.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
-    tracing::subscriber::with_default(sub, f);
-    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
-    text
-}
-
 #[test]
 fn removed_staging_copies_are_logged_with_their_count_and_a_clean_pass_is_not() {
     for (removed, expected) in [(0, false), (1, true), (3, true)] {
         let mut env = Fake::new();
         env.staging_removed = removed;
         let mut a = adopter();
-        let log = logged(|| {
+        let ((), log) = crate::service::tests::logged(|| {
             stepped(step(&mut a, &mut env)); // discovery
             stepped(step(&mut a, &mut env)); // staging
         });

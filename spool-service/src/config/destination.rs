@@ -12,14 +12,24 @@ use spool_catalog::CatalogUrl;
 use spool_core::layout::{EMBEDDED_CATALOG_FILE, EMBEDDED_STORE_DIR};
 use spool_core::Destination;
 
+/// `path` as a URL path: percent-encoded where a URL needs it (`%`, `?`,
+/// `#`, spaces, ...), so a spool root of any name gives URLs that name it.
+/// A relative path (never given: the root is made absolute) is used as is.
+fn url_path(path: &Path) -> String {
+    match url::Url::from_file_path(path) {
+        Ok(u) => u.path().to_string(),
+        Err(()) => path.display().to_string(),
+    }
+}
+
 /// The embedded store URL for `root`: `file://ROOT/.store`.
 pub fn embedded_store_url(root: &Path) -> String {
-    format!("file://{}", root.join(EMBEDDED_STORE_DIR).display())
+    format!("file://{}", url_path(&root.join(EMBEDDED_STORE_DIR)))
 }
 
 /// The embedded catalog URL for `root`: `sqlite:///ROOT/.catalog.db`.
 pub fn embedded_catalog_url(root: &Path) -> String {
-    format!("sqlite://{}", root.join(EMBEDDED_CATALOG_FILE).display())
+    format!("sqlite://{}", url_path(&root.join(EMBEDDED_CATALOG_FILE)))
 }
 
 /// The destination spelled out from its URLs. Credentials are removed from

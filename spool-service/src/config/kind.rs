@@ -89,6 +89,16 @@ fn show_ms(ms: u64) -> String {
     }
 }
 
+/// `d` as it reads back exactly: whole milliseconds as `"30s"` or
+/// `"1500ms"`, anything finer as decimal seconds (`"0.0015005s"`).
+fn show_duration(d: Duration) -> String {
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
+        return show_ms(d.as_millis() as u64);
+    }
+    let fraction = format!("{:09}", d.subsec_nanos());
+    format!("{}.{}s", d.as_secs(), fraction.trim_end_matches('0'))
+}
+
 /// A parsed value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
@@ -118,7 +128,7 @@ impl fmt::Display for Value {
             Value::Text(t) => f.write_str(&mask_url(t)),
             Value::Count(n) => write!(f, "{n}"),
             Value::Bytes(n) => f.write_str(&show_bytes(*n)),
-            Value::Secs(d) => f.write_str(&show_ms(d.as_millis() as u64)),
+            Value::Secs(d) => f.write_str(&show_duration(*d)),
             Value::Bool(b) => write!(f, "{b}"),
             Value::Scope(LeaseScope::Node) => f.write_str("node"),
             Value::Scope(LeaseScope::Catalog) => f.write_str("catalog"),
@@ -252,23 +262,45 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     n.checked_mul(mult)
 }
 
-/// `"30"`, `"2.5"`, `"500ms"`, `"30s"`, `"2m"`, `"1h"` → a duration.
+/// `"30"`, `"2.5"`, `"500ms"`, `"30s"`, `"2m"`, `"1h"` → a duration, at
+/// most 10⁹ seconds. The number is read as a decimal, exactly (digits
+/// below a nanosecond are dropped), never through a float, so every
+/// duration [`Value`] shows reads back as the same value.
 pub fn parse_duration(s: &str) -> Option<Duration> {
+    const NS_PER_SEC: u128 = 1_000_000_000;
     let s = s.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let secs = match unit.trim() {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
+    let ns_per_unit: u128 = match unit.trim() {
+        "" | "s" => NS_PER_SEC,
+        "ms" => NS_PER_SEC / 1000,
+        "m" | "min" => 60 * NS_PER_SEC,
+        "h" => 3600 * NS_PER_SEC,
         _ => return None,
     };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+    let (whole, fraction) = num.split_once('.').unwrap_or((num, ""));
+    if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
         return None;
     }
-    Some(Duration::from_secs_f64(secs))
+    let whole: u128 = match whole.trim_start_matches('0') {
+        "" => 0,
+        digits => digits.parse().ok()?,
+    };
+    // 24 digits are below a nanosecond of any unit (an hour is 3.6e12 ns),
+    // and 10^24 times an hour's nanoseconds still fits in a u128.
+    let fraction = &fraction[..fraction.len().min(24)];
+    let fraction_ns = match fraction {
+        "" => 0,
+        digits => digits.parse::<u128>().ok()? * ns_per_unit / 10u128.pow(digits.len() as u32),
+    };
+    let total = whole.checked_mul(ns_per_unit)?.checked_add(fraction_ns)?;
+    if total > 1_000_000_000 * NS_PER_SEC {
+        return None;
+    }
+    Some(Duration::new(
+        (total / NS_PER_SEC) as u64,
+        (total % NS_PER_SEC) as u32,
+    ))
 }

@@ -137,6 +137,40 @@ fn embedded_defaults_under_the_root() {
     assert_eq!(dir, r.join(&key));
 }
 
+/// A spool root whose name holds characters a URL gives a meaning to
+/// (`%`, `?`, `#`, `+`, a space) gets embedded URLs that name exactly it:
+/// before, `?` cut the catalog path into a query ("unknown parameter"),
+/// `+` decoded to a space, and `%20` was a literal directory name of the
+/// store (found by the `config` fuzz target).
+#[test]
+fn embedded_urls_name_a_root_with_url_characters_exactly() {
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().canonicalize().unwrap().join("a %25?b#c+d e");
+    std::fs::create_dir(&root).unwrap();
+    let flags = vec![FlagValue::new(&keys::ROOT.key, root.display().to_string())];
+    let c = load(None, &[], flags).unwrap();
+    let catalog = spool_catalog::CatalogUrl::parse(&c.catalog_url().unwrap()).unwrap();
+    assert!(
+        matches!(&catalog, spool_catalog::CatalogUrl::Sqlite { path, .. } if *path == root.join(".catalog.db")),
+        "{catalog:?}"
+    );
+    spool_upload::Store::from_url(
+        &c.store_url().unwrap(),
+        &spool_upload::ClientConfig::default(),
+    )
+    .unwrap();
+    let made: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        made,
+        [".store"],
+        "the store directory is made inside the root"
+    );
+    c.destination().unwrap();
+}
+
 #[test]
 fn a_refused_catalog_url_is_shown_masked() {
     let e = load(
@@ -159,6 +193,20 @@ fn sizes_and_durations() {
     assert_eq!(parse_duration("1.5"), Some(Duration::from_millis(1500)));
     assert_eq!(parse_duration("-1"), None);
     assert_eq!(parse_duration("soon"), None);
+    assert_eq!(parse_duration(".5"), Some(Duration::from_millis(500)));
+    assert_eq!(parse_duration("5."), Some(Duration::from_secs(5)));
+    assert_eq!(parse_duration("."), None);
+    assert_eq!(parse_duration("1.2.3"), None);
+    assert_eq!(
+        parse_duration("1000000000"),
+        Some(Duration::from_secs(1_000_000_000))
+    );
+    assert_eq!(parse_duration("1000000000.000000001"), None);
+    assert_eq!(parse_duration("0.1"), Some(Duration::from_millis(100)));
+    assert_eq!(
+        parse_duration("0.0000000019"),
+        Some(Duration::from_nanos(1))
+    );
 }
 
 #[test]
@@ -246,4 +294,36 @@ fn an_argument_wins_over_the_file_and_is_named_in_refusals() {
             && e.0.contains("allowed: a whole number"),
         "{e}"
     );
+}
+
+/// `spool config show` shows each duration as it reads back: a value finer
+/// than a millisecond is no longer shown rounded down (found by the
+/// `config` fuzz target: `index_linger = "1.5ms"` was shown as `1ms`).
+#[test]
+fn a_duration_is_shown_as_it_reads_back() {
+    let k = &keys::INDEX_LINGER.key;
+    let source = Source::Default;
+    for raw in [
+        "1.5ms",
+        "0.0015005",
+        "2.5",
+        "30s",
+        "1500ms",
+        "0.1",
+        "1h",
+        "0.000000001",
+    ] {
+        let value = parse_value(k, raw, &source).expect(raw);
+        let shown = value.to_string();
+        assert_eq!(
+            parse_value(k, &shown, &source).expect(&shown),
+            value,
+            "{raw:?} is shown as {shown:?}"
+        );
+    }
+    assert_eq!(
+        parse_value(k, "1.5ms", &source).unwrap().to_string(),
+        "0.0015s"
+    );
+    assert_eq!(parse_value(k, "90s", &source).unwrap().to_string(), "90s");
 }

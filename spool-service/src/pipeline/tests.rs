@@ -4,8 +4,9 @@
 //! `max_in_flight_bytes`, a stop cuts every stage, a batch closes at once
 //! when no upload is in flight.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,10 @@ use spool_catalog::{
 };
 use spool_upload::testing::{Action, Op, Rule};
 
-use crate::service::tests::{block_on, files, stage, wait_for, Fixture};
+use super::{Job, Outcome};
+use crate::bound::Bound;
+use crate::service::tests::{block_on, files, held_spool, stage, wait_for, Fixture};
+use crate::upload_path::{Source, UploadPath};
 use crate::StorageService;
 
 /// The memory catalog behind a gate: `index` waits while the gate is shut,
@@ -166,7 +170,8 @@ fn uploads_go_on_while_a_batch_is_indexed_and_no_file_goes_before_its_row() {
 fn uploads_stay_within_the_workers_and_the_bytes_in_flight() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
-    stage(own.dir(), 30);
+    // packs of one size, so the bound below is exactly three of them
+    stage_sized(own.dir(), 30, 64);
     let pack_bytes = std::fs::read_dir(own.dir())
         .unwrap()
         .flatten()
@@ -178,7 +183,8 @@ fn uploads_stay_within_the_workers_and_the_bytes_in_flight() {
     let mut c = fx.config(own.dir());
     c.adopt = false;
     c.upload.max_workers = 8;
-    // room for three packs at once, though eight workers are allowed
+    // room for three packs at once (the bound itself included), though
+    // eight workers are allowed
     c.upload.max_in_flight_bytes = 3 * pack_bytes;
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
@@ -191,14 +197,7 @@ fn uploads_stay_within_the_workers_and_the_bytes_in_flight() {
 
 /// Stages `n` packs of one record of `bytes` bytes into `dir`.
 fn stage_sized(dir: &Path, n: usize, bytes: usize) {
-    let spool = spool_core::Spool::open(
-        dir,
-        &spool_core::spool::SpoolConfig {
-            lock_mode: spool_lock::LockMode::HeldByCaller,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let spool = held_spool(dir);
     for i in 0..n {
         let id = spool_core::PackId::generate();
         let mut w = spool_core::PackWriter::new(id, spool_core::pack::now_ms());
@@ -284,8 +283,182 @@ fn a_misframed_pack_with_a_matching_hash_is_quarantined_on_either_upload_path() 
     }
 }
 
+/// Issue 13: a batch closes the moment it holds `index_batch` packs, even
+/// while other uploads are in flight and however long the linger: with the
+/// PUTs after the fourth stalled, the first four packs are indexed (two
+/// batches of two) while eight uploads hang.
+#[test]
+fn a_full_batch_is_indexed_at_once_while_other_uploads_are_in_flight() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 12);
+    fx.store.script(Rule::new(Op::Put, Action::Stall).after(4));
+    let mut c = fx.config(own.dir());
+    c.adopt = false;
+    c.index_batch = 2;
+    c.index_linger = Duration::from_secs(30);
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || block_on(fx.catalog.count())
+            .unwrap()
+            == 4),
+        "full batches waited for the stalled uploads: {} rows, {} PUTs",
+        block_on(fx.catalog.count()).unwrap(),
+        fx.store.calls(Op::Put)
+    );
+    assert!(
+        fx.store.calls(Op::Put) > 4,
+        "uploads were in flight meanwhile"
+    );
+    svc.stop().unwrap();
+}
+
+/// Validation chunks: consecutive jobs up to `VALIDATION_CHUNK_BYTES` in
+/// all, the bound itself included; a first job larger than the bound goes
+/// alone; a job validated elsewhere ends the chunk; never more than the
+/// room.
+#[test]
+fn a_validation_chunk_holds_up_to_its_byte_bound_and_stops_at_a_job_validated_elsewhere() {
+    use super::{chunk_len, VALIDATION_CHUNK_BYTES as B};
+    let jobs = |sizes: &[u64]| sizes.iter().map(|&b| (b, false)).collect::<Vec<_>>();
+    assert_eq!(
+        chunk_len(jobs(&[B / 2, B / 2, 1]), 16),
+        2,
+        "the bound included"
+    );
+    assert_eq!(chunk_len(jobs(&[B / 2, B / 2 + 1]), 16), 1, "one byte over");
+    assert_eq!(chunk_len(jobs(&[B - 1, 1, 1]), 16), 2);
+    assert_eq!(
+        chunk_len(jobs(&[B + 1, 1]), 16),
+        1,
+        "a large first job alone"
+    );
+    assert_eq!(chunk_len(jobs(&[B, 0, 1]), 16), 2);
+    assert_eq!(chunk_len(jobs(&[1; 20]), 16), 16, "the room");
+    assert_eq!(chunk_len(jobs(&[1; 3]), 2), 2);
+    assert_eq!(chunk_len(jobs(&[]), 16), 0);
+    assert_eq!(chunk_len([(1, false), (1, true), (1, false)], 16), 1);
+    assert_eq!(chunk_len([(1, false), (1, false), (B, true)], 16), 2);
+}
+
+/// A pipeline of its own over `dir`'s spool, the fixture's store and
+/// catalog, with `upload`.
+fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> UploadPath {
+    let spool = held_spool(dir);
+    UploadPath {
+        uploader: spool_upload::Uploader::new(
+            spool_upload::Store::new(fx.store.clone(), "p", "memory", true).unwrap(),
+            upload,
+        )
+        .unwrap(),
+        catalog: fx.catalog.clone(),
+        store_id: "default".into(),
+        host: "h".into(),
+        index_batch: 4,
+        pipeline_depth: 16,
+        index_linger: Duration::from_millis(5),
+        fenced: false,
+        lease: None,
+        own: Arc::new(spool),
+        held: HashMap::new(),
+        pending: Vec::new(),
+        summaries: HashMap::new(),
+        counters: Default::default(),
+        inflight: Default::default(),
+    }
+}
+
+/// SPEC §2: only a corrupt pack is quarantined. A pack the pipeline cannot
+/// read for another reason (here a directory where its file was: EISDIR)
+/// is reported and left where it is, not renamed `.quarantined`; the valid
+/// pack beside it is indexed.
+#[test]
+fn a_pack_that_cannot_be_read_is_reported_and_left_in_place_not_quarantined() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 1);
+    let mut upload = fx.config(own.dir()).upload;
+    upload.multipart_threshold = 16; // validated by the pipeline, not the upload
+    let mut path = upload_path(&fx, own.dir(), upload);
+    let never = Arc::new(AtomicBool::new(false));
+    let mut packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let id = spool_core::PackId::generate();
+    let bad = own.dir().join(format!("{id}.ready"));
+    std::fs::create_dir(&bad).unwrap();
+    packs.push(spool_core::ReadyPack {
+        path: bad.clone(),
+        id,
+        bytes: 4096,
+        ordinal: None,
+    });
+    let jobs = packs
+        .into_iter()
+        .map(|pack| Job {
+            pack,
+            dir: own.dir().to_path_buf(),
+            spool: path.own.clone(),
+            source: Source::this_process("h"),
+        })
+        .collect();
+    let bound = Bound::new(
+        Instant::now() + Duration::from_secs(30),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let done = block_on(path.pipeline(jobs, &bound, &never));
+    let outcome = |id: spool_core::PackId| {
+        done.iter()
+            .find(|(j, _)| j.pack.id == id)
+            .map(|(_, o)| format!("{o:?}"))
+            .unwrap()
+    };
+    assert!(outcome(id).starts_with("ReadFailed"), "{}", outcome(id));
+    assert!(bad.is_dir(), "the unreadable pack was moved");
+    assert_eq!(path.counters.quarantined, 0);
+    let err = path.counters.last_error.clone().unwrap_or_default();
+    assert!(err.contains(&bad.display().to_string()), "{err}");
+    assert_eq!(files(own.dir(), "quarantined"), 0);
+    let valid: Vec<_> = done.iter().filter(|(j, _)| j.pack.id != id).collect();
+    assert_eq!(valid.len(), 1);
+    assert!(matches!(valid[0].1, Outcome::Indexed), "{:?}", valid[0].1);
+}
+
 mod serial {
     use super::*;
+
+    /// The snapshot's `waiting_on` names the call the pipeline has waited
+    /// on for a second or more: the uploads in flight, then the index call.
+    #[test]
+    fn the_snapshot_names_the_uploads_then_the_index_call_the_pipeline_waits_on() {
+        for index in [false, true] {
+            let fx = Fixture::new();
+            let own = fx.claim(&fx.dest, 0);
+            stage(own.dir(), 3);
+            let catalog = GatedCatalog::new(own.dir(), !index);
+            if !index {
+                fx.store.script(Rule::new(Op::Put, Action::Stall));
+            }
+            let mut c = fx.config(own.dir());
+            c.catalog = catalog.clone() as Arc<dyn Catalog>;
+            c.adopt = false;
+            let mut svc = StorageService::new(c).unwrap();
+            svc.start().unwrap();
+            let expect = if index {
+                "catalog gated memory catalog: indexing 3 pack(s)"
+            } else {
+                "uploading 3 pack(s)"
+            };
+            assert!(
+                wait_for(Duration::from_secs(10), || svc
+                    .snapshot()
+                    .waiting_on
+                    .is_some_and(|w| w.contains(expect))),
+                "index {index}: waiting_on {:?}",
+                svc.snapshot().waiting_on
+            );
+            svc.stop().unwrap();
+        }
+    }
 
     #[test]
     fn a_stop_cuts_uploads_and_the_index_call_in_flight_and_removes_nothing() {

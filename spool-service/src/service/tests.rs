@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt};
-use spool_catalog::{Catalog, MemoryCatalog};
+use spool_catalog::{Catalog, LeaseScope, MemoryCatalog};
 use spool_core::spool::SpoolConfig;
 use spool_core::{claim_rank_dir, Destination, PackId, PackWriter, Spool};
 use spool_lock::{Claim, LockMode, LockOptions};
@@ -80,16 +80,21 @@ impl Fixture {
     }
 }
 
-/// Stages `n` packs into `dir` (whose lock this process holds).
-pub(crate) fn stage(dir: &Path, n: usize) -> Vec<PackId> {
-    let spool = Spool::open(
+/// The spool of `dir`, whose lock this process holds.
+pub(crate) fn held_spool(dir: &Path) -> Spool {
+    Spool::open(
         dir,
         &SpoolConfig {
             lock_mode: LockMode::HeldByCaller,
             ..SpoolConfig::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// Stages `n` packs into `dir` (whose lock this process holds).
+pub(crate) fn stage(dir: &Path, n: usize) -> Vec<PackId> {
+    let spool = held_spool(dir);
     (0..n)
         .map(|i| {
             let id = PackId::generate();
@@ -99,6 +104,32 @@ pub(crate) fn stage(dir: &Path, n: usize) -> Vec<PackId> {
             id
         })
         .collect()
+}
+
+/// A log sink for one test: every line (INFO and up) written on this
+/// thread while `f` runs.
+pub(crate) fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    (out, text)
 }
 
 pub(crate) fn files(dir: &Path, ext: &str) -> usize {
@@ -347,9 +378,86 @@ fn a_dead_sibling_is_adopted_and_removed_a_live_one_is_left_alone() {
     svc.stop().unwrap();
 }
 
+/// SPEC §6: the lease is taken where it is needed: to adopt, or for every
+/// upload and index in catalog scope. Adoption off in node scope, the
+/// service indexes its own directory with no lease at all; adoption off in
+/// catalog scope, it claims the catalog's lease and indexes under it.
+#[test]
+fn without_adoption_only_catalog_scope_takes_a_lease() {
+    for scope in [LeaseScope::Node, LeaseScope::Catalog] {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 2);
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.lease_scope = scope;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(
+            svc.flush(Duration::from_secs(20)).unwrap(),
+            "{scope:?}: {:?}",
+            svc.snapshot()
+        );
+        assert_eq!(block_on(fx.catalog.count()).unwrap(), 2, "{scope:?}");
+        svc.stop().unwrap();
+        let key = fx.dest.catalog_key().unwrap();
+        let log = |s: LeaseScope| {
+            block_on(
+                fx.catalog
+                    .lease_log(&s.lease_name(&key, &spool_lock::host_name())),
+            )
+            .unwrap()
+            .len()
+        };
+        let catalog_claims = log(LeaseScope::Catalog);
+        let node_claims = log(LeaseScope::Node);
+        assert_eq!(node_claims, 0, "{scope:?}: a node lease without adoption");
+        assert_eq!(
+            catalog_claims > 0,
+            scope == LeaseScope::Catalog,
+            "{scope:?}: {catalog_claims} claims of the catalog lease"
+        );
+    }
+}
+
+/// A stop lets the loop end (every call it makes watches the stop token)
+/// within its grace: the loop is never reported abandoned, the lease is
+/// released by the loop's stop, not left to lapse.
+#[test]
+fn a_stop_lets_the_loop_end_within_its_grace_and_abandons_nothing() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 2);
+    let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+    svc.start().unwrap();
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    let ((), log) = logged(|| svc.stop().unwrap());
+    assert!(log.contains("storage service stopped"), "{log}");
+    assert!(!log.contains("did not end"), "{log}");
+    assert!(!log.contains("lapses after its TTL"), "{log}");
+}
+
 /// Liveness bounds, one at a time.
 mod serial {
     use super::*;
+
+    /// An idle loop (nothing to upload, nothing failed, no adoption) sleeps
+    /// its poll interval between cycles: a few cycles a second at 200 ms,
+    /// never a spin.
+    #[test]
+    fn an_idle_loop_sleeps_its_poll_interval_between_cycles() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.poll_interval = Duration::from_millis(200);
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        let cycles = svc.snapshot().cycles;
+        svc.stop().unwrap();
+        assert!((2..=12).contains(&cycles), "{cycles} cycles in 1.2 s");
+    }
 
     /// A child process killed (and reaped) on drop, so a failed test never
     /// leaves it holding a lock (or the cargo lock's descriptor).
