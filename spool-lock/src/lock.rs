@@ -46,6 +46,7 @@ impl Held {
     fn close(self) {
         let Held { file, dir } = self;
         drop(dir);
+        seams::run_hook_on_fd(HookPoint::ReleaseBetweenCloses, file.raw());
         drop(file);
     }
 }

@@ -13,7 +13,8 @@
 //! * **lock hooks**: [`testing::set_lock_hook`] runs a closure at a
 //!   [`HookPoint`] for paths under a prefix: between a lock file's open and
 //!   its flock, inside a release before its descriptors close, inside
-//!   the removal of a drained directory, and at the windows where another
+//!   the removal of a drained directory, between a release's two closes,
+//!   and at the windows where another
 //!   process may change a directory under a take (before the lock file's
 //!   open, before the directory's open, before and after a `mkdir`), and
 //!   at every refused flock of a take.
@@ -60,6 +61,10 @@ pub enum HookPoint {
     /// A take's flock was refused and it is about to ask `/proc/locks`
     /// who holds it (path: the lock file or directory).
     FlockRefused,
+    /// A held lock is letting go: its directory's descriptor is closed,
+    /// its lock file's not yet (path: the lock file, as
+    /// `/proc/self/fd` names it).
+    ReleaseBetweenCloses,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -216,6 +221,16 @@ pub(crate) fn proc_locks_hidden(_path: &Path) -> bool {
 pub(crate) fn run_hook(_point: HookPoint, _path: &Path) {
     #[cfg(any(test, feature = "testing"))]
     testing::run_hook(_point, _path);
+}
+
+/// Runs the hooks for `point` on the path descriptor `_fd` is open on, as
+/// `/proc/self/fd` names it (nothing in production builds, which never
+/// read the link).
+pub(crate) fn run_hook_on_fd(_point: HookPoint, _fd: i32) {
+    #[cfg(any(test, feature = "testing"))]
+    if let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{_fd}")) {
+        testing::run_hook(_point, &path);
+    }
 }
 
 /// Makes every path under `prefix` report statfs type `magic` — for a hidden

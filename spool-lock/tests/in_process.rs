@@ -312,6 +312,38 @@ fn a_new_directory_is_created_from_a_staging_copy_and_leaves_none_behind() {
     claim.release().unwrap();
 }
 
+#[test]
+fn a_directory_is_a_nested_spool_only_with_a_lock_file_of_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(spool_lock::lock_path(&dir), dir.join(LOCK_FILE_NAME));
+    assert!(!spool_lock::is_nested_spool(&dir));
+    std::fs::write(dir.join(LOCK_FILE_NAME), b"").unwrap();
+    assert!(spool_lock::is_nested_spool(&dir));
+}
+
+#[test]
+fn only_dot_name_dot_eight_lowercase_hex_dot_creating_is_a_staging_name() {
+    // remove_stale_staging removes only what this names: anything else is
+    // someone's directory.
+    for (name, staging) in [
+        (".r0-00000001.0123abcd.creating", true),
+        (".a.b.0123abcd.creating", true),
+        ("..0123abcd.creating", false),
+        (".r0.0123abc.creating", false),
+        (".r0.0123abcde.creating", false),
+        (".r0.0123ABCD.creating", false),
+        (".r0.0123abcg.creating", false),
+        (".r0.zzzzzzzz.creating", false),
+        (".0123abcd.creating", false),
+        (".r0.0123abcd.created", false),
+    ] {
+        let got = spool_lock::is_staging_name(std::ffi::OsStr::new(name));
+        assert_eq!(got, staging, "{name}");
+    }
+}
+
 /// Probes (`read_owner`) hammering a directory never make a legitimate take
 /// of it fail: they take a momentary shared lock, and a take retries briefly.
 #[test]
@@ -670,6 +702,28 @@ fn a_claim_is_held_on_two_open_descriptors_until_released() {
         );
     }
     claim.release().unwrap();
+}
+
+#[test]
+fn removing_a_drained_directory_whose_lock_file_cannot_be_removed_is_an_error_naming_it() {
+    // Behind the holder, `.owner.lock` became a directory (the walk skips
+    // that name): its unlink fails with EISDIR, which is an error, not a
+    // missing lock file, and the directory stays.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    let lock_path = claim.lock_path();
+    assert_eq!(lock_path, claim.dir().join(LOCK_FILE_NAME));
+    std::fs::rename(&lock_path, tmp.path().join("moved.lock")).unwrap();
+    std::fs::create_dir(&lock_path).unwrap();
+    match claim.release_and_remove_if_empty() {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!((op, path), ("remove", lock_path.clone()));
+            assert_eq!(source.raw_os_error(), Some(libc::EISDIR), "{source}");
+        }
+        other => panic!("a directory at the lock file's path: {other:?}"),
+    }
+    assert!(lock_path.is_dir());
 }
 
 #[test]

@@ -259,8 +259,8 @@ fn a_symlinked_lock_file_is_named_by_read_owner_not_read_as_missing() {
     }
 }
 
-/// A `flock(1)` child (util-linux; `-F`: the lock is the child's own,
-/// under its pid), killed on drop.
+/// A child, killed on drop: a `flock(1)` one (util-linux; `-F`: the lock
+/// is the child's own, under its pid), or another program.
 struct FlockChild(std::process::Child);
 
 impl FlockChild {
@@ -524,4 +524,83 @@ fn create_parents_names_an_ancestor_it_cannot_stat_rather_than_making_it() {
         }
         other => panic!("a file as an ancestor: {other:?}"),
     }
+}
+
+#[test]
+fn a_lock_file_moved_away_between_open_and_flock_is_made_again() {
+    // Between the take's open and its flock, the lock file is renamed
+    // elsewhere and nothing put in its place (still linked, so its link
+    // count stays 1; the path is empty): the take makes a new lock file
+    // and locks that, rather than failing on the missing path.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
+    let moved = tmp.path().join("moved.lock");
+    let m = moved.clone();
+    hook_once(tmp.path(), HookPoint::LockFileOpened, move |lock: &Path| {
+        std::fs::rename(lock, &m).unwrap();
+    });
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    let claim = taken.expect("the moved lock file is made again");
+    let status = read_owner(&dir).unwrap();
+    assert!(status.held && !status.lock_file_replaced, "{status:?}");
+    assert!(std::fs::metadata(&lock_path).unwrap().len() > 0);
+    assert_eq!(
+        std::fs::read(&moved).unwrap(),
+        b"",
+        "the moved file was not written"
+    );
+    claim.release().unwrap();
+}
+
+#[test]
+fn a_lock_file_that_cannot_be_opened_for_writing_is_an_error_with_its_errno() {
+    // A regular lock file whose read-write open fails for a reason other
+    // than what it is (here ETXTBSY: it is a program being run): the
+    // refusal is the open's error, not "not a regular file".
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    std::fs::copy("/bin/sleep", &lock_path).unwrap();
+    let running = FlockChild(
+        std::process::Command::new(&lock_path)
+            .arg("60")
+            .spawn()
+            .unwrap(),
+    );
+    let taken = try_adopt(&dir, &opts());
+    drop(running);
+    match taken {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!((op, path.as_path()), ("open", lock_path.as_path()));
+            assert_eq!(source.raw_os_error(), Some(libc::ETXTBSY), "{source}");
+        }
+        other => panic!("a lock file being run: {other:?}"),
+    }
+}
+
+#[test]
+fn a_release_closes_the_directory_before_the_lock_file() {
+    // A probe between a release's two closes sees the lock held (on the
+    // lock file), never "directory held, lock file free", which reads as
+    // a lock file replaced behind its owner.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let claim = acquire(&dir, &opts()).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let (s, d) = (seen.clone(), dir.clone());
+    hook_once(tmp.path(), HookPoint::ReleaseBetweenCloses, move |_| {
+        let status = read_owner(&d).unwrap();
+        *s.lock().unwrap() = Some((status.held, status.lock_file_replaced));
+    });
+    claim.release().unwrap();
+    testing::clear_lock_hook(tmp.path());
+    let seen = seen.lock().unwrap().take();
+    assert_eq!(
+        seen,
+        Some((true, false)),
+        "(held, lock file replaced) between the closes"
+    );
+    assert!(!read_owner(&dir).unwrap().held);
 }
