@@ -74,8 +74,11 @@ enum Holders {
     Unknown,
 }
 
-/// `/proc/locks`, read in one `read(2)` of up to 8 KiB (the kernel lists
+/// `/proc/locks`, read first in one `read(2)` of 8 KiB (the kernel lists
 /// up to a page per read, consistently: under the lock table's lock).
+/// With 64 KiB reserved, std's `read_to_end` makes that first read its
+/// default 8 KiB instead of a 32-byte probe, and reads on for a longer
+/// listing.
 /// `read_to_string` would start with a 32-byte read and list the rest in
 /// more reads, between which other processes' locks come and go, so a
 /// line shifts across the boundary and is left out or listed twice: a
