@@ -248,7 +248,15 @@ mod tests {
         let no_lock = dead("r2-0000000c", None);
         chown(&no_lock, Some(NOBODY), Some(NOBODY)).unwrap();
         mode(&dead("r3-0000000d", None), 0o755);
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
+        // The test binary may sit where uid 65534 cannot reach it (a
+        // checkout under a 0700 directory, as CI's fresh clone): run a copy
+        // from a directory it can.
+        let bin = tempfile::tempdir_in("/tmp").unwrap();
+        mode(bin.path(), 0o755);
+        let exe = bin.path().join("spool-core-tests");
+        std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+        mode(&exe, 0o755);
+        let out = std::process::Command::new(&exe)
             .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
             .env(AS_NOBODY, key.path())
             .uid(NOBODY)
