@@ -330,27 +330,27 @@ fn spool_with_empty_lock_file(base: &Path) -> (PathBuf, PathBuf) {
     (dir, lock_path)
 }
 
-#[test]
-fn a_lock_file_moved_away_and_replaced_between_open_and_flock_is_opened_again() {
-    // Between the take's open and its flock, the lock file is renamed
-    // elsewhere (still linked, so its link count stays 1) and a new one
-    // put at the path. The take's flock lands on the moved file: same
-    // device, another inode. It must open the new file and lock that,
-    // not keep a lock nobody finds at `.owner.lock`.
+/// A take of a spool whose (empty) lock file is renamed away between the
+/// take's open and its flock, with an empty file put in its place when
+/// `replace`: the take must succeed (`expect` says why), hold the lock
+/// file at the path (written, not replaced) and never write the moved one.
+/// Returns the owner status read while it held the lock.
+fn take_with_the_lock_file_moved_away(replace: bool, expect: &str) -> spool_lock::OwnerStatus {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
     let moved = tmp.path().join("moved.lock");
     let m = moved.clone();
     hook_once(tmp.path(), HookPoint::LockFileOpened, move |lock: &Path| {
         std::fs::rename(lock, &m).unwrap();
-        std::fs::write(lock, b"").unwrap();
+        if replace {
+            std::fs::write(lock, b"").unwrap();
+        }
     });
     let taken = acquire(&dir, &opts());
     testing::clear_lock_hook(tmp.path());
-    let claim = taken.expect("the replaced lock file is opened again");
+    let claim = taken.expect(expect);
     let status = read_owner(&dir).unwrap();
     assert!(status.held && !status.lock_file_replaced, "{status:?}");
-    assert_eq!(status.holder().pid, Some(std::process::id()));
     assert!(std::fs::metadata(&lock_path).unwrap().len() > 0);
     assert_eq!(
         std::fs::read(&moved).unwrap(),
@@ -358,6 +358,18 @@ fn a_lock_file_moved_away_and_replaced_between_open_and_flock_is_opened_again() 
         "the moved file was not written"
     );
     claim.release().unwrap();
+    status
+}
+
+#[test]
+fn a_lock_file_moved_away_and_replaced_between_open_and_flock_is_opened_again() {
+    // Between the take's open and its flock, the lock file is renamed
+    // elsewhere (still linked, so its link count stays 1) and a new one
+    // put at the path. The take's flock lands on the moved file: same
+    // device, another inode. It must open the new file and lock that,
+    // not keep a lock nobody finds at `.owner.lock`.
+    let status = take_with_the_lock_file_moved_away(true, "the replaced lock file is opened again");
+    assert_eq!(status.holder().pid, Some(std::process::id()));
 }
 
 #[test]
@@ -532,25 +544,7 @@ fn a_lock_file_moved_away_between_open_and_flock_is_made_again() {
     // elsewhere and nothing put in its place (still linked, so its link
     // count stays 1; the path is empty): the take makes a new lock file
     // and locks that, rather than failing on the missing path.
-    let tmp = tempfile::tempdir().unwrap();
-    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
-    let moved = tmp.path().join("moved.lock");
-    let m = moved.clone();
-    hook_once(tmp.path(), HookPoint::LockFileOpened, move |lock: &Path| {
-        std::fs::rename(lock, &m).unwrap();
-    });
-    let taken = acquire(&dir, &opts());
-    testing::clear_lock_hook(tmp.path());
-    let claim = taken.expect("the moved lock file is made again");
-    let status = read_owner(&dir).unwrap();
-    assert!(status.held && !status.lock_file_replaced, "{status:?}");
-    assert!(std::fs::metadata(&lock_path).unwrap().len() > 0);
-    assert_eq!(
-        std::fs::read(&moved).unwrap(),
-        b"",
-        "the moved file was not written"
-    );
-    claim.release().unwrap();
+    take_with_the_lock_file_moved_away(false, "the moved lock file is made again");
 }
 
 #[test]
