@@ -156,6 +156,7 @@ pub(crate) fn held_spool(dir: &Path) -> Result<Option<Holder>, Error> {
     if std::fs::symlink_metadata(&lock_path).is_err() {
         return Ok(None);
     }
+    crate::seams::run_hook(crate::seams::HookPoint::CheckingNestedSpool, dir);
     let status = match read_owner(dir) {
         Ok(s) => s,
         // Vanished between the listing and the probe: not a holder.

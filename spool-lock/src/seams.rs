@@ -17,7 +17,8 @@
 //!   and at the windows where another
 //!   process may change a directory under a take (before the lock file's
 //!   open, before the directory's open, before and after a `mkdir`), and
-//!   at every refused flock of a take.
+//!   at every refused flock of a take, and where the nesting check is about
+//!   to read a lock file it found.
 //! * **`/proc/locks` silent**: [`testing::set_proc_locks_hidden`] makes a
 //!   take read `/proc/locks` as naming no holder for paths under a prefix
 //!   (as when the holder is in another pid namespace), so its bounded
@@ -65,6 +66,9 @@ pub enum HookPoint {
     /// its lock file's not yet (path: the lock file, as
     /// `/proc/self/fd` names it).
     ReleaseBetweenCloses,
+    /// The nesting check found a lock file in a directory and is about to
+    /// read whether it is held (path: that directory).
+    CheckingNestedSpool,
 }
 
 #[cfg(any(test, feature = "testing"))]

@@ -199,6 +199,29 @@ fn the_nesting_walk_skips_a_subdirectory_it_cannot_read() {
 }
 
 #[test]
+fn a_nested_spool_removed_while_the_nesting_walk_reads_it_holds_nothing() {
+    // The walk under the directory taken found `sub/.lock` (an old spool,
+    // nobody holds it); before it reads whether it is held, a remover takes
+    // `sub` away. Gone is not held: the take goes on.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(sub.join(LOCK_FILE_NAME), b"").unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    hook_once(&sub, HookPoint::CheckingNestedSpool, move |path: &Path| {
+        s.fetch_add(1, Ordering::SeqCst);
+        std::fs::remove_dir_all(path).unwrap();
+    });
+    let claim = acquire(&dir, &opts()).expect("a vanished spool holds nothing");
+    testing::clear_lock_hook(&sub);
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "the walk never reached it");
+    assert!(!sub.exists());
+    claim.release().unwrap();
+}
+
+#[test]
 fn a_blocked_waiter_is_not_read_as_an_exclusive_holder() {
     // A reader holds a shared flock on the lock file and another process
     // waits (blocked) for an exclusive one: `/proc/locks` lists the waiter

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use spool_catalog::{
     Catalog, LeaseGuard, LeaseHead, LeaseRecord, MemoryCatalog, NewClaim, PackRow, Result,
 };
-use spool_upload::testing::{Action, Op, Rule};
+use spool_upload::testing::{Action, Injected, Op, Rule};
 
 use super::{Job, Outcome};
 use crate::bound::Bound;
@@ -514,6 +514,187 @@ fn a_pack_that_cannot_be_read_is_reported_and_left_in_place_not_quarantined() {
     let valid: Vec<_> = done.iter().filter(|(j, _)| j.pack.id != id).collect();
     assert_eq!(valid.len(), 1);
     assert!(matches!(valid[0].1, Outcome::Indexed), "{:?}", valid[0].1);
+}
+
+/// The outcomes of `done`, by name (`Indexed`, `Owed`, ...), in order.
+fn outcome_names(done: &[(Job, Outcome)]) -> Vec<String> {
+    done.iter()
+        .map(|(_, o)| {
+            format!("{o:?}")
+                .split(['(', ' '])
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// SPEC §5 / issue 15: a pack this pipeline did not validate itself and
+/// that comes back stored without a summary (a `file://` store that found
+/// it at its key before the copy: a predecessor's upload) is validated from
+/// its file before its row is made; a corrupt one is quarantined, not
+/// merely reported, and never indexed. The valid pack beside it is indexed.
+#[test]
+fn a_pack_found_already_stored_is_validated_and_quarantined_when_corrupt() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 1);
+    let id = spool_core::PackId::generate();
+    let bad = spool_core::pack::testing_misframed_pack(id);
+    std::fs::write(own.dir().join(format!("{id}.ready")), &bad).unwrap();
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = url::Url::from_directory_path(store_dir.path()).unwrap();
+    let store = spool_upload::Store::from_url(url.as_str(), &Default::default()).unwrap();
+    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
+    path.uploader = spool_upload::Uploader::new(store, fx.config(own.dir()).upload).unwrap();
+    assert!(path.uploader.validates_whole(bad.len() as u64));
+    // a predecessor stored the very same bytes at its key
+    let key = store_dir.path().join(path.uploader.key(&id).as_ref());
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    std::fs::write(&key, &bad).unwrap();
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let of_bad: Vec<_> = done.iter().filter(|(j, _)| j.pack.id == id).collect();
+    assert!(
+        matches!(of_bad[0].1, Outcome::Quarantined(_)),
+        "{:?}",
+        of_bad[0].1
+    );
+    assert!(own.dir().join(format!("{id}.quarantined")).exists());
+    assert!(block_on(fx.catalog.get(&id.to_hex())).unwrap().is_none());
+    assert_eq!(path.counters.quarantined, 1);
+    assert_eq!(block_on(fx.catalog.count()).unwrap(), 1, "the valid pack");
+}
+
+/// SPEC §6.2: a pipeline that loses the lease it indexes under (catalog
+/// scope) indexes nothing more: the batch it was about to send and every
+/// upload that lands afterwards are owed (kept for the pending index, their
+/// files in place), nothing is removed, and why is reported.
+#[test]
+fn without_the_lease_what_is_uploaded_is_owed_and_nothing_is_indexed_or_removed() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 6);
+    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
+    path.fenced = true; // lease-gated, and no lease held
+    path.index_batch = 1; // the first upload closes a batch at once
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    assert_eq!(outcome_names(&done), vec!["Owed"; 6]);
+    assert_eq!(path.pending.len(), 6);
+    assert_eq!(block_on(fx.catalog.count()).unwrap(), 0);
+    assert_eq!(files(own.dir(), "ready"), 6, "an owed pack's file removed");
+    let err = path.counters.last_error.clone().unwrap_or_default();
+    assert!(err.contains("lease is not held"), "{err}");
+}
+
+/// SPEC §5: a retryable upload failure (the store answers 503) halts new
+/// uploads for the rest of the run (the loop backs off) instead of trying
+/// every other pack against a store in trouble: one pack's attempts, the
+/// rest not done and still ready.
+#[test]
+fn a_retryable_upload_failure_halts_new_uploads_for_the_run() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 10);
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))));
+    let mut upload = fx.config(own.dir()).upload;
+    upload.max_workers = 1;
+    upload.small_pack_workers = 1;
+    let attempts = upload.max_attempts as usize;
+    let mut path = upload_path(&fx, own.dir(), upload);
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let names = outcome_names(&done);
+    assert_eq!(
+        names.iter().filter(|n| *n == "UploadFailed").count(),
+        1,
+        "{names:?}"
+    );
+    assert_eq!(names.iter().filter(|n| *n == "NotDone").count(), 9);
+    assert_eq!(fx.store.calls(Op::Put), attempts, "one pack's attempts");
+    assert_eq!(files(own.dir(), "ready"), 10);
+}
+
+/// Issue 7: uploads a cancel cut at the deadline of the flush or cycle are
+/// reported, naming the store and how many; a stop (a cancel before the
+/// deadline) is not reported as a timeout. Nothing is removed either way.
+#[test]
+fn uploads_cut_at_the_deadline_are_reported_a_stop_is_not() {
+    for at_deadline in [true, false] {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 3);
+        fx.store.script(Rule::new(Op::Put, Action::Stall));
+        let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
+        let never = Arc::new(AtomicBool::new(false));
+        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+        let jobs = jobs_of(&path, own.dir(), packs);
+        let deadline = if at_deadline {
+            Instant::now() + Duration::from_millis(300)
+        } else {
+            Instant::now() + Duration::from_secs(30)
+        };
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let cutter = {
+            let cancel = cancel.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                cancel.cancel();
+            })
+        };
+        let done = block_on(path.pipeline(jobs, &Bound::new(deadline, cancel), &never));
+        cutter.join().unwrap();
+        assert_eq!(outcome_names(&done), vec!["NotDone"; 3]);
+        let err = path.counters.last_error.clone().unwrap_or_default();
+        let reported =
+            err.contains("did not finish uploading 3 pack(s)") && err.contains("store memory");
+        assert_eq!(reported, at_deadline, "deadline {at_deadline}: {err}");
+        assert_eq!(files(own.dir(), "ready"), 3);
+    }
+}
+
+/// SPEC §2: removal comes after the catalog's Ok, and a removal that fails
+/// (here the pack's file became a directory while its row was indexed) is
+/// reported naming the file; the row stays, the directory is not touched.
+#[test]
+fn a_removal_that_fails_after_the_index_is_reported_naming_the_file() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let ids = stage(own.dir(), 1);
+    let catalog = GatedCatalog::new(own.dir(), false);
+    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
+    path.catalog = catalog.clone() as Arc<dyn Catalog>;
+    let file = own.dir().join(format!("{}.ready", ids[0]));
+    let swapper = {
+        let (catalog, file) = (catalog.clone(), file.clone());
+        std::thread::spawn(move || {
+            assert!(wait_for(Duration::from_secs(10), || catalog.calls() >= 1));
+            std::fs::remove_file(&file).unwrap();
+            std::fs::create_dir(&file).unwrap();
+            catalog.set_open(true);
+        })
+    };
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    swapper.join().unwrap();
+    assert_eq!(outcome_names(&done), vec!["Indexed"]);
+    assert_eq!(catalog.rows(), 1);
+    assert!(file.is_dir(), "the directory in its place was touched");
+    let err = path.counters.last_error.clone().unwrap_or_default();
+    assert!(
+        err.contains("removing indexed pack") && err.contains(&file.display().to_string()),
+        "{err}"
+    );
 }
 
 mod serial {

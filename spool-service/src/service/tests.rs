@@ -321,6 +321,34 @@ fn catalog_down_leaves_packs_owed_and_flush_says_so() {
     svc.stop().unwrap();
 }
 
+/// SPEC §7.4: `deferred` counts the own ready packs a cycle left: none
+/// after a cycle that indexed them all, every one while the store refuses
+/// them.
+#[test]
+fn deferred_counts_the_own_packs_a_cycle_left() {
+    for refused in [false, true] {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 3);
+        if refused {
+            fx.store
+                .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))));
+        }
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.poll_interval = Duration::from_secs(60);
+        c.max_backoff = Duration::from_secs(60);
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(wait_for(Duration::from_secs(10), || svc.snapshot().cycles >= 1));
+        std::thread::sleep(Duration::from_millis(300));
+        let snap = svc.snapshot();
+        svc.stop().unwrap();
+        let expect = if refused { (0, 3) } else { (3, 0) };
+        assert_eq!((snap.indexed, snap.deferred), expect, "{snap:?}");
+    }
+}
+
 /// Waits until `cond` or `limit`.
 pub(crate) fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let t = Instant::now();
@@ -354,7 +382,10 @@ fn a_dead_sibling_is_adopted_and_removed_a_live_one_is_left_alone() {
     let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
     svc.start().unwrap();
     assert!(
-        wait_for(Duration::from_secs(30), || !dead_dir.exists()),
+        // the snapshot counts the sibling when its cycle ends, after the
+        // directory is gone
+        wait_for(Duration::from_secs(30), || !dead_dir.exists()
+            && svc.snapshot().adopted_spools == 1),
         "dead sibling not drained: {:?}",
         svc.snapshot()
     );
@@ -655,6 +686,85 @@ mod serial {
             t.elapsed()
         );
         assert_eq!(files(own.dir(), "ready"), 4);
+    }
+
+    /// A started service (no adoption, a 60 s poll interval, `max_backoff`)
+    /// over two own packs of `dir` that the store refuses (403 on every PUT).
+    fn refused_own_packs(fx: &Fixture, dir: &Path, max_backoff: Duration) -> StorageService {
+        stage(dir, 2);
+        fx.store
+            .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))));
+        let mut c = fx.config(dir);
+        c.adopt = false;
+        c.poll_interval = Duration::from_secs(60);
+        c.max_backoff = max_backoff;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        svc
+    }
+
+    /// A flush whose cycles fail (the store refuses the destination: 403)
+    /// naps between them rather than spinning until its deadline: about 20
+    /// cycles a second (50 ms apart), the loop's own included.
+    #[test]
+    fn a_flush_naps_between_failing_cycles() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let mut svc = refused_own_packs(&fx, own.dir(), Duration::from_millis(500));
+        let err = svc.flush(Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(err, Error::FlushTimeout { .. }), "{err}");
+        let cycles = svc.snapshot().cycles;
+        svc.stop().unwrap();
+        assert!((5..=40).contains(&cycles), "{cycles} cycles in a 1 s flush");
+        assert_eq!(files(own.dir(), "ready"), 2);
+    }
+
+    /// SPEC §7.1: the loop backs off exponentially while its cycles fail
+    /// (100 ms, 200 ms, 400 ms, … up to `max_backoff`), so a store that
+    /// refuses every upload sees a handful of cycles in 2.5 s, not one
+    /// every 100 ms.
+    #[test]
+    fn a_failing_loop_backs_off_exponentially() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let mut svc = refused_own_packs(&fx, own.dir(), Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(2500));
+        let cycles = svc.snapshot().cycles;
+        svc.stop().unwrap();
+        // 0, 0.1, 0.3, 0.7, 1.5 s (then 3.1 s): 5 cycles
+        assert!((3..=9).contains(&cycles), "{cycles} cycles in 2.5 s");
+    }
+
+    /// Adoption runs as many steps as fit in its slice in one cycle when no
+    /// flush waits: a dead sibling of three packs is drained in a couple of
+    /// loop cycles, not one cycle per step.
+    #[test]
+    fn adoption_takes_many_steps_per_cycle_when_no_flush_waits() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let sib = fx.claim(&fx.dest, 1);
+        let sib_dir = sib.dir().to_path_buf();
+        stage(&sib_dir, 3);
+        sib.release().unwrap();
+        let mut c = fx.config(own.dir());
+        c.poll_interval = Duration::from_secs(60);
+        c.adoption_slice = Duration::from_secs(10);
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(
+            wait_for(Duration::from_secs(20), || !sib_dir.exists()),
+            "{:?}",
+            svc.snapshot()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let snap = svc.snapshot();
+        svc.stop().unwrap();
+        assert_eq!(snap.adopted_spools, 1, "{snap:?}");
+        assert!(
+            snap.cycles <= 4,
+            "{} cycles to adopt one sibling",
+            snap.cycles
+        );
     }
 
     #[test]
