@@ -369,6 +369,15 @@ fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> 
     }
 }
 
+/// [`upload_path`] with the default upload knobs, indexing into a
+/// [`GatedCatalog`] whose gate is shut.
+fn gated_path(fx: &Fixture, dir: &Path) -> (UploadPath, Arc<GatedCatalog>) {
+    let catalog = GatedCatalog::new(dir, false);
+    let mut path = upload_path(fx, dir, fx.config(dir).upload);
+    path.catalog = catalog.clone() as Arc<dyn Catalog>;
+    (path, catalog)
+}
+
 /// Issue 13: validation runs a few packs ahead of the uploads, never more
 /// than `small_pack_workers` validated or validating. One upload at a time
 /// (`pipeline_depth` 1), the second stalls: the three packs behind it are
@@ -623,6 +632,18 @@ fn a_retryable_upload_failure_halts_new_uploads_for_the_run() {
     assert_eq!(files(own.dir(), "ready"), 10);
 }
 
+/// A bound with `deadline` whose cancel is cut 300 ms from now (as the
+/// cycle's watcher cuts it at the cycle's deadline, or a stop at any time).
+fn cut_after_300ms(deadline: Instant) -> Bound {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let cut = cancel.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        cut.cancel();
+    });
+    Bound::new(deadline, cancel)
+}
+
 /// Issue 7: uploads a cancel cut at the deadline of the flush or cycle are
 /// reported, naming the store and how many; a stop (a cancel before the
 /// deadline) is not reported as a timeout. Nothing is removed either way.
@@ -642,16 +663,7 @@ fn uploads_cut_at_the_deadline_are_reported_a_stop_is_not() {
         } else {
             Instant::now() + Duration::from_secs(30)
         };
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let cutter = {
-            let cancel = cancel.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(300));
-                cancel.cancel();
-            })
-        };
-        let done = block_on(path.pipeline(jobs, &Bound::new(deadline, cancel), &never));
-        cutter.join().unwrap();
+        let done = block_on(path.pipeline(jobs, &cut_after_300ms(deadline), &never));
         assert_eq!(outcome_names(&done), vec!["NotDone"; 3]);
         let err = path.counters.last_error.clone().unwrap_or_default();
         let reported =
@@ -669,9 +681,7 @@ fn a_removal_that_fails_after_the_index_is_reported_naming_the_file() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
     let ids = stage(own.dir(), 1);
-    let catalog = GatedCatalog::new(own.dir(), false);
-    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
-    path.catalog = catalog.clone() as Arc<dyn Catalog>;
+    let (mut path, catalog) = gated_path(&fx, own.dir());
     let file = own.dir().join(format!("{}.ready", ids[0]));
     let swapper = {
         let (catalog, file) = (catalog.clone(), file.clone());
@@ -697,8 +707,71 @@ fn a_removal_that_fails_after_the_index_is_reported_naming_the_file() {
     );
 }
 
+/// Issue 7: a catalog that stalls past the deadline (the uploads all
+/// landed) is the catalog's failure, not the store's: what is uploaded is
+/// owed and nothing is reported as uploads left unfinished.
+#[test]
+fn a_catalog_stalled_past_the_deadline_is_not_reported_as_unfinished_uploads() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 2);
+    let (mut path, _gate) = gated_path(&fx, own.dir());
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, own.dir(), packs);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let done = block_on(path.pipeline(jobs, &cut_after_300ms(deadline), &never));
+    assert_eq!(outcome_names(&done), vec!["Owed"; 2]);
+    let err = path.counters.last_error.clone().unwrap_or_default();
+    assert!(!err.contains("did not finish uploading"), "{err}");
+    assert_eq!(files(own.dir(), "ready"), 2);
+}
+
+/// CPU seconds (user + system) this process has used.
+fn cpu_seconds() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(u.user_time()) + secs(u.system_time())
+}
+
 mod serial {
     use super::*;
+
+    /// The linger is armed only while no index call is in flight: a
+    /// pipeline whose uploads are done and whose index call the catalog
+    /// holds waits on that call, it does not wake at a linger long past
+    /// (a spin: a second of CPU a second).
+    #[test]
+    fn a_pipeline_waiting_on_its_index_call_does_not_spin() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 3);
+        let (mut path, catalog) = gated_path(&fx, own.dir());
+        path.index_batch = 1; // the first upload's batch goes alone
+        let store = fx.store.clone();
+        let gate = catalog.clone();
+        let run = std::thread::spawn(move || {
+            let never = Arc::new(AtomicBool::new(false));
+            let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+            let jobs = jobs_of(&path, own.dir(), packs);
+            let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+            (outcome_names(&done), own)
+        });
+        assert!(wait_for(Duration::from_secs(10), || gate.calls() >= 1
+            && store.calls(Op::Put) >= 3));
+        std::thread::sleep(Duration::from_millis(100));
+        let before = cpu_seconds();
+        std::thread::sleep(Duration::from_secs(1));
+        let used = cpu_seconds() - before;
+        gate.set_open(true);
+        let (names, _own) = run.join().unwrap();
+        assert!(
+            used < 0.3,
+            "{used:.2} s of CPU in 1 s waiting on the catalog"
+        );
+        assert_eq!(names, vec!["Indexed"; 3]);
+    }
 
     /// The snapshot's `waiting_on` names the call the pipeline has waited
     /// on for a second or more: the uploads in flight, then the index call.

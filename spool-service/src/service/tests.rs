@@ -74,6 +74,15 @@ impl Fixture {
         c
     }
 
+    /// A dead sibling, rank `rank`: `packs` packs staged, its lock let go.
+    pub(crate) fn dead_sibling(&self, rank: u64, packs: usize) -> PathBuf {
+        let sib = self.claim(&self.dest, rank);
+        let dir = sib.dir().to_path_buf();
+        stage(&dir, packs);
+        sib.release().unwrap();
+        dir
+    }
+
     pub(crate) async fn objects(&self) -> usize {
         let l: Vec<_> = self.store.inner().list(None).try_collect().await.unwrap();
         l.len()
@@ -240,10 +249,7 @@ fn a_non_retryable_own_pack_is_rejected_and_does_not_stall_the_loop() {
 fn a_destination_wide_refusal_keeps_every_pack_ready_and_ships_once_fixed() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
-    let sib = fx.claim(&fx.dest, 1);
-    let sib_dir = sib.dir().to_path_buf();
-    stage(&sib_dir, 2);
-    sib.release().unwrap();
+    let sib_dir = fx.dead_sibling(1, 2);
     fx.store
         .script(Rule::new(Op::Put, Action::Fail(Injected::Status(403))));
     let mut c = fx.config(own.dir());
@@ -347,6 +353,59 @@ fn deferred_counts_the_own_packs_a_cycle_left() {
         let expect = if refused { (0, 3) } else { (3, 0) };
         assert_eq!((snap.indexed, snap.deferred), expect, "{snap:?}");
     }
+}
+
+/// The service's Debug names its directory and whether it runs.
+#[test]
+fn a_services_debug_names_its_directory_and_whether_it_runs() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let mut c = fx.config(own.dir());
+    c.adopt = false;
+    let mut svc = StorageService::new(c).unwrap();
+    let shown = format!("{svc:?}");
+    assert!(
+        shown.starts_with("StorageService")
+            && shown.contains(&format!("{:?}", own.dir()))
+            && shown.contains("running: false"),
+        "{shown}"
+    );
+    svc.start().unwrap();
+    assert!(format!("{svc:?}").contains("running: true"), "{svc:?}");
+    svc.stop().unwrap();
+}
+
+/// SPEC §4.1: each loop cycle reconciles the own spool's account with a
+/// walk: bytes put in the directory behind the spool's back (here a
+/// quarantined pack written by hand) are counted by the next cycle.
+#[test]
+fn a_loop_cycle_reconciles_the_own_spools_account() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let mut c = fx.config(own.dir());
+    c.adopt = false;
+    c.poll_interval = Duration::from_millis(100);
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(wait_for(Duration::from_secs(10), || svc.snapshot().cycles >= 1));
+    let before = svc.spool().unwrap().usage().committed;
+    let id = PackId::generate();
+    std::fs::write(
+        own.dir().join(format!("{id}.quarantined")),
+        vec![0u8; 10_000],
+    )
+    .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || svc
+            .spool()
+            .unwrap()
+            .usage()
+            .committed
+            >= before + 10_000),
+        "committed {} (before {before})",
+        svc.spool().unwrap().usage().committed
+    );
+    svc.stop().unwrap();
 }
 
 /// Waits until `cond` or `limit`.
@@ -742,10 +801,7 @@ mod serial {
     fn adoption_takes_many_steps_per_cycle_when_no_flush_waits() {
         let fx = Fixture::new();
         let own = fx.claim(&fx.dest, 0);
-        let sib = fx.claim(&fx.dest, 1);
-        let sib_dir = sib.dir().to_path_buf();
-        stage(&sib_dir, 3);
-        sib.release().unwrap();
+        let sib_dir = fx.dead_sibling(1, 3);
         let mut c = fx.config(own.dir());
         c.poll_interval = Duration::from_secs(60);
         c.adoption_slice = Duration::from_secs(10);
@@ -765,6 +821,117 @@ mod serial {
             "{} cycles to adopt one sibling",
             snap.cycles
         );
+    }
+
+    /// Holds the catalog-scope lease of `fx`'s destination for a minute as
+    /// another process would.
+    fn foreign_catalog_lease(fx: &Fixture) {
+        let key = fx.dest.catalog_key().unwrap();
+        let name = LeaseScope::Catalog.lease_name(&key, &spool_lock::host_name());
+        let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(60)).unwrap();
+        let claim = block_on(fx.catalog.acquire(&name, "someone-else:4242", &cfg)).unwrap();
+        assert!(matches!(claim, spool_catalog::LeaseClaim::Held(_)));
+    }
+
+    /// A flush in catalog scope while another process holds the lease
+    /// does no work and naps between its cycles (about 20 a second), it
+    /// does not spin until its deadline.
+    #[test]
+    fn a_flush_without_the_lease_naps_between_cycles() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 2);
+        foreign_catalog_lease(&fx);
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.lease_scope = LeaseScope::Catalog;
+        c.poll_interval = Duration::from_secs(60);
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(svc.flush(Duration::from_secs(1)).is_err());
+        let cycles = svc.snapshot().cycles;
+        svc.stop().unwrap();
+        assert!(cycles <= 40, "{cycles} cycles in a 1 s flush");
+        assert_eq!(files(own.dir(), "ready"), 2);
+    }
+
+    /// SPEC §6.2: in catalog scope a foreign lease that outlives 2 x TTL
+    /// latches the service though it never held the lease (a second single
+    /// publisher is a misconfiguration).
+    #[test]
+    fn catalog_scope_latches_on_a_foreign_lease_it_never_held() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        foreign_catalog_lease(&fx);
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.lease_scope = LeaseScope::Catalog;
+        c.lease_ttl = Duration::from_secs(5);
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(
+            wait_for(Duration::from_secs(20), || svc.snapshot().latched),
+            "{:?}",
+            svc.snapshot()
+        );
+        let snap = svc.snapshot();
+        svc.stop().unwrap();
+        assert_eq!(snap.lease_holder.as_deref(), Some("someone-else:4242"));
+    }
+
+    /// When a cycle's adoption slice runs out with work left, the loop goes
+    /// on at once (not after its poll interval): a sibling is drained in
+    /// slices of one step.
+    #[test]
+    fn adoption_goes_on_at_once_after_a_slice_that_ran_out() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let sib_dir = fx.dead_sibling(1, 3);
+        let mut c = fx.config(own.dir());
+        c.poll_interval = Duration::from_secs(60);
+        c.adoption_slice = Duration::ZERO;
+        c.pipeline_depth = 1;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(
+            wait_for(Duration::from_secs(10), || !sib_dir.exists()),
+            "{:?}",
+            svc.snapshot()
+        );
+        svc.stop().unwrap();
+    }
+
+    /// A flush waiting while a sibling is adopted pauses adoption after its
+    /// current step: the flush ships the own pack and returns long before
+    /// the adoption slice (10 s) would end.
+    #[test]
+    fn a_flush_pauses_adoption_after_its_current_step() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let sib_dir = fx.dead_sibling(1, 40);
+        fx.store.script(Rule::new(
+            Op::Put,
+            Action::Delay(Duration::from_millis(100)),
+        ));
+        let mut c = fx.config(own.dir());
+        c.poll_interval = Duration::from_secs(60);
+        c.adoption_slice = Duration::from_secs(10);
+        c.pipeline_depth = 1;
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        assert!(
+            wait_for(Duration::from_secs(10), || block_on(fx.objects()) >= 2),
+            "{:?}",
+            svc.snapshot()
+        );
+        stage(own.dir(), 1);
+        let t = Instant::now();
+        assert!(svc.flush(Duration::from_secs(3)).unwrap());
+        let took = t.elapsed();
+        let left = files(&sib_dir, "ready");
+        svc.stop().unwrap();
+        assert!(took < Duration::from_secs(2), "flush took {took:?}");
+        assert!(left > 0, "adoption was not paused: the sibling is drained");
     }
 
     #[test]
@@ -803,10 +970,7 @@ mod serial {
 fn a_panic_in_the_loop_is_reported_and_lets_go_of_the_adopted_sibling() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
-    let sib = fx.claim(&fx.dest, 1);
-    let sib_dir = sib.dir().to_path_buf();
-    stage(&sib_dir, 2);
-    sib.release().unwrap();
+    let sib_dir = fx.dead_sibling(1, 2);
     let mut c = fx.config(own.dir());
     c.catalog = Arc::new(spool_catalog::testing::PanicOnIndex(fx.catalog.clone()));
     let mut svc = StorageService::new(c).unwrap();
