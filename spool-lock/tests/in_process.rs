@@ -294,6 +294,30 @@ fn stale_staging_copies_are_removed_and_fresh_or_held_ones_kept() {
 }
 
 #[test]
+fn a_max_age_of_zero_removes_every_unheld_staging_copy_even_one_dated_ahead() {
+    // staging_max_age 0: no copy is young enough to keep, not even one
+    // whose mtime is ahead of this clock (its age reads as 0).
+    let tmp = tempfile::tempdir().unwrap();
+    let ahead = tmp.path().join(".r0-00000001.0000abcd.creating");
+    std::fs::create_dir(&ahead).unwrap();
+    std::fs::write(ahead.join(LOCK_FILE_NAME), b"").unwrap();
+    let in_an_hour = std::time::SystemTime::now() + Duration::from_secs(3600);
+    std::fs::File::open(&ahead)
+        .unwrap()
+        .set_modified(in_an_hour)
+        .unwrap();
+    let o = LockOptions {
+        staging_max_age: Duration::ZERO,
+        ..opts()
+    };
+    assert_eq!(
+        remove_stale_staging(tmp.path(), &o).unwrap(),
+        vec![ahead.clone()]
+    );
+    assert!(!ahead.exists());
+}
+
+#[test]
 fn a_new_directory_is_created_from_a_staging_copy_and_leaves_none_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("key").join("r0-00000001");
