@@ -409,3 +409,25 @@ fn a_fork_from_another_thread_inside_a_take_leaves_the_child_without_the_lock() 
 fn a_fork_from_another_thread_inside_a_release_leaves_the_child_without_the_lock() {
     fork_inside("fork-in-release");
 }
+
+#[test]
+fn a_fork_child_cannot_mark_its_parents_claim_blocked() {
+    // The child's copies of the claim's descriptors were closed at the
+    // fork, and a file it opens takes one of their numbers: marking the
+    // claim from the child is refused as not held, and writes neither the
+    // lock file nor the file that took the number.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let mut owner = Helper::spawn_in("mark-in-fork", &dir, &[]);
+    let lines = owner.expect_each(&["forked", "held", "child"]);
+    assert_eq!(lines[2], "child not-held");
+    let status = read_owner(&dir).unwrap();
+    assert!(status.held, "the parent still holds it");
+    assert_eq!(status.record.unwrap().purpose, Purpose::Claim);
+    assert_eq!(
+        std::fs::read(dir.with_extension("scratch")).unwrap(),
+        b"",
+        "the child wrote a record through a reused descriptor number"
+    );
+    owner.finish();
+}

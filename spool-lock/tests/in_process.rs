@@ -788,3 +788,34 @@ fn removing_a_drained_directory_copes_with_a_missing_lock_file_and_keeps_late_ar
     assert!(err.to_string().contains("raced"), "{err}");
     testing::clear_lock_hook(&dir);
 }
+
+#[test]
+fn a_claim_of_an_existing_directory_is_its_own_producer_and_carries_no_other() {
+    // The directory's record names a dead producer (an adopter of it died
+    // too). A claim takes over: this process is the producer, and the
+    // record it writes names this process once, carrying nobody.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r0-0badcafe");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join(LOCK_FILE_NAME),
+        b"host: node-b\npid: 999997\nproducer_host: node-dead\nproducer_pid: 999999\npurpose: adopting\n",
+    )
+    .unwrap();
+    let claim = acquire(&dir, &opts()).unwrap();
+    let producer = claim.producer().expect("a claim names its producer");
+    assert_eq!(producer.pid, Some(std::process::id()));
+    assert_ne!(producer.host, "node-dead");
+    let text = std::fs::read_to_string(dir.join(LOCK_FILE_NAME)).unwrap();
+    assert!(
+        !text.contains("producer_"),
+        "a claim carries no producer:\n{text}"
+    );
+    assert!(text.ends_with("purpose: claim\n"), "{text}");
+    let rec = read_owner(&dir).unwrap().record.unwrap();
+    assert_eq!(
+        rec.producer().map(|p| p.pid),
+        Some(Some(std::process::id()))
+    );
+    claim.release().unwrap();
+}

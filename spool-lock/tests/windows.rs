@@ -36,6 +36,58 @@ fn hook_once(prefix: &Path, at: HookPoint, f: impl Fn(&Path) + Send + Sync + 'st
 /// Waits (≤ 5 s) until `/proc/locks` shows a blocked waiter (`->`) on
 /// the inode of `path` (other processes' waiters, such as a build waiting
 /// for a lock, are on other inodes).
+/// Asserts that `result` is an [`Error::Io`] of `op` on `path` with `errno`;
+/// `what` names the case in the panic otherwise.
+fn assert_io_error<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    op: &str,
+    path: &Path,
+    errno: i32,
+    what: &str,
+) {
+    assert_io_error_where(result, op, |p| p == path, errno, what);
+}
+
+/// [`assert_io_error`] on a path that is a staging copy (`….creating`).
+fn assert_staging_io_error<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    op: &str,
+    errno: i32,
+    what: &str,
+) {
+    let is_staging = |p: &Path| p.to_string_lossy().ends_with(".creating");
+    assert_io_error_where(result, op, is_staging, errno, what);
+}
+
+fn assert_io_error_where<T: std::fmt::Debug>(
+    result: Result<T, Error>,
+    op: &str,
+    path_is: impl Fn(&Path) -> bool,
+    errno: i32,
+    what: &str,
+) {
+    match result {
+        Err(Error::Io {
+            op: got_op,
+            path,
+            source,
+        }) => {
+            assert_eq!(got_op, op, "{what}");
+            assert!(path_is(&path), "{what}: {}", path.display());
+            assert_eq!(source.raw_os_error(), Some(errno), "{what}: {source}");
+        }
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// The names in `dir`, in the order `read_dir` gives them.
+fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect()
+}
+
 fn wait_for_a_waiter(path: &Path) {
     use std::os::unix::fs::MetadataExt;
     let inode = format!(":{} ", std::fs::metadata(path).unwrap().ino());
@@ -85,14 +137,13 @@ fn a_directory_replaced_by_a_file_before_its_own_flock_is_refused() {
     });
     let taken = try_adopt(&dir, &opts());
     testing::clear_lock_hook(tmp.path());
-    match taken {
-        Err(Error::Io { op, path, source }) => {
-            assert_eq!(op, "open directory");
-            assert_eq!(path, dir);
-            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{source}");
-        }
-        other => panic!("a file in the directory's place: {other:?}"),
-    }
+    assert_io_error(
+        taken,
+        "open directory",
+        &dir,
+        libc::ENOTDIR,
+        "a file in the directory's place",
+    );
     assert_eq!(std::fs::read(&dir).unwrap(), b"not a directory");
     assert!(!read_owner(&moved).unwrap().held, "nothing left held");
 }
@@ -442,13 +493,13 @@ fn a_directory_turned_into_a_symlink_loop_is_an_error_not_a_vanished_directory()
     });
     let taken = try_adopt(&dir, &opts());
     testing::clear_lock_hook(tmp.path());
-    match taken {
-        Err(Error::Io { op, path, source }) => {
-            assert_eq!((op, path.as_path()), ("open", lock_path.as_path()));
-            assert_eq!(source.raw_os_error(), Some(libc::ELOOP), "{source}");
-        }
-        other => panic!("a directory turned into a symlink loop: {other:?}"),
-    }
+    assert_io_error(
+        taken,
+        "open",
+        &lock_path,
+        libc::ELOOP,
+        "a directory turned into a symlink loop",
+    );
 }
 
 /// Plants a directory at each of the first `count` staging names a
@@ -528,18 +579,12 @@ fn a_staging_copy_replaced_by_a_file_before_its_own_open_is_refused_and_nothing_
     });
     let taken = acquire(&dir, &opts());
     testing::clear_lock_hook(tmp.path());
-    match taken {
-        Err(Error::Io { op, path, source }) => {
-            assert_eq!(op, "open directory");
-            assert!(
-                path.to_string_lossy().ends_with(".creating"),
-                "{}",
-                path.display()
-            );
-            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{source}");
-        }
-        other => panic!("a file in the staging copy's place: {other:?}"),
-    }
+    assert_staging_io_error(
+        taken,
+        "open directory",
+        libc::ENOTDIR,
+        "a file in the staging copy's place",
+    );
     assert!(!dir.exists(), "nothing renamed into place");
     assert!(!read_owner(&moved).unwrap().held, "nothing left held");
 }
@@ -552,13 +597,13 @@ fn create_parents_names_an_ancestor_it_cannot_stat_rather_than_making_it() {
     let file = tmp.path().join("file");
     std::fs::write(&file, b"").unwrap();
     let inner = file.join("sub");
-    match create_parents(&inner, &Access::default()) {
-        Err(Error::Io { op, path, source }) => {
-            assert_eq!((op, path.as_path()), ("stat", inner.as_path()));
-            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{source}");
-        }
-        other => panic!("a file as an ancestor: {other:?}"),
-    }
+    assert_io_error(
+        create_parents(&inner, &Access::default()),
+        "stat",
+        &inner,
+        libc::ENOTDIR,
+        "a file as an ancestor",
+    );
 }
 
 #[test]
@@ -588,13 +633,13 @@ fn a_lock_file_that_cannot_be_opened_for_writing_is_an_error_with_its_errno() {
     );
     let taken = try_adopt(&dir, &opts());
     drop(running);
-    match taken {
-        Err(Error::Io { op, path, source }) => {
-            assert_eq!((op, path.as_path()), ("open", lock_path.as_path()));
-            assert_eq!(source.raw_os_error(), Some(libc::ETXTBSY), "{source}");
-        }
-        other => panic!("a lock file being run: {other:?}"),
-    }
+    assert_io_error(
+        taken,
+        "open",
+        &lock_path,
+        libc::ETXTBSY,
+        "a lock file being run",
+    );
 }
 
 #[test]
@@ -620,4 +665,236 @@ fn a_release_closes_the_directory_before_the_lock_file() {
         "(held, lock file replaced) between the closes"
     );
     assert!(!read_owner(&dir).unwrap().held);
+}
+
+#[test]
+fn a_directory_that_turns_into_a_symlink_loop_after_its_lock_files_flock_is_an_error() {
+    // Between the lock file's open and its flock, the directory is renamed
+    // away and a symlink to itself put in its place: the re-check after
+    // the flock cannot stat the path (ELOOP). That is an error naming the
+    // lock file, not "replaced, open it again" (which would then fail on
+    // the open instead, or loop on a path that is no lock file).
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
+    let moved = tmp.path().join("spool.moved");
+    let (d, m) = (dir.clone(), moved.clone());
+    hook_once(tmp.path(), HookPoint::LockFileOpened, move |_| {
+        std::fs::rename(&d, &m).unwrap();
+        std::os::unix::fs::symlink(&d, &d).unwrap();
+    });
+    let taken = try_adopt(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    assert_io_error(
+        taken,
+        "stat",
+        &lock_path,
+        libc::ELOOP,
+        "a directory turned into a symlink loop after the flock",
+    );
+    assert!(!read_owner(&moved).unwrap().held, "nothing left held");
+}
+
+#[test]
+fn a_take_of_a_symlink_loop_is_an_error_naming_it_and_creates_nothing() {
+    // `spool` is a symlink to itself: stat fails with ELOOP. That is no
+    // missing directory to create, but an error naming the path.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::os::unix::fs::symlink(&dir, &dir).unwrap();
+    assert_io_error(
+        acquire(&dir, &opts()),
+        "stat",
+        &dir,
+        libc::ELOOP,
+        "a take of a symlink loop",
+    );
+    let left = names_in(tmp.path());
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("spool")],
+        "nothing made"
+    );
+}
+
+#[test]
+fn a_take_of_a_regular_file_is_refused_as_no_directory_and_leaves_it_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("spool");
+    std::fs::write(&file, b"not a directory").unwrap();
+    assert_io_error(
+        acquire(&file, &opts()),
+        "lock",
+        &file,
+        libc::ENOTDIR,
+        "a take of a regular file",
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
+}
+
+#[test]
+fn a_lock_file_planted_in_a_new_staging_copy_is_refused_and_its_target_left_alone() {
+    // Between the staging copy's mkdir and the creation of its lock file,
+    // someone plants a symlink named like the lock file, pointing at a
+    // file outside: the lock file is created exclusively and without
+    // following links, so the take fails and the outside file is never
+    // opened, let alone written.
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tmp.path().join("outside");
+    std::fs::write(&outside, b"someone else's file").unwrap();
+    let dir = tmp.path().join("spool");
+    let target = outside.clone();
+    testing::set_lock_hook(
+        tmp.path(),
+        Arc::new(move |point, path: &Path| {
+            if point == HookPoint::DirectoryMade && path.to_string_lossy().ends_with(".creating") {
+                std::os::unix::fs::symlink(&target, path.join(LOCK_FILE_NAME)).unwrap();
+            }
+        }),
+    );
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    match taken {
+        Err(Error::Io { op, path, source }) => {
+            assert_eq!(op, "create");
+            assert!(path.ends_with(LOCK_FILE_NAME), "{}", path.display());
+            assert_eq!(source.raw_os_error(), Some(libc::EEXIST), "{source}");
+        }
+        other => panic!("a planted lock file in the staging copy: {other:?}"),
+    }
+    assert_eq!(std::fs::read(&outside).unwrap(), b"someone else's file");
+    assert!(!dir.exists(), "nothing renamed into place");
+    let left = names_in(tmp.path());
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("outside")],
+        "no staging copy left"
+    );
+}
+
+#[test]
+fn a_spool_name_too_long_for_its_staging_copy_is_an_error_naming_the_copy() {
+    // A 250-byte name is a valid directory name, but its staging copy
+    // `.<name>.<8 hex>.creating` is longer than NAME_MAX: the mkdir fails
+    // with ENAMETOOLONG, which is said at once, not retried as a name
+    // someone else took.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s".repeat(250));
+    let tries = Arc::new(AtomicUsize::new(0));
+    let t = Arc::clone(&tries);
+    testing::set_lock_hook(
+        tmp.path(),
+        Arc::new(move |point, _path: &Path| {
+            if point == HookPoint::CreatingDirectory {
+                t.fetch_add(1, Ordering::SeqCst);
+            }
+        }),
+    );
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    assert_staging_io_error(
+        taken,
+        "create staging directory",
+        libc::ENAMETOOLONG,
+        "a name too long for its staging copy",
+    );
+    assert_eq!(tries.load(Ordering::SeqCst), 1, "tried once");
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "nothing made"
+    );
+}
+
+#[test]
+fn clear_blocked_that_cannot_stat_the_lock_file_says_so_rather_than_no_mark() {
+    // A directory whose own path fits PATH_MAX but whose lock file's does
+    // not: stat of the lock file fails (ENAMETOOLONG), as it would for a
+    // directory of another user. That is an error naming the lock file,
+    // not "not blocked, no lock file".
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dir = tmp.path().to_path_buf();
+    // components of at most 200 bytes, until what is left for the last
+    // one fits NAME_MAX
+    while 4090 - dir.as_os_str().len() > 250 {
+        let seg = (4090 - dir.as_os_str().len() - 201).min(200);
+        dir = dir.join("d".repeat(seg));
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    // the last component is made relative to its parent: its full path
+    // is too long for create_dir_all's own walk
+    let room = 4090 - dir.as_os_str().len();
+    let name = "e".repeat(room);
+    let made = std::process::Command::new("mkdir")
+        .arg(&name)
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    dir = dir.join(name);
+    assert_eq!(dir.as_os_str().len(), 4091);
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    assert_io_error(
+        spool_lock::clear_blocked(&dir, &opts()),
+        "stat",
+        &lock_path,
+        libc::ENAMETOOLONG,
+        "clear_blocked beside an unreadable lock file",
+    );
+}
+
+#[test]
+fn a_shared_reader_of_the_directory_refuses_a_take_naming_it_and_leaves_nothing() {
+    // Another process holds a shared flock on the directory itself (not
+    // on its lock file): the take is refused as held shared, naming the
+    // directory and the reader, and the lock file it made is removed.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let reader = FlockChild::shared(&dir);
+    match acquire(&dir, &opts()) {
+        Err(Error::HeldShared {
+            dir: d,
+            lock_path,
+            pids,
+        }) => {
+            assert_eq!(
+                (d.as_path(), lock_path.as_path()),
+                (dir.as_path(), dir.as_path())
+            );
+            assert_eq!(pids, vec![reader.0.id()]);
+        }
+        other => panic!("a take beside a shared reader of the directory: {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "no lock file left"
+    );
+}
+
+#[test]
+fn read_owner_of_a_fifo_lock_file_never_blocks() {
+    // A FIFO named like the lock file, with no writer: a plain open for
+    // reading would wait for one forever. The probe opens without
+    // blocking and reports no record.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    std::fs::create_dir(&dir).unwrap();
+    let fifo = dir.join(LOCK_FILE_NAME);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dir.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(read_owner(&d).map(|s| (s.held, s.record.is_none())));
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(5));
+    if answer.is_err() {
+        // Let the stuck open go, then fail.
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+        panic!("read_owner blocked on a FIFO lock file for 5 s");
+    }
+    match answer.unwrap() {
+        Ok((held, no_record)) => assert!(!held && no_record),
+        Err(e) => panic!("read_owner of a FIFO lock file: {e}"),
+    }
 }

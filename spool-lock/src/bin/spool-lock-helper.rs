@@ -16,6 +16,10 @@
 //!   print `held ...`, wait.
 //! * `fork-in-release DIR` — acquire, release with a hook inside the
 //!   release that has another thread fork a worker, print `released`, wait.
+//! * `mark-in-fork DIR` — acquire, fork a plain child that opens
+//!   `DIR.scratch` and tries to mark the claim blocked (`child ok`,
+//!   `child not-held` or `child error <message>`); the parent prints
+//!   `forked <pid>` and `held ...`, and waits.
 //! * `watch PARENT N` — list PARENT over and over, probing every entry not
 //!   yet seen held; print `unheld <name>` and exit 1 on one seen unheld,
 //!   `ok` once N have been seen held.
@@ -37,6 +41,15 @@ fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+/// Says `held DIR PID`: the line a test waits for once the claim is taken.
+fn say_held(claim: &spool_lock::Claim) {
+    say(&format!(
+        "held {} {}",
+        claim.dir().display(),
+        std::process::id()
+    ));
 }
 
 fn wait_for_eof() {
@@ -88,11 +101,7 @@ fn main() {
                 say(&format!("refused {e}"));
                 std::process::exit(3)
             });
-            say(&format!(
-                "held {} {}",
-                claim.dir().display(),
-                std::process::id()
-            ));
+            say_held(&claim);
             wait_for_eof();
             claim.release().unwrap();
             say("released");
@@ -132,22 +141,14 @@ fn main() {
             let claim = acquire(&dir, &opts).unwrap();
             let pid = testing::fork_paused_child(ChildProbe::Claim(&claim));
             say(&format!("forked {pid}"));
-            say(&format!(
-                "held {} {}",
-                claim.dir().display(),
-                std::process::id()
-            ));
+            say_held(&claim);
             wait_for_eof();
             claim.release().unwrap();
         }
         "fork-in-take" => {
             hook_forking_at(&dir, HookPoint::LockFileOpened);
             let claim = acquire(&dir, &opts).unwrap();
-            say(&format!(
-                "held {} {}",
-                claim.dir().display(),
-                std::process::id()
-            ));
+            say_held(&claim);
             wait_for_eof();
             claim.release().unwrap();
         }
@@ -157,6 +158,30 @@ fn main() {
             claim.release().unwrap();
             say("released");
             wait_for_eof();
+        }
+        "mark-in-fork" => {
+            let claim = acquire(&dir, &opts).unwrap();
+            match testing::fork_single_threaded().unwrap() {
+                testing::Forked::Child => {
+                    // The child's copies of the claim's descriptors are
+                    // closed; a file opened now takes the lowest free
+                    // number, one of theirs.
+                    let _scratch = std::fs::File::create(dir.with_extension("scratch")).unwrap();
+                    let answer = match claim.mark_blocked("marked in a fork child") {
+                        Ok(()) => "ok".to_owned(),
+                        Err(spool_lock::Error::NotHeld { .. }) => "not-held".to_owned(),
+                        Err(e) => format!("error {e}"),
+                    };
+                    say(&format!("child {answer}"));
+                    std::process::exit(0);
+                }
+                testing::Forked::Parent(pid) => {
+                    say(&format!("forked {pid}"));
+                    say_held(&claim);
+                    wait_for_eof();
+                    claim.release().unwrap();
+                }
+            }
         }
         "watch" => {
             let want: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(1);
@@ -190,7 +215,7 @@ fn main() {
             say(&format!("ok {}", seen.len()));
         }
         _ => {
-            eprintln!("usage: spool-lock-helper hold|try|race|hold-fork|fork-in-take|fork-in-release|watch DIR [..]");
+            eprintln!("usage: spool-lock-helper hold|try|race|hold-fork|fork-in-take|fork-in-release|mark-in-fork|watch DIR [..]");
             std::process::exit(2);
         }
     }
