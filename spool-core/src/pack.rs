@@ -874,6 +874,118 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_in_the_hash_field_names_the_bytes_it_lacks() {
+        let (id, p) = pack(&[b"hello", b"world!"]);
+        for cut in p.len() - 32..p.len() {
+            match problem(validate_bytes(&p[..cut], Some(id)).unwrap_err()) {
+                Corruption::Truncated { offset, missing } => {
+                    assert_eq!((offset, missing), (cut as u64, (p.len() - cut) as u64));
+                }
+                other => panic!("a cut at {cut}: {other:?}"),
+            }
+        }
+    }
+
+    /// A reader over `data` that hands out at most `max_read` bytes a
+    /// call, is interrupted (EINTR) before every read when `interrupt`,
+    /// and fails once with EIO on reaching `fail_at`.
+    struct Rough<'a> {
+        data: &'a [u8],
+        pos: usize,
+        max_read: usize,
+        interrupt: bool,
+        interrupted: bool,
+        fail_at: Option<usize>,
+    }
+
+    impl<'a> Rough<'a> {
+        fn new(data: &'a [u8], max_read: usize) -> Self {
+            Rough {
+                data,
+                pos: 0,
+                max_read,
+                interrupt: false,
+                interrupted: false,
+                fail_at: None,
+            }
+        }
+    }
+
+    impl Read for Rough<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.interrupt && !self.interrupted {
+                self.interrupted = true;
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            self.interrupted = false;
+            if self.fail_at == Some(self.pos) {
+                self.fail_at = None;
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            let end = self.fail_at.unwrap_or(usize::MAX);
+            let end = end.min(self.data.len()).min(self.pos + self.max_read);
+            let n = (end - self.pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn short_and_interrupted_reads_read_and_validate_as_one_buffer_does() {
+        let records: [&[u8]; 3] = [b"hello", b"", b"a longer record, of 35 bytes or so"];
+        let (id, p) = pack(&records);
+        let whole = validate_bytes(&p, Some(id)).unwrap();
+        for max_read in [1, 3, 7, 64] {
+            for interrupt in [false, true] {
+                let rough = || Rough {
+                    interrupt,
+                    ..Rough::new(&p, max_read)
+                };
+                let got = validate(rough(), Some(id), &AtomicBool::new(false));
+                assert_eq!(got.unwrap(), whole, "{max_read} a read, EINTR {interrupt}");
+                let read: Vec<Vec<u8>> = PackReader::new(rough())
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                assert_eq!(read, records, "{max_read} a read, EINTR {interrupt}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_read_anywhere_is_a_read_error_never_skipped() {
+        // Anywhere: in the header, a record, the trailer, its hash field,
+        // and at the very end, where the reader looks for trailing bytes.
+        let (id, p) = pack(&[b"hello", b"world!"]);
+        for fail_at in 0..=p.len() {
+            for max_read in [1, 5] {
+                let rough = Rough {
+                    fail_at: Some(fail_at),
+                    ..Rough::new(&p, max_read)
+                };
+                match validate(rough, Some(id), &AtomicBool::new(false)) {
+                    Err(Error::PackRead { path: None, source }) => {
+                        assert_eq!(source.raw_os_error(), Some(libc::EIO), "at {fail_at}");
+                    }
+                    other => panic!("an EIO at {fail_at} ({max_read} a read): {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn now_ms_is_the_wall_clock_in_milliseconds() {
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let now = now_ms();
+        let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        assert!(
+            (before.as_millis() as u64..=after.as_millis() as u64).contains(&now),
+            "{before:?} {now} {after:?}"
+        );
+    }
+
+    #[test]
     fn a_corruption_names_the_offset_it_is_at() {
         let (id, p) = pack(&[b"hello", b"world!"]);
         // A cut inside the second record: the offset is where it ends.
@@ -958,6 +1070,16 @@ mod tests {
         ));
     }
 
+    /// A reader that counts the bytes read through it.
+    struct Counting<'a, R>(R, &'a std::cell::Cell<u64>);
+    impl<R: Read> Read for Counting<'_, R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1.set(self.1.get() + n as u64);
+            Ok(n)
+        }
+    }
+
     /// A reader that counts bytes and raises the flag after `raise_at`.
     struct Raiser<'a> {
         left: u64,
@@ -993,14 +1115,6 @@ mod tests {
             flag: &flag,
         };
         let counter = std::cell::Cell::new(0u64);
-        struct Counting<'a, R>(R, &'a std::cell::Cell<u64>);
-        impl<R: Read> Read for Counting<'_, R> {
-            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-                let n = self.0.read(buf)?;
-                self.1.set(self.1.get() + n as u64);
-                Ok(n)
-            }
-        }
         let r = Counting((&head[..]).chain(zeros), &counter);
         let e = validate(r, Some(id), &flag).unwrap_err();
         assert!(matches!(e, Error::Cancelled), "{e:?}");
@@ -1016,6 +1130,35 @@ mod tests {
             validate(&head[..], None, &flag).unwrap_err(),
             Error::Cancelled
         ));
+    }
+
+    #[test]
+    fn a_cancel_is_noticed_within_8_mib_wherever_it_is_raised() {
+        // The flag is read before every 1 MiB read once 7 MiB have passed
+        // since it was last read: a cancel raised just after a check is
+        // noticed at most 8 MiB of reading later, wherever it falls.
+        let id = PackId::generate();
+        let mut head = PackWriter::new(id, 0).finish()[..HEADER_LEN].to_vec();
+        head.extend_from_slice(&MAX_RECORD_LEN.to_le_bytes());
+        for step in 0..18u64 {
+            let raise_at = (1 << 20) + step * (512 << 10) + 1000;
+            let flag = AtomicBool::new(false);
+            let zeros = Raiser {
+                left: 32 << 20,
+                pos: head.len() as u64,
+                raise_at,
+                flag: &flag,
+            };
+            let counter = std::cell::Cell::new(0u64);
+            let r = Counting((&head[..]).chain(zeros), &counter);
+            let e = validate(r, Some(id), &flag).unwrap_err();
+            assert!(matches!(e, Error::Cancelled), "{e:?}");
+            let read = counter.get();
+            assert!(
+                read <= raise_at + CANCEL_CHECK_BYTES,
+                "read {read} bytes past a cancel raised at {raise_at}"
+            );
+        }
     }
 
     proptest! {

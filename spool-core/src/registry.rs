@@ -520,6 +520,17 @@ mod tests {
         ));
         registry.publish(&id, Some(3), publication(2));
         assert_eq!(readers_point.read(), Some(publication(2)));
+        assert!(readers_point.is_backed());
+    }
+
+    #[test]
+    fn a_registrys_debug_counts_its_slots_and_readers_and_a_reader_names_its_registry() {
+        let registry = Arc::new(Registry::new());
+        registry.get_or_create(&dir("r0-00000001"), Some(0));
+        registry.get_or_create(&dir("r0-00000002"), None);
+        let reader = registry.register_waker(Waker::current_thread());
+        assert!(Arc::ptr_eq(reader.registry(), &registry));
+        assert_eq!(format!("{registry:?}"), "Registry { slots: 2, readers: 1 }");
     }
 
     #[test]

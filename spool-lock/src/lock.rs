@@ -301,6 +301,7 @@ fn lock_in_place_as(
                 (fd, true)
             }
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                seams::run_hook(HookPoint::OpeningExistingLockFile, &lock_path);
                 match RegFd::open(
                     &lock_path,
                     libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,

@@ -123,6 +123,7 @@ pub fn read_owner(dir: &Path) -> Result<OwnerStatus, Error> {
     };
     // Probe the directory too: a take holds both, and a lock file replaced
     // behind the owner's back leaves only the directory's lock in place.
+    crate::seams::run_hook(crate::seams::HookPoint::ProbingDirectory, dir);
     let dir_held = match probe(dir, true).map_err(|e| Error::io("probe directory", dir, e))? {
         Some((held, fd)) => {
             shared_by(held, &fd, &mut shared);

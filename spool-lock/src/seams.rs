@@ -69,6 +69,13 @@ pub enum HookPoint {
     /// The nesting check found a lock file in a directory and is about to
     /// read whether it is held (path: that directory).
     CheckingNestedSpool,
+    /// A lock in place found its lock file already there (its exclusive
+    /// create failed with `EEXIST`) and is about to open the existing one
+    /// (path: the lock file).
+    OpeningExistingLockFile,
+    /// [`crate::read_owner`] probed the lock file and is about to probe
+    /// the directory (path: the spool directory).
+    ProbingDirectory,
 }
 
 #[cfg(any(test, feature = "testing"))]

@@ -819,3 +819,23 @@ fn a_claim_of_an_existing_directory_is_its_own_producer_and_carries_no_other() {
     );
     claim.release().unwrap();
 }
+
+#[test]
+fn a_drained_directory_with_nested_empty_subdirectories_is_removed_and_a_file_deep_down_keeps_it() {
+    // Worker directories a drain emptied (`w0/`, and a directory inside
+    // one) go with it; one file at any depth keeps the whole tree.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("drained");
+    let claim = acquire(&dir, &opts()).unwrap();
+    std::fs::create_dir_all(dir.join("w0").join("inner")).unwrap();
+    std::fs::create_dir(dir.join("w1")).unwrap();
+    assert!(claim.release_and_remove_if_empty().unwrap());
+    assert!(!dir.exists());
+
+    let dir = tmp.path().join("kept");
+    let claim = acquire(&dir, &opts()).unwrap();
+    std::fs::create_dir_all(dir.join("w0").join("inner")).unwrap();
+    std::fs::write(dir.join("w0").join("inner").join("late.ready"), b"x").unwrap();
+    assert!(!claim.release_and_remove_if_empty().unwrap());
+    assert!(dir.join("w0").join("inner").join("late.ready").is_file());
+}

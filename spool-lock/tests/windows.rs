@@ -898,3 +898,113 @@ fn read_owner_of_a_fifo_lock_file_never_blocks() {
         Err(e) => panic!("read_owner of a FIFO lock file: {e}"),
     }
 }
+
+#[test]
+fn a_taken_directory_moved_away_before_the_nesting_walk_lists_it_is_an_error_and_nothing_stays_held(
+) {
+    // The take published its lock; while the nesting check reads an old
+    // spool above it (a stale lock file, nobody holds it), someone moves
+    // the directory taken away. The walk below it cannot list the path:
+    // an error naming it, not a take of a directory that is no longer
+    // where it was asked for.
+    let tmp = tempfile::tempdir().unwrap();
+    let outer = tmp.path().join("outer");
+    std::fs::create_dir(&outer).unwrap();
+    std::fs::write(outer.join(LOCK_FILE_NAME), b"").unwrap();
+    let dir = outer.join("spool");
+    let moved = outer.join("spool.moved");
+    let (d, m) = (dir.clone(), moved.clone());
+    hook_once(&outer, HookPoint::CheckingNestedSpool, move |_| {
+        std::fs::rename(&d, &m).unwrap();
+    });
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(&outer);
+    assert_io_error(
+        taken,
+        "list",
+        &dir,
+        libc::ENOENT,
+        "a directory moved away before the nesting walk",
+    );
+    assert!(!read_owner(&moved).unwrap().held, "nothing left held");
+}
+
+#[test]
+fn a_nested_spool_that_cannot_be_probed_is_an_error_naming_its_lock_file_not_read_as_unheld() {
+    // The walk under the directory taken found `sub/.lock`; before it
+    // reads whether it is held, `sub` is replaced by a regular file. Only
+    // a vanished spool reads as unheld: this probe's ENOTDIR is an error.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(sub.join(LOCK_FILE_NAME), b"").unwrap();
+    hook_once(&sub, HookPoint::CheckingNestedSpool, move |path: &Path| {
+        std::fs::remove_dir_all(path).unwrap();
+        std::fs::write(path, b"not a directory").unwrap();
+    });
+    let taken = acquire(&dir, &opts());
+    testing::clear_lock_hook(&sub);
+    assert_io_error(
+        taken,
+        "probe lock file",
+        &sub.join(LOCK_FILE_NAME),
+        libc::ENOTDIR,
+        "a nested spool replaced by a file",
+    );
+    assert!(!read_owner(&dir).unwrap().held, "nothing left held");
+}
+
+#[test]
+fn a_lock_file_removed_between_its_create_and_its_open_is_made_afresh() {
+    // The exclusive create finds a stale lock file (EEXIST); before the
+    // take opens it, a cleaner removes it. The open's ENOENT is no
+    // error: the take goes round again and creates the lock file.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
+    let removed = Arc::new(AtomicUsize::new(0));
+    let r = removed.clone();
+    hook_once(
+        tmp.path(),
+        HookPoint::OpeningExistingLockFile,
+        move |lock: &Path| {
+            std::fs::remove_file(lock).unwrap();
+            r.fetch_add(1, Ordering::SeqCst);
+        },
+    );
+    let claim = acquire(&dir, &opts()).expect("a lock file removed meanwhile is made again");
+    testing::clear_lock_hook(tmp.path());
+    assert_eq!(removed.load(Ordering::SeqCst), 1, "the hook never ran");
+    assert!(lock_path.is_file());
+    assert!(read_owner(&dir).unwrap().held);
+    claim.release().unwrap();
+}
+
+#[test]
+fn a_directory_replaced_by_a_file_between_read_owners_two_probes_is_an_error_naming_it() {
+    // read_owner probed the lock file; before it probes the directory,
+    // the directory is moved away and a regular file put in its place.
+    // The directory probe opens only a directory: ENOTDIR, named.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _lock_path) = spool_with_empty_lock_file(tmp.path());
+    let moved = tmp.path().join("moved");
+    let m = moved.clone();
+    hook_once(
+        tmp.path(),
+        HookPoint::ProbingDirectory,
+        move |path: &Path| {
+            std::fs::rename(path, &m).unwrap();
+            std::fs::write(path, b"not a directory").unwrap();
+        },
+    );
+    let read = read_owner(&dir);
+    testing::clear_lock_hook(tmp.path());
+    assert_io_error(
+        read,
+        "probe directory",
+        &dir,
+        libc::ENOTDIR,
+        "a file in the directory's place at its probe",
+    );
+    assert_eq!(std::fs::read(&dir).unwrap(), b"not a directory");
+}
