@@ -1100,16 +1100,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn validation_notices_a_cancel_within_8_mib() {
-        // A header, then a record claiming 4 GiB of zeros.
+    /// A header, then a record claiming 4 GiB of zeros, validated with a
+    /// cancel raised when `raise_at` bytes have been read: the bytes read
+    /// by the time the validation returned `Cancelled`.
+    fn bytes_read_until_cancelled(raise_at: u64) -> u64 {
         let id = PackId::generate();
         let mut head = PackWriter::new(id, 0).finish()[..HEADER_LEN].to_vec();
         head.extend_from_slice(&MAX_RECORD_LEN.to_le_bytes());
         let flag = AtomicBool::new(false);
-        let raise_at = 20 << 20;
         let zeros = Raiser {
-            left: 64 << 20,
+            left: raise_at + (16 << 20),
             pos: head.len() as u64,
             raise_at,
             flag: &flag,
@@ -1118,13 +1118,21 @@ mod tests {
         let r = Counting((&head[..]).chain(zeros), &counter);
         let e = validate(r, Some(id), &flag).unwrap_err();
         assert!(matches!(e, Error::Cancelled), "{e:?}");
-        let read = counter.get();
+        counter.get()
+    }
+
+    #[test]
+    fn validation_notices_a_cancel_within_8_mib() {
+        let raise_at = 20 << 20;
+        let read = bytes_read_until_cancelled(raise_at);
         assert!(read >= raise_at, "{read}");
         assert!(
-            read <= raise_at + CANCEL_CHECK_BYTES + READ_CHUNK as u64,
+            read <= raise_at + CANCEL_CHECK_BYTES,
             "read {read} bytes past a cancel raised at {raise_at}"
         );
         // Raised before the start: nothing read past the first buffer.
+        let mut head = PackWriter::new(PackId::generate(), 0).finish()[..HEADER_LEN].to_vec();
+        head.extend_from_slice(&MAX_RECORD_LEN.to_le_bytes());
         let flag = AtomicBool::new(true);
         assert!(matches!(
             validate(&head[..], None, &flag).unwrap_err(),
@@ -1137,23 +1145,9 @@ mod tests {
         // The flag is read before every 1 MiB read once 7 MiB have passed
         // since it was last read: a cancel raised just after a check is
         // noticed at most 8 MiB of reading later, wherever it falls.
-        let id = PackId::generate();
-        let mut head = PackWriter::new(id, 0).finish()[..HEADER_LEN].to_vec();
-        head.extend_from_slice(&MAX_RECORD_LEN.to_le_bytes());
         for step in 0..18u64 {
             let raise_at = (1 << 20) + step * (512 << 10) + 1000;
-            let flag = AtomicBool::new(false);
-            let zeros = Raiser {
-                left: 32 << 20,
-                pos: head.len() as u64,
-                raise_at,
-                flag: &flag,
-            };
-            let counter = std::cell::Cell::new(0u64);
-            let r = Counting((&head[..]).chain(zeros), &counter);
-            let e = validate(r, Some(id), &flag).unwrap_err();
-            assert!(matches!(e, Error::Cancelled), "{e:?}");
-            let read = counter.get();
+            let read = bytes_read_until_cancelled(raise_at);
             assert!(
                 read <= raise_at + CANCEL_CHECK_BYTES,
                 "read {read} bytes past a cancel raised at {raise_at}"
