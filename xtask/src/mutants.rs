@@ -440,13 +440,22 @@ fn name_parts(name: &str) -> Option<(NameKey<'_>, (u32, u32))> {
     Some(((file, what), (line.parse().ok()?, col.parse().ok()?)))
 }
 
+/// How far (in lines) a renamed mutant may have moved to be paired with
+/// its new name when the counts of a file's and description's mutants
+/// differ.
+const MAX_SHIFT: u32 = 12;
+
 /// Renames the mutants of the committed lists under `keep` whose lines
 /// moved (code added or removed above them) to their names in `listed`
 /// (this tree's listing), so an outcome stays with its mutant: a name no
-/// longer listed is matched, in order, with the listed names of the same
-/// file and description that no list holds yet, when both are as many.
-/// Rewrites the outcome lists, the samples and `equivalent.txt`; returns
-/// how many names changed.
+/// longer listed is matched with the listed names of the same file and
+/// description that no list holds yet — in order when both are as many,
+/// else by the smallest shift of at most [`MAX_SHIFT`] lines in the same
+/// column. A stale name whose counterpart (same file, description and
+/// column, within [`MAX_SHIFT`] lines) already has an outcome under its
+/// new name is a duplicate: dropped from the outcome lists and
+/// `equivalent.txt`, renamed in the samples. Rewrites the outcome lists,
+/// the samples and `equivalent.txt`; returns how many names changed.
 fn renumber(keep: &Path, listed: &[String]) -> Result<usize> {
     use std::collections::BTreeSet;
     let mut files: Vec<std::path::PathBuf> = OUTCOMES.iter().map(|n| keep.join(n)).collect();
@@ -485,43 +494,105 @@ fn renumber(keep: &Path, listed: &[String]) -> Result<usize> {
             }
         }
     }
+    // Names that have an outcome already, by place: where a stale name's
+    // counterpart was tested afresh, the stale one is a duplicate.
+    let mut tested: Group = BTreeMap::new();
+    for name in listed {
+        if known.contains(name) {
+            if let Some((key, at)) = name_parts(name) {
+                tested.entry(key).or_default().push((at, name));
+            }
+        }
+    }
     let mut map: BTreeMap<String, String> = BTreeMap::new();
+    // Stale names whose mutant has an outcome under its new name: dropped
+    // from the outcome lists, renamed in the samples.
+    let mut duplicate: BTreeMap<String, String> = BTreeMap::new();
     for (key, mut old) in stale {
-        let Some(mut new) = fresh.remove(&key) else {
-            continue;
-        };
-        if old.len() != new.len() {
+        let mut new = fresh.remove(&key).unwrap_or_default();
+        old.sort_unstable();
+        new.sort_unstable();
+        let twins = tested.get(&key).cloned().unwrap_or_default();
+        // Pair by the smallest shift, same column, at most MAX_SHIFT lines,
+        // nearest first, against the untested names and the tested ones
+        // (a stale name nearest a tested one is its duplicate).
+        let targets: Vec<((u32, u32), &str, bool)> = new
+            .iter()
+            .map(|&(at, n)| (at, n, false))
+            .chain(twins.iter().map(|&(at, n)| (at, n, true)))
+            .collect();
+        let mut pairs: Vec<(u32, usize, usize)> = Vec::new();
+        for (i, ((ol, oc), _)) in old.iter().enumerate() {
+            for (j, ((nl, nc), _, _)) in targets.iter().enumerate() {
+                if oc == nc && ol.abs_diff(*nl) <= MAX_SHIFT {
+                    pairs.push((ol.abs_diff(*nl), i, j));
+                }
+            }
+        }
+        pairs.sort_unstable();
+        let (mut old_done, mut target_done) = (vec![false; old.len()], vec![false; targets.len()]);
+        let (mut moved, mut twinned) = (Vec::new(), Vec::new());
+        for (_, i, j) in pairs {
+            if !old_done[i] && !target_done[j] {
+                old_done[i] = true;
+                target_done[j] = true;
+                let (_, name, is_twin) = targets[j];
+                let pair = (old[i].1.to_owned(), name.to_owned());
+                if is_twin {
+                    twinned.push(pair);
+                } else {
+                    moved.push(pair);
+                }
+            }
+        }
+        let unpaired = old_done.iter().filter(|d| !**d).count();
+        if unpaired > 0 && twinned.is_empty() && old.len() == new.len() {
+            // As many stale as untested names, not all within reach by
+            // column and shift (a line reformatted): pair them in order.
+            moved = old
+                .iter()
+                .zip(&new)
+                .map(|((_, o), (_, n))| ((*o).to_owned(), (*n).to_owned()))
+                .collect();
+        } else if unpaired > 0 {
             eprintln!(
-                "xtask: {}: {} mutants '{}' were renamed and {} are new: not renumbered (re-test them)",
+                "xtask: {}: {unpaired} of {} mutants '{}' no longer listed have no counterpart within {MAX_SHIFT} lines: left as they are (re-test them)",
                 key.0,
                 old.len(),
                 key.1,
-                new.len()
             );
-            continue;
         }
-        old.sort_unstable();
-        new.sort_unstable();
-        for ((_, o), (_, n)) in old.iter().zip(&new) {
-            map.insert((*o).to_owned(), (*n).to_owned());
-        }
+        map.extend(moved);
+        duplicate.extend(twinned);
     }
-    if map.is_empty() {
+    if map.is_empty() && duplicate.is_empty() {
         return Ok(0);
     }
     for f in &files {
         let Ok(text) = std::fs::read_to_string(f) else {
             continue;
         };
+        // Samples and judgements keep a duplicate under its new name.
+        let is_sample = f.file_name().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n.starts_with("sample-") || n == "equivalent.txt"
+        });
         let mut out = String::new();
         for line in text.lines() {
             let name = name_of(line);
-            match map.get(&name) {
-                Some(new) if !line.starts_with('#') => {
+            let renamed = match (map.get(&name), duplicate.get(&name)) {
+                _ if line.starts_with('#') => None,
+                (Some(new), _) => Some(new),
+                (None, Some(twin)) if is_sample => Some(twin),
+                (None, Some(_)) => continue,
+                (None, None) => None,
+            };
+            match renamed {
+                Some(new) => {
                     out.push_str(new);
                     out.push_str(&line.trim_end()[name.len()..]);
                 }
-                _ => out.push_str(line),
+                None => out.push_str(line),
             }
             out.push('\n');
         }
@@ -529,7 +600,7 @@ fn renumber(keep: &Path, listed: &[String]) -> Result<usize> {
     }
     // The outcome lists stay sorted.
     merge(&keep.join("no-run"), keep, false)?;
-    Ok(map.len())
+    Ok(map.len() + duplicate.len())
 }
 
 /// Merges one run's outcome lists (`run`) into the committed ones
@@ -784,6 +855,62 @@ mod tests {
             ["# header", "a.rs:22:9: replace | with & in f # same bits"]
         );
         assert_eq!(renumber(&keep, &listed).unwrap(), 0, "nothing moved since");
+        std::fs::remove_dir_all(&keep).unwrap();
+    }
+
+    #[test]
+    fn unequal_groups_pair_by_the_nearest_shift_and_tested_twins_drop_stale_names() {
+        let keep =
+            std::env::temp_dir().join(format!("xtask-renumber-shift-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&keep);
+        std::fs::create_dir_all(&keep).unwrap();
+        // Every `|` → `^` of f moved one line down (a line added at 15):
+        // 20, 40 and 50 are stale; 40's new name 41 was tested afresh
+        // already (a duplicate); 30 is new code; nothing is within reach
+        // of 90, whose code is gone.
+        std::fs::write(
+            keep.join("caught.txt"),
+            "a.rs:20:9: replace | with ^ in f\na.rs:40:9: replace | with ^ in f\na.rs:41:9: replace | with ^ in f\na.rs:90:9: replace | with ^ in f\n",
+        )
+        .unwrap();
+        std::fs::write(
+            keep.join("missed.txt"),
+            "a.rs:50:9: replace | with ^ in f\n",
+        )
+        .unwrap();
+        std::fs::write(
+            keep.join("sample-2.txt"),
+            "# seed 2: 2 of 9 mutants\na.rs:40:9: replace | with ^ in f\na.rs:50:9: replace | with ^ in f\n",
+        )
+        .unwrap();
+        let listed: Vec<String> = [
+            "a.rs:21:9: replace | with ^ in f",
+            "a.rs:30:9: replace | with ^ in f",
+            "a.rs:41:9: replace | with ^ in f",
+            "a.rs:51:9: replace | with ^ in f",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(renumber(&keep, &listed).unwrap(), 3);
+        assert_eq!(
+            lines_of(&keep.join("caught.txt")),
+            [
+                "a.rs:21:9: replace | with ^ in f",
+                "a.rs:41:9: replace | with ^ in f",
+                "a.rs:90:9: replace | with ^ in f"
+            ]
+        );
+        assert_eq!(
+            lines_of(&keep.join("missed.txt")),
+            ["a.rs:51:9: replace | with ^ in f"]
+        );
+        assert_eq!(
+            lines_of(&keep.join("sample-2.txt"))[1..],
+            [
+                "a.rs:41:9: replace | with ^ in f",
+                "a.rs:51:9: replace | with ^ in f"
+            ]
+        );
         std::fs::remove_dir_all(&keep).unwrap();
     }
 

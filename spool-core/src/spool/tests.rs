@@ -22,6 +22,28 @@ fn pack_of_len(total: usize) -> (PackId, Vec<u8>) {
     (id, p)
 }
 
+/// Waits (≤ 10 s) until `dir` holds `count` temp files (`.open`): stages
+/// paused before their publish.
+fn wait_for_temp_files(dir: &Path, count: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let open = std::fs::read_dir(dir).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".open"))
+                .count()
+        });
+        if open >= count {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{count} stages pause in {}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 fn take() -> SpoolConfig {
     SpoolConfig::default()
 }
@@ -87,11 +109,7 @@ fn a_reconcile_during_stages_in_flight_counts_each_file_once() {
             std::thread::spawn(move || spool.stage(None, id, &bytes).unwrap())
         })
         .collect();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while names(&dir).iter().filter(|n| n.ends_with(".open")).count() < 2 {
-        assert!(std::time::Instant::now() < deadline, "two stages pause");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_for_temp_files(&dir, 2);
     assert_eq!(
         spool.reconcile().unwrap().committed,
         q,
@@ -910,6 +928,7 @@ fn worker_directories_are_w_and_a_canonical_decimal_only() {
         ("w00", None),
         ("w", None),
         ("w1a", None),
+        ("w+1", None),
         ("x1", None),
     ] {
         assert_eq!(parse_ordinal_dir(name), want, "{name}");
@@ -1037,4 +1056,265 @@ fn a_scan_fails_on_an_entry_it_cannot_stat() {
     std::fs::rename(&short, &deep).unwrap();
     let e = scan_dir(&deep, &AtomicBool::new(false)).unwrap_err();
     assert!(matches!(e, Error::Io { op: "stat", .. }), "{e}");
+}
+
+/// Asserts `e` is an [`Error::Io`] of `op` on `path` with `errno`.
+fn assert_io(e: &Error, op: &str, path: &Path, errno: i32) {
+    match e {
+        Error::Io {
+            op: got,
+            path: p,
+            source,
+        } => {
+            assert_eq!((*got, p.as_path()), (op, path), "{e}");
+            assert_eq!(source.raw_os_error(), Some(errno), "{e}");
+        }
+        other => panic!("expected {op} {}: {other:?}", path.display()),
+    }
+}
+
+#[test]
+fn an_own_stage_into_a_spool_replaced_by_a_file_is_an_io_error_not_a_vanished_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"a file now").unwrap();
+    let id = PackId::generate();
+    let e = spool.stage(None, id, &pack_bytes(id, 10)).unwrap_err();
+    match &e {
+        Error::Io { op, path, source } => {
+            assert_eq!(*op, "create", "{e}");
+            assert!(path.starts_with(&dir), "{e}");
+            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+        }
+        other => panic!("a stage into a file: {other:?}"),
+    }
+    assert_eq!(std::fs::read(&dir).unwrap(), b"a file now");
+}
+
+/// Stages one pack into `w1/` in a thread, pauses it before the publish,
+/// runs `meanwhile` on the worker directory, and returns the stage's
+/// result.
+fn stage_with_the_worker_dir_changed_before_publish(
+    meanwhile: impl FnOnce(&Path),
+) -> (tempfile::TempDir, PathBuf, Result<StagedPack, Error>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = std::sync::Arc::new(Spool::open(&dir, &take()).unwrap());
+    let sub = dir.join("w1");
+    let release = tmp.path().join("release");
+    set_pause_before_publish(Some(&release)).unwrap();
+    let id = PackId::generate();
+    let s = spool.clone();
+    let stage = std::thread::spawn(move || s.stage(Some(1), id, &pack_bytes(id, 10)));
+    wait_for_temp_files(&sub, 1);
+    meanwhile(&sub);
+    std::fs::write(&release, b"").unwrap();
+    let result = stage.join().unwrap();
+    set_pause_before_publish(None).unwrap();
+    (tmp, sub, result)
+}
+
+#[test]
+fn a_worker_directory_moved_away_before_the_publish_is_a_vanished_directory() {
+    let moved = std::sync::Arc::new(std::sync::Mutex::new(PathBuf::new()));
+    let m = moved.clone();
+    let (_tmp, sub, result) = stage_with_the_worker_dir_changed_before_publish(move |sub| {
+        let to = sub.with_file_name("w1.moved");
+        std::fs::rename(sub, &to).unwrap();
+        *m.lock().unwrap() = to;
+    });
+    match result {
+        Err(Error::DirectoryVanished { dir }) => assert_eq!(dir, sub),
+        other => panic!("a worker directory moved away: {other:?}"),
+    }
+    let moved = moved.lock().unwrap().clone();
+    assert!(
+        !names(&moved).iter().any(|n| n.ends_with(".ready")),
+        "nothing published where it went"
+    );
+}
+
+#[test]
+fn a_worker_directory_replaced_by_a_file_before_the_publish_is_a_link_error_naming_the_pack() {
+    let (_tmp, sub, result) = stage_with_the_worker_dir_changed_before_publish(|sub| {
+        std::fs::rename(sub, sub.with_file_name("w1.moved")).unwrap();
+        std::fs::write(sub, b"a file now").unwrap();
+    });
+    let e = result.unwrap_err();
+    match &e {
+        Error::Io { op, path, source } => {
+            assert_eq!(*op, "link", "{e}");
+            assert!(
+                path.starts_with(&sub) && path.extension().unwrap() == "ready",
+                "{e}"
+            );
+            assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+        }
+        other => panic!("a worker directory replaced by a file: {other:?}"),
+    }
+    assert_eq!(std::fs::read(&sub).unwrap(), b"a file now");
+}
+
+#[test]
+fn removing_a_pack_that_cannot_be_stated_or_is_no_longer_a_file_is_an_error_and_touches_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    for ordinal in [Some(2), None] {
+        let id = PackId::generate();
+        spool.stage(ordinal, id, &pack_bytes(id, 10)).unwrap();
+    }
+    let packs = spool.scan(&AtomicBool::new(false)).unwrap();
+    let in_w2 = packs.iter().find(|p| p.ordinal == Some(2)).unwrap();
+    let own = packs.iter().find(|p| p.ordinal.is_none()).unwrap();
+    // `w2` became a file: the stat fails with ENOTDIR, which is no "gone".
+    let w2 = dir.join("w2");
+    std::fs::rename(&w2, dir.join("w2.moved")).unwrap();
+    std::fs::write(&w2, b"a file now").unwrap();
+    assert_io(
+        &spool.remove(in_w2).unwrap_err(),
+        "stat",
+        &in_w2.path,
+        libc::ENOTDIR,
+    );
+    // The own pack became a symlink: refused, the link left alone.
+    std::fs::rename(&own.path, dir.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(dir.join("elsewhere"), &own.path).unwrap();
+    match spool.remove(own).unwrap_err() {
+        Error::NotAPack { path, why, .. } => {
+            assert_eq!(
+                (path.as_path(), why),
+                (own.path.as_path(), "not a regular file")
+            );
+        }
+        other => panic!("a symlink in a pack's place: {other:?}"),
+    }
+    assert!(own
+        .path
+        .symlink_metadata()
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(dir.join("elsewhere").is_file());
+}
+
+#[test]
+fn verify_reports_the_quarantined_files_and_why_and_names_what_an_odd_file_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let good = PackId::generate();
+    spool.stage(None, good, &pack_bytes(good, 10)).unwrap();
+    let set_aside = dir.join(format!("{}.quarantined", PackId::generate()));
+    std::fs::write(&set_aside, b"not a pack").unwrap();
+    // A symlink named as a quarantined pack is no quarantined pack.
+    let link = dir.join(format!("{}.quarantined", PackId::generate()));
+    std::os::unix::fs::symlink(&set_aside, &link).unwrap();
+    let fifo = dir.join(format!("{}.ready", PackId::generate()));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let v = verify_dir(&dir, &AtomicBool::new(false)).unwrap();
+    assert_eq!(v.valid.len(), 1);
+    assert_eq!(v.quarantined.len(), 1, "{:#?}", v.quarantined);
+    assert_eq!(v.quarantined[0].0, set_aside);
+    assert!(
+        !v.quarantined[0].1.is_empty() && !v.quarantined[0].1.contains("validates now"),
+        "{:?}",
+        v.quarantined[0].1
+    );
+    assert_eq!(
+        v.corrupt,
+        vec![(
+            fifo,
+            "not a regular file but a FIFO: never read, set aside by recovery".to_string()
+        )]
+    );
+}
+
+#[test]
+fn a_pack_that_fills_the_budget_exactly_is_staged_and_one_byte_more_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = SpoolConfig {
+        max_bytes: Some(300),
+        ..take()
+    };
+    let spool = Spool::open(tmp.path(), &cfg).unwrap();
+    let (id, p) = pack_of_len(300);
+    spool.stage(None, id, &p).unwrap();
+    assert_eq!(spool.usage().committed, 300);
+    let (id, p) = pack_of_len(1);
+    assert!(matches!(
+        spool.stage(None, id, &p),
+        Err(Error::Full {
+            used: 300,
+            budget: 300,
+            needed: 1,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_reconcile_during_a_restage_of_a_published_pack_keeps_its_bytes_counted() {
+    // The pack is published; a second, identical stage of it pauses before
+    // its publish; a reconcile meanwhile leaves the `.ready` to the stage in
+    // flight, which finds it already there and counts it back.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = std::sync::Arc::new(Spool::open(&dir, &take()).unwrap());
+    let id = PackId::generate();
+    let bytes = pack_bytes(id, 100);
+    let n = bytes.len() as u64;
+    spool.stage(None, id, &bytes).unwrap();
+    let release = tmp.path().join("release");
+    set_pause_before_publish(Some(&release)).unwrap();
+    let (s, b) = (spool.clone(), bytes.clone());
+    let restage = std::thread::spawn(move || s.stage(None, id, &b).unwrap());
+    wait_for_temp_files(&dir, 1);
+    assert_eq!(
+        spool.reconcile().unwrap().committed,
+        0,
+        "left to the stage in flight"
+    );
+    std::fs::write(&release, b"").unwrap();
+    restage.join().unwrap();
+    set_pause_before_publish(None).unwrap();
+    assert_eq!(spool.usage().committed, n);
+    assert_eq!(spool.reconcile().unwrap().committed, n, "as a fresh walk");
+}
+
+#[test]
+fn a_temp_file_name_needs_eight_lowercase_hex_digits() {
+    let id = PackId::generate();
+    assert_eq!(
+        file_kind(&format!(".{id}.0badf00d.open")),
+        Some((FileKind::Open, id))
+    );
+    for rand in ["0badf00z", "abc", "0badf00d0", "0BADF00D"] {
+        assert_eq!(file_kind(&format!(".{id}.{rand}.open")), None, "{rand}");
+    }
+}
+
+#[test]
+fn recovery_never_sweeps_the_temp_file_of_a_stage_in_flight() {
+    // A stage of this very Spool is paused before its publish: its
+    // `.open` is live, not a torn write, and the stage publishes after.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = std::sync::Arc::new(Spool::open(&dir, &take()).unwrap());
+    let id = PackId::generate();
+    let bytes = pack_bytes(id, 100);
+    let release = tmp.path().join("release");
+    set_pause_before_publish(Some(&release)).unwrap();
+    let (s, b) = (spool.clone(), bytes.clone());
+    let stage = std::thread::spawn(move || s.stage(None, id, &b));
+    wait_for_temp_files(&dir, 1);
+    let report = spool.recover().unwrap();
+    assert!(report.swept.is_empty(), "{:?}", report.swept);
+    std::fs::write(&release, b"").unwrap();
+    let staged = stage.join().unwrap();
+    set_pause_before_publish(None).unwrap();
+    let staged = staged.expect("the stage publishes");
+    assert_eq!(std::fs::read(&staged.path).unwrap(), bytes);
 }
