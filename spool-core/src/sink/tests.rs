@@ -127,6 +127,11 @@ fn seals_by_size_without_exceeding_it() {
         sink.write(&[7; 100]).unwrap();
     }
     wait_for("three packs", || target.staged().len() == 3);
+    sink.flush(Duration::from_secs(10)).unwrap();
+    // A record that brings the pack to exactly seal_bytes still fits.
+    let staged = target.staged();
+    assert_eq!(staged.len(), 3, "three records a pack");
+    assert!(staged.iter().all(|s| s.bytes.len() as u64 == seal_bytes));
     // Two records, then one that would not fit beside them: the open
     // pack is sealed before it.
     sink.write(&[1; 100]).unwrap();
@@ -661,6 +666,9 @@ mod serial {
     #[test]
     fn flush_returns_by_its_deadline_while_a_stage_hangs() {
         let (_, target, sink) = sink_with(|_| {});
+        // One pack staged before: the count is of the packs still owed.
+        sink.write(b"staged").unwrap();
+        sink.flush(Duration::from_secs(10)).unwrap();
         target.close_gate();
         sink.write(b"stuck").unwrap();
         let timeout = Duration::from_millis(300);
