@@ -1318,3 +1318,66 @@ fn recovery_never_sweeps_the_temp_file_of_a_stage_in_flight() {
     let staged = staged.expect("the stage publishes");
     assert_eq!(std::fs::read(&staged.path).unwrap(), bytes);
 }
+
+/// Makes `path` immutable (`chattr +i`: even root cannot unlink it) until
+/// dropped; `None` where the filesystem has no such attribute.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(path: &Path) -> Option<Immutable> {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Immutable(path.to_path_buf()))
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_pack_file_that_cannot_be_unlinked_is_an_error_naming_it_never_read_as_gone() {
+    // An unlink refused (EPERM: an immutable file) is an error in each
+    // place that removes pack files: the removal after upload, the purge
+    // of quarantined packs and recovery's sweep of torn writes. Only
+    // ENOENT (someone removed it first) reads as done.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let id = PackId::generate();
+    spool.stage(None, id, &pack_bytes(id, 10)).unwrap();
+    let pack = spool.scan(&AtomicBool::new(false)).unwrap().remove(0);
+    let quarantined = dir.join(format!("{}.quarantined", PackId::generate()));
+    std::fs::write(&quarantined, b"set aside").unwrap();
+    let torn = dir.join(format!(".{}.0badf00d.open", PackId::generate()));
+    std::fs::write(&torn, b"partial").unwrap();
+    let Some(_ready) = Immutable::set(&pack.path) else {
+        eprintln!(
+            "skipped: chattr +i is not supported under {}",
+            dir.display()
+        );
+        return;
+    };
+    let _quarantined = Immutable::set(&quarantined).unwrap();
+    let _torn = Immutable::set(&torn).unwrap();
+    assert_io(
+        &spool.remove(&pack).unwrap_err(),
+        "remove",
+        &pack.path,
+        libc::EPERM,
+    );
+    assert_io(
+        &spool.purge_quarantined().unwrap_err(),
+        "remove",
+        &quarantined,
+        libc::EPERM,
+    );
+    assert_io(&spool.recover().unwrap_err(), "remove", &torn, libc::EPERM);
+    assert!(pack.path.exists() && quarantined.exists() && torn.exists());
+}
