@@ -31,7 +31,8 @@
 //!   after the catalog answered `Ok` to the statement carrying its row.
 //! - **At most `pipeline_depth` packs out of the spool and not in the
 //!   catalog.** No upload starts while `pipeline_depth` packs of this run
-//!   are uploading, uploaded, being indexed or owed. That is what a crash
+//!   are uploading, uploaded or being indexed, nor once one is owed (a pack
+//!   becomes owed only when uploads have halted). That is what a crash
 //!   can cost a successor: it uploads those packs again (the store's
 //!   conditional create finds each already there: one request each, and a
 //!   ranged read of its trailer) and indexes them.
@@ -145,8 +146,6 @@ struct Stages {
     indexing_packs: usize,
     indexing_since: Option<Instant>,
     removals: JoinSet<Vec<(PathBuf, spool_core::Error)>>,
-    /// Packs of this run owed to the catalog.
-    owed: usize,
     /// No new upload starts (store trouble, a cancel, a failed index).
     uploads_halted: bool,
     /// No new index call starts (a failed index, a cancel).
@@ -158,8 +157,11 @@ struct Stages {
 
 impl Stages {
     /// Packs out of the spool (uploading or uploaded) and not yet indexed.
+    /// Owed packs need no count: a pack is owed only after a failed or cut
+    /// index call, a fence that cannot be had or a cancel, and each of those
+    /// halts new uploads for the rest of the run.
     fn unindexed(&self) -> usize {
-        self.uploads.len() + self.uploaded.len() + self.indexing_packs + self.owed
+        self.uploads.len() + self.uploaded.len() + self.indexing_packs
     }
 
     fn idle(&self) -> bool {
@@ -204,7 +206,6 @@ impl UploadPath {
             indexing_packs: 0,
             indexing_since: None,
             removals: JoinSet::new(),
-            owed: 0,
             uploads_halted: false,
             index_halted: false,
             cut_uploads: 0,
@@ -343,16 +344,30 @@ impl UploadPath {
                 self.summaries.insert(job.pack.id, s);
                 st.validated.push_back(job);
             }
-            Err(spool_core::Error::Cancelled) => st.done.push((job, Outcome::NotDone)),
-            Err(e) if e.is_corrupt() => {
+            Err(e) => {
+                let outcome = self.not_valid(&job, e).await;
+                st.done.push((job, outcome));
+            }
+        }
+    }
+
+    /// What a validation that failed with `e` makes of `job`, wherever it
+    /// ran (the pipeline's own, or [`UploadPath::validate_now`] after an
+    /// upload that found the pack stored): a cut validation is not done, a
+    /// corrupt pack is quarantined, any other error (the file cannot be
+    /// read) is reported and the file left in place.
+    async fn not_valid(&mut self, job: &Job, e: spool_core::Error) -> Outcome {
+        match e {
+            spool_core::Error::Cancelled => Outcome::NotDone,
+            e if e.is_corrupt() => {
                 let why = e.to_string();
                 self.quarantine(job.spool.clone(), &job.pack, why.clone())
                     .await;
-                st.done.push((job, Outcome::Quarantined(why)));
+                Outcome::Quarantined(why)
             }
-            Err(e) => {
+            e => {
                 self.note_error(format!("reading {}: {e}", job.pack.path.display()));
-                st.done.push((job, Outcome::ReadFailed(e)));
+                Outcome::ReadFailed(e)
             }
         }
     }
@@ -418,16 +433,9 @@ impl UploadPath {
                 // row's summary is read here (the object is in the store)
                 None => match self.validate_now(&job).await {
                     Ok(s) => s,
-                    Err(e) if e.is_corrupt() => {
-                        let why = e.to_string();
-                        self.quarantine(job.spool.clone(), &job.pack, why.clone())
-                            .await;
-                        st.done.push((job, Outcome::Quarantined(why)));
-                        return;
-                    }
                     Err(e) => {
-                        self.note_error(format!("reading {}: {e}", job.pack.path.display()));
-                        st.done.push((job, Outcome::ReadFailed(e)));
+                        let outcome = self.not_valid(&job, e).await;
+                        st.done.push((job, outcome));
                         return;
                     }
                 },
@@ -440,7 +448,6 @@ impl UploadPath {
             };
             if st.index_halted {
                 self.pending.push(owed);
-                st.owed += 1;
                 st.done.push((job, Outcome::Owed));
             } else {
                 st.uploaded_since.get_or_insert_with(Instant::now);
@@ -550,7 +557,6 @@ impl UploadPath {
         st.uploads_halted = true;
         for (job, owed) in batch {
             self.pending.push(owed);
-            st.owed += 1;
             st.done.push((job, Outcome::Owed));
         }
     }
