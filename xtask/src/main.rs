@@ -40,7 +40,7 @@ fn main() -> Result<()> {
                  commands:\n  \
                  test [--fast-only] [--real-only] [--no-lint]   fmt, clippy, fast tier, real-server tier\n  \
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
-                 bench [--quick] [GROUP...]                    benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
+                 bench [--quick] [GROUP|CASE...]               benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
                  mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed] [--sample N --seed S]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
                  torture [--seed S] [--minutes M] [--runs N] [--store s3] [--catalog clickhouse] [--no-faults] [--disk [--tmpfs-mib N] [--no-ro]] | --lease-netns   seeded crash / fault / disk / two-node torture with an oracle (RELIABILITY.md)"
@@ -278,7 +278,7 @@ const BENCH_CASES: &[(&str, &str, Needs)] = &[
     ("python", "python", Needs::Nothing),
 ];
 
-/// `cargo xtask bench [--quick] [GROUP...]`: builds `spool-bench` with
+/// `cargo xtask bench [--quick] [GROUP|CASE...]`: builds `spool-bench` with
 /// `--release`, installs the peers that are missing (rclone, openssl),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
 /// `service`, `python`; all by default; `python` first builds the extension
@@ -286,7 +286,9 @@ const BENCH_CASES: &[(&str, &str, Needs)] = &[
 /// per group, and writes the figures into BENCHMARKS.md (not with
 /// `--quick`, whose sizes only smoke-test the benchmarks). Scratch data
 /// lives in `target/bench-data/` (same disk as the workspace) and is
-/// removed afterwards.
+/// removed afterwards. Naming a single case (`service-drain-tiny`) runs
+/// just it, fresh servers and all, and prints its table without touching
+/// BENCHMARKS.md.
 fn bench(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let groups: Vec<&str> = args
@@ -295,17 +297,30 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         .filter(|a| !a.starts_with("--"))
         .collect();
     if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
-        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|python]...");
+        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|python|CASE]...");
     }
     for g in &groups {
-        if !BENCH_CASES.iter().any(|(group, _, _)| group == g) {
-            bail!("unknown benchmark group {g:?}; groups: core, upload, catalog, service, python");
+        if !BENCH_CASES
+            .iter()
+            .any(|(group, case, _)| group == g || case == g)
+        {
+            let cases: Vec<&str> = BENCH_CASES.iter().map(|(_, c, _)| *c).collect();
+            bail!(
+                "unknown benchmark group or case {g:?}; groups: core, upload, catalog, service, \
+                 python; cases: {}",
+                cases.join(", ")
+            );
         }
     }
     let cases: Vec<_> = BENCH_CASES
         .iter()
-        .filter(|(g, _, _)| groups.is_empty() || groups.contains(g))
+        .filter(|(g, c, _)| groups.is_empty() || groups.contains(g) || groups.contains(c))
         .collect();
+    // A single case is a measurement by hand: its table is printed, and
+    // BENCHMARKS.md (whose tables hold whole groups) is left as it is.
+    let partial = groups
+        .iter()
+        .any(|g| !BENCH_CASES.iter().any(|(group, _, _)| group == g));
     let mut missing = Vec::new();
     if cases
         .iter()
@@ -395,7 +410,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     outcome?;
     let mut report = Command::new(&bin);
     report.arg("report").arg("--results").arg(&results);
-    if !quick {
+    if !quick && !partial {
         report.arg("--write").arg(root.join("BENCHMARKS.md"));
     }
     run(&mut report)

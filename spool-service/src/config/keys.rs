@@ -330,7 +330,7 @@ pub const INDEX_LINGER: Setting<Duration> = Setting::new(Key {
     env: "SPOOL_INDEX_LINGER",
     flag: None,
     kind: SECS0,
-    default: Some("5ms"),
+    default: Some("50ms"),
     help: "how long an index batch waits for more uploads to land (it also closes at index_batch, and at once when none is in flight)",
 });
 

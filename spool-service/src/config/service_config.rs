@@ -47,7 +47,12 @@ pub struct ServiceConfig {
     pub index_batch: usize,
     /// How long an index batch waits for more uploads to land before it
     /// goes to the catalog (a batch also closes at `index_batch` rows, and
-    /// at once when no upload is in flight). Default 5 ms.
+    /// at once when no upload is in flight, so a lone pack never waits for
+    /// it). Default 50 ms: while packs stream in, a row waits at most that
+    /// long, and the catalog gets a few statements a second instead of
+    /// hundreds (after a 10 000-pack drain with a 5 ms linger, ClickHouse
+    /// 18.16 was too busy to answer a `DROP DATABASE` within 30 s;
+    /// BENCHMARKS.md).
     pub index_linger: Duration,
     /// At most this many packs of one pipeline run are out of their spool
     /// (uploading or uploaded) and not yet in the catalog; an adoption step
@@ -81,7 +86,7 @@ pub struct ServiceConfig {
 impl ServiceConfig {
     /// A configuration with the SPEC defaults: node scope, 30 s lease,
     /// 1 s poll, 30 s recheck, 30 s max backoff, 60 s staging age, 1 s
-    /// adoption slice, index batch 256, 5 ms index linger, pipeline depth 64,
+    /// adoption slice, index batch 256, 50 ms index linger, pipeline depth 64,
     /// adoption on, the global registry,
     /// lock mode `Take`.
     pub fn new(
@@ -106,7 +111,7 @@ impl ServiceConfig {
             adoption_slice: Duration::from_secs(1),
             upload: UploadConfig::default(),
             index_batch: spool_catalog::MAX_ROWS_PER_STATEMENT,
-            index_linger: Duration::from_millis(5),
+            index_linger: Duration::from_millis(50),
             pipeline_depth: 64,
             adopt: true,
             registry: Registry::global(),

@@ -80,10 +80,17 @@ impl Db {
         })
     }
 
+    /// Drops the database. A server still too busy to answer (merging a
+    /// drain's parts) is reported and not an error: the figures are taken
+    /// by then, and `cargo xtask bench` discards the server after the case.
     fn drop_now(&self) -> Result<()> {
-        runtime()?
-            .block_on(self.admin.testing_drop_database())
-            .context("dropping the benchmark database")
+        if let Err(e) = runtime()?.block_on(self.admin.testing_drop_database()) {
+            eprintln!(
+                "spool-bench: warning: could not drop the benchmark database {}: {e}",
+                self.database
+            );
+        }
+        Ok(())
     }
 }
 
@@ -111,6 +118,12 @@ fn service_config(
     c.store_prefix = prefix.into();
     c.lock_mode = LockMode::HeldByCaller;
     c.registry = registry;
+    // The service's own variable, for measuring another linger by hand
+    // (`SPOOL_INDEX_LINGER=5ms cargo xtask bench service-drain-tiny`).
+    if let Ok(raw) = std::env::var("SPOOL_INDEX_LINGER") {
+        c.index_linger = spool_service::config::parse_duration(&raw)
+            .with_context(|| format!("SPOOL_INDEX_LINGER={raw:?} is not a duration"))?;
+    }
     Ok(c)
 }
 
