@@ -378,13 +378,26 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     let outcome = (|| -> Result<()> {
         for (_, case, needs) in &cases {
             let mut servers = Vec::new();
+            let mut pids = Vec::new();
             if matches!(needs, Needs::ClickHouse | Needs::Both) {
                 servers.push(servers::clickhouse::start(root)?);
+                pids.push((
+                    "SPOOL_BENCH_CLICKHOUSE_PID",
+                    servers[servers.len() - 1].child.id(),
+                ));
             }
             if matches!(needs, Needs::Moto | Needs::Both) {
                 servers.push(servers::moto::start(root)?);
+                pids.push((
+                    "SPOOL_BENCH_MOTO_PID",
+                    servers[servers.len() - 1].child.id(),
+                ));
             }
             let mut cmd = Command::new(&bin);
+            // The drains report the servers' CPU time from /proc/PID/stat.
+            for (k, pid) in &pids {
+                cmd.env(k, pid.to_string());
+            }
             cmd.arg("run");
             if quick {
                 cmd.arg("--quick");

@@ -37,12 +37,18 @@ pub enum Shape {
 /// CPU seconds (user + system) this process has used so far, and those of
 /// its waited-for children, from `/proc/self/stat` (no FFI needed).
 fn cpu_seconds() -> Result<(f64, f64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    cpu_seconds_of("self")
+}
+
+/// [`cpu_seconds`] of process `pid` (`"self"` or a number).
+fn cpu_seconds_of(pid: &str) -> Result<(f64, f64)> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     // fields after the command name (which may hold spaces), 1-based from 3
     let rest = stat
         .rsplit_once(')')
         .map(|(_, r)| r)
-        .context("/proc/self/stat without a command name")?;
+        .with_context(|| format!("{path} without a command name"))?;
     let f: Vec<f64> = rest
         .split_whitespace()
         .map(|x| x.parse().unwrap_or(0.0))
@@ -50,6 +56,29 @@ fn cpu_seconds() -> Result<(f64, f64)> {
     // utime 14, stime 15, cutime 16, cstime 17 → indexes 11..=14 here
     let tick = 100.0; // USER_HZ on Linux
     Ok(((f[11] + f[12]) / tick, (f[13] + f[14]) / tick))
+}
+
+/// The user + system CPU seconds so far of the servers `cargo xtask bench`
+/// started for this case (`SPOOL_BENCH_CLICKHOUSE_PID`,
+/// `SPOOL_BENCH_MOTO_PID`), as `(clickhouse, moto)`; `None` when run by
+/// hand without them.
+fn server_cpu() -> Option<(f64, f64)> {
+    let of = |var: &str| {
+        let pid = std::env::var(var).ok()?;
+        cpu_seconds_of(&pid).ok().map(|(own, _)| own)
+    };
+    Some((
+        of("SPOOL_BENCH_CLICKHOUSE_PID")?,
+        of("SPOOL_BENCH_MOTO_PID")?,
+    ))
+}
+
+/// What the servers spent during one side of a drain, for the figure's
+/// note: `(clickhouse, moto)` CPU seconds between `before` and now.
+fn servers_spent(before: Option<(f64, f64)>) -> Option<(f64, f64)> {
+    let (c0, m0) = before?;
+    let (c1, m1) = server_cpu()?;
+    Some((c1 - c0, m1 - m0))
 }
 
 /// Writes back and drops the page cache so that both sides read their
@@ -203,6 +232,7 @@ fn drain_in(ctx: &Ctx, db: &Db, n: usize, bytes: usize, goal: f64) -> Result<()>
     let limit = Duration::from_secs(900);
     drop_caches();
     let (cpu0, _) = cpu_seconds()?;
+    let servers0 = server_cpu();
     let t = Instant::now();
     svc.start()?;
     // milestones on stderr, to see where a drain's time goes
@@ -243,6 +273,7 @@ fn drain_in(ctx: &Ctx, db: &Db, n: usize, bytes: usize, goal: f64) -> Result<()>
     }
     let ours = t.elapsed().as_secs_f64();
     let ours_cpu = cpu_seconds()?.0 - cpu0;
+    let ours_servers = servers_spent(servers0);
     let snap = svc.snapshot();
     svc.stop()?;
     own.release_and_remove_if_empty()?;
@@ -260,8 +291,17 @@ fn drain_in(ctx: &Ctx, db: &Db, n: usize, bytes: usize, goal: f64) -> Result<()>
         .arg(format!("moto:{bucket}/rclone-move"));
     drop_caches();
     let (_, child0) = cpu_seconds()?;
+    let base_servers0 = server_cpu();
     let (_, base) = timed(|| run_cmd(&mut rc))?;
     let base_cpu = cpu_seconds()?.1 - child0;
+    let base_servers = servers_spent(base_servers0);
+    // Where the two cores went: the servers share them with the drain.
+    let servers_note = match (ours_servers, base_servers) {
+        (Some((ch, moto)), Some((_, base_moto))) => format!(
+            "; CPU of the servers during ours: moto {moto:.1} s, ClickHouse {ch:.1} s; during rclone's: moto {base_moto:.1} s"
+        ),
+        _ => String::new(),
+    };
     let left = std::fs::read_dir(&plain)?.count();
     if left != 0 {
         bail!("rclone move left {left} files in {}", plain.display());
@@ -276,7 +316,7 @@ fn drain_in(ctx: &Ctx, db: &Db, n: usize, bytes: usize, goal: f64) -> Result<()>
             ),
             "MiB/s",
             format!(
-                "half the packs in the own rank dir, half in a dead sibling, page cache dropped before each side; ours: `StorageService` start → every pack validated, uploaded, indexed, sibling adopted and removed ({ours:.1} s, {} cycles); rclone only uploads and deletes ({base:.1} s)",
+                "half the packs in the own rank dir, half in a dead sibling, page cache dropped before each side; ours: `StorageService` start → every pack validated, uploaded, indexed, sibling adopted and removed ({ours:.1} s, {} cycles); rclone only uploads and deletes ({base:.1} s){servers_note}",
                 snap.cycles
             ),
         )
