@@ -5,6 +5,7 @@ use super::*;
 use crate::layout::RankDirName;
 use crate::pack::PackWriter;
 use proptest::prelude::*;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 
@@ -564,13 +565,20 @@ fn fill(dir: &Path, n: usize, len: usize) {
     }
 }
 
-/// A process holding `dir`'s lock: `flock(1)` on its lock file, exec'ing
-/// `sleep` (which keeps the locked descriptor; killing it frees the lock).
+/// A process holding `dir`'s lock: `flock(1)` on its lock file, holding it
+/// while its child `sleep` runs (`-o`: the child gets no descriptor of it;
+/// killing flock frees the lock).
 fn foreign_holder(dir: &Path) -> Child {
     let lock = dir.join(crate::lk::LOCK_FILE_NAME);
-    let mut child = Command::new("flock")
+    // Its own process group, so that `end_foreign_holder` ends flock's
+    // `sleep` too (killing flock alone leaves it running for a minute,
+    // holding the test's output: nextest's LEAK); no output to hold anyway.
+    let child = Command::new("flock")
         .args(["-n", "-o", lock.to_str().unwrap(), "sleep", "60"])
         .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap();
     for _ in 0..500 {
@@ -579,9 +587,17 @@ fn foreign_holder(dir: &Path) -> Child {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    end_foreign_holder(child);
     panic!("flock child never held {}", lock.display());
+}
+
+/// Kills [`foreign_holder`]'s process group (flock and its `sleep`) and
+/// reaps flock.
+fn end_foreign_holder(mut child: Child) {
+    let group = format!("-{}", child.id());
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = child.kill();
+    child.wait().unwrap();
 }
 
 #[test]
@@ -640,11 +656,10 @@ fn charge_dead_siblings_every_case() {
     assert_eq!(spool.usage().dead_sibling_bytes, 300);
 
     // Held by another live process: not charged.
-    let mut child = foreign_holder(&dead);
+    let child = foreign_holder(&dead);
     assert_eq!(sibling_charge(&dead), SiblingCharge::LiveElsewhere);
     assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 0);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    end_foreign_holder(child);
     assert_eq!(spool.reconcile().unwrap().dead_sibling_bytes, 300);
 
     // A claim this process keeps: not charged.
