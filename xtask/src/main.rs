@@ -380,18 +380,14 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
             let mut servers = Vec::new();
             let mut pids = Vec::new();
             if matches!(needs, Needs::ClickHouse | Needs::Both) {
-                servers.push(servers::clickhouse::start(root)?);
-                pids.push((
-                    "SPOOL_BENCH_CLICKHOUSE_PID",
-                    servers[servers.len() - 1].child.id(),
-                ));
+                let clickhouse = servers::clickhouse::start(root)?;
+                pids.push(("SPOOL_BENCH_CLICKHOUSE_PID", clickhouse.child.id()));
+                servers.push(clickhouse);
             }
             if matches!(needs, Needs::Moto | Needs::Both) {
-                servers.push(servers::moto::start(root)?);
-                pids.push((
-                    "SPOOL_BENCH_MOTO_PID",
-                    servers[servers.len() - 1].child.id(),
-                ));
+                let moto = servers::moto::start(root)?;
+                pids.push(("SPOOL_BENCH_MOTO_PID", moto.child.id()));
+                servers.push(moto);
             }
             let mut cmd = Command::new(&bin);
             // The drains report the servers' CPU time from /proc/PID/stat.
