@@ -13,9 +13,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-/// The shortest TTL accepted (whole seconds: old ClickHouse servers have a
-/// one-second clock).
-pub const MIN_TTL: Duration = Duration::from_secs(3);
+/// The shortest TTL accepted: whole seconds (old ClickHouse servers have a
+/// one-second clock), and room for the smallest fence margin (2 s) plus a
+/// renew interval of ttl/3 plus the clock's second: 2 + 1.67 + 1 < 5.
+pub const MIN_TTL: Duration = Duration::from_secs(5);
 /// The default TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// The default fence margin: a fenced insert runs only while the lease has
@@ -28,7 +29,7 @@ pub const CLOCK_RESOLUTION: Duration = Duration::from_secs(1);
 /// ("Safety margin") for why the checks in [`LeaseConfig::validate`] hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
-    /// How long a claim lives (whole seconds, ≥ 3 s).
+    /// How long a claim lives (whole seconds, ≥ 5 s).
     pub ttl: Duration,
     /// How often a holder renews (≤ ttl / 3).
     pub renew_interval: Duration,
@@ -88,7 +89,7 @@ impl LeaseConfig {
     }
 
     /// Refuses a config that breaks the safety margin: TTL and margin in
-    /// whole seconds, TTL ≥ 3 s, margin ≥ 2 s, renew interval in (0, ttl/3],
+    /// whole seconds, TTL ≥ 5 s, margin ≥ 2 s, renew interval in (0, ttl/3],
     /// and `fence_margin + renew_interval + 1 s < ttl`, so a holder renewing
     /// on time always has a fence that passes.
     pub fn validate(&self) -> Result<()> {
@@ -786,7 +787,7 @@ mod tests {
     #[test]
     fn configs_that_break_the_margin_are_refused() {
         for (ttl, renew, margin, needle) in [
-            (2, 0, 2, "at least 3s"),
+            (4, 0, 2, "at least 5s"),
             (6, 2, 1, "at least 2 s"),
             (6, 3, 2, "at most ttl/3"),
             (6, 2, 3, "must be less than ttl"),

@@ -33,12 +33,14 @@ pub struct Opened {
 }
 
 /// Opens the store and catalog named by the URLs (or the embedded defaults
-/// under `root`) and spells out the destination. `root` must exist.
+/// under `root`) and spells out the destination. `root` must exist. A local
+/// store directory or catalog file it creates gets `access`.
 pub fn open(
     root: &Path,
     store_url: Option<&str>,
     catalog_url: Option<&str>,
     store_id: &str,
+    access: &spool_lock::Access,
 ) -> anyhow::Result<Opened> {
     let root = root
         .canonicalize()
@@ -46,6 +48,8 @@ pub fn open(
     let store_url = store_url.map_or_else(|| embedded_store_url(&root), str::to_string);
     let catalog_url = catalog_url.map_or_else(|| embedded_catalog_url(&root), str::to_string);
     let destination = destination(&catalog_url, &store_url, store_id)?;
+    // the embedded store and catalog are as private as the spool
+    spool_service::config::create_local_destination(&store_url, &catalog_url, access)?;
     let client = ClientConfig {
         allow_http: allow_http(),
         ..ClientConfig::default()

@@ -30,6 +30,8 @@ pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
     let store_url = cfg.store_url()?;
     let catalog_url = cfg.catalog_url()?;
     crate::dest::refuse_memory(&store_url, &catalog_url)?;
+    // the embedded store and catalog are as private as the spool
+    spool_service::config::create_local_destination(&store_url, &catalog_url, &cfg.access()?)?;
     let store = spool_upload::Store::from_url(&store_url, &cfg.client())
         .with_context(|| format!("cannot open the object store {}", mask_url(&store_url)))?;
     let catalog = spool_catalog::open_with_timeout(

@@ -19,7 +19,7 @@
 //! sink seals it by record count and the command flushes it, so a printed id
 //! is a pack whose `.ready` file exists and whose directory was fsynced
 //! (`--print-sha256` adds its trailer checksum: `ID SHA256`).
-//! `--hold` keeps the lock after staging until SIGTERM or SIGINT (the signals
+//! `--hold` keeps the lock after staging until SIGTERM, SIGINT or SIGHUP (the signals
 //! are blocked in every thread and taken with `sigwait` by a thread of
 //! their own, so no handler runs in an arbitrary thread). A signal that
 //! comes while it is still staging stops it after the pack in flight (one
@@ -61,7 +61,7 @@ Each pack is --records records filling about --pack-bytes bytes. With
 --max-bytes (or spool.max_bytes / SPOOL_MAX_BYTES) a stage over the
 directory's budget fails with exit 5; under --spool-root what dead sibling
 rank directories hold counts against it too. With --hold the lock
-is kept after staging until SIGTERM or SIGINT; one that comes while it
+is kept after staging until SIGTERM, SIGINT or SIGHUP; one that comes while it
 still stages stops it after the pack in flight.
 
 Examples:
@@ -99,7 +99,7 @@ pub struct Args {
     /// its packs as it goes (needs --spool-root).
     #[arg(long, requires = "spool_root")]
     pub serve: bool,
-    /// With --serve: lease time-to-live in whole seconds (≥ 3).
+    /// With --serve: lease time-to-live in whole seconds (≥ 5).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub lease_ttl: u64,
     /// With --serve: the service's poll interval in seconds.
@@ -134,7 +134,7 @@ pub struct Args {
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
     /// Keep the lock (and with --serve the service) after staging until
-    /// SIGTERM or SIGINT.
+    /// SIGTERM, SIGINT or SIGHUP.
     #[arg(long)]
     pub hold: bool,
     /// Accept a shared (network) filesystem; only for one used by one node.
@@ -198,12 +198,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     let pack_interval = secs("pack-interval", args.pack_interval, true)?;
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
-    let signals = if args.hold {
-        let set = crate::signals::block_stop_signals().context("--hold")?;
-        Some(crate::signals::spawn_waiter(set).context("--hold")?)
-    } else {
-        None
-    };
+    // A stop signal (SIGTERM, SIGINT, SIGHUP) while staging ends the run
+    // after the pack in flight, with the same release as the last pack.
+    let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
     // A stop signal taken while staging: no more packs.
     let mut stopped = None;
 
@@ -253,22 +250,20 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     let record_len = (args.pack_bytes / args.records) as usize;
     let mut stdout = std::io::stdout().lock();
     for pack in 0..args.packs {
-        if let Some(rx) = &signals {
+        {
             // the pack interval, cut short by a stop signal
             let wait = if pack > 0 {
                 pack_interval
             } else {
                 Duration::ZERO
             };
-            if let Ok(signal) = rx.recv_timeout(wait) {
+            if let Ok(signal) = signals.recv_timeout(wait) {
                 let dir = sink.dir().display().to_string();
                 tracing::info!(dir = %dir, "{signal:?} while staging: {pack} of {} pack(s) staged, letting go of {dir}", args.packs);
                 eprintln!("spool: {signal:?} while staging: {pack} of {} pack(s) staged; letting go of {dir}", args.packs);
                 stopped = Some(signal);
                 break;
             }
-        } else if pack > 0 && !pack_interval.is_zero() {
-            std::thread::sleep(pack_interval);
         }
         for i in 0..args.records {
             let record = synthetic_record(pack, i, record_len);
@@ -303,13 +298,13 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     } else if let Err(err) = sink.release() {
         return report(err, "release");
     }
-    if let (Some(signals), None) = (signals, stopped) {
+    if let (true, None) = (args.hold, stopped) {
         let dir = sink.dir().display().to_string();
-        tracing::info!(dir = %dir, "holding the lock on {dir} until SIGTERM or SIGINT");
-        eprintln!("spool: holding the lock on {dir} until SIGTERM or SIGINT");
+        tracing::info!(dir = %dir, "holding the lock on {dir} until SIGTERM, SIGINT or SIGHUP");
+        eprintln!("spool: holding the lock on {dir} until SIGTERM, SIGINT or SIGHUP");
         let signal = signals
             .recv()
-            .context("waiting for SIGTERM/SIGINT: the signal thread ended")?;
+            .context("waiting for SIGTERM/SIGINT/SIGHUP: the signal thread ended")?;
         tracing::info!(dir = %dir, "{signal:?}: letting go of {dir}");
     }
     Ok(close(target))
@@ -337,6 +332,7 @@ fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyho
         args.store.as_deref(),
         args.catalog.as_deref(),
         &args.store_id,
+        &sink_config.spool.lock.access,
     )?;
     let rank = args.rank.unwrap_or_else(spool_core::layout::rank_from_env);
     let lock = sink_config.spool.lock.clone();

@@ -2,7 +2,7 @@
 //! its own (empty) rank directory under the destination's catalog key,
 //! competes for the node's adopter lease and adopts dead siblings.
 //!
-//! - Daemon (default): runs until SIGTERM/SIGINT, then a bounded flush
+//! - Daemon (default): runs until SIGTERM/SIGINT/SIGHUP, then a bounded flush
 //!   (`service.stop_flush_timeout`) and a stop; exit 0. A stop lets go of
 //!   every adopted sibling whole: what it did not drain stays for the next
 //!   service.
@@ -491,7 +491,8 @@ impl Output {
             let _ = writeln!(o, "{v}");
             let _ = o.flush();
         } else if v["event"] == "done" && v["exit_code"] == 0 {
-            println!("spool run: {}", human());
+            // a closed stdout never stops (or panics) the daemon
+            let _ = writeln!(std::io::stdout().lock(), "spool run: {}", human());
         } else if v["event"] == "done" {
             eprintln!("spool run: {}", human());
         } else {
@@ -660,7 +661,9 @@ impl Progress {
         }
         self.last_line = Some(Instant::now());
         if self.json {
-            println!(
+            // a closed stdout never stops (or panics) the daemon
+            let _ = writeln!(
+                std::io::stdout().lock(),
                 "{}",
                 json!({
                     "event": "progress",
