@@ -195,8 +195,8 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     } else {
         temp.as_file_mut().seek(SeekFrom::Start(0))?;
         let mut stdout = std::io::stdout().lock();
-        std::io::copy(temp.as_file_mut(), &mut stdout).context("writing to stdout")?;
-        stdout.flush().context("writing to stdout")?;
+        std::io::copy(temp.as_file_mut(), &mut stdout).map_err(crate::exit::stdout_error)?;
+        stdout.flush().map_err(crate::exit::stdout_error)?;
     }
     Ok(ExitCode::Ok)
 }
@@ -309,15 +309,15 @@ fn print_records(file: &std::fs::File, args: &Args) -> Result<()> {
                     serde_json::json!({"index": index, "bytes": buf.len(), "hex": hex::encode(&buf)})
                 }
             };
-            writeln!(out, "{v}")?;
+            writeln!(out, "{v}").map_err(crate::exit::stdout_error)?;
         } else if args.hex {
-            writeln!(out, "{}", hex::encode(&buf))?;
+            writeln!(out, "{}", hex::encode(&buf)).map_err(crate::exit::stdout_error)?;
         } else {
             out.write_all(&buf)?;
             out.write_all(b"\n")?;
         }
         index += 1;
     }
-    out.flush().context("writing to stdout")?;
+    out.flush().map_err(crate::exit::stdout_error)?;
     Ok(())
 }

@@ -96,7 +96,7 @@ fn hold(dir: PathBuf, allow_shared_filesystem: bool, release_on_eof: bool) -> Re
             claim.dir().display(),
             std::process::id()
         )?;
-        out.flush()?;
+        out.flush().map_err(crate::exit::stdout_error)?;
     }
     if release_on_eof {
         std::thread::spawn(|| {
@@ -143,7 +143,7 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
             "lock_file_replaced": status.lock_file_replaced,
             "lock_file_present": status.lock_file_present,
         });
-        writeln!(out, "{value}")?;
+        writeln!(out, "{value}").map_err(crate::exit::stdout_error)?;
     } else {
         let who = match record {
             Some(r) => format!(
@@ -175,8 +175,8 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
         } else {
             format!("{}: not held (no lock file)", dir.display())
         };
-        writeln!(out, "{line}")?;
+        writeln!(out, "{line}").map_err(crate::exit::stdout_error)?;
     }
-    out.flush()?;
+    out.flush().map_err(crate::exit::stdout_error)?;
     Ok(ExitCode::Ok)
 }
