@@ -189,6 +189,14 @@ impl Uploader {
         self.inner.store.conditional_create() && size <= cfg.multipart_threshold
     }
 
+    /// Whether [`Uploader::upload_one`] refuses a pack of `size` bytes
+    /// unread: over `max_in_flight_bytes`, it could never fit in a round
+    /// ([`Error::TooLarge`]), so nothing of it is worth reading or hashing
+    /// first (one such pack must not stall everything behind it).
+    pub fn refuses_unread(&self, size: u64) -> bool {
+        size > self.inner.config.max_in_flight_bytes
+    }
+
     /// A pack's object key in this store.
     pub fn key(&self, id: &PackId) -> Path {
         object_key(self.inner.store.prefix(), id)

@@ -349,3 +349,52 @@ fn lease_ttl_below_five_seconds_is_refused_by_its_own_minimum() {
     let out = s.run_once(&["--lease-ttl", "5"]);
     assert_eq!(code(&out), 0, "{}", describe(&out));
 }
+
+/// A dead sibling holding one pack far over `max_in_flight_bytes` (a 64 GiB
+/// sparse file with a valid header, footer and trailer) is no head-of-line stall: it is set
+/// aside by its size from `stat`, before any hashing — the sibling blocked
+/// once with the reason, persisted in its owner record so `status` shows
+/// it and a second run does not look again — while a healthy sibling's
+/// packs ship at once.
+#[test]
+fn a_pack_over_the_in_flight_bound_is_set_aside_unread_and_stalls_nothing() {
+    let s = Scratch::new();
+    let (big_dir, big_ids) = s.dead_sibling("r1-00000001", 1);
+    let (id, bytes) = pack_bytes(&[b"a header that reads as valid"]);
+    let huge = big_dir.join(format!("{id}.ready"));
+    // the header, a hole, then the footer and trailer of the real pack at
+    // the end: only hashing every byte could tell it apart from a valid one
+    let tail = &bytes[bytes.len() - FOOTER_LEN - TRAILER_LEN..];
+    let size: u64 = 64 << 30;
+    std::fs::write(&huge, &bytes[..HEADER_LEN]).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::options().write(true).open(&huge).unwrap();
+        f.set_len(size).unwrap();
+        f.write_all_at(tail, size - tail.len() as u64).unwrap();
+    }
+    let (_, healthy) = s.dead_sibling("r2-00000002", 3);
+
+    let t = Instant::now();
+    let out = s.run_once(&["--timeout", "30"]);
+    let took = t.elapsed();
+    // exit 1: done, with a blocked sibling to report
+    assert_eq!(code(&out), 1, "{}", describe(&out));
+    assert!(took < Duration::from_secs(10), "took {took:?}: {}", describe(&out));
+    let mut want: BTreeSet<String> = healthy.into_iter().collect();
+    want.extend(big_ids); // the rest of the blocked sibling's packs ship too
+    assert_eq!(s.indexed(), want, "{}", describe(&out));
+    assert!(huge.exists(), "the oversized pack stays where it was");
+    let record = std::fs::read_to_string(big_dir.join(spool_lock::LOCK_FILE_NAME)).unwrap();
+    assert!(
+        record.contains("blocked") && record.contains("max_in_flight_bytes"),
+        "{record}"
+    );
+    let out = run(spool().arg("status").arg(&s.root));
+    assert!(stdout(&out).contains("blocked"), "{}", describe(&out));
+    // a second run skips it without reading it
+    let t = Instant::now();
+    let out = s.run_once(&["--timeout", "30"]);
+    assert!(t.elapsed() < Duration::from_secs(5), "{}", describe(&out));
+    assert!(huge.exists());
+}
