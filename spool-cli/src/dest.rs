@@ -54,7 +54,8 @@ pub fn open(
         allow_http: allow_http(),
         ..ClientConfig::default()
     };
-    let store = Store::from_url(&store_url, &client)?;
+    let store = Store::from_url(&store_url, &client)
+        .with_context(|| format!("cannot open the object store {}", mask_url(&store_url)))?;
     let catalog = spool_catalog::open(&catalog_url)?;
     Ok(Opened {
         destination,

@@ -117,8 +117,15 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     // The store client's timeouts, retries and plain-HTTP permission come
     // from the configuration (client.*; AWS_ALLOW_HTTP and friends).
     let client = crate::config::load(config_file, &Default::default())?.client();
-    let store =
-        Store::from_url(&store_url, &client).map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
+    let store = Store::from_url(&store_url, &client).map_err(|e| {
+        coded(
+            ExitCode::Usage,
+            format!(
+                "cannot open the object store {}: {e}",
+                crate::config::mask_url(&store_url)
+            ),
+        )
+    })?;
 
     let rt = runtime()?;
     let hex_id = id.to_hex();

@@ -109,7 +109,9 @@ pub fn destination(
         catalog_url: spool_core::layout::strip_credentials(catalog_url),
         database: parsed.database().to_string(),
         table_prefix: parsed.table_prefix().to_string(),
-        store_url: store_url.to_string(),
+        // a credential in a store URL (refused when the store opens) never
+        // changes the key either
+        store_url: spool_core::layout::strip_credentials(store_url),
         store_id: store_id.to_string(),
     })
 }

@@ -380,7 +380,11 @@ fn a_pack_over_the_in_flight_bound_is_set_aside_unread_and_stalls_nothing() {
     let took = t.elapsed();
     // exit 1: done, with a blocked sibling to report
     assert_eq!(code(&out), 1, "{}", describe(&out));
-    assert!(took < Duration::from_secs(10), "took {took:?}: {}", describe(&out));
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?}: {}",
+        describe(&out)
+    );
     let mut want: BTreeSet<String> = healthy.into_iter().collect();
     want.extend(big_ids); // the rest of the blocked sibling's packs ship too
     assert_eq!(s.indexed(), want, "{}", describe(&out));
@@ -397,4 +401,50 @@ fn a_pack_over_the_in_flight_bound_is_set_aside_unread_and_stalls_nothing() {
     let out = s.run_once(&["--timeout", "30"]);
     assert!(t.elapsed() < Duration::from_secs(5), "{}", describe(&out));
     assert!(huge.exists());
+}
+
+/// A secret in a store URL's query or fragment is never printed: `run`,
+/// `produce` (sink-only and `--serve`) and `config show` show it masked
+/// by the one redactor, and the URL is refused.
+#[test]
+fn a_secret_in_a_store_url_is_never_printed() {
+    let s = Scratch::new();
+    for url in [
+        "s3://b/p?secret_access_key=SEKRIT1",
+        "gs://b/p#token=SEKRIT1",
+        "s3://b/p?x=1&session_token=SEKRIT1",
+    ] {
+        let mut cmds: Vec<Command> = Vec::new();
+        let mut c = spool();
+        c.args([
+            "run",
+            "--once",
+            "--timeout",
+            "5",
+            "--store",
+            url,
+            "--spool-root",
+        ])
+        .arg(&s.root);
+        cmds.push(c);
+        for serve in [false, true] {
+            let mut c = spool();
+            c.args(["produce", "--packs", "1", "--store", url, "--spool-root"])
+                .arg(&s.root);
+            if serve {
+                c.arg("--serve");
+            }
+            cmds.push(c);
+        }
+        let mut c = spool();
+        c.args(["config", "show", "--store", url]);
+        cmds.push(c);
+        for mut cmd in cmds {
+            let out = run(&mut cmd);
+            let text = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(!text.contains("SEKRIT1"), "{cmd:?}: {text}");
+            assert!(text.contains("****"), "{cmd:?}: {text}");
+        }
+    }
+    assert!(s.indexed().is_empty());
 }
