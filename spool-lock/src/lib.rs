@@ -203,7 +203,7 @@ mod record;
 mod seams;
 mod sys;
 
-pub use error::{Error, Holder};
+pub use error::{io_verdict, Error, Holder, IoVerdict};
 pub use fdinfo::held_by_this_process;
 pub use lock::{
     acquire, clear_blocked, create_parents, held_claims, is_staging_name, remove_created,

@@ -448,3 +448,118 @@ fn a_secret_in_a_store_url_is_never_printed() {
     }
     assert!(s.indexed().is_empty());
 }
+
+/// `GET path` on `addr`, answered within `within`: the status line.
+fn http_get(addr: &str, path: &str, within: Duration) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(within)).ok()?;
+    s.set_write_timeout(Some(within)).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.lines().next().map(str::to_string)
+}
+
+/// A storm of idle connections on the metrics port of a daemon with 64
+/// descriptors: the server keeps a bounded number open (no descriptor
+/// exhaustion, no panic), `/healthz` answers during the storm (once a slot
+/// frees) and at once after it, and the daemon still adopts a dead sibling
+/// staged after the storm.
+#[test]
+fn a_connection_storm_on_the_metrics_port_exhausts_nothing() {
+    let s = Scratch::new();
+    let mut daemon = start_until(
+        Command::new("prlimit")
+            .arg("--nofile=64:64")
+            .arg(spool_tests::spool_bin())
+            .env("RUST_LOG", "info")
+            .args([
+                "run",
+                "--poll-interval",
+                "0.2",
+                "--recheck-interval",
+                "0.5",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--spool-root",
+            ])
+            .arg(&s.root),
+        "metrics on http://",
+    );
+    // `prlimit` execs spool: the child's pid is the daemon's
+    let addr = listening_addr(daemon.0.id());
+    assert_eq!(
+        http_get(&addr, "/healthz", Duration::from_secs(3)).as_deref(),
+        Some("HTTP/1.1 200 OK")
+    );
+    let storm: Vec<_> = (0..300)
+        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(storm.len() > 100, "only {} connections made", storm.len());
+    let t = Instant::now();
+    let during = loop {
+        if let Some(line) = http_get(&addr, "/healthz", Duration::from_secs(1)) {
+            break line;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "/healthz never answered during the storm"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(during, "HTTP/1.1 200 OK");
+    assert!(daemon.0.try_wait().unwrap().is_none(), "the daemon died");
+    drop(storm);
+    let t = Instant::now();
+    assert_eq!(
+        http_get(&addr, "/healthz", Duration::from_secs(3)).as_deref(),
+        Some("HTTP/1.1 200 OK")
+    );
+    assert!(t.elapsed() < Duration::from_secs(3));
+    // still shipping
+    let (_, ids) = s.dead_sibling("r1-00000001", 2);
+    let want: BTreeSet<String> = ids.into_iter().collect();
+    let t = Instant::now();
+    while s.indexed() != want {
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", s.indexed());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pid = nix::unistd::Pid::from_raw(daemon.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = daemon.0.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// The `ip:port` of the one listening TCP socket of process `pid` (or of its
+/// child, for a `prlimit` wrapper that execs): from `/proc/net/tcp` and the
+/// process's socket inodes.
+fn listening_addr(pid: u32) -> String {
+    let inodes: BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // local_address, state 0A = LISTEN, inode
+        if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+            let (ip, port) = f[1].split_once(':').unwrap();
+            let ip = u32::from_str_radix(ip, 16).unwrap();
+            let port = u16::from_str_radix(port, 16).unwrap();
+            return format!("{}:{port}", std::net::Ipv4Addr::from(ip.swap_bytes()));
+        }
+    }
+    panic!("process {pid} has no listening TCP socket");
+}
