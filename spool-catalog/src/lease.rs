@@ -414,6 +414,10 @@ pub struct LeaseState {
     pub latched: bool,
     /// The last failure talking to the catalog.
     pub last_error: Option<String>,
+    /// The last failure, when no retry can fix it as things are (catalog
+    /// credentials refused, say): the catalog refuses this destination.
+    /// Cleared by the next claim that gets an answer.
+    pub refused: Option<String>,
     /// The catalog, as messages name it (credentials removed).
     pub server: String,
     /// The claim in flight (what for, since when), so a caller can say what
@@ -581,6 +585,7 @@ impl LeaseKeeper {
                     self.state.max_renewal_gap = self.state.max_renewal_gap.max(Some(gap));
                     self.state.guard = Some(g2);
                     self.state.last_error = None;
+                    self.state.refused = None;
                     return self.state.clone();
                 }
                 Ok(LeaseClaim::Busy { holder, .. }) => {
@@ -593,7 +598,7 @@ impl LeaseKeeper {
                 }
                 Ok(LeaseClaim::Lapsed { term }) => self.lose(&format!("lapsed (head term {term})")),
                 Err(e) => {
-                    self.state.last_error = Some(e.to_string());
+                    self.note_error(&e);
                     if !g.is_locally_valid() {
                         self.lose(&format!("could not renew before it lapsed: {e}"));
                     }
@@ -609,14 +614,22 @@ impl LeaseKeeper {
                 self.state.acquisitions += 1;
                 self.state.foreign_holder = None;
                 self.state.last_error = None;
+                self.state.refused = None;
                 self.ever_held = true;
                 self.foreign_since = None;
             }
             Ok(LeaseClaim::Busy { holder, .. }) => self.saw_foreign(holder, now),
             Ok(LeaseClaim::Contested { .. } | LeaseClaim::Lapsed { .. }) => {}
-            Err(e) => self.state.last_error = Some(e.to_string()),
+            Err(e) => self.note_error(&e),
         }
         self.state.clone()
+    }
+
+    /// Records a failed claim: the last error, and whether it refuses the
+    /// destination (no retry can fix it).
+    fn note_error(&mut self, e: &Error) {
+        self.state.last_error = Some(e.to_string());
+        self.state.refused = (!e.is_retryable()).then(|| e.to_string());
     }
 
     /// One claim, published as in flight while it runs and cut at `until`

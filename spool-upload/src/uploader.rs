@@ -122,10 +122,10 @@ pub struct UploadFailure {
 
 impl UploadFailure {
     /// A refusal of the whole destination (401, 403, a missing bucket, a bad
-    /// request): not retryable, not cut, and not about this pack
+    /// request): not retryable, not cut, not a corrupt pack, and not about this pack
     /// ([`Error::is_pack_specific`]). The pack must stay ready.
     pub fn destination_wide(&self) -> bool {
-        !self.retryable && !self.cancelled && !self.error.is_pack_specific()
+        !self.retryable && !self.cancelled && !self.corrupt && !self.error.is_pack_specific()
     }
 }
 

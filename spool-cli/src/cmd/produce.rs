@@ -238,7 +238,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         seal_age: Duration::from_secs(24 * 3600),
         admission: AdmissionPolicy::Refuse,
         buffer_bytes: u64::MAX,
-        release_flush_timeout: timeout,
+        // Every pack was flushed (within --timeout) before the release; a
+        // flush that failed (a full spool) is not waited out a second time.
+        release_flush_timeout: Duration::ZERO,
         registry: Registry::global(),
     };
     let target = match open_target(&args, sink_config, timeout) {
@@ -271,14 +273,27 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
                 return report(err, "cannot write a record");
             }
         }
-        if let Err(err) = sink.flush(timeout) {
-            let code = if sink.stats().spool_full.is_some() {
-                ExitCode::Full
-            } else {
-                ExitCode::Other
-            };
-            eprintln!("spool: {err}");
-            return Ok(code);
+        if let Err(err) = flush_or_refuse(sink, timeout) {
+            return Ok(match sink.stats().spool_full {
+                Some(full) => {
+                    eprintln!(
+                        "spool: pack {} of {} refused: the spool is full: {} of {} bytes used, \
+                         {} of them by dead siblings (spool directory {}); drain it (spool run) \
+                         or raise --max-bytes / spool.max_bytes",
+                        pack + 1,
+                        args.packs,
+                        full.used,
+                        full.budget,
+                        full.dead_sibling_bytes,
+                        sink.dir().display()
+                    );
+                    ExitCode::Full
+                }
+                None => {
+                    eprintln!("spool: {err}");
+                    ExitCode::Other
+                }
+            });
         }
         let stats = sink.stats();
         let id = stats.last_staged.context("a flushed pack has an id")?;
@@ -308,6 +323,21 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         tracing::info!(dir = %dir, "{signal:?}: letting go of {dir}");
     }
     Ok(close(target))
+}
+
+/// Flushes within `timeout`, but gives up at the first stage refused for a
+/// full budget (the producer's choice here is to refuse, exit 5, not to
+/// wait for capacity to come back).
+fn flush_or_refuse(sink: &Sink, timeout: Duration) -> Result<(), spool_core::Error> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match sink.flush(left.min(Duration::from_millis(50))) {
+            Ok(()) => return Ok(()),
+            Err(err) if left.is_zero() || sink.stats().spool_full.is_some() => return Err(err),
+            Err(_) => {}
+        }
+    }
 }
 
 /// Opens the sink where the arguments say (see the module docs).

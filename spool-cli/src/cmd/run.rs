@@ -63,6 +63,8 @@ enum End {
     /// and adopts the rest.
     LeftToHolder(Holder),
     Timeout,
+    /// The store or catalog refuses the destination for good (`--once`).
+    Refused(String),
     Latched,
     /// The service loop panicked.
     LoopFailed(String),
@@ -186,6 +188,14 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        // A store or catalog that refuses the destination for good (bad
+        // credentials, a missing bucket) is no reason for `--once` to wait
+        // out its timeout: it says so at once; every pack stays ready.
+        if args.once {
+            if let Some(why) = &snap.destination_refused {
+                break End::Refused(why.clone());
+            }
+        }
         if timeout.is_some_and(|t| started.elapsed() >= t) {
             break End::Timeout;
         }
@@ -270,6 +280,20 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                         .flatten()
                         .map(|h| format!("; the adopter lease is held by {h}"))
                         .unwrap_or_default()
+                ),
+            )
+        }
+        End::Refused(why) => {
+            let backlog = Backlog::scan(&key_dir, &dir);
+            let snap = close(engine);
+            (
+                ExitCode::Other,
+                format!(
+                    "the destination refuses this run: {why}. Fix the credentials, bucket or \
+                     database it names, then run again; nothing is lost: {}; {} pack(s) indexed by \
+                     this run",
+                    backlog.describe(),
+                    snap.indexed,
                 ),
             )
         }

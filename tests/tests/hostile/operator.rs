@@ -563,3 +563,33 @@ fn listening_addr(pid: u32) -> String {
     }
     panic!("process {pid} has no listening TCP socket");
 }
+
+/// A corrupt pack in a dead sibling is quarantined and the sibling blocked
+/// with words that say so: no log line claims the store refuses the
+/// destination or that uploads back off (nothing does), and the blocked
+/// reason does not call a directory with a pack left in it "drained".
+#[test]
+fn a_corrupt_pack_is_reported_as_corrupt_not_as_a_refused_destination() {
+    let s = Scratch::new();
+    let (dir, ids) = s.dead_sibling("r1-00000001", 2);
+    let (id, mut bytes) = pack_bytes(&[b"a record whose byte is flipped"]);
+    bytes[HEADER_LEN + 6] ^= 0xff;
+    std::fs::write(dir.join(format!("{id}.ready")), bytes).unwrap();
+    let out = run(spool()
+        .env("RUST_LOG", "info")
+        .args(["run", "--once", "--timeout", "15", "--spool-root"])
+        .arg(&s.root));
+    assert_eq!(code(&out), 1, "blocked: {}", describe(&out));
+    let err = stderr(&out);
+    assert!(!err.contains("refuses this destination"), "{err}");
+    assert!(!err.contains("back off"), "{err}");
+    assert!(err.contains("quarantined"), "{err}");
+    let want: BTreeSet<String> = ids.into_iter().collect();
+    assert_eq!(s.indexed(), want);
+    let record = std::fs::read_to_string(dir.join(spool_lock::LOCK_FILE_NAME)).unwrap();
+    assert!(
+        record.contains("blocked") && !record.contains("drained"),
+        "{record}"
+    );
+    assert!(dir.join(format!("{id}.quarantined")).exists());
+}
