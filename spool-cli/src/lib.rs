@@ -120,3 +120,6 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod surface_tests;
