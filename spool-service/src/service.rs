@@ -12,7 +12,7 @@ use spool_core::registry::{AtomicWaker, Reader, Waker};
 use spool_core::spool::SpoolConfig;
 use spool_core::{RankDirName, Spool};
 use spool_lock::LockMode;
-use spool_upload::{CancellationToken, Store, Uploader};
+use spool_upload::{CancellationToken, Uploader};
 
 use crate::adoption::real_env::Env;
 use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
@@ -262,13 +262,7 @@ impl StorageService {
         if !rec.swept.is_empty() {
             tracing::info!(dir = %cfg.dir.display(), swept = rec.swept.len(), "swept dead writers' temp files");
         }
-        let store = Store::new(
-            cfg.store.clone(),
-            &cfg.store_prefix,
-            cfg.destination.store_url.to_string(),
-            cfg.conditional_create,
-        )?;
-        let uploader = Uploader::new(store, cfg.upload.clone())?;
+        let uploader = Uploader::new(cfg.store.clone(), cfg.upload.clone())?;
         let key = cfg.destination.catalog_key()?;
         let key_dir = cfg.dir.parent().map(PathBuf::from).unwrap_or_default();
         let rt = self.runtime.as_ref().expect("runtime until stop");

@@ -98,7 +98,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let (key, key_dir) = cfg.key_dir()?;
-    let engine = crate::engine::start(&cfg)?;
+    let engine = crate::engine::start(&cfg, Vec::new(), Duration::ZERO)?;
     let out = Output { json: args.json };
     out.event(
         json!({
