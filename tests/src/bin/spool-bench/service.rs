@@ -36,7 +36,7 @@ pub enum Shape {
 
 /// CPU seconds (user + system) this process has used so far, and those of
 /// its waited-for children, from `/proc/self/stat` (no FFI needed).
-fn cpu_seconds() -> Result<(f64, f64)> {
+pub fn cpu_seconds() -> Result<(f64, f64)> {
     cpu_seconds_of("self")
 }
 
