@@ -1,59 +1,63 @@
-//! The daemon's engine (SPEC §1, §7.5): `spool_service::Engine` with no
-//! sink, configured from [`Config`]. It claims a rank directory under the
-//! destination's catalog key, starts the storage service on it
-//! `held_by_caller` with adoption on, and releases in reverse (stop the
-//! service, then release the claim, removing the directory when empty).
-//! `spool run` uses only [`start`], [`Engine::flush`], [`Engine::close`]
-//! and the service's snapshot.
+//! The engine of `spool run` and `spool produce --serve` (SPEC §1, §7.5):
+//! `spool_service::Engine`, configured from [`Config`] through the one
+//! wiring the library has ([`Config::engine_config`], also spool-py's). It
+//! claims a rank directory under the destination's catalog key, starts the
+//! storage service on it `held_by_caller` with adoption on, opens the given
+//! sinks, and releases in reverse (seal the sinks, stop the service, then
+//! release the claim, removing the directory when empty).
 
 use std::time::Duration;
 
 use anyhow::Context;
-use spool_service::{Engine, EngineConfig};
+use spool_core::sink::SinkConfig;
+use spool_service::Engine;
 
 use crate::config::{keys, mask_url, Config};
 
-/// Claims `ROOT/<key>/r<rank>-<inc>/` and starts the service on it (no
-/// sink). A start that fails releases the claim (and removes the empty
-/// directory) before returning the error. The engine's own close flush is
-/// zero: `spool run` flushes, bounded, before it closes on a signal.
-pub fn start(cfg: &Config) -> anyhow::Result<Engine> {
+/// Claims `ROOT/<key>/r<rank>-<inc>/`, starts the service on it and opens
+/// `sinks` on it. A start that fails releases the claim (and removes the
+/// empty directory) before returning the error. `close_flush_timeout`: how
+/// long the engine's close flushes (zero for `spool run`, which flushes,
+/// bounded, before it closes on a signal).
+pub fn start(
+    cfg: &Config,
+    sinks: Vec<SinkConfig>,
+    close_flush_timeout: Duration,
+) -> anyhow::Result<Engine> {
     let root = cfg.spool_root()?;
     if !root.is_dir() {
+        // exit 1, not a usage error: the configuration is fine, the disk is not
         anyhow::bail!(
             "spool root {} does not exist (or is not a directory): create it (mkdir -p {0}) \
              or fix --spool-root / SPOOL_ROOT / spool.root",
             root.display()
         );
     }
-    cfg.destination()?; // a bad destination is refused before anything is opened
-    let store_url = cfg.store_url()?;
-    let catalog_url = cfg.catalog_url()?;
+    let (store_url, catalog_url) = (cfg.store_url()?, cfg.catalog_url()?);
     crate::dest::refuse_memory(&store_url, &catalog_url)?;
-    // the embedded store and catalog are as private as the spool
-    spool_service::config::create_local_destination(&store_url, &catalog_url, &cfg.access()?)?;
-    let store = spool_upload::Store::from_url(&store_url, &cfg.client())
-        .with_context(|| format!("cannot open the object store {}", mask_url(&store_url)))?;
-    let catalog = spool_catalog::open_with_timeout(
-        &catalog_url,
-        crate::config::keys::CATALOG_REQUEST_TIMEOUT.get(cfg),
-    )
-    .with_context(|| format!("cannot open the catalog {}", mask_url(&catalog_url)))?;
-    // the engine sets dir and lock mode (the claimed directory, HeldByCaller)
-    let sc = cfg.service_config(
-        store.object_store().clone(),
-        store.prefix().as_ref().to_string(),
-        store.conditional_create(),
-        catalog,
-    )?;
-    let engine = Engine::start(EngineConfig {
-        spool_root: root.clone(),
-        rank: keys::RANK.get(cfg),
-        service: sc,
-        sinks: Vec::new(),
-        close_flush_timeout: Duration::ZERO,
-    })
-    .with_context(|| format!("cannot start the daemon under {}", root.display()))?;
-    tracing::info!(dir = %engine.dir().display(), "claimed {} and started its service", engine.dir().display());
+    let mut config = cfg.engine_config(close_flush_timeout).with_context(|| {
+        format!(
+            "cannot open the destination (store {}, catalog {})",
+            mask_url(&store_url),
+            mask_url(&catalog_url)
+        )
+    })?;
+    config.sinks = sinks;
+    let engine = Engine::start(config)
+        .with_context(|| format!("cannot start the service under {}", root.display()))?;
+    tracing::info!(dir = %engine.dir().display(), rank = keys::RANK.get(cfg), "claimed {} and started its service", engine.dir().display());
     Ok(engine)
+}
+
+/// The line on stderr that says where a command ships or stages: the rank
+/// directory's parent (the catalog key's directory) and the destination,
+/// its URLs redacted.
+pub fn destination_line(cfg: &Config) -> anyhow::Result<String> {
+    let (key, key_dir) = cfg.key_dir()?;
+    Ok(format!(
+        "store {}; catalog {} (catalog key {key}, rank directories under {})",
+        mask_url(&cfg.store_url()?),
+        mask_url(&cfg.catalog_url()?),
+        key_dir.display()
+    ))
 }

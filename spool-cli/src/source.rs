@@ -1,8 +1,8 @@
-//! Where `ls` and `cat` read from: the catalog and store URLs, given as
-//! flags, or taken from the configuration (file and `SPOOL_*` environment,
-//! [`crate::config`]), or derived from a spool root's embedded defaults
-//! ([`crate::dest`]: `sqlite:///ROOT/.catalog.db`, `file://ROOT/.store`,
-//! which `spool status ROOT` skips), and the time arguments of `ls`.
+//! Where `ls` and `cat` read from: the catalog and store URLs resolved as
+//! for `spool run` ([`crate::config`]: flags over `SPOOL_*` variables over
+//! the config file, the embedded defaults under the spool root when none
+//! names one: `sqlite:///ROOT/.catalog.db`, `file://ROOT/.store`, which
+//! `spool status ROOT` skips), and the time arguments of `ls`.
 
 use std::path::{Path, PathBuf};
 
@@ -11,89 +11,87 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use std::sync::Arc;
 
-use crate::config::{Config, ConfigFlags};
-use crate::dest::{embedded_catalog_url, embedded_store_url};
+use crate::config::{keys, Config, FlagValue};
 use crate::exit::{coded, ExitCode};
 
 /// `--catalog URL` / `--spool-root ROOT`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CatalogArgs {
-    /// The catalog: `clickhouse://HOST:PORT/DB[?table_prefix=P&user=U&password=W]`
-    /// or `sqlite:///ABS/PATH.db`.
+    /// The catalog [env: SPOOL_CATALOG] (destination.catalog):
+    /// `clickhouse://HOST:PORT/DB[?table_prefix=P&user=U&password=W]` or
+    /// `sqlite:///ABS/PATH.db`.
     #[arg(long, value_name = "URL")]
     pub catalog: Option<String>,
-    /// A spool root whose embedded defaults to use:
-    /// `sqlite:///ROOT/.catalog.db` for the catalog (and, for `cat`,
-    /// `file:///ROOT/.store` for the store) unless given explicitly.
+    /// The spool root [env: SPOOL_ROOT] (spool.root): its embedded
+    /// `sqlite:///ROOT/.catalog.db` (and, for `cat`, `file:///ROOT/.store`)
+    /// unless a catalog (store) is configured, as for `spool run`.
     #[arg(long, value_name = "ROOT")]
     pub spool_root: Option<PathBuf>,
 }
 
-fn absolute_root(root: &Path) -> Result<PathBuf> {
-    if !root.is_dir() {
-        return Err(coded(
-            ExitCode::Other,
-            format!(
-                "spool root {} does not exist (or is not a directory)",
-                root.display()
-            ),
-        ));
+impl CatalogArgs {
+    /// The configuration these flags, the `SPOOL_*` variables and the
+    /// config file (`--config FILE`, `$SPOOL_CONFIG` or `./spool.toml`)
+    /// resolve to, in the same precedence as for `spool run` (a flag over
+    /// its variable over the file, the embedded store and catalog under the
+    /// spool root when none names one), so `ls` and `cat` read where `run`
+    /// ships. `store` is `cat`'s `--store`.
+    pub fn config(&self, store: Option<&str>, config_file: Option<&Path>) -> Result<Config> {
+        let mut flags = Vec::new();
+        if let Some(root) = &self.spool_root {
+            if !root.is_dir() {
+                return Err(coded(
+                    ExitCode::Other,
+                    format!(
+                        "spool root {} does not exist (or is not a directory)",
+                        root.display()
+                    ),
+                ));
+            }
+            let root = root
+                .canonicalize()
+                .with_context(|| format!("cannot resolve spool root {}", root.display()))?;
+            flags.push(FlagValue::new(
+                &keys::ROOT.key,
+                root.to_string_lossy().into_owned(),
+            ));
+        }
+        if let Some(url) = &self.catalog {
+            flags.push(FlagValue::new(&keys::CATALOG.key, url.clone()));
+        }
+        if let Some(url) = store {
+            flags.push(FlagValue::new(&keys::STORE.key, url.to_string()));
+        }
+        Config::load(config_file, &flags).map_err(|e| coded(ExitCode::Usage, e.to_string()))
     }
-    root.canonicalize()
-        .with_context(|| format!("cannot resolve spool root {}", root.display()))
 }
 
-impl CatalogArgs {
-    /// The configuration (`--config FILE`, `$SPOOL_CONFIG` or
-    /// `./spool.toml`, and the `SPOOL_*` environment), for what the flags
-    /// leave open.
-    fn config(config_file: Option<&Path>) -> Result<Config> {
-        Ok(crate::config::load(config_file, &ConfigFlags::default())?)
-    }
+/// The catalog URL `cfg` names (`destination.catalog`, else the embedded
+/// one under `spool.root`); a usage error when none does.
+pub fn catalog_url(cfg: &Config) -> Result<String> {
+    cfg.catalog_url().map_err(|_| {
+        coded(
+            ExitCode::Usage,
+            "no catalog given: pass --catalog URL (clickhouse://... or sqlite:///...) or \
+             --spool-root ROOT for the embedded one at ROOT/.catalog.db (or set \
+             destination.catalog or spool.root in the config file, or SPOOL_CATALOG or \
+             SPOOL_ROOT)",
+        )
+    })
+}
 
-    /// The catalog URL: `--catalog`, else the `--spool-root`'s embedded
-    /// one, else the configuration's (`destination.catalog`, or the
-    /// embedded one under `spool.root`); a usage error when none says.
-    pub fn catalog_url(&self, config_file: Option<&Path>) -> Result<String> {
-        if let Some(url) = &self.catalog {
-            return Ok(url.clone());
-        }
-        if let Some(root) = &self.spool_root {
-            return Ok(embedded_catalog_url(&absolute_root(root)?));
-        }
-        let cfg = Self::config(config_file)?;
-        cfg.catalog_url().map_err(|_| {
-            coded(
-                ExitCode::Usage,
-                "no catalog given: pass --catalog URL (clickhouse://... or sqlite:///...) or \
-                 --spool-root ROOT for the embedded one at ROOT/.catalog.db (or set \
-                 destination.catalog or spool.root in the config file, or SPOOL_CATALOG or \
-                 SPOOL_ROOT)",
-            )
-        })
-    }
-
-    /// The store URL: `store` if given, else the `--spool-root`'s embedded
-    /// one, else the configuration's (`destination.store`, or the embedded
-    /// one under `spool.root`); a usage error when none says.
-    pub fn store_url(&self, store: Option<&str>, config_file: Option<&Path>) -> Result<String> {
-        if let Some(url) = store {
-            return Ok(url.to_string());
-        }
-        if let Some(root) = &self.spool_root {
-            return Ok(embedded_store_url(&absolute_root(root)?));
-        }
-        let cfg = Self::config(config_file)?;
-        cfg.store_url().map_err(|_| {
-            coded(
-                ExitCode::Usage,
-                "no store given: pass --store URL (s3://, gs://, az://, file:///...) or \
-                 --spool-root ROOT for the embedded one at ROOT/.store (or set \
-                 destination.store or spool.root in the config file, or SPOOL_STORE or \
-                 SPOOL_ROOT)",
-            )
-        })
-    }
+/// The store URL `cfg` names (`destination.store`, else the embedded one
+/// under `spool.root`); a usage error when none does.
+pub fn store_url(cfg: &Config) -> Result<String> {
+    cfg.store_url().map_err(|_| {
+        coded(
+            ExitCode::Usage,
+            "no store given: pass --store URL (s3://, gs://, az://, file:///...) or \
+             --spool-root ROOT for the embedded one at ROOT/.store (or set \
+             destination.store or spool.root in the config file, or SPOOL_STORE or \
+             SPOOL_ROOT)",
+        )
+    })
 }
 
 /// Opens a catalog for reading. An SQLite catalog must already exist (an

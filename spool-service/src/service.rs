@@ -12,7 +12,7 @@ use spool_core::registry::{AtomicWaker, Reader, Waker};
 use spool_core::spool::SpoolConfig;
 use spool_core::{RankDirName, Spool};
 use spool_lock::LockMode;
-use spool_upload::{CancellationToken, Store, Uploader};
+use spool_upload::{CancellationToken, Uploader};
 
 use crate::adoption::real_env::Env;
 use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
@@ -63,6 +63,10 @@ struct Shared {
     /// cuts it so it can run its own cycle by its deadline).
     own_phase: Mutex<Option<CancellationToken>>,
     snapshot: Mutex<Snapshot>,
+    /// How many snapshots were published (one at the end of each cycle),
+    /// with `published` notified at each.
+    publications: Mutex<u64>,
+    published: std::sync::Condvar,
     /// What the service waits on now (catalog or store call in flight).
     inflight: InFlight,
     /// The lease keeper's state, once started (its call in flight).
@@ -203,6 +207,8 @@ impl StorageService {
             cycles: AtomicU64::new(0),
             own_phase: Mutex::new(None),
             snapshot: Mutex::new(Snapshot::default()),
+            publications: Mutex::new(0),
+            published: std::sync::Condvar::new(),
             inflight: InFlight::default(),
             lease: Mutex::new(None),
             progress: Arc::default(),
@@ -262,13 +268,7 @@ impl StorageService {
         if !rec.swept.is_empty() {
             tracing::info!(dir = %cfg.dir.display(), swept = rec.swept.len(), "swept dead writers' temp files");
         }
-        let store = Store::new(
-            cfg.store.clone(),
-            &cfg.store_prefix,
-            cfg.destination.store_url.to_string(),
-            cfg.conditional_create,
-        )?;
-        let uploader = Uploader::new(store, cfg.upload.clone())?;
+        let uploader = Uploader::new(cfg.store.clone(), cfg.upload.clone())?;
         let key = cfg.destination.catalog_key()?;
         let key_dir = cfg.dir.parent().map(PathBuf::from).unwrap_or_default();
         let rt = self.runtime.as_ref().expect("runtime until stop");
@@ -525,6 +525,28 @@ impl StorageService {
         Ok(())
     }
 
+    /// Waits until more than `seen` snapshots have been published (each
+    /// cycle, the loop's or a flush's, publishes one at its end) or
+    /// `timeout` passes, and returns how many have been. A caller that
+    /// follows the service (`spool run --once`) wakes at the end of each
+    /// cycle instead of polling on an interval of its own; `0` published
+    /// means no cycle has ended yet, so the [`snapshot`](Self::snapshot)
+    /// is still the empty one of a service that has not looked at
+    /// anything.
+    pub fn wait_published(&self, seen: u64, timeout: Duration) -> u64 {
+        let count = self
+            .shared
+            .publications
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (count, _) = self
+            .shared
+            .published
+            .wait_timeout_while(count, timeout, |n| *n <= seen)
+            .unwrap_or_else(|e| e.into_inner());
+        *count
+    }
+
     /// A cheap copy of the counters (SPEC §7.4): `uploaded` and `indexed` live,
     /// the rest as of the last cycle.
     pub fn snapshot(&self) -> Snapshot {
@@ -573,6 +595,21 @@ async fn registry_wake(reader: &Reader, aw: &AtomicWaker) {
     .await
 }
 
+/// Resolves once the lease keeper acquires the lease where it held none,
+/// so a cycle whose adoption waited on the lease runs as soon as the lease
+/// is there, not a poll interval later; never without a lease keeper, nor
+/// while the lease is held.
+async fn lease_acquired(
+    lease: &mut Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>,
+) {
+    if let Some(rx) = lease {
+        if !rx.borrow_and_update().held() && rx.wait_for(|s| s.held()).await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending::<()>().await
+}
+
 /// Resolves once the lease keeper latches; never without a lease keeper.
 async fn latched(lease: &mut Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>) {
     if let Some(rx) = lease {
@@ -593,6 +630,7 @@ async fn run_loop(
 ) {
     let mut backoff = Duration::ZERO;
     let mut lease = core.lock().await.io.lease.clone();
+    let mut acquired = lease.clone();
     let mut latch_seen = false;
     loop {
         if shared.stop.is_cancelled() {
@@ -652,6 +690,8 @@ async fn run_loop(
             // SPEC §6.2: the latch wakes the loop, which lets go of every
             // sibling at once, however long its backoff or poll interval.
             _ = latched(&mut lease), if !latch_seen => latch_seen = true,
+            // adoption waited on the lease: adopt as soon as it is held
+            _ = lease_acquired(&mut acquired), if out.adoption_gated => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }
@@ -930,6 +970,11 @@ impl Core {
             }),
         };
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
+        *shared
+            .publications
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) += 1;
+        shared.published.notify_all();
     }
 }
 

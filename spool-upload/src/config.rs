@@ -17,9 +17,8 @@ pub const SMALL_PACK_BYTES: u64 = 16 << 20;
 /// How the uploader works through staged packs (SPEC §5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadConfig {
-    /// Packs transferred at once in a round (≥ 1); the service's pipeline
-    /// keeps this many packs larger than [`SMALL_PACK_BYTES`] (16 MiB) in
-    /// flight.
+    /// Packs larger than [`SMALL_PACK_BYTES`] (16 MiB) the service's
+    /// pipeline keeps in flight at once (≥ 1).
     pub max_workers: usize,
     /// Packs of at most [`SMALL_PACK_BYTES`] (16 MiB) in flight at once in
     /// the service's pipeline (at least `max_workers` is used). A small
@@ -28,8 +27,8 @@ pub struct UploadConfig {
     /// `max_in_flight_bytes` still bounds their bytes together (16 × 16 MiB
     /// is the default 256 MiB).
     pub small_pack_workers: usize,
-    /// Bytes of packs in a round, summed (≥ 1). A pack larger than this is
-    /// refused, not retryable.
+    /// Bytes of packs in flight at once in the service's pipeline, summed
+    /// (≥ 1). A pack larger than this is refused, not retryable.
     pub max_in_flight_bytes: u64,
     /// Packs larger than this go up as multipart uploads, in
     /// parts of `part_size` streamed from disk; smaller ones as one PUT
@@ -93,7 +92,7 @@ impl UploadConfig {
         Ok(())
     }
 
-    /// The most pack bytes a round holds in memory: its single PUTs whole
+    /// The most pack bytes held in memory at once: single PUTs whole
     /// (at most `max_in_flight_bytes` together) plus `part_concurrency`
     /// parts of `part_size` per multipart upload (one per worker at most).
     pub fn memory_bound(&self) -> u64 {

@@ -13,7 +13,7 @@
 //!    written. `LocalFileSystem` lists no name ending in `#<digits>`, so a
 //!    staging file is never seen as an object. A staging file whose lock
 //!    can be taken has no live writer (a crashed uploader's leftover): it is
-//!    removed and its name reused ([`LocalCounters::leftovers_removed`]);
+//!    removed and its name reused (counted as `leftovers_removed`);
 //!    one whose lock is held belongs to a live uploader and is left alone.
 //! 4. The pack is copied in chunks of [`CHUNK`] bytes with `std::io::copy`
 //!    between two `File`s, which on Linux is `copy_file_range(2)`: an
@@ -65,11 +65,11 @@ pub(crate) const CHUNK: u64 = 4 << 20;
 /// more live uploaders of one pack than that is not a real situation.
 const STAGING_NAMES: u32 = 64;
 
-/// What the `file://` path did since the store was built: diagnostics, and
-/// what the tests pin (every object fsynced, its directory fsynced, no
+/// What the `file://` path did since the store was built: in its `Debug`,
+/// and what the tests pin (every object fsynced, its directory fsynced, no
 /// staging file left behind).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LocalCounters {
+pub(crate) struct LocalCounters {
     /// Staging files fsynced (one per published object).
     pub files_synced: u64,
     /// Directory fsyncs: the key's directory after each publish, and new

@@ -10,7 +10,9 @@ use object_store::ObjectStore;
 
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
-use crate::local::{LocalCounters, LocalDir};
+#[cfg(test)]
+use crate::local::LocalCounters;
+use crate::local::LocalDir;
 
 /// A destination for packs: an `ObjectStore`, the key prefix under which
 /// packs go, and whether the store honours `PutMode::Create`.
@@ -172,7 +174,8 @@ impl Store {
 
     /// What the `file://` fast path did so far (`None` for any other
     /// store): objects published, fsyncs, staging files removed.
-    pub fn local_counters(&self) -> Option<LocalCounters> {
+    #[cfg(test)]
+    pub(crate) fn local_counters(&self) -> Option<LocalCounters> {
         self.local.as_ref().map(|l| l.counters())
     }
 

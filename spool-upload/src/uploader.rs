@@ -1,6 +1,5 @@
 //! The uploader: staged packs in, one outcome per pack out.
 
-use std::collections::VecDeque;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
@@ -200,42 +199,6 @@ impl Uploader {
     /// A pack's object key in this store.
     pub fn key(&self, id: &PackId) -> Path {
         object_key(self.inner.store.prefix(), id)
-    }
-
-    /// Uploads `items` and returns one result per item, in the same order.
-    ///
-    /// A round is at most `max_workers` packs and `max_in_flight_bytes`
-    /// bytes in flight: more items than that are worked through as
-    /// consecutive rounds (use [`UploadQueue::next_round`] to hand over one
-    /// round at a time). Every pack of a round is transferred at once, each
-    /// on its own task. A cancel cuts every transfer, retry and backoff
-    /// sleep at once; packs not yet started are reported cancelled too.
-    pub async fn upload_round(
-        &self,
-        items: Vec<UploadItem>,
-        cancel: &CancellationToken,
-    ) -> Vec<UploadResult> {
-        let mut queue: VecDeque<(usize, UploadItem)> = items.into_iter().enumerate().collect();
-        let mut results: Vec<Option<UploadResult>> = (0..queue.len()).map(|_| None).collect();
-        while !queue.is_empty() {
-            let round = take_round(&mut queue, &self.inner.config, |(_, it)| it.size);
-            let mut tasks = tokio::task::JoinSet::new();
-            for (idx, item) in round {
-                let me = self.clone();
-                let cancel = cancel.clone();
-                tasks.spawn(async move { (idx, me.upload_one(item, &cancel).await) });
-            }
-            while let Some(joined) = tasks.join_next().await {
-                match joined {
-                    Ok((idx, r)) => results[idx] = Some(r),
-                    Err(e) => std::panic::resume_unwind(e.into_panic()),
-                }
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.expect("every item has a result"))
-            .collect()
     }
 
     /// Uploads one pack: checks the staged file, HEADs the key (an equal
@@ -1004,114 +967,9 @@ async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Resul
     Ok(n)
 }
 
-/// Takes one round from the front of `queue`: at most `max_workers` items
-/// and `max_in_flight_bytes` bytes. An item too large for any round leaves
-/// alone (its upload then fails at once, not retryable), so it never blocks
-/// the queue.
-fn take_round<T>(queue: &mut VecDeque<T>, cfg: &UploadConfig, size: impl Fn(&T) -> u64) -> Vec<T> {
-    let mut round = Vec::new();
-    let mut bytes: u64 = 0;
-    while round.len() < cfg.max_workers {
-        let Some(next) = queue.front() else { break };
-        let s = size(next);
-        if round.is_empty() && s > cfg.max_in_flight_bytes {
-            round.push(queue.pop_front().expect("front exists"));
-            break;
-        }
-        if bytes + s > cfg.max_in_flight_bytes {
-            break;
-        }
-        bytes += s;
-        round.push(queue.pop_front().expect("front exists"));
-    }
-    round
-}
-
-/// A queue of staged packs worked through in rounds; packs a cancel cut go
-/// back to the front, in their order (SPEC §5).
-#[derive(Debug, Default)]
-pub struct UploadQueue {
-    items: VecDeque<UploadItem>,
-}
-
-impl UploadQueue {
-    /// An empty queue.
-    pub fn new() -> UploadQueue {
-        UploadQueue::default()
-    }
-
-    /// Appends a pack.
-    pub fn push_back(&mut self, item: UploadItem) {
-        self.items.push_back(item);
-    }
-
-    /// Packs waiting.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// The packs waiting, front first.
-    pub fn iter(&self) -> impl Iterator<Item = &UploadItem> {
-        self.items.iter()
-    }
-
-    /// Takes the next round: at most `max_workers` packs and
-    /// `max_in_flight_bytes` bytes from the front.
-    pub fn next_round(&mut self, config: &UploadConfig) -> Vec<UploadItem> {
-        take_round(&mut self.items, config, |it| it.size)
-    }
-
-    /// Puts the packs a cancel cut back at the front (in their order) and
-    /// returns every other result.
-    pub fn settle(&mut self, results: Vec<UploadResult>) -> Vec<UploadResult> {
-        let mut rest = Vec::with_capacity(results.len());
-        let mut cut = Vec::new();
-        for r in results {
-            match &r.outcome {
-                UploadOutcome::Failed(f) if f.cancelled => cut.push(r.item),
-                _ => rest.push(r),
-            }
-        }
-        for item in cut.into_iter().rev() {
-            self.items.push_front(item);
-        }
-        rest
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cfg(workers: usize, bytes: u64) -> UploadConfig {
-        UploadConfig {
-            max_workers: workers,
-            max_in_flight_bytes: bytes,
-            ..UploadConfig::default()
-        }
-    }
-
-    #[test]
-    fn rounds_respect_both_bounds() {
-        let mut q: VecDeque<u64> = [10, 10, 10, 10, 10].into();
-        assert_eq!(take_round(&mut q, &cfg(3, 100), |s| *s), vec![10, 10, 10]);
-        let mut q: VecDeque<u64> = [40, 40, 40].into();
-        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![40, 40]);
-        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![40]);
-        assert!(q.is_empty());
-    }
-
-    #[test]
-    fn an_oversized_pack_goes_alone_and_never_blocks() {
-        let mut q: VecDeque<u64> = [500, 10].into();
-        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![500]);
-        assert_eq!(take_round(&mut q, &cfg(8, 100), |s| *s), vec![10]);
-    }
 
     /// Stages a valid pack of about `bytes` record bytes in `dir`, then
     /// flips one byte in its middle (a record byte: the size, id and trailer

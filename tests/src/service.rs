@@ -152,10 +152,15 @@ impl Fixture {
         let mut c = ServiceConfig::new(
             dir,
             self.dest.clone(),
-            self.store.clone() as Arc<dyn ObjectStore>,
+            spool_upload::Store::new(
+                self.store.clone() as Arc<dyn ObjectStore>,
+                &self.prefix,
+                self.dest.store_url.clone(),
+                true,
+            )
+            .expect("a valid key prefix"),
             self.catalog.clone(),
         );
-        c.store_prefix = self.prefix.clone();
         c.lock_mode = LockMode::HeldByCaller;
         c.lease_ttl = Duration::from_secs(10);
         c.poll_interval = Duration::from_millis(200);

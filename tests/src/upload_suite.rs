@@ -13,12 +13,25 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 use spool_core::pack::{PackId, Trailer, TRAILER_LEN};
-use spool_upload::{CancellationToken, Error, Store, UploadConfig, UploadOutcome, Uploader};
+use spool_upload::{
+    CancellationToken, Error, Store, UploadConfig, UploadItem, UploadOutcome, UploadResult,
+    Uploader,
+};
 
 use crate::packs::{write_pack, write_pack_with};
 
 /// Builds a store whose keys live under the given prefix.
 pub type MakeStore<'a> = &'a dyn Fn(&str) -> Store;
+
+/// Uploads `items` all at once, one [`Uploader::upload_one`] each (as the
+/// service's pipeline calls it), and returns their results in order.
+pub async fn upload_all(
+    up: &Uploader,
+    items: Vec<UploadItem>,
+    cancel: &CancellationToken,
+) -> Vec<UploadResult> {
+    futures::future::join_all(items.into_iter().map(|item| up.upload_one(item, cancel))).await
+}
 
 /// A unique prefix for one case.
 pub fn prefix(case: &str) -> String {
@@ -169,9 +182,7 @@ pub async fn changed_staged_bytes_are_refused(make: MakeStore<'_>) {
     let n3 = bytes3.len();
     bytes3[n3 - TRAILER_LEN] ^= 0xff;
     std::fs::write(&item3.path, &bytes3).unwrap();
-    let results = up
-        .upload_round(vec![item, item2, item3], &CancellationToken::new())
-        .await;
+    let results = upload_all(&up, vec![item, item2, item3], &CancellationToken::new()).await;
     for (i, r) in results.iter().enumerate() {
         let f = r.outcome.failure().expect("refused");
         assert!(!f.retryable, "{}", f.error);
@@ -206,9 +217,7 @@ pub async fn oversized_pack_is_refused(make: MakeStore<'_>) {
     let up = Uploader::new(store.clone(), cfg).unwrap();
     let (big, _) = write_pack(dir.path(), 200_000);
     let (small, _) = write_pack(dir.path(), 10_000);
-    let r = up
-        .upload_round(vec![big, small], &CancellationToken::new())
-        .await;
+    let r = upload_all(&up, vec![big, small], &CancellationToken::new()).await;
     let f = r[0].outcome.failure().expect("oversized fails");
     assert!(!f.retryable && matches!(f.error, Error::TooLarge { .. }));
     assert_eq!(f.attempts, 0);
@@ -216,16 +225,13 @@ pub async fn oversized_pack_is_refused(make: MakeStore<'_>) {
     assert_eq!(keys(&store).await, vec![r[1].key.to_string()]);
 }
 
-/// Many packs through consecutive rounds: every one lands, results come
-/// back in order.
-pub async fn rounds_upload_everything(make: MakeStore<'_>) {
+/// Many packs at once: every one lands, results come back in order.
+pub async fn many_packs_upload_everything(make: MakeStore<'_>) {
     let dir = tempfile::tempdir().unwrap();
     let store = make(&prefix("rounds"));
     let up = Uploader::new(store.clone(), test_config()).unwrap();
     let items: Vec<_> = (0..10).map(|_| write_pack(dir.path(), 30_000).0).collect();
-    let results = up
-        .upload_round(items.clone(), &CancellationToken::new())
-        .await;
+    let results = upload_all(&up, items.clone(), &CancellationToken::new()).await;
     assert_eq!(results.len(), 10);
     for (r, it) in results.iter().zip(&items) {
         assert_eq!(&r.item, it);
@@ -245,7 +251,7 @@ macro_rules! upload_suite {
         $crate::upload_suite!(@case $make, conflict_is_final_and_leaves_the_object);
         $crate::upload_suite!(@case $make, changed_staged_bytes_are_refused);
         $crate::upload_suite!(@case $make, oversized_pack_is_refused);
-        $crate::upload_suite!(@case $make, rounds_upload_everything);
+        $crate::upload_suite!(@case $make, many_packs_upload_everything);
     };
     (@case $make:expr, $case:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,7 +54,10 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     }
     cmd.args(["upload-file", "service-drain-rss"]);
     let printed = run(&mut cmd);
-    assert!(printed.contains("upload 2 × 1 MiB to file://"), "{printed}");
+    assert!(
+        printed.contains("drain 2 × 1 MiB to file://, Own"),
+        "{printed}"
+    );
     assert!(printed.contains("peak RSS draining 0.1 GiB"), "{printed}");
 
     let lines = std::fs::read_to_string(&results).unwrap();
@@ -75,7 +78,10 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     .unwrap();
     report(bin, &results, &doc);
     let text = std::fs::read_to_string(&doc).unwrap();
-    assert!(text.contains("| upload 4 × 16 KiB to file://"), "{text}");
+    assert!(
+        text.contains("| drain 4 × 16 KiB to file://, Own"),
+        "{text}"
+    );
     assert!(text.contains("| peak RSS draining 0.1 GiB"), "{text}");
     assert!(
         text.ends_with("<!-- bench:upload:end -->\nkept\n"),

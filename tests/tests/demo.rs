@@ -37,14 +37,31 @@ fn the_demo_loses_nothing_and_the_daemon_adopts_the_killed_rank() {
 #[test]
 fn the_demos_table_reports_zero_lost() {
     let tmp = tempfile::tempdir().unwrap();
+    // The caller's own destination never reaches the demo's processes: they
+    // all run on the embedded one in the scratch directory.
+    let elsewhere = tempfile::tempdir().unwrap();
     let out = output(
         spool()
             .arg("demo")
             .arg("--dir")
             .arg(tmp.path())
-            .args(["--ranks", "2", "--packs", "6", "--keep"]),
+            .args(["--ranks", "2", "--packs", "6", "--keep"])
+            .env(
+                "SPOOL_STORE",
+                format!("file://{}/store", elsewhere.path().display()),
+            )
+            .env(
+                "SPOOL_CATALOG",
+                format!("sqlite://{}/catalog.db", elsewhere.path().display()),
+            ),
     );
     assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "{}",
+        describe(&out)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let lost = text
         .lines()

@@ -166,3 +166,84 @@ fn a_pack_is_unlinked_from_the_spool_only_after_its_object_and_directory_are_fsy
         );
     }
 }
+
+/// What ships writes a `file://` store through spool-upload's own path
+/// (`spool-upload`'s crate docs, "`file://` at copy speed"): `spool run
+/// --once` adopting a dead producer's packs into the embedded store copies
+/// each in the kernel (`copy_file_range`, which reflinks where the
+/// filesystem can, or a `FICLONE` ioctl) and publishes it with
+/// `renameat2(RENAME_NOREPLACE)`. A service handed a store that lost that
+/// path (object_store's `LocalFileSystem` writes `<key>#<n>` and links it)
+/// makes neither call, and this is red.
+#[test]
+fn spool_run_writes_a_file_store_with_copy_file_range_and_renameat2() {
+    let Some(strace) = strace() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    // a sink-only producer: its exit leaves a dead sibling to adopt
+    let staged = output(
+        std::process::Command::new(spool_bin())
+            .env("RUST_LOG", "warn")
+            .args(["produce", "--packs", "3", "--pack-bytes", "300000"])
+            .arg("--spool-root")
+            .arg(&root),
+    );
+    assert!(staged.status.success(), "{}", describe(&staged));
+    let ids: Vec<String> = String::from_utf8_lossy(&staged.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 3, "{}", describe(&staged));
+
+    let trace_file = tmp.path().join("trace");
+    let out = output(
+        std::process::Command::new(&strace)
+            .args([
+                "-f",
+                "-qq",
+                "-e",
+                "trace=copy_file_range,renameat2,ioctl",
+                "-o",
+            ])
+            .arg(&trace_file)
+            .arg(spool_bin())
+            .env("RUST_LOG", "warn")
+            .args(["run", "--once", "--timeout", "60", "--spool-root"])
+            .arg(&root),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = std::fs::read_to_string(&trace_file).unwrap();
+    let trace = joined(&text);
+    let copies = trace
+        .iter()
+        .filter(|l| {
+            (l.contains("copy_file_range(")
+                && !l.trim_end().ends_with("= 0")
+                && !l.contains("= -1"))
+                || (l.contains("ioctl(") && l.contains("FICLONE") && l.trim_end().ends_with("= 0"))
+        })
+        .count();
+    let publishes = trace
+        .iter()
+        .filter(|l| {
+            l.contains("renameat2(")
+                && l.contains("RENAME_NOREPLACE")
+                && l.trim_end().ends_with("= 0")
+        })
+        .count();
+    assert!(
+        copies >= ids.len() && publishes >= ids.len(),
+        "{} packs shipped with {copies} in-kernel copies and {publishes} \
+         renameat2(RENAME_NOREPLACE) publishes:\n{text}",
+        ids.len()
+    );
+    for id in &ids {
+        assert!(
+            trace
+                .iter()
+                .any(|l| l.contains("renameat2(") && l.contains(&format!("{id}.pack"))),
+            "no renameat2 onto {id}.pack:\n{text}"
+        );
+    }
+}

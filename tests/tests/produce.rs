@@ -299,6 +299,181 @@ fn a_memory_store_or_catalog_is_refused_for_serving_with_exit_2() {
 }
 
 /// Liveness bounds (nextest's serial group).
+/// How a destination (spool root, store, catalog) is given: the same way to
+/// every command of one case (`Env`: the store and catalog as `SPOOL_*`
+/// variables, the root as a flag; `File`: all three in the config file).
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Flag,
+    Env,
+    File,
+}
+
+/// A destination away from the spool root, given one way.
+struct Configured {
+    source: Source,
+    root: PathBuf,
+    store_dir: PathBuf,
+    catalog_db: PathBuf,
+    file: PathBuf,
+}
+
+impl Configured {
+    fn new(tmp: &Path, source: Source) -> Configured {
+        let root = tmp.join("root");
+        let elsewhere = tmp.join("elsewhere");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        let c = Configured {
+            source,
+            root,
+            store_dir: elsewhere.join("store"),
+            catalog_db: elsewhere.join("catalog.db"),
+            file: tmp.join("spool.toml"),
+        };
+        fs::write(
+            &c.file,
+            format!(
+                "[spool]\nroot = {:?}\n[destination]\nstore = {:?}\ncatalog = {:?}\n",
+                c.root.display().to_string(),
+                c.store_url(),
+                c.catalog_url()
+            ),
+        )
+        .unwrap();
+        c
+    }
+
+    fn store_url(&self) -> String {
+        format!("file://{}", self.store_dir.display())
+    }
+
+    fn catalog_url(&self) -> String {
+        format!("sqlite://{}", self.catalog_db.display())
+    }
+
+    /// `spool SUBCOMMAND ARGS` with the destination given this case's way
+    /// (flags after the subcommand's own arguments).
+    fn spool(&self, subcommand: &str, args: &[&str]) -> Output {
+        let mut cmd = spool();
+        cmd.arg(subcommand).args(args);
+        match self.source {
+            Source::Flag => {
+                cmd.arg("--spool-root")
+                    .arg(&self.root)
+                    .args(["--catalog", &self.catalog_url()]);
+                if subcommand != "ls" {
+                    // ls reads the catalog only
+                    cmd.args(["--store", &self.store_url()]);
+                }
+            }
+            Source::Env => {
+                // the root as a flag, the destination in the environment
+                cmd.arg("--spool-root")
+                    .arg(&self.root)
+                    .env("SPOOL_STORE", self.store_url())
+                    .env("SPOOL_CATALOG", self.catalog_url());
+            }
+            Source::File => {
+                cmd.arg("--config").arg(&self.file);
+            }
+        }
+        output(&mut cmd)
+    }
+
+    /// The `*.pack` objects under the configured store.
+    fn objects(&self) -> usize {
+        fn walk(dir: &Path) -> usize {
+            fs::read_dir(dir).map_or(0, |entries| {
+                entries
+                    .flatten()
+                    .map(|e| {
+                        let p = e.path();
+                        if p.is_dir() {
+                            walk(&p)
+                        } else {
+                            usize::from(p.extension().is_some_and(|x| x == "pack"))
+                        }
+                    })
+                    .sum()
+            })
+        }
+        walk(&self.store_dir)
+    }
+}
+
+/// Every command that ships, stages or reads back resolves the destination
+/// from the same flags, SPOOL_* variables and config file: what `produce`
+/// ships (`--serve`) or stages (sink-only) is where `run --once`, `ls` and
+/// `cat` with the same configuration look, and nothing lands in the
+/// embedded store or catalog under the root.
+#[test]
+fn every_command_ships_where_the_configuration_says_from_each_source() {
+    for source in [Source::Flag, Source::Env, Source::File] {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = Configured::new(tmp.path(), source);
+        let why = |out: &Output| format!("{source:?}: {}", describe(out));
+
+        let served = c.spool("produce", &["--packs", "2", "--serve"]);
+        assert!(served.status.success(), "{}", why(&served));
+        assert_eq!(c.objects(), 2, "{}", why(&served));
+        let err = String::from_utf8_lossy(&served.stderr);
+        assert!(
+            err.contains(&format!("shipping to store {}", c.store_url()))
+                && err.contains(&format!("catalog {}", c.catalog_url())),
+            "produce --serve says where it ships\n{}",
+            why(&served)
+        );
+
+        let staged = c.spool("produce", &["--packs", "3"]);
+        assert!(staged.status.success(), "{}", why(&staged));
+        let ran = c.spool("run", &["--once", "--timeout", "60"]);
+        assert!(ran.status.success(), "{}", why(&ran));
+        assert!(
+            String::from_utf8_lossy(&ran.stdout).contains("drained: 3 pack(s)"),
+            "run --once with the same configuration finds the sink-only packs\n{}",
+            why(&ran)
+        );
+        assert_eq!(c.objects(), 5, "{}", why(&ran));
+        assert!(
+            String::from_utf8_lossy(&staged.stderr)
+                .contains(&format!("staging for store {}", c.store_url())),
+            "sink-only produce says where its packs are for\n{}",
+            why(&staged)
+        );
+
+        let listed = c.spool("ls", &["--json"]);
+        assert!(listed.status.success(), "{}", why(&listed));
+        let ids: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(|l| {
+                let row: serde_json::Value = serde_json::from_str(l).unwrap();
+                row["pack_id"].as_str().unwrap().to_string()
+            })
+            .collect();
+        let mut expected: Vec<String> = [&served, &staged]
+            .iter()
+            .flat_map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        expected.sort();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, expected, "{}", why(&listed));
+        let read = c.spool("cat", &[&ids[0], "--records", "--hex"]);
+        assert!(read.status.success(), "{}", why(&read));
+
+        assert!(
+            !c.root.join(".store").exists() && !c.root.join(".catalog.db").exists(),
+            "{source:?}: nothing goes to the embedded store or catalog under the root"
+        );
+    }
+}
+
 mod serial {
     use super::*;
     use spool_tests::KillOnDrop;

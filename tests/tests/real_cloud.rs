@@ -32,7 +32,7 @@ use object_store::ObjectStoreExt;
 use spool_core::pack::{PackId, Trailer, TRAILER_LEN};
 use spool_tests::packs::{write_pack, write_pack_with};
 use spool_tests::server_env;
-use spool_tests::upload_suite::{keys, prefix, test_config};
+use spool_tests::upload_suite::{keys, prefix, test_config, upload_all};
 use spool_upload::retryable::status_of;
 use spool_upload::{
     CancellationToken, ClientConfig, Error, Store, UploadConfig, UploadOutcome, Uploader,
@@ -90,9 +90,7 @@ async fn azure_put_head_range_multipart_delete() {
     let (small, small_bytes) = write_pack(dir.path(), 50_000);
     let (big, big_bytes) = write_pack(dir.path(), 12 << 20);
     let up = Uploader::new(store.clone(), test_config()).unwrap();
-    let results = up
-        .upload_round(vec![small.clone(), big], &CancellationToken::new())
-        .await;
+    let results = upload_all(&up, vec![small.clone(), big], &CancellationToken::new()).await;
     assert!(results.iter().all(|r| r.outcome.is_stored()), "{results:?}");
     let os = store.object_store();
     for (r, bytes) in results.iter().zip([&small_bytes, &big_bytes]) {

@@ -11,7 +11,7 @@ use object_store::ObjectStoreExt;
 use spool_tests::packs::write_pack;
 use spool_tests::proxy::{EventKind, Proxy, ProxyAction, ProxyRule};
 use spool_tests::servers::{client, moto, s3_store, Moto};
-use spool_tests::upload_suite::{keys, prefix, test_config};
+use spool_tests::upload_suite::{keys, prefix, test_config, upload_all};
 use spool_upload::{CancellationToken, Store, UploadConfig, UploadOutcome, Uploader};
 
 mod suite {
@@ -64,7 +64,7 @@ async fn refused_connections_are_retryable_after_the_attempts() {
     };
     let up = Uploader::new(store.clone(), cfg).unwrap();
     let start = Instant::now();
-    let results = up.upload_round(items, &CancellationToken::new()).await;
+    let results = upload_all(&up, items, &CancellationToken::new()).await;
     let took = start.elapsed();
     assert!(
         took >= Duration::from_millis(500) && took < Duration::from_secs(5),
@@ -76,12 +76,12 @@ async fn refused_connections_are_retryable_after_the_attempts() {
         assert!(r.item.path.exists(), "the pack stays");
     }
     proxy.set_refusing(false);
-    let again = up
-        .upload_round(
-            results.into_iter().map(|r| r.item).collect(),
-            &CancellationToken::new(),
-        )
-        .await;
+    let again = upload_all(
+        &up,
+        results.into_iter().map(|r| r.item).collect(),
+        &CancellationToken::new(),
+    )
+    .await;
     assert!(
         again.iter().all(|r| r.outcome.is_stored()),
         "the same proxy port works again"

@@ -1106,6 +1106,41 @@ mod serial {
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
         assert!(!own.exists(), "the daemon's own directory is removed");
     }
+
+    /// `run --once` spends no fixed interval: with nothing to drain it
+    /// returns (start, lease, stop, release) as soon as one cycle with the
+    /// lease has looked, and with a dead sibling as soon as that is
+    /// drained, not a poll interval later. The poll interval is set to
+    /// 30 s, so a run that waits for the loop's next tick (or sleeps any
+    /// fixed second) fails the 3 s bound by far; on the embedded defaults
+    /// it takes a few tens of milliseconds.
+    #[test]
+    fn run_once_returns_when_drained_not_a_poll_interval_later() {
+        let root = tempfile::tempdir().unwrap();
+        let slow_poll = ["--poll-interval", "30s", "--timeout", "60"];
+        let t0 = Instant::now();
+        let out = run_once(root.path(), &slow_poll);
+        let empty = t0.elapsed();
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        assert!(
+            empty < Duration::from_secs(3),
+            "nothing to drain took {empty:?}\n{}",
+            describe(&out)
+        );
+
+        let kd = key_dir(root.path(), &[]);
+        let ids = stage(&kd.join("r1-0000abcd"), 3);
+        let t0 = Instant::now();
+        let out = run_once(root.path(), &slow_poll);
+        let one_sibling = t0.elapsed();
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        assert_eq!(catalog_rows(root.path()).len(), ids.len());
+        assert!(
+            one_sibling < Duration::from_secs(3),
+            "a dead sibling of 3 packs took {one_sibling:?}\n{}",
+            describe(&out)
+        );
+    }
 }
 
 /// README's main job: a sink-only `spool produce --spool-root ROOT` stages

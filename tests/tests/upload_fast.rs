@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 use object_store::memory::InMemory;
 use object_store::ObjectStoreExt;
 use spool_tests::packs::write_pack;
-use spool_tests::upload_suite::{keys, test_config};
+use spool_tests::upload_suite::{keys, test_config, upload_all};
 use spool_upload::testing::{Action, FaultStore, Injected, Op, Rule};
 use spool_upload::{
-    CancellationToken, ClientConfig, Error, Store, UploadConfig, UploadOutcome, UploadQueue,
-    Uploader,
+    CancellationToken, ClientConfig, Error, Store, UploadConfig, UploadOutcome, Uploader,
 };
 
 mod local {
@@ -168,46 +167,6 @@ async fn a_lost_put_answer_is_resolved_by_the_conditional_create() {
 }
 
 #[tokio::test]
-async fn rounds_never_exceed_workers_or_bytes() {
-    let (fake, store) = new_fake();
-    fake.script(Rule::new(Op::Put, Action::Delay(Duration::from_millis(30))));
-    fake.script(Rule::new(
-        Op::PutPart,
-        Action::Delay(Duration::from_millis(30)),
-    ));
-    let dir = tempfile::tempdir().unwrap();
-    let mut items: Vec<_> = (0..12).map(|_| write_pack(dir.path(), 1 << 20).0).collect();
-    items.push(write_pack(dir.path(), 7 << 20).0); // multipart
-    let cfg = UploadConfig {
-        max_workers: 3,
-        max_in_flight_bytes: (5 << 20) / 2,
-        ..quick(2)
-    };
-    let up = Uploader::new(store.clone(), cfg.clone()).unwrap();
-    let results = up.upload_round(items, &CancellationToken::new()).await;
-    // The 7 MiB pack is over the 2.5 MiB bound: refused; every other lands.
-    assert_eq!(results.iter().filter(|r| r.outcome.is_stored()).count(), 12);
-    assert!(
-        fake.max_concurrent_transfers() <= 2,
-        "2 packs of 1 MiB fit in 2.5 MiB, saw {}",
-        fake.max_concurrent_transfers()
-    );
-    assert!(fake.max_bytes_in_flight() <= cfg.max_in_flight_bytes);
-
-    let (fake, store) = new_fake();
-    fake.script(Rule::new(Op::Put, Action::Delay(Duration::from_millis(30))));
-    let items: Vec<_> = (0..12).map(|_| write_pack(dir.path(), 10_000).0).collect();
-    let up = Uploader::new(store.clone(), quick(2)).unwrap();
-    let results = up.upload_round(items, &CancellationToken::new()).await;
-    assert!(results.iter().all(|r| r.outcome.is_stored()));
-    assert_eq!(
-        fake.max_concurrent_transfers(),
-        3,
-        "max_workers bounds (and is reached by) a round"
-    );
-}
-
-#[tokio::test]
 async fn a_failed_multipart_upload_is_aborted_and_retried() {
     let (fake, store) = new_fake();
     fake.script(
@@ -224,40 +183,6 @@ async fn a_failed_multipart_upload_is_aborted_and_retried() {
     assert_eq!(fake.calls(Op::Abort), 1);
     assert_eq!(fake.open_multipart_uploads(), 0, "no orphaned parts");
     assert_eq!(fake.calls(Op::CreateMultipart), 2);
-}
-
-#[tokio::test]
-async fn cancelled_packs_go_back_to_the_front_in_order() {
-    let (fake, store) = new_fake();
-    fake.script(Rule::new(Op::Put, Action::Stall));
-    let dir = tempfile::tempdir().unwrap();
-    let mut q = UploadQueue::new();
-    let items: Vec<_> = (0..5).map(|_| write_pack(dir.path(), 1000).0).collect();
-    for it in &items {
-        q.push_back(it.clone());
-    }
-    let cfg = UploadConfig {
-        max_workers: 2,
-        ..quick(2)
-    };
-    let up = Uploader::new(store, cfg.clone()).unwrap();
-    let round = q.next_round(&cfg);
-    assert_eq!(round, items[..2].to_vec());
-    let cancel = CancellationToken::new();
-    let c2 = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        c2.cancel();
-    });
-    let results = up.upload_round(round, &cancel).await;
-    assert!(results.iter().all(|r| r
-        .outcome
-        .failure()
-        .is_some_and(|f| f.cancelled && f.retryable)));
-    let rest = q.settle(results);
-    assert!(rest.is_empty(), "cancelled packs are not failures");
-    assert_eq!(q.iter().cloned().collect::<Vec<_>>(), items);
-    fake.release_stalls();
 }
 
 #[tokio::test]
@@ -386,7 +311,7 @@ mod serial {
         };
         let up = Uploader::new(store, cfg).unwrap();
         let start = Instant::now();
-        let results = up.upload_round(items, &CancellationToken::new()).await;
+        let results = upload_all(&up, items, &CancellationToken::new()).await;
         let took = start.elapsed();
         // Backoffs 100-200, 200-400, 200-400 ms: between 0.5 s and 1 s, plus slack.
         assert!(took >= Duration::from_millis(500), "{took:?}");

@@ -35,8 +35,9 @@ pub struct Args {
     pub pack_id: String,
     #[command(flatten)]
     pub target: CatalogArgs,
-    /// The store: `s3://BUCKET[/PREFIX]`, `gs://...`, `az://...`,
-    /// `file:///ABS/PATH`. Default with --spool-root: `file://ROOT/.store`.
+    /// The store [env: SPOOL_STORE] (destination.store): `s3://BUCKET[/PREFIX]`,
+    /// `gs://...`, `az://...`, `file:///ABS/PATH`. Default under the spool
+    /// root: `file://ROOT/.store`.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
     /// Write the pack to FILE (atomically: a temporary file beside it,
@@ -76,12 +77,12 @@ With --records the records are printed one per line instead: as text when
 every record is UTF-8 without line breaks (otherwise refused before
 anything is printed), as hex with --hex, or as JSON lines with --json.
 
-Catalog and store come from --catalog URL and --store URL, or from
---spool-root ROOT (the embedded sqlite:///ROOT/.catalog.db and
-file:///ROOT/.store), or else from the configuration (--config FILE,
-$SPOOL_CONFIG or ./spool.toml; SPOOL_CATALOG, SPOOL_STORE, SPOOL_ROOT):
-destination.catalog and destination.store, or the embedded ones under
-spool.root. The store client's settings (client.*) come from there too.
+Catalog and store resolve as for `spool run`: --catalog URL and --store
+URL, else SPOOL_CATALOG and SPOOL_STORE, else destination.catalog and
+destination.store in the config file (--config FILE, $SPOOL_CONFIG or
+./spool.toml), else the embedded sqlite:///ROOT/.catalog.db and
+file:///ROOT/.store under the spool root (--spool-root ROOT, SPOOL_ROOT,
+spool.root). The store client's settings (client.*) come from there too.
 
 Examples:
   spool cat 0192f0c4a1b27e3d9c0a5b6d7e8f9a0b --spool-root /var/lib/spool --out pack.bin
@@ -111,12 +112,13 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         Some(path) => Some(OutPath::check(path)?),
         None => None,
     };
-    let catalog_url = args.target.catalog_url(config_file)?;
-    let store_url = args.target.store_url(args.store.as_deref(), config_file)?;
+    let cfg = args.target.config(args.store.as_deref(), config_file)?;
+    let catalog_url = crate::source::catalog_url(&cfg)?;
+    let store_url = crate::source::store_url(&cfg)?;
     let catalog = open_catalog(&catalog_url)?;
     // The store client's timeouts, retries and plain-HTTP permission come
     // from the configuration (client.*; AWS_ALLOW_HTTP and friends).
-    let client = crate::config::load(config_file, &Default::default())?.client();
+    let client = cfg.client();
     let store = Store::from_url(&store_url, &client).map_err(|e| {
         coded(
             ExitCode::Usage,

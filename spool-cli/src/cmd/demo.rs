@@ -98,7 +98,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .prefix("spool-demo-")
         .tempdir_in(&base)
         .with_context(|| format!("cannot make a scratch directory in {}", base.display()))?;
-    let work = scratch.path().to_path_buf();
+    let work = scratch
+        .path()
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", scratch.path().display()))?;
     let root = work.join("root");
     let logs = work.join("logs");
     std::fs::create_dir_all(&root)?;
@@ -198,6 +201,29 @@ fn spool_exe() -> anyhow::Result<PathBuf> {
     std::env::current_exe().context("cannot find the spool executable")
 }
 
+/// `spool SUBCOMMAND --spool-root ROOT` on the embedded destination under
+/// `root`, whatever the caller's configuration names: the store and
+/// catalog given as flags, no `SPOOL_*` variable and no `./spool.toml`
+/// (run in `root`), so every producer and the daemon agree with the
+/// read-back.
+fn child(exe: &Path, subcommand: &str, root: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("SPOOL_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.current_dir(root)
+        .arg(subcommand)
+        .arg("--spool-root")
+        .arg(root)
+        .arg("--store")
+        .arg(crate::dest::embedded_store_url(root))
+        .arg("--catalog")
+        .arg(crate::dest::embedded_catalog_url(root));
+    cmd
+}
+
 fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outcome> {
     let exe = spool_exe()?;
     let victim = if args.ranks > 1 { 1 } else { 0 };
@@ -207,10 +233,7 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
     let mut readers = Vec::new();
     for k in 0..args.ranks as usize {
         let log = std::fs::File::create(logs.join(format!("rank-{k}.log")))?;
-        let mut child = Command::new(&exe)
-            .arg("produce")
-            .arg("--spool-root")
-            .arg(root)
+        let mut child = child(&exe, "produce", root)
             .args(["--serve", "--rank", &k.to_string()])
             .args(["--packs", &args.packs.to_string()])
             .args(["--pack-bytes", &args.pack_bytes.to_string()])
@@ -304,10 +327,7 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
         .set_message("daemon: spool run --once (waiting out the dead producer's lease, adopting)");
     spinner.enable_steady_tick(Duration::from_millis(120));
     let daemon_log = std::fs::File::create(logs.join("daemon.log"))?;
-    let daemon = Command::new(&exe)
-        .arg("run")
-        .arg("--spool-root")
-        .arg(root)
+    let daemon = child(&exe, "run", root)
         .args(["--once", "--json", "--lease-ttl", DEMO_LEASE_TTL])
         .args(["--timeout", &args.timeout.to_string()])
         .stdout(Stdio::piped())
@@ -389,13 +409,7 @@ struct Report {
 /// Looks every reported pack up in the catalog and reads it back from the
 /// store, validating it.
 fn verify(root: &Path, outcome: &Outcome) -> anyhow::Result<Report> {
-    let opened = crate::dest::open(
-        root,
-        None,
-        None,
-        spool_core::layout::DEFAULT_STORE_ID,
-        &spool_lock::Access::PRIVATE,
-    )?;
+    let catalog = spool_catalog::open(&crate::dest::embedded_catalog_url(root))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -430,7 +444,7 @@ fn verify(root: &Path, outcome: &Outcome) -> anyhow::Result<Report> {
     };
     for id in outcome.ranks.iter().flat_map(|r| r.ids.iter()) {
         report.produced += 1;
-        let row = runtime.block_on(opened.catalog.get(id))?;
+        let row = runtime.block_on(catalog.get(id))?;
         let mut shipped = false;
         if let Some(row) = &row {
             report.indexed += 1;

@@ -6,7 +6,9 @@ use anyhow::{Context, Result};
 use spool_catalog::PackRow;
 
 use crate::exit::{coded, ExitCode};
-use crate::source::{format_ms, human_bytes, open_catalog, parse_time, runtime, CatalogArgs};
+use crate::source::{
+    catalog_url, format_ms, human_bytes, open_catalog, parse_time, runtime, CatalogArgs,
+};
 
 /// Arguments of `spool ls`.
 #[derive(Debug, clap::Args)]
@@ -37,10 +39,10 @@ pub const LONG_ABOUT: &str = "\
 List the packs in the catalog, oldest first, by creation time.
 
 Reads the catalog only (never the store, never a spool directory). The
-catalog is --catalog URL, or with --spool-root ROOT the embedded one at
-ROOT/.catalog.db, or else the configuration's (--config FILE,
-$SPOOL_CONFIG or ./spool.toml; SPOOL_CATALOG, SPOOL_ROOT):
-destination.catalog, or the embedded one under spool.root. An SQLite
+catalog resolves as for `spool run`: --catalog URL, else SPOOL_CATALOG,
+else destination.catalog in the config file (--config FILE, $SPOOL_CONFIG
+or ./spool.toml), else the embedded one at ROOT/.catalog.db under the
+spool root (--spool-root ROOT, SPOOL_ROOT, spool.root). An SQLite
 catalog that does not exist is an error (ls never creates one).
 
 The table shows each pack's id, creation time (UTC), size, record count,
@@ -81,7 +83,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
             ),
         ));
     }
-    let url = args.target.catalog_url(config_file)?;
+    let url = catalog_url(&args.target.config(None, config_file)?)?;
     let catalog = open_catalog(&url)?;
     let rt = runtime()?;
     let (mut rows, total) = rt

@@ -5,10 +5,15 @@
 //!
 //! Where it stages:
 //! - `--dir DIR`: that directory (created and locked if missing);
-//! - `--spool-root ROOT`: a fresh rank directory claimed under the layout
-//!   for the destination (`--store`, `--catalog`, `--store-id`; embedded
-//!   defaults under ROOT when omitted), printed on stderr as
-//!   `spool: rank directory DIR`. Without `--serve` it is a sink-only
+//! - a spool root (`--spool-root ROOT`, `SPOOL_ROOT` or `spool.root`): a
+//!   fresh rank directory claimed under the layout for the destination,
+//!   which resolves exactly as `spool run`'s does (the shared
+//!   [`ConfigFlags`], the `SPOOL_*` variables and the config file, through
+//!   [`Config`]; the embedded defaults under ROOT when none names a store
+//!   or catalog), so a daemon with the same configuration adopts and ships
+//!   what it stages. It says on stderr where it stages or ships (`spool
+//!   produce: staging for store …; catalog …`, URLs redacted) and names
+//!   the directory as `spool: rank directory DIR`. Without `--serve` it is a sink-only
 //!   producer: its packs are handed over by exiting (the directory is then a
 //!   dead sibling for a service to adopt). With `--serve` it runs the whole
 //!   engine (SPEC §7.5): its own service uploads and indexes as it goes, and
@@ -30,15 +35,16 @@
 //! build without test seams refuses it).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use spool_core::registry::Registry;
 use spool_core::sink::{AdmissionPolicy, Sink, SinkConfig};
 use spool_core::spool::SpoolConfig;
-use spool_service::{Engine, EngineConfig, ServiceConfig};
+use spool_service::Engine;
 
+use crate::config::{keys, Config, ConfigError, ConfigFlags, FlagValue};
 use crate::exit::ExitCode;
 
 /// The long help of `spool produce` (with examples).
@@ -48,10 +54,13 @@ own line as soon as the pack is durable (its .ready file exists and the
 directory was fsynced). For trying a deployment out, tests and benchmarks.
 
 Where it stages: --dir DIR (created, already locked, if missing; exit 3,
-naming the holder, if someone holds it), or --spool-root ROOT: a fresh rank
-directory claimed in the layout for the destination (--store, --catalog,
---store-id; the embedded defaults under ROOT when omitted), named on
-stderr. Without --serve that is a sink-only producer: its packs are handed
+naming the holder, if someone holds it), or a spool root (--spool-root
+ROOT, SPOOL_ROOT, spool.root): a fresh rank directory claimed in the
+layout for the destination. The destination, rank and service knobs
+resolve as for `spool run` (--store, --catalog, --store-id, --rank, the
+SPOOL_* variables, the config file; the embedded defaults under ROOT when
+none names a store or catalog), so `spool run` with the same
+configuration finds the packs; stderr says where. Without --serve that is a sink-only producer: its packs are handed
 over by exiting, for a `spool run` daemon to adopt. With --serve the
 process runs the whole engine: its own service uploads and indexes as it
 goes, and the close ships the tail and removes the directory (exit 6 if it
@@ -73,41 +82,19 @@ Examples:
 /// Arguments of `spool produce`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The spool directory (created, locked, if missing).
-    #[arg(
-        long,
-        required_unless_present = "spool_root",
-        conflicts_with = "spool_root"
-    )]
+    /// The spool directory (created, locked, if missing), outside the
+    /// layout: no destination, no rank directory.
+    #[arg(long, conflicts_with = "spool_root")]
     pub dir: Option<PathBuf>,
-    /// Claim a fresh rank directory under this spool root instead of --dir.
-    #[arg(long, value_name = "ROOT")]
-    pub spool_root: Option<PathBuf>,
-    /// Store URL of the destination (default: file://ROOT/.store).
-    #[arg(long, requires = "spool_root", value_name = "URL")]
-    pub store: Option<String>,
-    /// Catalog URL of the destination (default: sqlite:///ROOT/.catalog.db).
-    #[arg(long, requires = "spool_root", value_name = "URL")]
-    pub catalog: Option<String>,
-    /// The operator's name for the store (part of the catalog key).
-    #[arg(long, default_value = spool_core::layout::DEFAULT_STORE_ID, requires = "spool_root")]
-    pub store_id: String,
-    /// Rank of the claimed directory (default: $RANK, else 0).
-    #[arg(long, requires = "spool_root")]
-    pub rank: Option<u64>,
+    /// Where the layout's rank directory is claimed and, with --serve, where
+    /// its packs go: the same flags, SPOOL_* variables and config file as
+    /// `spool run` (`spool config show` prints what they resolve to).
+    #[command(flatten)]
+    pub config: ConfigFlags,
     /// Run the whole engine: this process's own service uploads and indexes
-    /// its packs as it goes (needs --spool-root).
-    #[arg(long, requires = "spool_root")]
+    /// its packs as it goes (needs a spool root).
+    #[arg(long)]
     pub serve: bool,
-    /// With --serve: lease time-to-live in whole seconds (≥ 5).
-    #[arg(long, default_value_t = 30, value_name = "SECS")]
-    pub lease_ttl: u64,
-    /// With --serve: the service's poll interval in seconds.
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
-    pub poll_interval: f64,
-    /// With --serve: how often a live sibling is probed again, in seconds.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
-    pub recheck_interval: f64,
     /// How many packs to stage.
     #[arg(long)]
     pub packs: u64,
@@ -137,9 +124,6 @@ pub struct Args {
     /// SIGTERM, SIGINT or SIGHUP.
     #[arg(long)]
     pub hold: bool,
-    /// Accept a shared (network) filesystem; only for one used by one node.
-    #[arg(long)]
-    pub allow_shared_filesystem: bool,
     /// Print each pack's SHA-256 (its trailer checksum, 64 hex digits)
     /// after its id on the same line: `ID SHA256`.
     #[arg(long)]
@@ -183,19 +167,107 @@ fn secs(name: &str, value: f64, zero_ok: bool) -> anyhow::Result<Duration> {
     }
 }
 
-/// Runs `spool produce`. `config_file` is the global `--config`: the
-/// directory's byte budget comes from `--max-bytes`, else `spool.max_bytes`
-/// (`SPOOL_MAX_BYTES`, the file).
+/// Where `spool produce` stages.
+enum Place {
+    /// `--dir DIR`: a plain directory outside the layout.
+    Dir(PathBuf),
+    /// A rank directory claimed under this spool root, for the configured
+    /// destination.
+    Root(PathBuf),
+}
+
+/// Resolves the configuration: the global `--config`, the `SPOOL_*`
+/// variables and the flags, `--max-bytes` among them (`spool.max_bytes`).
+fn load(args: &Args, config_file: Option<&Path>) -> Result<Config, ConfigError> {
+    let mut flags = args.config.values()?;
+    if let Some(bytes) = args.max_bytes {
+        flags.push(FlagValue::new(&keys::MAX_BYTES.key, bytes.to_string()));
+    }
+    Config::load(config_file, &flags)
+}
+
+/// Where to stage, or a usage error saying what is wrong.
+fn place(args: &Args, cfg: &Config) -> Result<Place, String> {
+    let Some(dir) = &args.dir else {
+        return cfg.spool_root().map(Place::Root).map_err(|_| {
+            "no spool directory: give --dir DIR, or a spool root for a rank directory in the \
+             layout (--spool-root ROOT, SPOOL_ROOT, or spool.root in the config file)"
+                .to_string()
+        });
+    };
+    if args.serve {
+        return Err(
+            "--serve needs a spool root (--spool-root ROOT): the engine claims a rank \
+                    directory there; --dir stages outside the layout, with no destination"
+                .into(),
+        );
+    }
+    let f = &args.config;
+    let layout_only = [
+        ("--store", f.store.is_some()),
+        ("--catalog", f.catalog.is_some()),
+        ("--store-id", f.store_id.is_some()),
+        ("--rank", f.rank.is_some()),
+        ("--metrics-addr", f.metrics_addr.is_some()),
+    ];
+    if let Some((flag, _)) = layout_only.iter().find(|(_, given)| *given) {
+        return Err(format!(
+            "{flag} is for a rank directory in the layout (--spool-root ROOT); --dir {} stages \
+             outside it, with no destination",
+            dir.display()
+        ));
+    }
+    Ok(Place::Dir(dir.clone()))
+}
+
+/// Runs `spool produce`. `config_file` is the global `--config`; the
+/// destination, the rank, the byte budget and the service's knobs resolve
+/// from it, the `SPOOL_*` variables and the flags as for `spool run`.
 pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     if args.records == 0 {
         anyhow::bail!("--records must be at least 1");
     }
-    if args.serve && args.spool_root.is_none() {
-        eprintln!("spool: --serve needs --spool-root (the engine claims a rank directory there)");
-        return Ok(ExitCode::Usage);
-    }
     let timeout = secs("timeout", args.timeout, false)?;
     let pack_interval = secs("pack-interval", args.pack_interval, true)?;
+    let usage = |err: &dyn std::fmt::Display| {
+        eprintln!("spool: {err}");
+        Ok(ExitCode::Usage)
+    };
+    let mut cfg = match load(&args, config_file) {
+        Ok(cfg) => cfg,
+        Err(err) => return usage(&err),
+    };
+    let place = match place(&args, &cfg) {
+        Ok(place) => place,
+        Err(err) => return usage(&err),
+    };
+    // What it creates is private unless spool.mode / spool.group say
+    // otherwise (SPEC §1).
+    let lock = match cfg.lock_options() {
+        Ok(lock) => lock,
+        Err(err) => return usage(&err),
+    };
+    if let Place::Root(root) = &place {
+        spool_lock::create_parents(root, &lock.access)
+            .with_context(|| format!("cannot create the spool root {}", root.display()))?;
+        // Again, now that the root exists: the embedded store and catalog
+        // are named after its canonical path, as `spool run` names them.
+        cfg = match load(&args, config_file) {
+            Ok(cfg) => cfg,
+            Err(err) => return usage(&err),
+        };
+        match crate::engine::destination_line(&cfg) {
+            Ok(line) => eprintln!(
+                "spool produce: {} {line}",
+                if args.serve {
+                    "shipping to"
+                } else {
+                    "staging for"
+                }
+            ),
+            Err(err) => return usage(&crate::exit::message_of(&err)),
+        }
+    }
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
     // A stop signal (SIGTERM, SIGINT, SIGHUP) while staging ends the run
@@ -204,31 +276,15 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     // A stop signal taken while staging: no more packs.
     let mut stopped = None;
 
-    let mut spool = SpoolConfig::default(); // lock mode `take`
-    spool.lock.allow_shared_filesystem = args.allow_shared_filesystem;
-    // In the layout, dead siblings' packs count against the budget (SPEC
-    // §4.2), so a crash-restart loop cannot grow the node's disk use by a
-    // budget per incarnation. (With --serve the engine's service spool
-    // does the same.)
-    spool.charge_dead_siblings = args.spool_root.is_some();
-    let cfg = match crate::config::load(config_file, &Default::default()) {
-        Ok(cfg) => cfg,
-        Err(err) => {
-            eprintln!("spool: {err}");
-            return Ok(ExitCode::Usage);
-        }
-    };
-    spool.max_bytes = args
-        .max_bytes
-        .or_else(|| crate::config::keys::MAX_BYTES.get(&cfg));
-    // What it creates is private unless spool.mode / spool.group say
-    // otherwise (SPEC §1).
-    spool.lock.access = match cfg.access() {
-        Ok(access) => access,
-        Err(err) => {
-            eprintln!("spool: {err}");
-            return Ok(ExitCode::Usage);
-        }
+    let spool = SpoolConfig {
+        lock,
+        max_bytes: keys::MAX_BYTES.get(&cfg),
+        // In the layout, dead siblings' packs count against the budget
+        // (SPEC §4.2), so a crash-restart loop cannot grow the node's disk
+        // use by a budget per incarnation. (With --serve the engine's
+        // service spool does the same.)
+        charge_dead_siblings: matches!(place, Place::Root(_)),
+        ..SpoolConfig::default() // lock mode `take`
     };
     let sink_config = SinkConfig {
         spool,
@@ -243,7 +299,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         release_flush_timeout: Duration::ZERO,
         registry: Registry::global(),
     };
-    let target = match open_target(&args, sink_config, timeout) {
+    let target = match open_target(&args, &cfg, &place, sink_config, timeout) {
         Ok(target) => target,
         Err(err) => return Ok(report_open(&err)),
     };
@@ -341,56 +397,25 @@ fn flush_or_refuse(sink: &Sink, timeout: Duration) -> Result<(), spool_core::Err
 }
 
 /// Opens the sink where the arguments say (see the module docs).
-fn open_target(args: &Args, sink_config: SinkConfig, timeout: Duration) -> anyhow::Result<Target> {
-    let Some(root) = &args.spool_root else {
-        let dir = args
-            .dir
-            .as_ref()
-            .context("--dir or --spool-root is required")?;
-        return Ok(Target::Dir(Sink::open(dir, sink_config)?));
+fn open_target(
+    args: &Args,
+    cfg: &Config,
+    place: &Place,
+    sink_config: SinkConfig,
+    timeout: Duration,
+) -> anyhow::Result<Target> {
+    let root = match place {
+        Place::Dir(dir) => return Ok(Target::Dir(Sink::open(dir, sink_config)?)),
+        Place::Root(root) => root,
     };
     if args.serve {
-        crate::dest::refuse_memory(
-            args.store.as_deref().unwrap_or_default(),
-            args.catalog.as_deref().unwrap_or_default(),
-        )?;
-    }
-    spool_lock::create_parents(root, &sink_config.spool.lock.access)
-        .with_context(|| format!("cannot create the spool root {}", root.display()))?;
-    let opened = crate::dest::open(
-        root,
-        args.store.as_deref(),
-        args.catalog.as_deref(),
-        &args.store_id,
-        &sink_config.spool.lock.access,
-    )?;
-    let rank = args.rank.unwrap_or_else(spool_core::layout::rank_from_env);
-    let lock = sink_config.spool.lock.clone();
-    if args.serve {
-        let mut service = ServiceConfig::new(
-            root,
-            opened.destination,
-            opened.store.object_store().clone(),
-            opened.catalog,
-        );
-        service.store_prefix = opened.store.prefix().to_string();
-        service.conditional_create = opened.store.conditional_create();
-        service.lease_ttl = Duration::from_secs(args.lease_ttl);
-        service.poll_interval = secs("poll-interval", args.poll_interval, false)?;
-        service.recheck_interval = secs("recheck-interval", args.recheck_interval, true)?;
-        service.lock = lock;
-        let engine = Engine::start(EngineConfig {
-            spool_root: root.clone(),
-            rank,
-            service,
-            sinks: vec![sink_config],
-            close_flush_timeout: timeout,
-        })?;
+        let engine = crate::engine::start(cfg, vec![sink_config], timeout)?;
         eprintln!("spool: rank directory {}", engine.dir().display());
         return Ok(Target::Engine(Box::new(engine)));
     }
-    let key = opened.destination.catalog_key()?;
-    let claim = spool_core::layout::claim_rank_dir(root, &key, rank, &lock)?;
+    let (key, _) = cfg.key_dir()?;
+    let rank = keys::RANK.get(cfg);
+    let claim = spool_core::layout::claim_rank_dir(root, &key, rank, &sink_config.spool.lock)?;
     eprintln!("spool: rank directory {}", claim.dir().display());
     let mut config = sink_config;
     config.spool.lock_mode = spool_lock::LockMode::HeldByCaller;

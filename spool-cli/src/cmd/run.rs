@@ -100,7 +100,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let (key, key_dir) = cfg.key_dir()?;
-    let engine = crate::engine::start(&cfg)?;
+    let engine = crate::engine::start(&cfg, Vec::new(), Duration::ZERO)?;
     let out = Output { json: args.json };
     out.event(
         json!({
@@ -132,6 +132,9 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut progress = args.once.then(|| Progress::new(&out, progress_every));
     let mut told_holder = false;
     let node_scope = keys::LEASE_SCOPE.get(&cfg) == spool_catalog::LeaseScope::Node;
+    // Snapshots the service has published (one per cycle): until one has,
+    // the snapshot is that of a service that has looked at nothing yet.
+    let mut published = 0;
     let end = loop {
         let snap = engine.service().snapshot();
         let unhealthy = health.judge(&snap);
@@ -172,13 +175,12 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        // The published snapshot is from a cycle that started after the
-        // service did once the counter has moved past 1.
-        if args.once && snap.cycles >= 2 && drained(&snap) {
+        let looked = published > 0;
+        if args.once && looked && drained(&snap) {
             break End::Drained;
         }
         // Siblings only the lease holder may adopt are not owed to this run.
-        if args.once && snap.cycles >= 2 && own_drained(&snap) && !snap.latched {
+        if args.once && looked && own_drained(&snap) && !snap.latched {
             if let Some(h) = &other {
                 if !args.wait_for_siblings {
                     break End::LeftToHolder(h.clone());
@@ -199,13 +201,15 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         if timeout.is_some_and(|t| started.elapsed() >= t) {
             break End::Timeout;
         }
-        match signals.recv_timeout(Duration::from_millis(100)) {
-            Ok(sig) => break End::Signal(sig),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
+        if let Ok(sig) = signals.try_recv() {
+            break End::Signal(sig);
         }
+        // Woken at the end of each cycle, so a drain is seen the moment it
+        // is done; at the latest after 100 ms for a signal, the timeout,
+        // progress and health.
+        published = engine
+            .service()
+            .wait_published(published, Duration::from_millis(100));
     };
     if let Some(p) = progress.take() {
         p.finish();

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::ObjectStore;
 use spool_catalog::Catalog;
 use spool_core::Destination;
 use spool_lock::{Access, LockOptions};
@@ -122,20 +121,15 @@ impl super::Config {
     }
 
     /// The [`ServiceConfig`] of a service under the spool root, adoption on,
-    /// on the given store (with its key prefix and whether it creates
-    /// conditionally) and catalog. The engine sets its directory and lock
-    /// mode (the claimed directory, `HeldByCaller`).
+    /// on the given store and catalog. The engine sets its directory and
+    /// lock mode (the claimed directory, `HeldByCaller`).
     pub fn service_config(
         &self,
-        store: Arc<dyn ObjectStore>,
-        store_prefix: String,
-        conditional_create: bool,
+        store: Store,
         catalog: Arc<dyn Catalog>,
     ) -> Result<ServiceConfig, Error> {
         let root = self.spool_root()?;
         let mut sc = ServiceConfig::new(&root, self.destination()?, store, catalog);
-        sc.store_prefix = store_prefix;
-        sc.conditional_create = conditional_create;
         sc.lease_scope = keys::LEASE_SCOPE.get(self);
         sc.lease_ttl = keys::LEASE_TTL.get(self);
         sc.poll_interval = keys::POLL_INTERVAL.get(self);
@@ -161,17 +155,15 @@ impl super::Config {
     pub fn engine_config(&self, close_flush_timeout: Duration) -> Result<EngineConfig, Error> {
         let root = self.existing_spool_root()?;
         self.destination()?; // a bad destination is refused before anything is opened
+        let access = self.access()?;
+        // a local store or catalog is created as private as the spool
+        super::create_local_destination(&self.store_url()?, &self.catalog_url()?, &access)?;
         let store = Store::from_url(&self.store_url()?, &self.client())?;
         let catalog = spool_catalog::open_with_timeout(
             &self.catalog_url()?,
             keys::CATALOG_REQUEST_TIMEOUT.get(self),
         )?;
-        let service = self.service_config(
-            store.object_store().clone(),
-            store.prefix().as_ref().to_string(),
-            store.conditional_create(),
-            catalog,
-        )?;
+        let service = self.service_config(store, catalog)?;
         Ok(EngineConfig {
             spool_root: root,
             rank: keys::RANK.get(self),

@@ -4,12 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::ObjectStore;
 use spool_catalog::{Catalog, LeaseScope};
 use spool_core::registry::Registry;
 use spool_core::Destination;
 use spool_lock::{LockMode, LockOptions};
-use spool_upload::UploadConfig;
+use spool_upload::{Store, UploadConfig};
 
 /// Everything a [`StorageService`](crate::StorageService) needs.
 #[derive(Clone)]
@@ -19,12 +18,11 @@ pub struct ServiceConfig {
     /// The destination the directory was claimed for (the construction check
     /// compares its catalog key with the directory's parent).
     pub destination: Destination,
-    /// The object store handed in.
-    pub store: Arc<dyn ObjectStore>,
-    /// Key prefix inside the store (may be empty).
-    pub store_prefix: String,
-    /// Whether the store honours conditional create (`PutMode::Create`).
-    pub conditional_create: bool,
+    /// Where packs go: the object store with its key prefix and whether it
+    /// creates conditionally, as [`Store::from_url`] built it (with a
+    /// `file://` store's own write path) or [`Store::new`] wrapped it. The
+    /// service uploads through exactly this store.
+    pub store: Store,
     /// The catalog.
     pub catalog: Arc<dyn Catalog>,
     /// Node (adoption only is lease-gated) or catalog (everything is).
@@ -92,15 +90,13 @@ impl ServiceConfig {
     pub fn new(
         dir: impl Into<PathBuf>,
         destination: Destination,
-        store: Arc<dyn ObjectStore>,
+        store: Store,
         catalog: Arc<dyn Catalog>,
     ) -> ServiceConfig {
         ServiceConfig {
             dir: dir.into(),
             destination,
             store,
-            store_prefix: String::new(),
-            conditional_create: true,
             catalog,
             lease_scope: LeaseScope::Node,
             lease_ttl: Duration::from_secs(30),
@@ -128,8 +124,7 @@ impl std::fmt::Debug for ServiceConfig {
         f.debug_struct("ServiceConfig")
             .field("dir", &self.dir)
             .field("destination", &self.destination)
-            .field("store", &self.store.to_string())
-            .field("store_prefix", &self.store_prefix)
+            .field("store", &self.store)
             .field("catalog", &self.catalog.server())
             .field("lease_scope", &self.lease_scope)
             .field("lease_ttl", &self.lease_ttl)

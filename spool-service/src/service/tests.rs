@@ -60,7 +60,13 @@ impl Fixture {
         let mut c = ServiceConfig::new(
             dir,
             self.dest.clone(),
-            self.store.clone() as Arc<dyn ObjectStore>,
+            spool_upload::Store::new(
+                self.store.clone() as Arc<dyn ObjectStore>,
+                "",
+                self.dest.store_url.clone(),
+                true,
+            )
+            .unwrap(),
             self.catalog.clone() as Arc<dyn Catalog>,
         );
         c.lock_mode = LockMode::HeldByCaller;

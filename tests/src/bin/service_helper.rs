@@ -63,7 +63,8 @@ fn main() {
     let store = object_store::local::LocalFileSystem::new_with_prefix(&args[4]).unwrap();
     let catalog =
         Arc::new(spool_catalog::SqliteCatalog::new(args[5].clone().into(), "spool_").unwrap());
-    let mut c = ServiceConfig::new(claim.dir(), dest, Arc::new(store), catalog);
+    let store = spool_upload::Store::new(Arc::new(store), "", "file://helper", true).unwrap();
+    let mut c = ServiceConfig::new(claim.dir(), dest, store, catalog);
     c.lock_mode = LockMode::HeldByCaller;
     c.lease_ttl = Duration::from_secs(10);
     c.poll_interval = Duration::from_millis(200);

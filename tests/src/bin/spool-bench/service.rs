@@ -36,7 +36,7 @@ pub enum Shape {
 
 /// CPU seconds (user + system) this process has used so far, and those of
 /// its waited-for children, from `/proc/self/stat` (no FFI needed).
-fn cpu_seconds() -> Result<(f64, f64)> {
+pub fn cpu_seconds() -> Result<(f64, f64)> {
     cpu_seconds_of("self")
 }
 
@@ -136,15 +136,9 @@ fn service_config(
         ..ClientConfig::default()
     };
     let bucket = env("SPOOL_TEST_S3_BUCKET")?;
-    let store = Store::from_url(&format!("s3://{bucket}"), &client)?;
+    let store = Store::from_url(&format!("s3://{bucket}/{prefix}"), &client)?;
     let catalog = spool_catalog::open(&db.url)?;
-    let mut c = ServiceConfig::new(
-        dir,
-        dest.clone(),
-        store.object_store().clone() as Arc<dyn ObjectStore>,
-        catalog as Arc<dyn Catalog>,
-    );
-    c.store_prefix = prefix.into();
+    let mut c = ServiceConfig::new(dir, dest.clone(), store, catalog as Arc<dyn Catalog>);
     c.lock_mode = LockMode::HeldByCaller;
     c.registry = registry;
     // The service's own variable, for measuring another linger by hand
@@ -593,12 +587,8 @@ pub fn drain_child(dir: &Path, db: &Path) -> Result<usize> {
         store_id: "default".into(),
     };
     let store = Arc::new(crate::null_store::NullStore::default());
-    let mut c = ServiceConfig::new(
-        dir,
-        dest,
-        store as Arc<dyn ObjectStore>,
-        catalog as Arc<dyn Catalog>,
-    );
+    let store = Store::new(store as Arc<dyn ObjectStore>, "", "null://discard", true)?;
+    let mut c = ServiceConfig::new(dir, dest, store, catalog as Arc<dyn Catalog>);
     c.adopt = false;
     let mut svc = StorageService::new(c)?;
     svc.start()?;
