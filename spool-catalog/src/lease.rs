@@ -13,9 +13,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-/// The shortest TTL accepted (whole seconds: old ClickHouse servers have a
-/// one-second clock).
-pub const MIN_TTL: Duration = Duration::from_secs(3);
+/// The shortest TTL accepted: whole seconds (old ClickHouse servers have a
+/// one-second clock), and room for the smallest fence margin (2 s) plus a
+/// renew interval of ttl/3 plus the clock's second: 2 + 1.67 + 1 < 5.
+pub const MIN_TTL: Duration = Duration::from_secs(5);
 /// The default TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// The default fence margin: a fenced insert runs only while the lease has
@@ -28,7 +29,7 @@ pub const CLOCK_RESOLUTION: Duration = Duration::from_secs(1);
 /// ("Safety margin") for why the checks in [`LeaseConfig::validate`] hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
-    /// How long a claim lives (whole seconds, ≥ 3 s).
+    /// How long a claim lives (whole seconds, ≥ 5 s).
     pub ttl: Duration,
     /// How often a holder renews (≤ ttl / 3).
     pub renew_interval: Duration,
@@ -88,7 +89,7 @@ impl LeaseConfig {
     }
 
     /// Refuses a config that breaks the safety margin: TTL and margin in
-    /// whole seconds, TTL ≥ 3 s, margin ≥ 2 s, renew interval in (0, ttl/3],
+    /// whole seconds, TTL ≥ 5 s, margin ≥ 2 s, renew interval in (0, ttl/3],
     /// and `fence_margin + renew_interval + 1 s < ttl`, so a holder renewing
     /// on time always has a fence that passes.
     pub fn validate(&self) -> Result<()> {
@@ -413,6 +414,10 @@ pub struct LeaseState {
     pub latched: bool,
     /// The last failure talking to the catalog.
     pub last_error: Option<String>,
+    /// The last failure, when no retry can fix it as things are (catalog
+    /// credentials refused, say): the catalog refuses this destination.
+    /// Cleared by the next claim that gets an answer.
+    pub refused: Option<String>,
     /// The catalog, as messages name it (credentials removed).
     pub server: String,
     /// The claim in flight (what for, since when), so a caller can say what
@@ -580,6 +585,7 @@ impl LeaseKeeper {
                     self.state.max_renewal_gap = self.state.max_renewal_gap.max(Some(gap));
                     self.state.guard = Some(g2);
                     self.state.last_error = None;
+                    self.state.refused = None;
                     return self.state.clone();
                 }
                 Ok(LeaseClaim::Busy { holder, .. }) => {
@@ -592,7 +598,7 @@ impl LeaseKeeper {
                 }
                 Ok(LeaseClaim::Lapsed { term }) => self.lose(&format!("lapsed (head term {term})")),
                 Err(e) => {
-                    self.state.last_error = Some(e.to_string());
+                    self.note_error(&e);
                     if !g.is_locally_valid() {
                         self.lose(&format!("could not renew before it lapsed: {e}"));
                     }
@@ -608,14 +614,22 @@ impl LeaseKeeper {
                 self.state.acquisitions += 1;
                 self.state.foreign_holder = None;
                 self.state.last_error = None;
+                self.state.refused = None;
                 self.ever_held = true;
                 self.foreign_since = None;
             }
             Ok(LeaseClaim::Busy { holder, .. }) => self.saw_foreign(holder, now),
             Ok(LeaseClaim::Contested { .. } | LeaseClaim::Lapsed { .. }) => {}
-            Err(e) => self.state.last_error = Some(e.to_string()),
+            Err(e) => self.note_error(&e),
         }
         self.state.clone()
+    }
+
+    /// Records a failed claim: the last error, and whether it refuses the
+    /// destination (no retry can fix it).
+    fn note_error(&mut self, e: &Error) {
+        self.state.last_error = Some(e.to_string());
+        self.state.refused = (!e.is_retryable()).then(|| e.to_string());
     }
 
     /// One claim, published as in flight while it runs and cut at `until`
@@ -786,7 +800,7 @@ mod tests {
     #[test]
     fn configs_that_break_the_margin_are_refused() {
         for (ttl, renew, margin, needle) in [
-            (2, 0, 2, "at least 3s"),
+            (4, 0, 2, "at least 5s"),
             (6, 2, 1, "at least 2 s"),
             (6, 3, 2, "at most ttl/3"),
             (6, 2, 3, "must be less than ttl"),

@@ -78,7 +78,7 @@
 //!
 //! | knob | default | rule |
 //! |---|---|---|
-//! | `ttl` | 30 s | whole seconds, ≥ 3 s |
+//! | `ttl` | 30 s | whole seconds, ≥ 5 s |
 //! | `renew_interval` | ttl/3 (10 s) | ≤ ttl/3 |
 //! | `fence_margin` | 5 s | whole seconds, ≥ 2 s, `fence_margin + renew_interval + 1 s < ttl` |
 //! | fenced insert's `max_execution_time` | fence_margin − 1 s (4 s) | < fence_margin |

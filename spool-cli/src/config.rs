@@ -36,7 +36,7 @@ pub struct ConfigFlags {
     /// Lease scope, node or catalog [env: SPOOL_LEASE_SCOPE] (default: node).
     #[arg(long, value_name = "SCOPE")]
     pub lease_scope: Option<String>,
-    /// Lease TTL, whole seconds ≥ 3 [env: SPOOL_LEASE_TTL] (default: 30).
+    /// Lease TTL, whole seconds ≥ 5 [env: SPOOL_LEASE_TTL] (default: 30).
     #[arg(long, value_name = "SECS")]
     pub lease_ttl: Option<String>,
     /// Poll interval [env: SPOOL_POLL_INTERVAL] (default: 1s).

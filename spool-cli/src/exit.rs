@@ -167,6 +167,15 @@ pub fn coded(code: ExitCode, message: impl Into<String>) -> anyhow::Error {
     })
 }
 
+/// The error of a failed write to stdout (closed, a reader that went
+/// away, a full disk behind a redirect): exit 1 with one line.
+pub fn stdout_error(err: std::io::Error) -> anyhow::Error {
+    coded(
+        ExitCode::Other,
+        format!("cannot write to stdout: {err} (was the reading end closed?)"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

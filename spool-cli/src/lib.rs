@@ -24,6 +24,16 @@
 //! default features) and no test seam.
 #![forbid(unsafe_code)]
 
+/// `println!` that returns an error instead of panicking when stdout is
+/// closed or full (`spool status | head -1`, `>&-`): the caller's `?` turns
+/// it into exit 1 with one line, never a panic with a backtrace.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err(crate::exit::stdout_error)?
+    }};
+}
+
 mod cmd;
 mod config;
 mod dest;

@@ -1,8 +1,8 @@
 //! `/metrics` and `/healthz` for `spool run --metrics-addr ADDR`.
 //!
 //! The run loop publishes each service snapshot (SPEC §7.4) and its health
-//! verdict into a shared [`Status`]; a plain thread serves HTTP with
-//! `tiny_http`. `/metrics` is encoded by the Prometheus project's Rust
+//! verdict into a shared [`Status`]; [`Server`] (`server.rs`) serves it
+//! over HTTP. `/metrics` is encoded by the Prometheus project's Rust
 //! client (`prometheus-client`) from a [`Collector`] that reads the latest
 //! snapshot at scrape time: every field of the snapshot, `spool_` prefix,
 //! units in the names (`_packs`, `_bytes`, `_seconds`; counters end in
@@ -11,16 +11,17 @@
 //! ([`Health::judge`]).
 
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use spool_service::Snapshot;
+
+mod server;
+pub use server::Server;
 
 /// What the run loop publishes for the server.
 #[derive(Debug, Clone, Default)]
@@ -311,88 +312,6 @@ pub fn render(status: &Shared) -> String {
     prometheus_client::encoding::text::encode(&mut out, &registry)
         .expect("writing to a String does not fail");
     out
-}
-
-/// The running HTTP server.
-pub struct Server {
-    server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
-    /// The bound address (a port 0 request resolved).
-    pub addr: std::net::SocketAddr,
-}
-
-impl std::fmt::Debug for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("addr", &self.addr).finish()
-    }
-}
-
-impl Server {
-    /// Binds `addr` and serves `/metrics` and `/healthz` on a thread.
-    pub fn start(addr: std::net::SocketAddr, status: Shared) -> anyhow::Result<Server> {
-        let server = tiny_http::Server::http(addr)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| {
-                format!("cannot serve metrics on {addr} (metrics.addr / --metrics-addr)")
-            })?;
-        let bound = server
-            .server_addr()
-            .to_ip()
-            .context("the metrics server listens on an IP address")?;
-        let server = Arc::new(server);
-        let s = server.clone();
-        let thread = std::thread::Builder::new()
-            .name("spool-metrics".into())
-            .spawn(move || {
-                for req in s.incoming_requests() {
-                    let path = req.url().split('?').next().unwrap_or("").to_string();
-                    let (code, body, ctype) = match path.as_str() {
-                        "/metrics" => (
-                            200,
-                            render(&status),
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        ),
-                        "/healthz" => {
-                            let st = status.lock().unwrap_or_else(|p| p.into_inner());
-                            match &st.unhealthy {
-                                None => (200, "ok\n".to_string(), "text/plain; charset=utf-8"),
-                                Some(why) => (503, format!("{why}\n"), "text/plain; charset=utf-8"),
-                            }
-                        }
-                        _ => (
-                            404,
-                            "not found: try /metrics or /healthz\n".to_string(),
-                            "text/plain; charset=utf-8",
-                        ),
-                    };
-                    let header =
-                        tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes())
-                            .expect("a valid header");
-                    let resp = tiny_http::Response::from_string(body)
-                        .with_status_code(code)
-                        .with_header(header);
-                    if let Err(e) = req.respond(resp) {
-                        tracing::debug!("metrics response: {e}");
-                    }
-                }
-            })
-            .context("starting the metrics thread")?;
-        tracing::info!(%bound, "serving /metrics and /healthz on http://{bound}");
-        Ok(Server {
-            server,
-            thread: Some(thread),
-            addr: bound,
-        })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 #[cfg(test)]

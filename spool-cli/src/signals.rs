@@ -1,4 +1,4 @@
-//! SIGTERM/SIGINT without handlers: the signals are blocked before any
+//! SIGTERM/SIGINT/SIGHUP without handlers: the signals are blocked before any
 //! thread starts (so every thread inherits the mask) and taken with
 //! `sigwait`, never delivered to an arbitrary thread.
 
@@ -7,13 +7,23 @@ use std::sync::mpsc::{self, Receiver};
 use anyhow::Context;
 use nix::sys::signal::{SigSet, Signal};
 
-/// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread
-/// it starts from now on). Call it first, before any runtime or thread.
-pub fn block_stop_signals() -> anyhow::Result<SigSet> {
+/// The signals that stop a command the way an operator expects: SIGTERM
+/// (a supervisor), SIGINT (Ctrl-C) and SIGHUP (the terminal went away), each
+/// after the command's bounded flush and release.
+pub fn stop_signals() -> SigSet {
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGINT);
-    set.thread_block().context("blocking SIGTERM/SIGINT")?;
+    set.add(Signal::SIGHUP);
+    set
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and so in every thread
+/// it starts from now on). Call it first, before any runtime or thread.
+pub fn block_stop_signals() -> anyhow::Result<SigSet> {
+    let set = stop_signals();
+    set.thread_block()
+        .context("blocking SIGTERM/SIGINT/SIGHUP")?;
     Ok(set)
 }
 

@@ -112,6 +112,9 @@ struct State {
     reserved: u64,
     dead_sibling_bytes: u64,
     in_flight: HashMap<PackId, Flight>,
+    /// A refusal for a full budget was logged and no stage has fit since:
+    /// a sink retrying its stage logs the refusal once, not once a retry.
+    full_logged: bool,
 }
 
 /// An open spool directory (SPEC §4.2).

@@ -290,3 +290,43 @@ impl Error {
         }
     }
 }
+
+/// What an I/O failure on a spool directory means for whoever tried it,
+/// by the errno of the first I/O error in a failure's source chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoVerdict {
+    /// No retry from this process can fix it: another user's files
+    /// (EACCES, EPERM), a symlink loop or a path that is not a directory
+    /// (ELOOP, ENOTDIR).
+    Permanent,
+    /// A read-only filesystem (EROFS): fixed by a remount, not by a retry
+    /// loop.
+    ReadOnly,
+    /// A momentary shortage or interruption of this process or host
+    /// (EMFILE, ENFILE, ENOMEM, ENOBUFS, EAGAIN, EINTR) or anything else:
+    /// says nothing about the directory, so it is tried again later.
+    Transient,
+}
+
+/// The [`IoVerdict`] of a failure, from the errno of the first
+/// `std::io::Error` in its source chain; `None` when the chain holds no
+/// I/O error.
+pub fn io_verdict(e: &(dyn std::error::Error + 'static)) -> Option<IoVerdict> {
+    use nix::errno::Errno;
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            let errno = io.raw_os_error().map(Errno::from_raw);
+            return Some(match errno {
+                Some(Errno::EROFS) => IoVerdict::ReadOnly,
+                Some(Errno::EACCES | Errno::EPERM | Errno::ELOOP | Errno::ENOTDIR) => {
+                    IoVerdict::Permanent
+                }
+                _ if io.kind() == std::io::ErrorKind::PermissionDenied => IoVerdict::Permanent,
+                _ => IoVerdict::Transient,
+            });
+        }
+        cur = e.source();
+    }
+    None
+}

@@ -203,7 +203,7 @@ mod record;
 mod seams;
 mod sys;
 
-pub use error::{Error, Holder};
+pub use error::{io_verdict, Error, Holder, IoVerdict};
 pub use fdinfo::held_by_this_process;
 pub use lock::{
     acquire, clear_blocked, create_parents, held_claims, is_staging_name, remove_created,
@@ -220,13 +220,15 @@ pub use seams::{testing, HookPoint};
 /// The lock file's name inside a spool directory.
 pub const LOCK_FILE_NAME: &str = ".owner.lock";
 
-/// This host's name, as owner records spell it.
+/// This host's name, as owner records spell it (control characters
+/// escaped, as a record is parsed, so the record of this host compares
+/// equal to this name).
 pub fn host_name() -> String {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
         nix::unistd::gethostname()
             .ok()
-            .and_then(|h| h.into_string().ok())
+            .map(|h| record::one_line(&h.to_string_lossy()).trim().to_owned())
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "unknown".to_owned())
     })

@@ -100,8 +100,21 @@ fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-fn one_line(s: &str) -> String {
-    s.replace(['\n', '\r'], " ")
+/// Producer-controlled text made safe to store and show: line breaks
+/// become spaces (one record line, one value), any other control character
+/// its escape (`\u{1b}`), so no record can rewrite a terminal or be
+/// refused by a catalog as a row. Idempotent: an escape holds no control
+/// character.
+pub(crate) fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\r' => out.push(' '),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl OwnerRecord {
@@ -160,8 +173,9 @@ impl OwnerRecord {
                 continue;
             };
             // A lone `\r` inside a line (lines() only strips `\r\n`) is
-            // made a space, as render does: a record never carries a
-            // control character that could rewrite a terminal line.
+            // made a space and any other control character escaped, as
+            // render does: a record never carries a control character that
+            // could rewrite a terminal line or poison a catalog row.
             let value = one_line(value);
             let value = value.trim();
             match key.trim() {

@@ -1338,7 +1338,7 @@ impl Adopter {
         }
         if let Some(left) = env.other_files(&dir).await {
             let mut step = Step::new(Some(&dir), Action::Blocked);
-            let reason = format!("drained of packs but still holds {left}");
+            let reason = format!("every ready pack was shipped, but it still holds {left}");
             step.error = Some(self.block_held(env, i, reason).await);
             return step;
         }

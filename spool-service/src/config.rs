@@ -50,7 +50,9 @@ mod kind;
 mod resolve;
 mod service_config;
 
-pub use destination::{destination, embedded_catalog_url, embedded_store_url};
+pub use destination::{
+    create_local_destination, destination, embedded_catalog_url, embedded_store_url,
+};
 pub use environment::{Environment, ProcessEnv, CONFIG_ENV, PLAIN_ENV, SECRET_ENV};
 pub use kind::{parse_bytes, parse_duration, parse_value, Kind, Value};
 pub use resolve::{Config, Entry, FlagValue, Source};

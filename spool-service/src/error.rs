@@ -50,6 +50,17 @@ pub enum Error {
     /// A spool-catalog failure (bad lease configuration).
     #[error("{0}")]
     Catalog(#[from] spool_catalog::Error),
+    /// A local store directory or SQLite catalog file could not be created
+    /// with the spool's access mode.
+    #[error("cannot create {path} (mode {mode:04o}): {source}")]
+    LocalDestination {
+        /// The directory or file.
+        path: PathBuf,
+        /// The mode it was to get.
+        mode: u32,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The service's own runtime or loop thread could not be made.
     #[error("cannot start the service runtime for {dir}: {source}")]
     Runtime {

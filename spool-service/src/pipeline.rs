@@ -326,10 +326,14 @@ impl UploadPath {
     }
 
     /// Whether `job` needs no validation task of the pipeline: this service
-    /// validated it before, or its upload validates it from the very bytes
-    /// it sends (one read, one hash).
+    /// validated it before, its upload validates it from the very bytes it
+    /// sends (one read, one hash), or its upload refuses it unread by its
+    /// size from `stat` (over `max_in_flight_bytes`: hashing it first would
+    /// only stall every pack behind it before the same refusal).
     fn validated_elsewhere(&self, job: &Job) -> bool {
-        self.summaries.contains_key(&job.pack.id) || self.uploader.validates_whole(job.pack.bytes)
+        self.summaries.contains_key(&job.pack.id)
+            || self.uploader.validates_whole(job.pack.bytes)
+            || self.uploader.refuses_unread(job.pack.bytes)
     }
 
     /// One job's validation answer.

@@ -961,7 +961,13 @@ impl Core {
             }),
             waiting_on: None,
             loop_failed: None,
-            destination_refused: self.io.refused(),
+            destination_refused: self.io.refused().or_else(|| {
+                lease.as_ref().and_then(|s| {
+                    s.refused
+                        .as_ref()
+                        .map(|e| format!("catalog {} refuses the lease: {e}", s.server))
+                })
+            }),
         };
         *shared.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = snap;
         *shared

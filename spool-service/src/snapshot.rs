@@ -60,8 +60,9 @@ pub struct Snapshot {
     /// the cause when nothing has failed yet. Live at each `snapshot()`.
     pub waiting_on: Option<String>,
     /// The store or catalog refuses the whole destination (401, 403, a
-    /// missing bucket, catalog credentials): what it said. Uploads to it
-    /// back off; every pack stays ready; cleared once one lands again.
+    /// missing bucket, catalog credentials, the lease's claims refused for
+    /// good): what it said. Uploads to it back off; every pack stays ready;
+    /// cleared once one lands (or a claim is answered) again.
     pub destination_refused: Option<String>,
     /// The service loop (or its lease keeper) panicked: the message. The
     /// service does no more work and let go of every adopted sibling;

@@ -3,13 +3,16 @@
 use std::path::PathBuf;
 
 /// Everything that can go wrong in spool-upload. Each variant names what it
-/// was working on (a URL, a local path, an object key) and, where there is
-/// one, what to do about it. [`Error::is_retryable`] is the classification of
+/// was working on (a local path, an object key) and, where there is one,
+/// what to do about it. A store URL is never shown by these messages (it
+/// may carry a secret): the caller adds it as context through the one
+/// redactor, `spool_catalog::mask_url`; the `url` fields keep it as given
+/// for code. [`Error::is_retryable`] is the classification of
 /// SPEC §5.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A store URL that cannot be parsed or is not of a supported form.
-    #[error("store URL {url:?} is not usable: {reason} (expected s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX], file:///ABS/PATH or memory://)")]
+    #[error("the store URL is not usable: {reason} (expected s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX], file:///ABS/PATH or memory://)")]
     InvalidUrl {
         /// The URL as given.
         url: String,
@@ -18,7 +21,7 @@ pub enum Error {
     },
 
     /// The URL's scheme needs a cloud backend this build leaves out.
-    #[error("store URL {url:?} needs the `{feature}` feature of spool-upload, which this build leaves out: rebuild with `--features {feature}` (the `spool` binary has it on by default)")]
+    #[error("the store URL needs the `{feature}` feature of spool-upload, which this build leaves out: rebuild with `--features {feature}` (the `spool` binary has it on by default)")]
     BackendNotBuilt {
         /// The URL as given.
         url: String,
@@ -28,7 +31,7 @@ pub enum Error {
 
     /// object_store refused to build a client for the URL (missing bucket,
     /// credentials or region, bad option values).
-    #[error("cannot build an object store client for {url:?}: {source}")]
+    #[error("cannot build an object store client for the store URL: {source}")]
     StoreConfig {
         /// The URL as given.
         url: String,

@@ -121,10 +121,10 @@ pub struct UploadFailure {
 
 impl UploadFailure {
     /// A refusal of the whole destination (401, 403, a missing bucket, a bad
-    /// request): not retryable, not cut, and not about this pack
+    /// request): not retryable, not cut, not a corrupt pack, and not about this pack
     /// ([`Error::is_pack_specific`]). The pack must stay ready.
     pub fn destination_wide(&self) -> bool {
-        !self.retryable && !self.cancelled && !self.error.is_pack_specific()
+        !self.retryable && !self.cancelled && !self.corrupt && !self.error.is_pack_specific()
     }
 }
 
@@ -186,6 +186,14 @@ impl Uploader {
             return true; // validated as it is copied
         }
         self.inner.store.conditional_create() && size <= cfg.multipart_threshold
+    }
+
+    /// Whether [`Uploader::upload_one`] refuses a pack of `size` bytes
+    /// unread: over `max_in_flight_bytes`, it could never fit in a round
+    /// ([`Error::TooLarge`]), so nothing of it is worth reading or hashing
+    /// first (one such pack must not stall everything behind it).
+    pub fn refuses_unread(&self, size: u64) -> bool {
+        size > self.inner.config.max_in_flight_bytes
     }
 
     /// A pack's object key in this store.

@@ -786,6 +786,9 @@ fn a_worker_subdirectory_that_is_no_directory_is_refused_by_stage() {
     );
 }
 
+#[path = "hostile/operator.rs"]
+mod operator;
+
 /// Liveness bounds (a FIFO never blocks, a refused lock file is never
 /// retried until a timeout): one at a time (nextest's `serial` group).
 mod serial {

@@ -121,21 +121,28 @@ fn an_ordinal_stages_under_its_worker_directory() {
     assert_eq!(names(&dir.join("w7"), ".ready").len(), 2);
 }
 
+/// A full budget is refused at once (the producer's choice here is to
+/// refuse), not after the flush timeout (once or twice), with the refusal
+/// logged once, not once a retry.
 #[test]
-fn a_full_spool_exits_5_naming_the_directory() {
+fn a_full_spool_exits_5_at_once_naming_the_directory() {
     let (_tmp, dir) = scratch();
+    let t = std::time::Instant::now();
     let out = output(spool().args(["produce", "--dir"]).arg(&dir).args([
         "--packs",
         "2",
         "--max-bytes",
         "100",
         "--timeout",
-        "1",
+        "60",
     ]));
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&dir.display().to_string()), "{stderr}");
-    assert!(stderr.contains("full"), "{stderr}");
+    assert!(stderr.contains("the spool is full:"), "{stderr}");
+    let refusals = stderr.matches("stage refused").count();
+    assert_eq!(refusals, 1, "{stderr}");
     assert!(out.stdout.is_empty(), "nothing reported staged");
 }
 

@@ -9,8 +9,14 @@
 //! catalog row's checksum and size. Only then is anything written: `--out`
 //! gets the file by a rename, stdout a copy. A mismatch exits 9 and writes
 //! nothing.
+//!
+//! `--out` replaces only a regular file (or creates one). What is not a
+//! regular file is never replaced: a device or a FIFO (`--out /dev/null`)
+//! is written into, the temporary copy kept in the temp directory; a
+//! symlink, a directory or a socket is refused before anything is fetched.
 
 use std::io::{IsTerminal, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -35,7 +41,9 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
     /// Write the pack to FILE (atomically: a temporary file beside it,
-    /// renamed once the checksum matched) instead of stdout.
+    /// renamed once the checksum matched) instead of stdout. A device or
+    /// FIFO is written into, never replaced; a symlink or directory is
+    /// refused.
     #[arg(long, value_name = "FILE", conflicts_with = "records")]
     pub out: Option<PathBuf>,
     /// Print the pack's records, one per line, instead of the raw pack:
@@ -100,6 +108,10 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
              or print its records with --records",
         ));
     }
+    let out = match &args.out {
+        Some(path) => Some(OutPath::check(path)?),
+        None => None,
+    };
     let cfg = args.target.config(args.store.as_deref(), config_file)?;
     let catalog_url = crate::source::catalog_url(&cfg)?;
     let store_url = crate::source::store_url(&cfg)?;
@@ -107,19 +119,26 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     // The store client's timeouts, retries and plain-HTTP permission come
     // from the configuration (client.*; AWS_ALLOW_HTTP and friends).
     let client = cfg.client();
-    let store =
-        Store::from_url(&store_url, &client).map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
+    let store = Store::from_url(&store_url, &client).map_err(|e| {
+        coded(
+            ExitCode::Usage,
+            format!(
+                "cannot open the object store {}: {e}",
+                crate::config::mask_url(&store_url)
+            ),
+        )
+    })?;
 
     let rt = runtime()?;
     let hex_id = id.to_hex();
     // Where the temporary copy goes: beside --out (so the rename is
     // atomic), else the temp directory.
-    let temp_dir = match &args.out {
-        Some(out) => match out.parent() {
+    let temp_dir = match &out {
+        Some(OutPath::Replace(out)) => match out.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         },
-        None => std::env::temp_dir(),
+        Some(OutPath::WriteInto(_)) | None => std::env::temp_dir(),
     };
     let mut temp = tempfile::Builder::new()
         .prefix(".spool-cat-")
@@ -140,8 +159,8 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
                 ExitCode::Checksum,
                 format!(
                     "{e}; nothing was written{}",
-                    match &args.out {
-                        Some(o) => format!(" to {}", o.display()),
+                    match &out {
+                        Some(o) => format!(" to {}", o.path().display()),
                         None => String::new(),
                     }
                 ),
@@ -155,11 +174,27 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     if args.records {
         temp.as_file_mut().seek(SeekFrom::Start(0))?;
         print_records(temp.as_file(), &args)?;
-    } else if let Some(out) = &args.out {
-        temp.persist(out)
-            .map_err(|e| e.error)
-            .with_context(|| format!("cannot move the checked pack into {}", out.display()))?;
-        sync_parent(out);
+    } else if let Some(out) = &out {
+        match out {
+            OutPath::Replace(out) => {
+                temp.persist(out).map_err(|e| e.error).with_context(|| {
+                    format!("cannot move the checked pack into {}", out.display())
+                })?;
+                sync_parent(out);
+            }
+            OutPath::WriteInto(out) => {
+                temp.as_file_mut().seek(SeekFrom::Start(0))?;
+                let mut dest = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                    .open(out)
+                    .with_context(|| format!("cannot open {} to write into", out.display()))?;
+                std::io::copy(temp.as_file_mut(), &mut dest).with_context(|| {
+                    format!("cannot write the checked pack into {}", out.display())
+                })?;
+            }
+        }
+        let out = out.path();
         eprintln!(
             "wrote pack {hex_id} ({} bytes, {} records, sha256 {sha}) to {}",
             summary.bytes,
@@ -169,10 +204,65 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     } else {
         temp.as_file_mut().seek(SeekFrom::Start(0))?;
         let mut stdout = std::io::stdout().lock();
-        std::io::copy(temp.as_file_mut(), &mut stdout).context("writing to stdout")?;
-        stdout.flush().context("writing to stdout")?;
+        std::io::copy(temp.as_file_mut(), &mut stdout).map_err(crate::exit::stdout_error)?;
+        stdout.flush().map_err(crate::exit::stdout_error)?;
     }
     Ok(ExitCode::Ok)
+}
+
+/// Where `--out` writes, decided before anything is fetched.
+enum OutPath {
+    /// A regular file, or nothing yet: replaced by a rename.
+    Replace(PathBuf),
+    /// A character or block device, or a FIFO: written into, never
+    /// replaced (`--out /dev/null` must not turn the system's device into
+    /// a file).
+    WriteInto(PathBuf),
+}
+
+impl OutPath {
+    /// What is at `path` decides; a symlink (never followed: it may point
+    /// anywhere), a directory or a socket is refused, exit 2.
+    fn check(path: &Path) -> Result<OutPath> {
+        use std::os::unix::fs::FileTypeExt;
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(OutPath::Replace(path.to_path_buf()))
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot look at --out {}", path.display())))
+            }
+        };
+        let ft = meta.file_type();
+        if ft.is_file() {
+            Ok(OutPath::Replace(path.to_path_buf()))
+        } else if ft.is_char_device() || ft.is_block_device() || ft.is_fifo() {
+            Ok(OutPath::WriteInto(path.to_path_buf()))
+        } else {
+            let what = if ft.is_symlink() {
+                "a symlink (spool does not follow it: give the path it points to)"
+            } else if ft.is_dir() {
+                "a directory (give a file name inside it)"
+            } else {
+                "a socket"
+            };
+            Err(coded(
+                ExitCode::Usage,
+                format!(
+                    "--out {} is {what}; nothing was fetched or written",
+                    path.display()
+                ),
+            ))
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            OutPath::Replace(p) | OutPath::WriteInto(p) => p,
+        }
+    }
 }
 
 fn sync_parent(path: &Path) {
@@ -228,15 +318,15 @@ fn print_records(file: &std::fs::File, args: &Args) -> Result<()> {
                     serde_json::json!({"index": index, "bytes": buf.len(), "hex": hex::encode(&buf)})
                 }
             };
-            writeln!(out, "{v}")?;
+            writeln!(out, "{v}").map_err(crate::exit::stdout_error)?;
         } else if args.hex {
-            writeln!(out, "{}", hex::encode(&buf))?;
+            writeln!(out, "{}", hex::encode(&buf)).map_err(crate::exit::stdout_error)?;
         } else {
             out.write_all(&buf)?;
             out.write_all(b"\n")?;
         }
         index += 1;
     }
-    out.flush().context("writing to stdout")?;
+    out.flush().map_err(crate::exit::stdout_error)?;
     Ok(())
 }

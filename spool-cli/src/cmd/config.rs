@@ -75,12 +75,12 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
             },
             "store_environment": env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::Ok);
     }
     match &cfg.file {
-        Some(f) => println!("# config file: {}", f.display()),
-        None => println!("# config file: none (--config, SPOOL_CONFIG or ./spool.toml)"),
+        Some(f) => outln!("# config file: {}", f.display()),
+        None => outln!("# config file: none (--config, SPOOL_CONFIG or ./spool.toml)"),
     }
     let rows: Vec<(String, String, String)> = cfg
         .entries()
@@ -102,27 +102,27 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         .max()
         .unwrap_or(0)
         .max(5);
-    println!("{:w0$}  {:w1$}  SOURCE", "KEY", "VALUE");
+    outln!("{:w0$}  {:w1$}  SOURCE", "KEY", "VALUE");
     for (k, v, s) in &rows {
-        println!("{k:w0$}  {v:w1$}  {s}");
+        outln!("{k:w0$}  {v:w1$}  {s}");
     }
     if let Some(d) = &destination {
-        println!();
-        println!("# derived");
-        println!("database      {}", d.database);
-        println!("table_prefix  {}", d.table_prefix);
+        outln!();
+        outln!("# derived");
+        outln!("database      {}", d.database);
+        outln!("table_prefix  {}", d.table_prefix);
         if let Some(k) = &key {
-            println!("catalog_key   {k}");
+            outln!("catalog_key   {k}");
         }
         if let Ok((_, dir)) = cfg.key_dir() {
-            println!("key_dir       {}", dir.display());
+            outln!("key_dir       {}", dir.display());
         }
     }
     if !env.is_empty() {
-        println!();
-        println!("# store environment");
+        outln!();
+        outln!("# store environment");
         for (k, v) in &env {
-            println!("{k}={v}");
+            outln!("{k}={v}");
         }
     }
     Ok(ExitCode::Ok)

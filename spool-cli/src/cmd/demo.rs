@@ -132,7 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let report = verify(&root, &outcome)?;
     let elapsed = started.elapsed();
-    print_report(&args, &work, &root, &outcome, &report, elapsed);
+    print_report(&args, &work, &root, &outcome, &report, elapsed)?;
     let ok = report.lost == 0
         && report.left == 0
         && report.victim_dir_gone
@@ -473,7 +473,7 @@ fn print_report(
     outcome: &Outcome,
     report: &Report,
     elapsed: Duration,
-) {
+) -> anyhow::Result<()> {
     let adopted_packs = outcome.adopted.len();
     if args.json {
         let ranks: Vec<_> = outcome
@@ -503,11 +503,11 @@ fn print_report(
             "store": crate::dest::embedded_store_url(root),
             "catalog": crate::dest::embedded_catalog_url(root),
         });
-        println!("{out}");
-        return;
+        outln!("{out}");
+        return Ok(());
     }
-    println!();
-    println!("{:<8} {:>8} {:>10}  ended", "rank", "staged", "role");
+    outln!();
+    outln!("{:<8} {:>8} {:>10}  ended", "rank", "staged", "role");
     for (k, r) in outcome.ranks.iter().enumerate() {
         let ended = if r.killed {
             if report.victim_dir_gone {
@@ -526,42 +526,43 @@ fn print_report(
         } else {
             "producer"
         };
-        println!("{:<8} {:>8} {:>10}  {ended}", k, r.ids.len(), role);
+        outln!("{:<8} {:>8} {:>10}  {ended}", k, r.ids.len(), role);
     }
-    println!();
-    println!("packs produced  {:>8}", report.produced);
-    println!(
+    outln!();
+    outln!("packs produced  {:>8}", report.produced);
+    outln!(
         "packs uploaded  {:>8}  (read back from the store, checksum verified)",
         report.uploaded
     );
-    println!("packs indexed   {:>8}", report.indexed);
-    println!(
+    outln!("packs indexed   {:>8}", report.indexed);
+    outln!(
         "packs adopted   {:>8}  (left behind by the SIGKILLed rank, shipped by the daemon)",
         adopted_packs
     );
-    println!("left in spool   {:>8}", report.left);
-    println!("packs lost      {:>8}", report.lost);
-    println!("bytes           {:>8}", report.bytes);
-    println!("time            {:>7.1}s", elapsed.as_secs_f64());
-    println!(
+    outln!("left in spool   {:>8}", report.left);
+    outln!("packs lost      {:>8}", report.lost);
+    outln!("bytes           {:>8}", report.bytes);
+    outln!("time            {:>7.1}s", elapsed.as_secs_f64());
+    outln!(
         "daemon          exit {}",
         outcome
             .daemon_exit
             .map_or("by signal".to_string(), |c| c.to_string())
     );
-    println!("store           {}", crate::dest::embedded_store_url(root));
-    println!(
+    outln!("store           {}", crate::dest::embedded_store_url(root));
+    outln!(
         "catalog         {}",
         crate::dest::embedded_catalog_url(root)
     );
     if !report.lost_ids.is_empty() {
-        println!("lost ids        {}", report.lost_ids.join(" "));
+        outln!("lost ids        {}", report.lost_ids.join(" "));
     }
     if args.keep {
-        println!(
+        outln!(
             "kept            {} (try: spool ls --spool-root {})",
             work.display(),
             root.display()
         );
     }
+    Ok(())
 }

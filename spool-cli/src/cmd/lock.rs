@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use spool_lock::{LockOptions, Purpose};
 
 use crate::exit::ExitCode;
@@ -18,7 +18,7 @@ Take and hold a spool directory's owner lock, or show who holds it.
 who holds it (pid and host from the owner record), why (claim, adopting),
 and a blocked mark's reason. `spool lock hold DIR` takes the lock (creating
 DIR already locked if it is missing), prints `held DIR pid PID`, and holds
-it until SIGTERM or SIGINT (or, with --release-on-eof, until stdin closes);
+it until SIGTERM, SIGINT or SIGHUP (or, with --release-on-eof, until stdin closes);
 a second holder is refused with exit 3 naming this one. Useful to keep a
 directory live by hand (an adopter never touches it) and in tests.
 
@@ -37,7 +37,7 @@ pub struct LockArgs {
 #[derive(Debug, clap::Subcommand)]
 enum LockCommand {
     /// Take DIR's owner lock (creating DIR, already locked, if missing),
-    /// print `held <dir> pid <pid>`, and hold it until SIGTERM or SIGINT
+    /// print `held <dir> pid <pid>`, and hold it until SIGTERM, SIGINT or SIGHUP
     /// (or, with --release-on-eof, until stdin closes); then release it,
     /// removing DIR if nothing but its lock file is left.
     Hold {
@@ -77,13 +77,11 @@ pub fn run(args: LockArgs) -> Result<ExitCode> {
 fn hold(dir: PathBuf, allow_shared_filesystem: bool, release_on_eof: bool) -> Result<ExitCode> {
     // Block the signals we wait for before any thread exists, so every
     // thread inherits the mask and sigwait below receives them.
-    let mut signals = SigSet::empty();
-    signals.add(Signal::SIGTERM);
-    signals.add(Signal::SIGINT);
+    let mut signals = crate::signals::stop_signals();
     signals.add(Signal::SIGUSR1);
     signals
         .thread_block()
-        .context("cannot block SIGTERM/SIGINT to wait for them")?;
+        .context("cannot block SIGTERM/SIGINT/SIGHUP to wait for them")?;
 
     let opts = LockOptions {
         allow_shared_filesystem,
@@ -98,7 +96,7 @@ fn hold(dir: PathBuf, allow_shared_filesystem: bool, release_on_eof: bool) -> Re
             claim.dir().display(),
             std::process::id()
         )?;
-        out.flush()?;
+        out.flush().map_err(crate::exit::stdout_error)?;
     }
     if release_on_eof {
         std::thread::spawn(|| {
@@ -107,7 +105,9 @@ fn hold(dir: PathBuf, allow_shared_filesystem: bool, release_on_eof: bool) -> Re
             let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGUSR1);
         });
     }
-    let signal = signals.wait().context("waiting for SIGTERM/SIGINT")?;
+    let signal = signals
+        .wait()
+        .context("waiting for SIGTERM/SIGINT/SIGHUP")?;
     let dir = claim.dir().to_path_buf();
     let removed = claim.release_and_remove_if_empty()?;
     tracing::info!(
@@ -143,7 +143,7 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
             "lock_file_replaced": status.lock_file_replaced,
             "lock_file_present": status.lock_file_present,
         });
-        writeln!(out, "{value}")?;
+        writeln!(out, "{value}").map_err(crate::exit::stdout_error)?;
     } else {
         let who = match record {
             Some(r) => format!(
@@ -175,8 +175,8 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
         } else {
             format!("{}: not held (no lock file)", dir.display())
         };
-        writeln!(out, "{line}")?;
+        writeln!(out, "{line}").map_err(crate::exit::stdout_error)?;
     }
-    out.flush()?;
+    out.flush().map_err(crate::exit::stdout_error)?;
     Ok(ExitCode::Ok)
 }

@@ -101,12 +101,12 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     let mut out = std::io::stdout().lock();
     if args.json {
         for row in &rows {
-            writeln!(out, "{}", serde_json::to_string(row)?)?;
+            writeln!(out, "{}", serde_json::to_string(row)?).map_err(crate::exit::stdout_error)?;
         }
     } else {
-        print_table(&mut out, &rows)?;
+        print_table(&mut out, &rows).map_err(crate::exit::stdout_error)?;
     }
-    out.flush()?;
+    out.flush().map_err(crate::exit::stdout_error)?;
     eprintln!(
         "{} of {} packs in the window shown; the catalog {} holds {} packs",
         rows.len(),

@@ -49,7 +49,7 @@ pub enum Command {
     #[command(long_about = DEMO_LONG_ABOUT)]
     Demo(demo::Args),
     /// Run the storage service daemon: claim a rank directory, adopt dead
-    /// siblings' packs into the store and catalog (until SIGTERM/SIGINT, or
+    /// siblings' packs into the store and catalog (until SIGTERM/SIGINT/SIGHUP, or
     /// with --once until drained).
     #[command(long_about = RUN_LONG_ABOUT)]
     Run(run::Args),
@@ -98,7 +98,7 @@ competes for the node's adopter lease, and uploads and indexes the packs
 of dead siblings (producers that crashed or finished without a service of
 their own). It never touches a directory someone holds.
 
-Without --once it runs until SIGTERM/SIGINT, then flushes for at most
+Without --once it runs until SIGTERM/SIGINT/SIGHUP, then flushes for at most
 service.stop_flush_timeout and stops (exit 0); what it did not drain stays
 for the next service. With --once it runs until everything adoptable is
 drained (exit 0), --timeout passes (exit 6, saying what is owed), or

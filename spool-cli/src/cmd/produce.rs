@@ -24,7 +24,7 @@
 //! sink seals it by record count and the command flushes it, so a printed id
 //! is a pack whose `.ready` file exists and whose directory was fsynced
 //! (`--print-sha256` adds its trailer checksum: `ID SHA256`).
-//! `--hold` keeps the lock after staging until SIGTERM or SIGINT (the signals
+//! `--hold` keeps the lock after staging until SIGTERM, SIGINT or SIGHUP (the signals
 //! are blocked in every thread and taken with `sigwait` by a thread of
 //! their own, so no handler runs in an arbitrary thread). A signal that
 //! comes while it is still staging stops it after the pack in flight (one
@@ -70,7 +70,7 @@ Each pack is --records records filling about --pack-bytes bytes. With
 --max-bytes (or spool.max_bytes / SPOOL_MAX_BYTES) a stage over the
 directory's budget fails with exit 5; under --spool-root what dead sibling
 rank directories hold counts against it too. With --hold the lock
-is kept after staging until SIGTERM or SIGINT; one that comes while it
+is kept after staging until SIGTERM, SIGINT or SIGHUP; one that comes while it
 still stages stops it after the pack in flight.
 
 Examples:
@@ -121,7 +121,7 @@ pub struct Args {
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
     /// Keep the lock (and with --serve the service) after staging until
-    /// SIGTERM or SIGINT.
+    /// SIGTERM, SIGINT or SIGHUP.
     #[arg(long)]
     pub hold: bool,
     /// Print each pack's SHA-256 (its trailer checksum, 64 hex digits)
@@ -270,12 +270,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     }
     // Block the stop signals before any thread starts, so every thread
     // inherits the mask and only the sigwait below takes them.
-    let signals = if args.hold {
-        let set = crate::signals::block_stop_signals().context("--hold")?;
-        Some(crate::signals::spawn_waiter(set).context("--hold")?)
-    } else {
-        None
-    };
+    // A stop signal (SIGTERM, SIGINT, SIGHUP) while staging ends the run
+    // after the pack in flight, with the same release as the last pack.
+    let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
     // A stop signal taken while staging: no more packs.
     let mut stopped = None;
 
@@ -297,7 +294,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         seal_age: Duration::from_secs(24 * 3600),
         admission: AdmissionPolicy::Refuse,
         buffer_bytes: u64::MAX,
-        release_flush_timeout: timeout,
+        // Every pack was flushed (within --timeout) before the release; a
+        // flush that failed (a full spool) is not waited out a second time.
+        release_flush_timeout: Duration::ZERO,
         registry: Registry::global(),
     };
     let target = match open_target(&args, &cfg, &place, sink_config, timeout) {
@@ -309,22 +308,20 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     let record_len = (args.pack_bytes / args.records) as usize;
     let mut stdout = std::io::stdout().lock();
     for pack in 0..args.packs {
-        if let Some(rx) = &signals {
+        {
             // the pack interval, cut short by a stop signal
             let wait = if pack > 0 {
                 pack_interval
             } else {
                 Duration::ZERO
             };
-            if let Ok(signal) = rx.recv_timeout(wait) {
+            if let Ok(signal) = signals.recv_timeout(wait) {
                 let dir = sink.dir().display().to_string();
                 tracing::info!(dir = %dir, "{signal:?} while staging: {pack} of {} pack(s) staged, letting go of {dir}", args.packs);
                 eprintln!("spool: {signal:?} while staging: {pack} of {} pack(s) staged; letting go of {dir}", args.packs);
                 stopped = Some(signal);
                 break;
             }
-        } else if pack > 0 && !pack_interval.is_zero() {
-            std::thread::sleep(pack_interval);
         }
         for i in 0..args.records {
             let record = synthetic_record(pack, i, record_len);
@@ -332,14 +329,27 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
                 return report(err, "cannot write a record");
             }
         }
-        if let Err(err) = sink.flush(timeout) {
-            let code = if sink.stats().spool_full.is_some() {
-                ExitCode::Full
-            } else {
-                ExitCode::Other
-            };
-            eprintln!("spool: {err}");
-            return Ok(code);
+        if let Err(err) = flush_or_refuse(sink, timeout) {
+            return Ok(match sink.stats().spool_full {
+                Some(full) => {
+                    eprintln!(
+                        "spool: pack {} of {} refused: the spool is full: {} of {} bytes used, \
+                         {} of them by dead siblings (spool directory {}); drain it (spool run) \
+                         or raise --max-bytes / spool.max_bytes",
+                        pack + 1,
+                        args.packs,
+                        full.used,
+                        full.budget,
+                        full.dead_sibling_bytes,
+                        sink.dir().display()
+                    );
+                    ExitCode::Full
+                }
+                None => {
+                    eprintln!("spool: {err}");
+                    ExitCode::Other
+                }
+            });
         }
         let stats = sink.stats();
         let id = stats.last_staged.context("a flushed pack has an id")?;
@@ -359,16 +369,31 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     } else if let Err(err) = sink.release() {
         return report(err, "release");
     }
-    if let (Some(signals), None) = (signals, stopped) {
+    if let (true, None) = (args.hold, stopped) {
         let dir = sink.dir().display().to_string();
-        tracing::info!(dir = %dir, "holding the lock on {dir} until SIGTERM or SIGINT");
-        eprintln!("spool: holding the lock on {dir} until SIGTERM or SIGINT");
+        tracing::info!(dir = %dir, "holding the lock on {dir} until SIGTERM, SIGINT or SIGHUP");
+        eprintln!("spool: holding the lock on {dir} until SIGTERM, SIGINT or SIGHUP");
         let signal = signals
             .recv()
-            .context("waiting for SIGTERM/SIGINT: the signal thread ended")?;
+            .context("waiting for SIGTERM/SIGINT/SIGHUP: the signal thread ended")?;
         tracing::info!(dir = %dir, "{signal:?}: letting go of {dir}");
     }
     Ok(close(target))
+}
+
+/// Flushes within `timeout`, but gives up at the first stage refused for a
+/// full budget (the producer's choice here is to refuse, exit 5, not to
+/// wait for capacity to come back).
+fn flush_or_refuse(sink: &Sink, timeout: Duration) -> Result<(), spool_core::Error> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match sink.flush(left.min(Duration::from_millis(50))) {
+            Ok(()) => return Ok(()),
+            Err(err) if left.is_zero() || sink.stats().spool_full.is_some() => return Err(err),
+            Err(_) => {}
+        }
+    }
 }
 
 /// Opens the sink where the arguments say (see the module docs).

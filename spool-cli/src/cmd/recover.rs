@@ -81,7 +81,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .iter()
             .map(|q| json!({"path": q.path, "reason": q.reason}))
             .collect();
-        println!(
+        outln!(
             "{}",
             json!({
                 "dir": args.dir,
@@ -93,7 +93,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             })
         );
     } else {
-        println!(
+        outln!(
             "{}: swept {} temp files, quarantined {} packs, {} valid",
             args.dir.display(),
             report.swept.len(),
@@ -101,10 +101,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             report.valid.len()
         );
         for q in &report.quarantined {
-            println!("  quarantined {}: {}", q.path.display(), q.reason);
+            outln!("  quarantined {}: {}", q.path.display(), q.reason);
         }
         if let Some((n, b)) = purged {
-            println!("  purged {n} quarantined packs ({b} bytes)");
+            outln!("  purged {n} quarantined packs ({b} bytes)");
         }
     }
     if let Some(claim) = spool.into_claim() {

@@ -160,7 +160,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let requeued: Vec<&Seen> = seen.iter().filter(|s| s.kept.is_none()).collect();
     let kept: Vec<&Seen> = seen.iter().filter(|s| s.kept.is_some()).collect();
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "dir": dir,
@@ -170,16 +170,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     } else {
         for s in &requeued {
-            println!("requeued {} -> {}", s.from.display(), s.to.display());
+            outln!("requeued {} -> {}", s.from.display(), s.to.display());
         }
         for s in &kept {
-            println!(
+            outln!(
                 "kept {}: {}",
                 s.from.display(),
                 s.kept.as_deref().unwrap_or_default()
             );
         }
-        println!(
+        outln!(
             "{}: {} pack(s) requeued as ready, {} kept as they were{}",
             dir.display(),
             requeued.len(),

@@ -2,7 +2,7 @@
 //! its own (empty) rank directory under the destination's catalog key,
 //! competes for the node's adopter lease and adopts dead siblings.
 //!
-//! - Daemon (default): runs until SIGTERM/SIGINT, then a bounded flush
+//! - Daemon (default): runs until SIGTERM/SIGINT/SIGHUP, then a bounded flush
 //!   (`service.stop_flush_timeout`) and a stop; exit 0. A stop lets go of
 //!   every adopted sibling whole: what it did not drain stays for the next
 //!   service.
@@ -63,6 +63,8 @@ enum End {
     /// and adopts the rest.
     LeftToHolder(Holder),
     Timeout,
+    /// The store or catalog refuses the destination for good (`--once`).
+    Refused(String),
     Latched,
     /// The service loop panicked.
     LoopFailed(String),
@@ -188,6 +190,14 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        // A store or catalog that refuses the destination for good (bad
+        // credentials, a missing bucket) is no reason for `--once` to wait
+        // out its timeout: it says so at once; every pack stays ready.
+        if args.once {
+            if let Some(why) = &snap.destination_refused {
+                break End::Refused(why.clone());
+            }
+        }
         if timeout.is_some_and(|t| started.elapsed() >= t) {
             break End::Timeout;
         }
@@ -274,6 +284,20 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                         .flatten()
                         .map(|h| format!("; the adopter lease is held by {h}"))
                         .unwrap_or_default()
+                ),
+            )
+        }
+        End::Refused(why) => {
+            let backlog = Backlog::scan(&key_dir, &dir);
+            let snap = close(engine);
+            (
+                ExitCode::Other,
+                format!(
+                    "the destination refuses this run: {why}. Fix the credentials, bucket or \
+                     database it names, then run again; nothing is lost: {}; {} pack(s) indexed by \
+                     this run",
+                    backlog.describe(),
+                    snap.indexed,
                 ),
             )
         }
@@ -495,7 +519,8 @@ impl Output {
             let _ = writeln!(o, "{v}");
             let _ = o.flush();
         } else if v["event"] == "done" && v["exit_code"] == 0 {
-            println!("spool run: {}", human());
+            // a closed stdout never stops (or panics) the daemon
+            let _ = writeln!(std::io::stdout().lock(), "spool run: {}", human());
         } else if v["event"] == "done" {
             eprintln!("spool run: {}", human());
         } else {
@@ -664,7 +689,9 @@ impl Progress {
         }
         self.last_line = Some(Instant::now());
         if self.json {
-            println!(
+            // a closed stdout never stops (or panics) the daemon
+            let _ = writeln!(
+                std::io::stdout().lock(),
                 "{}",
                 json!({
                     "event": "progress",

@@ -142,23 +142,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let owner = owner_json(path)?;
         let counts = inspect(path).with_context(|| format!("cannot read {}", path.display()))?;
         if args.json {
-            println!(
+            outln!(
                 "{}",
                 json!({"kind": "spool", "path": path, "owner": owner, "packs": counts_json(&counts)})
             );
         } else {
-            println!("spool directory {}", path.display());
-            println!("  owner:       {}", owner_text(&owner));
+            outln!("spool directory {}", path.display());
+            outln!("  owner:       {}", owner_text(&owner));
             for (name, (n, b)) in [
                 ("ready", counts.ready),
                 ("open", counts.open),
                 ("quarantined", counts.quarantined),
                 ("rejected", counts.rejected),
             ] {
-                println!("  {name:<12} {n} packs, {b} bytes");
+                outln!("  {name:<12} {n} packs, {b} bytes");
             }
             if counts.rejected.0 > 0 {
-                println!(
+                outln!(
                     "  rejected packs are kept until a person fixes their cause; then `spool requeue {}`",
                     path.display()
                 );
@@ -236,23 +236,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }));
     }
     if args.json {
-        println!(
+        outln!(
             "{}",
             json!({"kind": "root", "path": path, "rank_dirs": rows})
         );
     } else {
-        println!(
+        outln!(
             "spool root {} ({} rank directories)",
             path.display(),
             rows.len()
         );
-        print_root_table(&rows);
+        print_root_table(&rows)?;
         let with_rejected: Vec<&Value> = rows
             .iter()
             .filter(|r| r["detail"]["rejected"]["count"].as_u64().unwrap_or(0) > 0)
             .collect();
         for r in with_rejected {
-            println!(
+            outln!(
                 "{}: {} rejected pack(s) kept until a person fixes their cause; then `spool requeue {}`",
                 r["path"].as_str().unwrap_or_default(),
                 r["detail"]["rejected"]["count"],
@@ -289,7 +289,7 @@ fn owner_cell(row: &Value) -> String {
     }
 }
 
-fn print_root_table(rows: &[Value]) {
+fn print_root_table(rows: &[Value]) -> Result<()> {
     let head = [
         "KEY", "RANK DIR", "STATE", "OWNER", "READY", "BYTES", "REASON",
     ];
@@ -313,7 +313,7 @@ fn print_root_table(rows: &[Value]) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let line = |cols: [&str; 7]| {
+    let line = |cols: [&str; 7]| -> Result<()> {
         let text = format!(
             "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {:>w5$}  {}",
             cols[0],
@@ -330,13 +330,15 @@ fn print_root_table(rows: &[Value]) {
             w4 = width[4],
             w5 = width[5],
         );
-        println!("{}", text.trim_end());
+        outln!("{}", text.trim_end());
+        Ok(())
     };
     if cells.is_empty() {
-        return;
+        return Ok(());
     }
-    line(head);
+    line(head)?;
     for c in &cells {
-        line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6]]);
+        line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6]])?;
     }
+    Ok(())
 }

@@ -78,13 +78,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     match &outcome {
         Unblocked::Cleared { why, previous } => {
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({"dir": dir, "cleared": true, "reason": why,
                            "marked_by": {"host": previous.host, "pid": previous.pid}})
                 );
             } else {
-                println!(
+                outln!(
                     "{}: cleared the blocked mark (it said: {why}; written by {}). The next \
                      adopter on this node takes the directory.",
                     dir.display(),
@@ -94,7 +94,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         Unblocked::NotBlocked { record } => {
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({"dir": dir, "cleared": false, "reason": null,
                            "record": record.as_ref().map(|r| json!({
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     ),
                     None => "it has no owner record".to_owned(),
                 };
-                println!(
+                outln!(
                     "{}: nothing to clear, it is not blocked: {state}. Nothing was changed.",
                     dir.display()
                 );

@@ -44,6 +44,30 @@ Examples:
 
 /// Runs `spool verify`.
 pub fn run(args: Args) -> Result<ExitCode> {
+    // A path that is not there (a typo) is said so, not reported as a spool
+    // that vanished while in use.
+    match std::fs::metadata(&args.dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(crate::exit::coded(
+                ExitCode::Usage,
+                format!(
+                    "{} is not a directory: give a spool directory (`spool status ROOT` lists them)",
+                    args.dir.display()
+                ),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(crate::exit::coded(
+                ExitCode::Other,
+                format!(
+                    "spool directory {} does not exist: check the path (`spool status ROOT` lists the rank directories)",
+                    args.dir.display()
+                ),
+            ))
+        }
+        Err(_) => {} // the verify below names the failure
+    }
     let progress = Progress::start(
         format!("verify {}", args.dir.display()),
         None,
@@ -73,25 +97,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .iter()
             .map(|(p, r)| json!({"path": p, "reason": r}))
             .collect();
-        println!(
+        outln!(
             "{}",
             json!({"dir": args.dir, "valid": report.valid.len(), "corrupt": corrupt, "quarantined": quarantined})
         );
     } else {
-        println!(
+        outln!(
             "{}: {} valid, {} corrupt",
             args.dir.display(),
             report.valid.len(),
             report.corrupt.len()
         );
         for (p, r) in &report.corrupt {
-            println!("  corrupt {}: {r}", p.display());
+            outln!("  corrupt {}: {r}", p.display());
         }
         for (p, r) in &report.quarantined {
-            println!("  quarantined {}: {r}", p.display());
+            outln!("  quarantined {}: {r}", p.display());
         }
         if !report.corrupt.is_empty() {
-            println!(
+            outln!(
                 "run `spool recover {}` to quarantine them",
                 args.dir.display()
             );

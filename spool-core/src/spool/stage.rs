@@ -67,8 +67,14 @@ impl Spool {
                 self.reconcile_locked(&mut st)?;
                 if over(&st) {
                     let used = st.committed + st.reserved + st.dead_sibling_bytes;
-                    tracing::warn!(dir = %self.dir.display(), used, budget, needed = n,
-                        dead_sibling_bytes = st.dead_sibling_bytes, "spool full, stage refused");
+                    if st.full_logged {
+                        tracing::debug!(dir = %self.dir.display(), used, budget, needed = n,
+                            dead_sibling_bytes = st.dead_sibling_bytes, "spool still full, stage refused");
+                    } else {
+                        st.full_logged = true;
+                        tracing::warn!(dir = %self.dir.display(), used, budget, needed = n,
+                            dead_sibling_bytes = st.dead_sibling_bytes, "spool full, stage refused");
+                    }
                     return Err(Error::Full {
                         dir: self.dir.clone(),
                         used,
@@ -80,6 +86,7 @@ impl Spool {
             }
         }
         st.reserved += n;
+        st.full_logged = false;
         st.in_flight.entry(id).or_default().count += 1;
         Ok(())
     }

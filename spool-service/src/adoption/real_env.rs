@@ -31,48 +31,32 @@ pub(crate) struct Env<'a> {
     pub(crate) cancel_flag: Arc<AtomicBool>,
 }
 
-/// An I/O failure of a take that no retry can fix from here: another
-/// user's files (EACCES, EPERM), a symlink loop or a path that is not a
-/// directory (ELOOP, ENOTDIR). Transient ones (EMFILE, EINTR, EIO, ENOSPC,
-/// ...) are retried. A read-only filesystem (EROFS) is neither: see
-/// [`is_read_only`].
+/// An I/O failure of a take that no retry can fix from here (another
+/// user's files, a symlink loop, a path that is not a directory:
+/// [`spool_lock::IoVerdict::Permanent`]). Transient ones (EMFILE, EINTR,
+/// EIO, ENOSPC, ...) are retried. A read-only filesystem (EROFS) is
+/// neither: see [`is_read_only`].
 fn is_permanent(e: &spool_lock::Error) -> bool {
-    let spool_lock::Error::Io { source, .. } = e else {
-        return false;
-    };
-    source.kind() == std::io::ErrorKind::PermissionDenied
-        || matches!(
-            source.raw_os_error(),
-            Some(libc_codes::EACCES | libc_codes::EPERM | libc_codes::ELOOP | libc_codes::ENOTDIR)
-        )
+    matches!(e, spool_lock::Error::Io { .. })
+        && spool_lock::io_verdict(e) == Some(spool_lock::IoVerdict::Permanent)
 }
 
 /// Whether `e`, or any error in its source chain, is an I/O error EROFS: a
 /// take on a read-only filesystem. The sibling is blocked for now (listed,
 /// not owed, no backoff, reported once) and taken again every
-/// `recheck_interval`, since a remount can end it (issue 11 §8: blocked
-/// once, never retried in a loop; issue 15 §2: a spool read-only for a
-/// while is drained once it is writable again).
+/// `recheck_interval`, since a remount can end it (blocked once, never
+/// retried in a loop; a spool read-only for a while is drained once it is
+/// writable again).
 fn is_read_only(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(e) = cur {
-        if e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.raw_os_error() == Some(libc_codes::EROFS))
-        {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
+    spool_lock::io_verdict(e) == Some(spool_lock::IoVerdict::ReadOnly)
 }
 
-/// The errno values [`is_permanent`] and [`is_read_only`] name (Linux).
-mod libc_codes {
-    pub(super) const EPERM: i32 = 1;
-    pub(super) const EACCES: i32 = 13;
-    pub(super) const ENOTDIR: i32 = 20;
-    pub(super) const EROFS: i32 = 30;
-    pub(super) const ELOOP: i32 = 40;
+/// Whether `e` is a momentary shortage of this process or host (EMFILE,
+/// ENFILE, ENOMEM, EINTR, ...): no verdict on the directory, so its take is
+/// tried again later instead of blocking it (a descriptor storm must not
+/// block a healthy sibling, in memory or on disk).
+fn is_transient(e: &(dyn std::error::Error + 'static)) -> bool {
+    spool_lock::io_verdict(e) == Some(spool_lock::IoVerdict::Transient)
 }
 
 fn ready_of(p: &PackRef, dir: &Path) -> Option<ReadyPack> {
@@ -437,6 +421,8 @@ fn take_sync(dir: &Path, lock: LockOptions) -> Result<(spool_lock::Claim, Spool)
             let _ = claim.release();
             if is_read_only(&e) {
                 Err(AdoptRefusal::ReadOnly(e.into()))
+            } else if is_transient(&e) {
+                Err(AdoptRefusal::Retryable(e.into()))
             } else {
                 Err(AdoptRefusal::Unadoptable(e.into()))
             }

@@ -6,7 +6,9 @@
 //! with a dot and hold no `.owner.lock`, so no spool walk, lock check or
 //! adoption discovery ever looks inside them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use spool_lock::Access;
 
 use spool_catalog::CatalogUrl;
 use spool_core::layout::{EMBEDDED_CATALOG_FILE, EMBEDDED_STORE_DIR};
@@ -32,6 +34,69 @@ pub fn embedded_catalog_url(root: &Path) -> String {
     format!("sqlite://{}", url_path(&root.join(EMBEDDED_CATALOG_FILE)))
 }
 
+/// Creates what a local destination needs and is missing — a `file://`
+/// store's directory and a `sqlite://` catalog's file (and their missing
+/// parents) — with the spool's access (`spool.mode`, `spool.group`:
+/// private, 0700 / 0600, by default), before the store and catalog open
+/// them with the process umask. SQLite gives its journal and WAL files the
+/// database file's mode. What exists is left as it is. Other URLs: nothing.
+pub fn create_local_destination(
+    store_url: &str,
+    catalog_url: &str,
+    access: &Access,
+) -> Result<(), crate::Error> {
+    if let Some(dir) = local_path(store_url, "file") {
+        create_dirs(&dir, access)?;
+    }
+    if let Some(file) = local_path(catalog_url, "sqlite") {
+        if let Some(parent) = file.parent() {
+            create_dirs(parent, access)?;
+        }
+        create_private_file(&file, access)?;
+    }
+    Ok(())
+}
+
+/// The absolute local path of a `scheme:///ABS/PATH` URL, if it is one.
+fn local_path(url: &str, scheme: &str) -> Option<PathBuf> {
+    let parsed = url::Url::parse(url).ok()?;
+    if parsed.scheme() != scheme || parsed.host_str().is_some_and(|h| !h.is_empty()) {
+        return None;
+    }
+    // as a file URL, whose path `to_file_path` percent-decodes
+    let path = url::Url::parse(&format!("file://{}", parsed.path()))
+        .ok()?
+        .to_file_path()
+        .ok()?;
+    (path.is_absolute() && path != Path::new("/")).then_some(path)
+}
+
+fn create_dirs(dir: &Path, access: &Access) -> Result<(), crate::Error> {
+    spool_lock::create_parents(dir, access)
+        .map(drop)
+        .map_err(crate::Error::from)
+}
+
+fn create_private_file(file: &Path, access: &Access) -> Result<(), crate::Error> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let failed = |source| crate::Error::LocalDestination {
+        path: file.to_path_buf(),
+        mode: access.file_mode(),
+        source,
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(access.file_mode())
+        .open(file)
+    {
+        Ok(f) => access.apply(f.as_fd(), false).map_err(failed),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(failed(e)),
+    }
+}
+
 /// The destination spelled out from its URLs. Credentials are removed from
 /// the catalog URL (the key never includes them either way).
 pub fn destination(
@@ -44,7 +109,9 @@ pub fn destination(
         catalog_url: spool_core::layout::strip_credentials(catalog_url),
         database: parsed.database().to_string(),
         table_prefix: parsed.table_prefix().to_string(),
-        store_url: store_url.to_string(),
+        // a credential in a store URL (refused when the store opens) never
+        // changes the key either
+        store_url: spool_core::layout::strip_credentials(store_url),
         store_id: store_id.to_string(),
     })
 }

@@ -46,14 +46,62 @@ fn line_col(text: &str, at: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// Reads `path` into (key name, raw value) pairs, in file order by section.
-pub(crate) fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+/// The largest config file read: a real one is a few KiB; anything bigger
+/// is a mistake (`--config /dev/zero`), refused before it fills memory.
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// The text of a config file that is a regular file of at most
+/// [`MAX_CONFIG_BYTES`]. Its type is checked before it is opened, so a
+/// FIFO (or a device) is refused instead of hanging the command on an open
+/// that waits for a writer; read through a bound, so a file that grows while it
+/// is read cannot exceed it either.
+fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    let cannot = |what: String| {
         ConfigError(format!(
-            "cannot read the config file {}: {e}; fix it, or point --config / SPOOL_CONFIG elsewhere",
+            "cannot read the config file {}: {what}; fix it, or point --config / SPOOL_CONFIG elsewhere",
             path.display()
         ))
-    })?;
+    };
+    let not_regular = || {
+        cannot(
+            "it is not a regular file (a FIFO, a device, a directory or a socket); \
+             give a TOML file"
+                .into(),
+        )
+    };
+    // The type first, by stat (no open: opening a FIFO waits for a
+    // writer), then again on the descriptor (a swap in between).
+    let meta = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| cannot(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(cannot(format!(
+            "it holds {} bytes, more than the {MAX_CONFIG_BYTES} a config file may",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| cannot(e.to_string()))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(cannot(format!(
+            "it grew past the {MAX_CONFIG_BYTES} bytes a config file may while it was read"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| cannot("it is not UTF-8 text".into()))
+}
+
+/// Reads `path` into (key name, raw value) pairs, in file order by section.
+pub(crate) fn read_file(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let text = read_bounded(path)?;
     let refused = |what: String| {
         ConfigError(format!(
             "config file {} is refused: {what}; known keys: {}",

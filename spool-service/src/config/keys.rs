@@ -256,7 +256,7 @@ pub const LEASE_TTL: Setting<Duration> = Setting::new(Key {
     env: "SPOOL_LEASE_TTL",
     flag: Some("--lease-ttl"),
     kind: Kind::Secs {
-        min_ms: 3000,
+        min_ms: 5000,
         whole: true,
     },
     default: Some("30s"),

@@ -27,7 +27,7 @@ pub struct ServiceConfig {
     pub catalog: Arc<dyn Catalog>,
     /// Node (adoption only is lease-gated) or catalog (everything is).
     pub lease_scope: LeaseScope,
-    /// Lease time-to-live (whole seconds, ≥ 3 s).
+    /// Lease time-to-live (whole seconds, ≥ 5 s).
     pub lease_ttl: Duration,
     /// The safety-net wake-up of the loop when no sink publishes.
     pub poll_interval: Duration,
