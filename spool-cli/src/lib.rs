@@ -10,9 +10,12 @@
 //!
 //! Shared parts: [`config`] (every knob of SPEC §8 from a TOML file,
 //! `SPOOL_*` variables and flags, with sources and masked secrets; `spool
-//! config show`), [`dest`] (store and catalog URLs, the embedded defaults
-//! under a spool root), [`engine`] (`spool run`'s sink-less
-//! `spool_service::Engine`), [`metrics`] (`/metrics` and `/healthz`),
+//! config show`; every command that ships, stages or reads back resolves
+//! its destination there, so `run`, `produce`, `ls` and `cat` agree),
+//! [`dest`] (the embedded store and catalog under a spool root, and the
+//! refusal of `memory://` for a command that drains), [`engine`] (the
+//! `spool_service::Engine` of `spool run` and `spool produce --serve`, from
+//! the library's one wiring, `Config::engine_config`), [`metrics`] (`/metrics` and `/healthz`),
 //! [`logging`] (`RUST_LOG` filtering, `--log-format text|json`) and
 //! [`signals`] (SIGTERM/SIGINT taken by `sigwait`, never a handler).
 //! Black-box tests: `tests/tests/run_cli.rs` (run, config), `real_run.rs`,

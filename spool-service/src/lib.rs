@@ -35,9 +35,8 @@
 //! - **Loop**: one task; waits on the stop token, an explicit wake, the
 //!   registry (an `AtomicWaker` reader registered in
 //!   [`ServiceConfig::registry`]; ignored while backing off), the lease
-//!   keeper (its latch; and its acquisition of the lease while the last
-//!   cycle's adoption waited for it, so adoption starts the moment the
-//!   lease is held, not a poll interval later) and the poll interval (or
+//!   keeper (its latch; and each acquisition of the lease, so work gated on
+//!   it starts the moment the lease is held, not a poll interval later) and the poll interval (or
 //!   the backoff, doubling up to `max_backoff` on own retryable failures
 //!   only; a blocked sibling never backs it off). Each cycle publishes its
 //!   snapshot and wakes [`StorageService::wait_published`]'s callers.

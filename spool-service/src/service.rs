@@ -596,9 +596,9 @@ async fn registry_wake(reader: &Reader, aw: &AtomicWaker) {
 }
 
 /// Resolves once the lease keeper acquires the lease where it held none,
-/// so a cycle whose adoption waited on the lease runs as soon as the lease
-/// is there, not a poll interval later; never without a lease keeper, nor
-/// while the lease is held.
+/// so work that waited on the lease (adoption; in catalog scope all of it)
+/// runs as soon as the lease is there, not a poll interval later; never
+/// without a lease keeper, nor while the lease is held.
 async fn lease_acquired(
     lease: &mut Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>,
 ) {
@@ -690,8 +690,9 @@ async fn run_loop(
             // SPEC §6.2: the latch wakes the loop, which lets go of every
             // sibling at once, however long its backoff or poll interval.
             _ = latched(&mut lease), if !latch_seen => latch_seen = true,
-            // adoption waited on the lease: adopt as soon as it is held
-            _ = lease_acquired(&mut acquired), if out.adoption_gated => {}
+            // work gated on the lease (adoption; in catalog scope all of
+            // it) goes ahead as soon as the lease is held
+            _ = lease_acquired(&mut acquired) => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }

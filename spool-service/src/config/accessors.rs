@@ -150,17 +150,19 @@ impl super::Config {
     /// The [`EngineConfig`] of an engine with no sink under the spool root
     /// (which must be an existing directory), its store and catalog opened
     /// from the destination's URLs with the client settings (`client.*`)
-    /// and `catalog.request_timeout`: what `spool run` and spool-py's
-    /// `spool.Engine` start. Nothing is claimed yet.
+    /// and `catalog.request_timeout`: what `spool run`, `spool produce
+    /// --serve` and spool-py's `spool.Engine` start (a local store's
+    /// directory and catalog's file created first with `spool.mode` /
+    /// `spool.group`). Nothing is claimed yet.
     pub fn engine_config(&self, close_flush_timeout: Duration) -> Result<EngineConfig, Error> {
         let root = self.existing_spool_root()?;
         self.destination()?; // a bad destination is refused before anything is opened
-        let access = self.access()?;
-        // a local store or catalog is created as private as the spool
-        super::create_local_destination(&self.store_url()?, &self.catalog_url()?, &access)?;
-        let store = Store::from_url(&self.store_url()?, &self.client())?;
+        let (store_url, catalog_url) = (self.store_url()?, self.catalog_url()?);
+        // a local store and catalog are as private as the spool
+        super::create_local_destination(&store_url, &catalog_url, &self.access()?)?;
+        let store = Store::from_url(&store_url, &self.client())?;
         let catalog = spool_catalog::open_with_timeout(
-            &self.catalog_url()?,
+            &catalog_url,
             keys::CATALOG_REQUEST_TIMEOUT.get(self),
         )?;
         let service = self.service_config(store, catalog)?;
