@@ -1,4 +1,4 @@
-//! The engine of `spool run` and `spool produce --serve` (SPEC §1, §7.5):
+//! The engine of `spool run` and `spool produce --serve`:
 //! `spool_service::Engine`, configured from [`Config`] through the one
 //! wiring the library has ([`Config::engine_config`], also spool-py's). It
 //! claims a rank directory under the destination's catalog key, starts the

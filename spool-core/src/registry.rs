@@ -1,4 +1,4 @@
-//! The per-process publication registry (SPEC §4.5): how a storage service
+//! The per-process publication registry: how a storage service
 //! learns, without polling, that a sink in the same process staged a pack or
 //! sealed on release.
 //!
@@ -120,7 +120,7 @@ pub struct Publication {
     pub sealed_packs: u64,
     /// The id of the last pack staged, if any.
     pub last_pack: Option<PackId>,
-    /// True only after a release whose flush went through (SPEC §4.3).
+    /// True only after a release whose flush went through.
     pub sealed_on_release: bool,
 }
 
