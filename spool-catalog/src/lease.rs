@@ -7,7 +7,7 @@
 //! [`Catalog::read_claims`]); the fence lives in each backend's index insert.
 
 use crate::error::{Error, Result};
-use crate::Catalog;
+use crate::{Catalog, LeaseHolder};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -403,7 +403,7 @@ pub struct LeaseState {
     /// The current holding, while ours.
     pub guard: Option<LeaseGuard>,
     /// The holder of the live foreign claim last seen, if any.
-    pub foreign_holder: Option<String>,
+    pub foreign_holder: Option<LeaseHolder>,
     /// Acquisitions made by this keeper (each with a new lease id).
     pub acquisitions: u64,
     /// Holdings lost (superseded, lapsed, or unrenewable before the local
@@ -454,7 +454,7 @@ impl LeaseState {
 pub struct LeaseKeeper {
     catalog: Arc<dyn Catalog>,
     name: String,
-    holder: String,
+    holder: LeaseHolder,
     config: LeaseConfig,
     latch_without_holding: bool,
     state: LeaseState,
@@ -481,7 +481,7 @@ impl LeaseKeeper {
     pub fn new(
         catalog: Arc<dyn Catalog>,
         name: impl Into<String>,
-        holder: impl Into<String>,
+        holder: LeaseHolder,
         config: LeaseConfig,
     ) -> Result<LeaseKeeper> {
         config.validate()?;
@@ -495,7 +495,7 @@ impl LeaseKeeper {
                 ..LeaseState::default()
             },
             name,
-            holder: holder.into(),
+            holder,
             config,
             latch_without_holding: false,
             ever_held: false,
@@ -547,7 +547,7 @@ impl LeaseKeeper {
     }
 
     fn saw_foreign(&mut self, holder: String, now: Instant) {
-        self.state.foreign_holder = Some(holder.clone());
+        self.state.foreign_holder = Some(LeaseHolder::parse(&holder));
         let since = *self.foreign_since.get_or_insert(now);
         if (self.ever_held || self.latch_without_holding)
             && now.duration_since(since) >= self.config.latch_after()
@@ -650,7 +650,7 @@ impl LeaseKeeper {
             claim(
                 &*self.catalog,
                 &self.name,
-                &self.holder,
+                self.holder.as_str(),
                 &self.config,
                 renewing,
             ),

@@ -161,6 +161,7 @@
 #[cfg(feature = "clickhouse")]
 mod clickhouse;
 mod error;
+mod holder;
 mod lease;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
@@ -178,6 +179,7 @@ use std::sync::Arc;
 #[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::error::{Error, Result};
+pub use crate::holder::LeaseHolder;
 pub use crate::lease::{
     catalog_lease_name, node_lease_name, panic_message, LeaseClaim, LeaseConfig, LeaseGuard,
     LeaseHead, LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim,

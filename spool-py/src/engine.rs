@@ -297,7 +297,10 @@ impl Engine {
         d.set_item("sibling_bytes", s.sibling_bytes)?;
         d.set_item("cycles", s.cycles)?;
         d.set_item("lease_held", s.lease_held)?;
-        d.set_item("lease_holder", s.lease_holder)?;
+        d.set_item(
+            "lease_holder",
+            s.lease_holder.as_ref().map(|h| h.as_str().to_owned()),
+        )?;
         d.set_item("latched", s.latched)?;
         d.set_item("last_error", s.last_error)?;
         Ok(d)
@@ -359,7 +362,9 @@ fn lease_lost(py: Python<'_>, dir: &std::path::Path, snap: &spool_service::Snaps
             "the service of {} has latched: a foreign lease (held by {}) outlived twice its TTL, \
              so its lease-gated work stopped for good; close this engine and start a new one{}",
             dir.display(),
-            snap.lease_holder.as_deref().unwrap_or("unknown"),
+            snap.lease_holder
+                .as_ref()
+                .map_or_else(|| "unknown".to_owned(), |h| h.to_string()),
             snap.last_error
                 .as_deref()
                 .map(|e| format!(" (last error: {e})"))

@@ -97,7 +97,7 @@ def test_every_key_is_an_argument_refused_with_its_name_and_what_is_allowed(root
             spool.Engine(root=str(root), **{name: "not-a-value"})
         assert f"bad value for {key} (argument {name})" in str(e.value), str(e.value)
         assert "allowed: " in str(e.value)
-    with pytest.raises(ValueError, match=r"bad value for lease\.ttl \(argument lease_ttl\).*below 3s"):
+    with pytest.raises(ValueError, match=r"bad value for lease\.ttl \(argument lease_ttl\).*below 5s"):
         spool.Engine(root=str(root), lease_ttl=1)
     with pytest.raises(ValueError, match=r"lease\.ttl \(argument lease_ttl\): a list is not allowed"):
         spool.Engine(root=str(root), lease_ttl=[30])

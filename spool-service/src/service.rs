@@ -275,11 +275,10 @@ impl StorageService {
         let lease_needed = cfg.adopt || cfg.lease_scope == LeaseScope::Catalog;
         let lease_task = if lease_needed {
             let name = cfg.lease_scope.lease_name(&key, &spool_lock::host_name());
-            let holder = format!(
-                "{}:{}:{}",
-                spool_lock::host_name(),
+            let holder = spool_catalog::LeaseHolder::new(
+                &spool_lock::host_name(),
                 std::process::id(),
-                cfg.dir.display()
+                &cfg.dir,
             );
             let keeper = LeaseKeeper::new(
                 cfg.catalog.clone(),

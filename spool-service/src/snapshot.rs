@@ -42,7 +42,7 @@ pub struct Snapshot {
     /// This service holds its lease.
     pub lease_held: bool,
     /// The foreign holder last seen, if any.
-    pub lease_holder: Option<String>,
+    pub lease_holder: Option<spool_catalog::LeaseHolder>,
     /// Renewals of this service's lease holding so far (live at each
     /// `snapshot()`).
     pub lease_renewals: u64,

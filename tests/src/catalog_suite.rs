@@ -511,8 +511,20 @@ pub async fn ttl_expiry_takeover_and_latch(fx: Fixture) {
     use tokio::time::{sleep, Instant};
     let cfg = short_lease();
     fx.catalog.ensure_schema().await.unwrap();
-    let mut a = LeaseKeeper::new(fx.catalog.clone(), "node-lease", "a", cfg).unwrap();
-    let mut b = LeaseKeeper::new(fx.catalog.clone(), "node-lease", "b", cfg).unwrap();
+    let mut a = LeaseKeeper::new(
+        fx.catalog.clone(),
+        "node-lease",
+        spool_catalog::LeaseHolder::parse("a"),
+        cfg,
+    )
+    .unwrap();
+    let mut b = LeaseKeeper::new(
+        fx.catalog.clone(),
+        "node-lease",
+        spool_catalog::LeaseHolder::parse("b"),
+        cfg,
+    )
+    .unwrap();
     let sa = a.tick().await;
     assert!(sa.held(), "{sa:?}");
     let ga = sa.guard.clone().unwrap();
@@ -524,7 +536,7 @@ pub async fn ttl_expiry_takeover_and_latch(fx: Fixture) {
             break g;
         }
         assert!(!sb.latched, "b never held, so it does not latch: {sb:?}");
-        assert_eq!(sb.foreign_holder.as_deref(), Some("a"));
+        assert_eq!(sb.foreign_holder.as_ref().map(|h| h.as_str()), Some("a"));
         assert!(
             start.elapsed() < cfg.ttl + Duration::from_secs(3),
             "b waited too long"

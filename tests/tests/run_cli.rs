@@ -401,7 +401,7 @@ fn run_latched_exits_7_naming_the_other_holder() {
     assert!(t0.elapsed() < Duration::from_secs(50), "{:?}", t0.elapsed());
     let err = stderr(&out);
     assert!(
-        err.contains("latched") && err.contains("someone-else:4242"),
+        err.contains("latched") && err.contains("pid 4242 on host someone-else"),
         "{err}"
     );
     assert_eq!(ready(&sib), ids.into_iter().collect(), "nothing taken");
@@ -639,7 +639,7 @@ fn metrics_move_as_packs_flow_and_healthz_turns_503_on_latch() {
         s == 503
     });
     assert!(
-        body.contains("latched") && body.contains("usurper:77"),
+        body.contains("latched") && body.contains("pid 77 on host usurper"),
         "{body}"
     );
     assert_eq!(sample(&scrape(&addr).1, "spool_latched"), Some(1.0));

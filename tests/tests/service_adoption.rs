@@ -915,7 +915,7 @@ mod serial {
             spool_catalog::LeaseKeeper::new(
                 catalog,
                 name,
-                "another-adopter",
+                spool_catalog::LeaseHolder::parse("another-adopter"),
                 spool_catalog::LeaseConfig::new(Duration::from_secs(10)).unwrap(),
             )
             .unwrap()

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use spool_catalog::LeaseHolder;
 use spool_core::siblings::{self, Owner};
 use spool_lock::Purpose;
 use spool_service::Snapshot;
@@ -61,7 +62,7 @@ enum End {
     Drained,
     /// Own directory drained; another live service holds the adopter lease
     /// and adopts the rest.
-    LeftToHolder(Holder),
+    LeftToHolder(LeaseHolder),
     Timeout,
     /// The store or catalog refuses the destination for good (`--once`).
     Refused(String),
@@ -162,7 +163,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             if let Some(h) = &other {
                 told_holder = true;
                 out.event(
-                    json!({"event": "lease_held_elsewhere", "holder": h.raw, "host": h.host, "pid": h.pid}),
+                    json!({"event": "lease_held_elsewhere", "holder": h.as_str(), "host": h.host(), "pid": h.pid()}),
                     || format!(
                         "spool run: the node's adopter lease is held by {h}: that service adopts the dead \
                          siblings; this run {}",
@@ -389,47 +390,12 @@ fn own_drained(s: &Snapshot) -> bool {
     s.deferred == 0 && s.pending_index == 0
 }
 
-/// The holder of the node's adopter lease, from its lease row
-/// (`host:pid:dir`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Holder {
-    raw: String,
-    host: String,
-    pid: Option<u32>,
-    dir: Option<String>,
-}
-
-impl Holder {
-    fn parse(raw: &str) -> Holder {
-        let mut it = raw.splitn(3, ':');
-        let host = it.next().unwrap_or_default().to_string();
-        let pid = it.next().and_then(|p| p.parse().ok());
-        let dir = it.next().map(str::to_string);
-        Holder {
-            raw: raw.to_string(),
-            host,
-            pid,
-            dir,
-        }
-    }
-}
-
-impl std::fmt::Display for Holder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.pid, &self.dir) {
-            (Some(pid), Some(dir)) => write!(f, "pid {pid} on host {} ({dir})", self.host),
-            (Some(pid), None) => write!(f, "pid {pid} on host {}", self.host),
-            _ => write!(f, "{:?}", self.raw),
-        }
-    }
-}
-
 /// Another live service holds the adopter lease (this one does not).
-fn other_adopter(s: &Snapshot) -> Option<Holder> {
+fn other_adopter(s: &Snapshot) -> Option<LeaseHolder> {
     if s.lease_held {
         return None;
     }
-    let holder = Holder::parse(s.lease_holder.as_deref()?);
+    let holder = s.lease_holder.clone()?;
     // Another *live* service only while its own rank directory is held (the
     // product's one liveness rule, the flock): a holder on this host that
     // was SIGKILLed leaves a lease that runs out within its TTL, and this
@@ -437,7 +403,7 @@ fn other_adopter(s: &Snapshot) -> Option<Holder> {
     // be probed from here: its lease is taken at its word. Held by this
     // very process (this run is adopting the dead holder's directory, or
     // its adoption is probing it right now) is not another live service.
-    if let (Some(dir), true) = (&holder.dir, holder.host == spool_lock::host_name()) {
+    if let (Some(dir), true) = (holder.dir(), holder.host() == spool_lock::host_name()) {
         // Twice, a moment apart: a probe of this process's adoption holds
         // the lock for an instant and may be closed before it is seen.
         let live = || siblings::probe(Path::new(dir)).is_ok_and(|p| p.owner() == Owner::Live);
@@ -496,7 +462,7 @@ pub fn snapshot_json(s: &Snapshot) -> Value {
         "sibling_bytes": s.sibling_bytes,
         "cycles": s.cycles,
         "lease_held": s.lease_held,
-        "lease_holder": s.lease_holder,
+        "lease_holder": s.lease_holder.as_ref().map(|h| h.as_str()),
         "latched": s.latched,
         "last_error": s.last_error,
         "waiting_on": s.waiting_on,

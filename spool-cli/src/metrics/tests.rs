@@ -19,7 +19,7 @@ fn health_turns_on_latch_and_on_stuck_failing_work() {
     s.uploaded = 1; // progress clears it
     assert_eq!(h.judge(&s), None);
     s.latched = true;
-    s.lease_holder = Some("h:1".into());
+    s.lease_holder = Some(spool_catalog::LeaseHolder::parse("h:1"));
     assert!(h.judge(&s).unwrap().contains("latched"));
 }
 

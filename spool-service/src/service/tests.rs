@@ -882,7 +882,10 @@ mod serial {
         );
         let snap = svc.snapshot();
         svc.stop().unwrap();
-        assert_eq!(snap.lease_holder.as_deref(), Some("someone-else:4242"));
+        assert_eq!(
+            snap.lease_holder.as_ref().map(|h| h.as_str()),
+            Some("someone-else:4242")
+        );
     }
 
     /// When a cycle's adoption slice runs out with work left, the loop goes
