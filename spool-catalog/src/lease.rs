@@ -829,7 +829,7 @@ mod tests {
         let five = LeaseConfig::new(Duration::from_secs(5)).unwrap();
         assert_eq!(five.fence_margin, Duration::from_secs(2));
         let e = LeaseConfig::new(Duration::from_secs(4)).unwrap_err();
-        assert!(e.to_string().contains("raise ttl"), "{e}");
+        assert!(e.to_string().contains("at least 5s"), "{e}");
         assert!(LeaseConfig::new(Duration::from_secs(3)).is_err());
     }
 

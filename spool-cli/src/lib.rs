@@ -123,3 +123,6 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod surface_tests;

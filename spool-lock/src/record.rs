@@ -253,7 +253,8 @@ mod tests {
         let rec = OwnerRecord::parse(b"pid: notanumber\npurpose: what\x00\n").unwrap();
         assert_eq!(rec.pid, None);
         assert_eq!(rec.host, "unknown");
-        assert_eq!(rec.purpose, Purpose::Unknown("what\0".into()));
+        // a control character is kept as its escape, never raw
+        assert_eq!(rec.purpose, Purpose::Unknown("what\\u{0}".into()));
         // The old `<host> <pid>` form has no key: no record.
         assert_eq!(OwnerRecord::parse(b"node 12\n"), None);
         // A reason longer than a reader reads is cut when written, at a

@@ -438,3 +438,69 @@ fn every_test_testing_md_names_exists() {
         "TESTING.md names tests that do not exist: {missing:?}"
     );
 }
+
+/// The dependencies a member's `Cargo.toml` declares in `section`
+/// (`dependencies`, `dev-dependencies`): the names before `=` or `.`.
+fn declared(manifest: &str, section: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+            continue;
+        }
+        if !inside || line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name = line
+            .split(['=', '.', ' '])
+            .next()
+            .unwrap_or_default()
+            .trim();
+        if !name.is_empty() {
+            out.push(name.to_owned());
+        }
+    }
+    out
+}
+
+/// No declared dependency goes unused: each normal dependency is named
+/// (`name::`, `use name`, `name!`) in the member's sources, each
+/// dev-dependency in its sources or tests. (A check of our own: cargo-machete
+/// would need a download CI does not make.)
+#[test]
+fn no_declared_dependency_is_unused() {
+    // used through something the search cannot see: fuzz/src/lib.rs,
+    // included by tests/tests/fuzz_corpus.rs with `#[path]`
+    let allowed: &[(&str, &str)] = &[("tests", "url")];
+    let root = root();
+    let files = rust_files();
+    let mut unused = Vec::new();
+    for member in workspace_members() {
+        let manifest = read(&Path::new(&member).join("Cargo.toml"));
+        let text: String = files
+            .iter()
+            .filter(|f| f.starts_with(&member))
+            .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        for section in ["dependencies", "dev-dependencies"] {
+            for dep in declared(&manifest, section) {
+                let id = dep.replace('-', "_");
+                let used = [
+                    format!("{id}::"),
+                    format!("use {id}"),
+                    format!("{id}!"),
+                    format!("extern crate {id}"),
+                ]
+                .iter()
+                .any(|needle| text.contains(needle.as_str()));
+                if !used && !allowed.contains(&(member.as_str(), dep.as_str())) {
+                    unused.push(format!("{member}: [{section}] {dep}"));
+                }
+            }
+        }
+    }
+    assert!(unused.is_empty(), "declared and never used: {unused:#?}");
+}
