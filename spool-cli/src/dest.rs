@@ -1,7 +1,7 @@
 //! The embedded destination and the refusal of in-memory ones. Every
 //! command resolves its destination through [`crate::config`] (the library's
 //! [`spool_service::config::Config`], which spells the [`Destination`] whose
-//! catalog key names its rank directories, SPEC §4.4); this module only
+//! catalog key names its rank directories); this module only
 //! names the embedded defaults and refuses `memory://` for a command that
 //! drains.
 //!

@@ -284,9 +284,10 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         lock,
         max_bytes: keys::MAX_BYTES.get(&cfg),
         // In the layout, dead siblings' packs count against the budget
-        // (SPEC §4.2), so a crash-restart loop cannot grow the node's disk
-        // use by a budget per incarnation. (With --serve the engine's
-        // service spool does the same.)
+        // (ARCHITECTURE.md, `spool-core`: `charge_dead_siblings`), so a
+        // crash-restart loop cannot grow the node's disk use by a budget
+        // per incarnation. (With --serve the engine's service spool does
+        // the same.)
         charge_dead_siblings: matches!(place, Place::Root(_)),
         ..SpoolConfig::default() // lock mode `take`
     };
