@@ -70,7 +70,7 @@ pub enum Error {
 
     /// The server does not know a setting the statement uses (an older or
     /// differently configured server).
-    #[error("catalog {server} does not know a setting used to {purpose}: {message}; this ClickHouse version is not supported by this spool (see SPEC §6.3)")]
+    #[error("catalog {server} does not know a setting used to {purpose}: {message}; this ClickHouse version is not supported by this spool (see spool-catalog's crate docs, ClickHouse versions)")]
     UnknownSetting {
         /// The server, credentials removed.
         server: String,

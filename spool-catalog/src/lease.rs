@@ -1,4 +1,4 @@
-//! The lease (SPEC §6.2): an append-only claim log decided by the catalog's
+//! The lease: an append-only claim log decided by the catalog's
 //! clock and by reading back, plus [`LeaseKeeper`], the acquire/renew/latch
 //! loop a service runs.
 //!
@@ -133,7 +133,7 @@ impl LeaseConfig {
     }
 }
 
-/// What the lease is for (SPEC §6.2).
+/// What the lease is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LeaseScope {
     /// One adopter per node: name `<catalog_key>/<host>`. Services index

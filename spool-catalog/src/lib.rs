@@ -1,10 +1,10 @@
 //! spool-catalog: the pack index and the lease, on ClickHouse, SQLite or
-//! in memory (SPEC §6).
+//! in memory.
 //!
 //! # What it guarantees
 //!
 //! - **One row per pack as read.** [`Catalog::index`] writes one row per
-//!   pack ([`PackRow`], the §6.1 columns); indexing the same pack again
+//!   pack ([`PackRow`], its columns); indexing the same pack again
 //!   (a crash between upload and delete) still reads back as one row
 //!   ([`Catalog::get`], [`Catalog::list_range`], [`Catalog::count`]).
 //!   ClickHouse: `ReplacingMergeTree(indexed_at_ms)` read with `FINAL`;
@@ -33,7 +33,7 @@
 //!   readers (`spool ls`, Python) before the first version-2 service starts
 //!   on a ClickHouse catalog, or restart them after.
 //! - **At most one holder of a lease term, and a deposed holder writes
-//!   nothing.** The lease (SPEC §6.2) is an append-only claim log in
+//!   nothing.** The lease is an append-only claim log in
 //!   `<prefix>lease(name, term, lease_id, holder, acquired_at_ms,
 //!   expires_at_ms)`, decided by the catalog's clock
 //!   (`toUInt64(now()) * 1000`, whole seconds) and by reading back:
@@ -60,7 +60,7 @@
 //!   succeeds wrote every row, so nothing is read back. SQLite checks the
 //!   same fence once per batch inside the batch's `BEGIN IMMEDIATE`
 //!   transaction, where no claim can land in between.
-//! - **The index insert as fast as a plain one** (issue 13 §4, measured on
+//! - **The index insert as fast as a plain one** (measured on
 //!   18.16 in BENCHMARKS.md). Unfenced rows go as plain `INSERT INTO packs
 //!   (11 columns) VALUES (...), ...` — the fastest shape old and new
 //!   servers take — with `indexed_at_ms` left to its column default (the
@@ -356,7 +356,7 @@ pub mod testing {
 
     /// A catalog whose `index()` panics (the message names it as on
     /// purpose) and which passes every other call to the catalog inside:
-    /// a bug in the service loop, for the tests of SPEC §4.5.
+    /// a bug in the service loop, for the tests of a panicked loop.
     pub struct PanicOnIndex(pub Arc<dyn Catalog>);
 
     #[async_trait::async_trait]

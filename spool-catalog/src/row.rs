@@ -1,4 +1,4 @@
-//! The index row: one per pack (SPEC §6.1).
+//! The index row: one per pack.
 
 use crate::error::{Error, Result};
 

@@ -215,7 +215,7 @@ impl CatalogUrl {
     }
 
     /// The URL with credentials removed: what messages and the catalog key
-    /// (SPEC §4.4) name.
+    /// name.
     pub fn redacted(&self) -> String {
         match self {
             CatalogUrl::ClickHouse(t) => t.redacted(),

@@ -1,5 +1,5 @@
-//! The engine of `spool run` and `spool produce --serve` (ARCHITECTURE.md,
-//! `spool-service`): `spool_service::Engine`, configured from [`Config`] through the one
+//! The engine of `spool run` and `spool produce --serve`:
+//! `spool_service::Engine`, configured from [`Config`] through the one
 //! wiring the library has ([`Config::engine_config`], also spool-py's). It
 //! claims a rank directory under the destination's catalog key, starts the
 //! storage service on it `held_by_caller` with adoption on, opens the given

@@ -1,4 +1,4 @@
-//! Exit codes of every `spool` command (SPEC §8).
+//! Exit codes of every `spool` command.
 
 /// The documented exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

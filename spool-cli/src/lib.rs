@@ -1,4 +1,4 @@
-//! `spool`: the command-line face of the spool workspace (SPEC §8), as a
+//! `spool`: the command-line face of the spool workspace, as a
 //! library with one entry point, [`main_with`], so the binary `src/main.rs`
 //! is two lines and the test helper `spool-with-seams` (spool-tests) can set
 //! its test seams and then run the very same command. The binary has no
@@ -8,7 +8,7 @@
 //! top-level argument parser and maps errors to the documented exit codes
 //! (see [`exit::ExitCode`]).
 //!
-//! Shared parts: [`config`] (every knob of SPEC §8 from a TOML file,
+//! Shared parts: [`config`] (every knob from a TOML file,
 //! `SPOOL_*` variables and flags, with sources and masked secrets; `spool
 //! config show`; every command that ships, stages or reads back resolves
 //! its destination there, so `run`, `produce`, `ls` and `cat` agree),

@@ -1,6 +1,6 @@
 //! `/metrics` and `/healthz` for `spool run --metrics-addr ADDR`.
 //!
-//! The run loop publishes each service snapshot (SPEC §7.4) and its health
+//! The run loop publishes each service snapshot and its health
 //! verdict into a shared [`Status`]; [`Server`] (`server.rs`) serves it
 //! over HTTP. `/metrics` is encoded by the Prometheus project's Rust
 //! client (`prometheus-client`) from a [`Collector`] that reads the latest

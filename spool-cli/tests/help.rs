@@ -1,4 +1,4 @@
-//! `spool --help` documents every exit code (SPEC §8). Also makes cargo
+//! `spool --help` documents every exit code. Also makes cargo
 //! build the `spool` binary in every workspace test build, so the black-box
 //! tests in `tests/tests/` find it next to their executables.
 #![forbid(unsafe_code)]

@@ -259,7 +259,7 @@ pub enum Error {
         /// Why it is refused.
         why: &'static str,
     },
-    /// A destination field is missing or malformed (catalog key, §4.4).
+    /// A destination field is missing or malformed (of the catalog key).
     #[error("destination field `{field}` {why}")]
     BadDestination {
         /// The field.
@@ -283,7 +283,7 @@ pub enum Error {
     },
     // ---- the sink and the registry (core-sink) -------------------------
     /// The spool directory is full and the sink's buffer too: the record was
-    /// not admitted (SPEC §4.3: the producer is told, nothing is dropped).
+    /// not admitted (the producer is told, nothing is dropped).
     #[error(
         "spool directory {} is full ({used} of {budget} bytes used, {dead_sibling_bytes} of \
          them by dead siblings awaiting adoption) and the sink's buffer holds {buffered} of \

@@ -1,4 +1,4 @@
-//! The spool layout (SPEC §1, §4.4): `<root>/<catalog_key>/r<rank>-<inc>/`,
+//! The spool layout: `<root>/<catalog_key>/r<rank>-<inc>/`,
 //! the catalog key, rank directory names, claiming a rank directory, and
 //! the flat-spool upgrade warning.
 

@@ -1,5 +1,5 @@
 //! spool-core: packs, the crash-safe spool directory, the sink and the
-//! per-process publication registry (SPEC §4). No async runtime: a producer
+//! per-process publication registry. No async runtime: a producer
 //! that links spool-lock and spool-core gets threads, never tokio.
 //!
 //! # Pack format (version 1.0)
@@ -133,7 +133,7 @@
 //!
 //! # The sink ([`sink`])
 //!
-//! The producer side (SPEC §4.3): [`sink::Sink::write`] appends a record to
+//! The producer side: [`sink::Sink::write`] appends a record to
 //! the open pack in memory; packs are sealed by size, record count or age
 //! and staged — through [`Spool::stage`], so with every guarantee above —
 //! on the sink's own thread, in seal order. Admission is bounded by
@@ -147,7 +147,7 @@
 //!
 //! # The registry ([`registry`])
 //!
-//! The per-process publication registry (SPEC §4.5) through which a service
+//! The per-process publication registry through which a service
 //! learns, without polling, that a sink of the same process staged a pack:
 //! concrete publication points per `(rank directory, ordinal)` that reader
 //! and publisher converge on (`get_or_create`), one publisher entry point

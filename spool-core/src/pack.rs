@@ -1,4 +1,4 @@
-//! The pack format (SPEC §4.1): ids, the in-memory writer, the streaming
+//! The pack format: ids, the in-memory writer, the streaming
 //! reader and bounded-memory validation.
 //!
 //! The byte layout is documented in the crate docs ([`crate`], "Pack

@@ -1,5 +1,5 @@
 //! The siblings of a rank directory: the other `r<rank>-<inc>` directories
-//! under the same catalog key (SPEC §1, §4.4), and who owns them.
+//! under the same catalog key, and who owns them.
 //!
 //! One place for the four readers of siblings — the dead-sibling charge
 //! ([`crate::spool::dead_sibling_bytes`]), the adoption environment of
@@ -9,9 +9,9 @@
 //!   [`RankDirName`], never following anything else);
 //! - [`probe`] reads the owner lock without blocking (spool-lock's
 //!   `read_owner`, plus `held_by_this_process` when it is held);
-//! - [`Probe::owner`] is the one decision of SPEC §2.2 "a live owner's files
+//! - [`Probe::owner`] is the one decision of "a live owner's files
 //!   are never counted by anyone else": held by another process → [`Owner::Live`];
-//! - [`classify`] adds what SPEC §4.2 charges on: a dead sibling this process
+//! - [`classify`] adds what the budget charges on: a dead sibling this process
 //!   could not take and empty is [`Owner::NotOurs`].
 
 use std::io;
@@ -59,7 +59,7 @@ pub fn siblings_of(dir: &Path) -> Vec<PathBuf> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {
     /// Another live process holds its lock: never counted, swept, taken or
-    /// uploaded by anyone else (SPEC §2.2).
+    /// uploaded by anyone else.
     Live,
     /// This process holds its lock: as an adoption (`adopting: true`) or as
     /// a claim it keeps.
@@ -116,7 +116,7 @@ pub fn probe(dir: &Path) -> Result<Probe, lk::Error> {
     Ok(Probe { status, held_here })
 }
 
-/// [`probe`] and [`Probe::owner`], with what SPEC §4.2 needs on top: a
+/// [`probe`] and [`Probe::owner`], with what the budget's charge needs on top: a
 /// sibling that cannot be probed, or a dead one this process could not take
 /// and empty, is [`Owner::NotOurs`].
 pub fn classify(dir: &Path) -> Owner {
@@ -195,7 +195,7 @@ mod tests {
     /// the key directory whose siblings it classifies as `nobody`.
     const AS_NOBODY: &str = "SPOOL_CORE_SIBLINGS_AS_NOBODY";
 
-    /// SPEC §4.2 as a non-root user (root's `access(2)` grants whatever the
+    /// The charge as a non-root user (root's `access(2)` grants whatever the
     /// mode says): this test runs itself again as `nobody` (uid 65534), which
     /// classifies four dead siblings. Its own with its own lock file, and its
     /// own without one, are dead; one whose directory is root's (it may not

@@ -1,4 +1,4 @@
-//! The sink: the producer side of a spool (SPEC §4.3).
+//! The sink: the producer side of a spool.
 //!
 //! # What it guarantees
 //!
@@ -29,7 +29,7 @@
 //!   `release_flush_timeout`. Only if that flush went through does
 //!   [`Sink::sealed_on_release`] become true — it is false while attached and
 //!   after a failed or timed-out release flush — and only then may the claim
-//!   on the directory be let go (SPEC §7.5). A release can be retried.
+//!   on the directory be let go. A release can be retried.
 //!   Dropping an unreleased sink releases it (warning if the flush fails).
 //! - **Registry.** The sink publishes its slot `(dir, ordinal)` in the
 //!   [`Registry`]: at open (attached, the count
@@ -174,7 +174,7 @@ pub struct SinkStats {
     pub staged_packs: u64,
     /// The id of the last pack staged into this sink's slot.
     pub last_staged: Option<PackId>,
-    /// The checksum in the trailer (SHA-256, SPEC §4.1) of the last pack
+    /// The checksum in the trailer (SHA-256) of the last pack
     /// this sink staged.
     pub last_staged_sha256: Option<[u8; 32]>,
     /// Packs sealed (or being staged) but not staged yet.
@@ -187,7 +187,7 @@ pub struct SinkStats {
     pub last_error: Option<String>,
     /// Whether the sink was released (admits nothing).
     pub released: bool,
-    /// SPEC §4.3's `sealed_on_release`.
+    /// The sink's `sealed_on_release`.
     pub sealed_on_release: bool,
 }
 
@@ -343,7 +343,7 @@ impl Sink {
     /// sink on it that owns the claim, as [`Sink::open`] in mode `Take`
     /// owns the lock it took: dropped after sealing on release, the sink
     /// releases the claim (the directory stays, a dead sibling for the
-    /// node's adopter, SPEC §1 "sink-only"); dropped unsealed, the claim is
+    /// node's adopter); dropped unsealed, the claim is
     /// kept until the process exits. A failed open releases the claim.
     pub fn open_claimed(claim: spool_lock::Claim, config: SinkConfig) -> Result<Sink, Error> {
         let spool = Arc::new(Spool::open_claimed(claim, &config.spool)?);
@@ -808,7 +808,7 @@ fn stager(shared: &Shared) {
 }
 
 /// The production target: the spool directory. `stage` returns after the
-/// publish and the directory fsync (SPEC §4.2).
+/// publish and the directory fsync.
 impl StageTarget for Spool {
     fn dir(&self) -> &Path {
         Spool::dir(self)

@@ -1,4 +1,4 @@
-//! The crash-safe spool directory (SPEC §4.2). See the crate docs ("The
+//! The crash-safe spool directory. See the crate docs ("The
 //! spool directory") for the file names, the stage protocol, the accounting
 //! and what each walk skips.
 //!
@@ -50,7 +50,7 @@ pub struct SpoolConfig {
     /// Byte budget of the directory (`None`: unbounded).
     pub max_bytes: Option<u64>,
     /// Charge what dead sibling rank directories hold against `max_bytes`
-    /// (SPEC §4.2). Only meaningful for a rank directory of the layout.
+    ///. Only meaningful for a rank directory of the layout.
     pub charge_dead_siblings: bool,
 }
 
@@ -117,7 +117,7 @@ struct State {
     full_logged: bool,
 }
 
-/// An open spool directory (SPEC §4.2).
+/// An open spool directory.
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
@@ -255,7 +255,7 @@ impl Spool {
     ///
     /// The fsync is not what keeps a pack safe (it is in the store and the
     /// catalog already): a removal a crash undoes only makes a successor
-    /// find the pack again, already stored and indexed (SPEC §2, invariant
+    /// find the pack again, already stored and indexed (invariant
     /// 7). It makes the removal stick, and the account follows.
     ///
     /// [`remove`]: Self::remove

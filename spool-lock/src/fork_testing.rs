@@ -1,6 +1,6 @@
 //! Forks for fork-safety tests, behind safe functions (compiled only with
 //! `cfg(test)` or the `testing` feature), so the test helpers that exercise
-//! SPEC §3's atfork rules need no `unsafe` of their own.
+//! The atfork rules need no `unsafe` of their own.
 //!
 //! * [`fork_paused_child`] works in any process: the child runs only
 //!   async-signal-safe calls (`fcntl`, `getpid`, `write`, `pause`), writes

@@ -1,8 +1,8 @@
-//! spool-lock: one owner per spool directory (SPEC §3).
+//! spool-lock: one owner per spool directory.
 //!
 //! # What it guarantees
 //!
-//! * **At most one process owns a spool directory at a time** (SPEC §2.3).
+//! * **At most one process owns a spool directory at a time**.
 //!   Ownership is an `flock(LOCK_EX)` held by the owner for its whole life;
 //!   the kernel drops it with the process, SIGKILL included, so a dead
 //!   owner's directory is free at once.

@@ -128,7 +128,7 @@ impl std::fmt::Display for Sharing {
 }
 
 /// The modes and group a take and a stage give what they create
-/// (SPEC §1): set explicitly on the new descriptor (`fchmod`, `fchown`),
+///: set explicitly on the new descriptor (`fchmod`, `fchown`),
 /// so no umask widens or narrows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Access {

@@ -1,5 +1,5 @@
 //! The node-local check: flock on a network filesystem does not keep out a
-//! process on another node, so a spool there is refused (SPEC §3).
+//! process on another node, so a spool there is refused.
 
 use std::path::Path;
 

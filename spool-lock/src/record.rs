@@ -15,7 +15,7 @@
 //! across takes: a claim's holder is its producer; an adopter (and a
 //! `blocked` mark, and the clearing of one) rewrites the record but
 //! carries the producer it found, so catalog rows name the process that
-//! staged a pack, never the one that drained it (issue 12 §7). Readers
+//! staged a pack, never the one that drained it. Readers
 //! that predate these lines ignore them as unknown keys.
 //!
 //! Parsing is defensive: unknown keys are ignored, a missing or garbled

@@ -98,7 +98,7 @@ fn held_by_caller_still_refuses_a_shared_filesystem() {
 #[test]
 fn every_network_filesystem_is_refused_by_name_and_admitted_with_the_override() {
     let tmp = tempfile::tempdir().unwrap();
-    // The list SPEC §3 names (kept here, not read from the crate, so a
+    // The list the node-local check names (kept here, not read from the crate, so a
     // magic dropped from the crate turns this red).
     let refused: &[(u32, &str)] = &[
         (0x6969, "NFS"),
@@ -502,7 +502,7 @@ fn mode_of(path: &std::path::Path) -> u32 {
         & 0o7777
 }
 
-/// SPEC §1 / issue 12 §5: what a take creates is private whatever the
+/// What a take creates is private whatever the
 /// umask (0 here): missing parents and the directory 0700, the lock file
 /// 0600. The 0770 group mode is not narrowed by a umask of 077 either.
 #[test]
@@ -539,7 +539,7 @@ fn a_take_creates_private_directories_and_lock_files_whatever_the_umask() {
     assert_eq!(mode_of(&existing.join(LOCK_FILE_NAME)), 0o600);
 }
 
-/// Issue 12 §8: a refused take removes what it created, the parents it
+/// A refused take removes what it created, the parents it
 /// made included (while empty).
 #[test]
 fn a_refused_take_removes_the_parents_it_created() {
@@ -562,7 +562,7 @@ fn a_refused_take_removes_the_parents_it_created() {
     held.release().unwrap();
 }
 
-/// Issue 12 §8: the parents a claim creates are fsynced (the fault seam
+/// The parents a claim creates are fsynced (the fault seam
 /// fails the fsync of the new `root/`'s entry for `key/` and the take
 /// fails naming it), and the failed take leaves nothing it created.
 #[test]
@@ -581,7 +581,7 @@ fn created_parents_are_fsynced_and_a_failed_fsync_leaves_nothing() {
     assert!(!root.exists(), "the failed take left {}", root.display());
 }
 
-/// Issue 12 §8: a failed parent fsync after the staging rename does not
+/// A failed parent fsync after the staging rename does not
 /// leave an unlocked new directory (which would read as a dead sibling):
 /// the take fails and the directory is gone.
 #[test]
@@ -606,7 +606,7 @@ fn a_failed_parent_fsync_after_the_rename_leaves_no_unlocked_directory() {
         .unwrap();
 }
 
-/// Issue 12 §7: an adoption names the directory's producer (the dead
+/// An adoption names the directory's producer (the dead
 /// claimant the owner record names), never the adopter, and the producer
 /// survives an adopter's death, a `blocked` mark and its clearing.
 #[test]

@@ -1,4 +1,4 @@
-"""The Python binding's benchmarks (issue 14 §9), run by ``cargo xtask
+"""The Python binding's benchmarks, run by ``cargo xtask
 bench python`` through spool-bench's ``python`` case, which measures the
 Rust sink beside it and turns these figures into BENCHMARKS.md rows.
 

@@ -1,4 +1,4 @@
-//! `spool.Engine`: spool-service's engine (SPEC §7.5) as a Python object —
+//! `spool.Engine`: spool-service's engine as a Python object —
 //! claim a rank directory, start its storage service, open sinks on it;
 //! `close()` releases in reverse. Every blocking call (start, flush, close,
 //! opening a sink) runs with the GIL released.
@@ -219,7 +219,7 @@ impl Engine {
 
     /// Flushes every sink, then the service, within `timeout` seconds in
     /// all (GIL released): True when everything written before the call is
-    /// uploaded and indexed (SPEC §1's drained); else a false
+    /// uploaded and indexed (drained); else a false
     /// `spool.Undrained` with the owed figures. Raises
     /// `spool.DeadlineError` when a sink could not stage in time and
     /// `spool.LeaseLostError` when the service has latched.
@@ -267,7 +267,7 @@ impl Engine {
         }
     }
 
-    /// The service's snapshot (SPEC §7.4) as a dict.
+    /// The service's snapshot as a dict.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.cell.check(py)?;
         let guard = self
@@ -303,7 +303,7 @@ impl Engine {
         Ok(d)
     }
 
-    /// Releases in reverse (SPEC §7.5) and returns what happened:
+    /// Releases in reverse and returns what happened:
     /// `sealed`, `drained`, `removed`, `claim_kept`, `problems`, `dir`; None
     /// when already closed. Never raises for a store or catalog that is
     /// down: with them down the directory is kept, unlocked, for adoption.

@@ -16,7 +16,7 @@
 //!   with `spool.ForkedError`, to act in another process (a forked
 //!   DataLoader worker); its drop there forgets the Rust state instead of
 //!   waiting on the parent's threads. The locks themselves are closed in
-//!   the child by spool-lock's atfork handler (SPEC §3).
+//!   the child by spool-lock's atfork handler.
 //! - **Exit.** Engines and sinks not closed by the program are closed by an
 //!   `atexit` hook (sinks, then engines): sealed, shipped within the close
 //!   flush, the directory released — or, when a sink could not seal, kept

@@ -9,7 +9,7 @@
 //!
 //! [`register`] keeps a weak reference to every engine and sink, so
 //! `spool._native._close_at_exit` (registered with `atexit`) closes what the
-//! program did not: sinks first, then engines (SPEC §7.5's order).
+//! program did not: sinks first, then engines (the engine's release order).
 
 use std::sync::{Arc, Mutex, Weak};
 

@@ -17,7 +17,7 @@ use spool_service::fetch::fetch_pack;
 
 use crate::errors;
 
-/// The columns of a catalog row, in order (SPEC §6.1).
+/// The columns of a catalog row, in order.
 pub const COLUMNS: [&str; 12] = [
     "pack_id",
     "object_key",

@@ -177,7 +177,7 @@ pub fn sink_opts(opts: &mut Opts<'_>, place: Place) -> PyResult<SinkOpts> {
     }
     if place != Place::Engine {
         // A claimed rank directory charges its dead siblings by default,
-        // as `spool produce --spool-root` does (SPEC §4.2).
+        // as `spool produce --spool-root` does.
         c.spool.charge_dead_siblings = opts
             .flag("charge_dead_siblings")?
             .unwrap_or(place == Place::Claim);
@@ -363,7 +363,7 @@ impl Sink {
     }
 
     /// Stops admission, seals and stages everything within the sink's
-    /// `release_flush_timeout`, and lets go (SPEC §7.5). A sink of
+    /// `release_flush_timeout`, and lets go. A sink of
     /// `Sink.claim`/`Sink.open` releases its lock only if everything was
     /// staged; otherwise the lock is kept until the process exits, so
     /// nobody adopts a directory this sink may still write. Idempotent.

@@ -1,4 +1,4 @@
-"""The configuration from Python (issue 14 §2): ``config=`` names the same
+"""The configuration from Python: ``config=`` names the same
 TOML file ``spool`` reads, the ``SPOOL_*`` variables apply, and every key is
 a keyword argument ranking with the command's flags. A refused key or value
 is a ``ValueError`` with the command's own words."""

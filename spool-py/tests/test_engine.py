@@ -458,7 +458,7 @@ def test_rows_to_arrow(root):
 
 
 def test_rows_name_the_producer_and_a_sink_without_an_ordinal_reads_none(root):
-    """Issue 12 §7 through the Python readers: a sink without an ordinal
+    """Through the Python readers: a sink without an ordinal
     reads back ``None`` (not 0, which is ``w0/``), ``sink(ordinal=0)``
     reads 0, the producer's pid and host are this process's, and a
     DataFrame carries the missing ordinal as a missing value."""

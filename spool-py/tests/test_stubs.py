@@ -1,4 +1,4 @@
-"""The type stubs (issue 14 §7): mypy, strict, checks the README's producer
+"""The type stubs: mypy, strict, checks the README's producer
 and reader against ``spool``'s stubs and ``py.typed`` — and flags a wrong
 call, so the check has teeth. mypy is installed by ``cargo xtask test``
 (``SPOOL_REQUIRE_OPTIONAL=1`` makes its absence a failure, not a skip)."""

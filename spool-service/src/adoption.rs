@@ -1,4 +1,4 @@
-//! Adoption of dead siblings — the explicit state machine of SPEC §7.3.
+//! Adoption of dead siblings — an explicit state machine.
 //!
 //! A service's own directory is one rank directory of the layout
 //! `<spool_root>/<catalog_key>/r<rank>-<incarnation>/`. Its **siblings** are
@@ -74,7 +74,7 @@
 //!    siblings `ReleasedOnCancel`; the adopter is inert from then on. A stop
 //!    never removes a directory: only the `Drained` transition does, once it
 //!    is empty. A successor finishes what a stop cut.
-//! 2. **latched** — the same, `ReleasedOnLatch` (SPEC §6.2: a latched service
+//! 2. **latched** — the same, `ReleasedOnLatch` (a latched service
 //!    lets go of every sibling it was adopting at once).
 //! 3. **gates** — nothing is done without the adopter lease, while anything is
 //!    owed to the catalog, or while an own ready pack is not yet uploaded
@@ -93,7 +93,7 @@
 //! until a step ends the cycle (a retryable failure, a cancel, a round that
 //! left packs owed).
 //!
-//! # Policies (SPEC §7.3)
+//! # Policies
 //!
 //! - Only rank directories directly under this service's catalog key
 //!   directory, never its own: [`Adopter`] filters the listing again, whatever
@@ -136,7 +136,7 @@
 //!   `Drained`/`Blocked` (and so from releasing) until nothing is owed. After
 //!   a stop or latch released a sibling, the service must **not** remove the
 //!   files of its still-owed packs: the directory is a successor's now, which
-//!   uploads and indexes them again (idempotent: SPEC §2, invariant 7).
+//!   uploads and indexes them again (idempotent).
 //! - The budget's `owed` covers own and adopted packs alike; `own_uploaded`
 //!   is false while an own ready pack waits (rejected packs do not count).
 //! - Every [`Step::error`] goes to `last_error` as is (a blocked sibling's
@@ -226,7 +226,7 @@ pub enum AdoptRefusal {
     /// Only shared flocks hold its lock file or directory, and they outlast
     /// a probe's (a reader in group mode, naming its pids): not an owner,
     /// so never a block and never a backoff; taken again on a later pass
-    /// (SPEC §3, issue 12 §6).
+    ///.
     HeldShared(Cause),
     /// The directory is gone.
     Vanished,
@@ -294,7 +294,7 @@ pub trait AdoptionEnv: Send {
     fn list_siblings(&mut self) -> impl Future<Output = Result<Vec<PathBuf>, String>> + Send;
 
     /// Removes the staging copies under the key directory whose lock nobody
-    /// holds and whose age is above `older_than` (SPEC §3); leaves fresh or
+    /// holds and whose age is above `older_than`; leaves fresh or
     /// held ones. Returns how many it removed. Failures are logged, not
     /// returned.
     fn remove_stale_staging_copies(
@@ -361,13 +361,13 @@ pub trait AdoptionEnv: Send {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdoptionConfig {
     /// How often a live (or marked-blocked) sibling is probed again; zero
-    /// means never. SPEC default 30 s.
+    /// means never. Default 30 s.
     pub recheck_interval: Duration,
     /// How often the catalog key directory is listed for new siblings.
     pub discovery_interval: Duration,
-    /// Staging copies older than this, unheld, are removed (SPEC §3: 60 s).
+    /// Staging copies older than this, unheld, are removed (60 s).
     pub staging_max_age: Duration,
-    /// How long one adopting cycle may keep stepping (SPEC: 1 s). The service
+    /// How long one adopting cycle may keep stepping (1 s). The service
     /// turns it into [`StepBudget::slice_deadline`].
     pub adoption_slice: Duration,
     /// At most this many packs per round: the uploader's `max_workers`, and
@@ -574,7 +574,7 @@ pub struct CycleReport {
 /// again.
 pub const HELD_SHARED_RECHECK: Duration = Duration::from_secs(5);
 
-/// One sibling's state (SPEC §7.3).
+/// One sibling's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SiblingState {
     /// Discovered (or let go after a cut listing); its lock is to be probed.
@@ -724,7 +724,7 @@ pub struct BlockedSibling {
     pub by: BlockedBy,
 }
 
-/// The adoption part of the service's snapshot (SPEC §7.4).
+/// The adoption part of the service's snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AdoptionSnapshot {
     /// Siblings fully drained by this adopter.
@@ -782,7 +782,7 @@ pub struct Adopter {
 impl Adopter {
     /// An adopter for the service whose own rank directory is `own_dir`,
     /// directly under the catalog key directory `key_dir`. A look at the
-    /// siblings is owed from the start (SPEC §7.1: `start()` owes one).
+    /// siblings is owed from the start (`start()` owes one).
     pub fn new(config: AdoptionConfig, key_dir: PathBuf, own_dir: PathBuf) -> Self {
         Self {
             config,

@@ -1,4 +1,4 @@
-//! Deadlines and cancels for every catalog and store call (SPEC §2.6).
+//! Deadlines and cancels for every catalog and store call.
 //!
 //! A [`Bound`] is what every call the service makes to its catalog or its
 //! store runs under: the enclosing deadline (a flush's, or the loop's) and a

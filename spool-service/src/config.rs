@@ -1,5 +1,5 @@
 //! Configuration: the service's own [`ServiceConfig`], and the `spool`
-//! configuration (SPEC §8) every embedder shares — the command and the
+//! configuration every embedder shares — the command and the
 //! Python binding read the same TOML file, `SPOOL_*` variables and flags
 //! the same way. One concern per file:
 //!

@@ -1,7 +1,7 @@
-//! The engine (SPEC §7.5): claim a rank directory → start a service on it →
+//! The engine: claim a rank directory → start a service on it →
 //! open sinks on it `held_by_caller`; release in the reverse order.
 //!
-//! This is how a producer embeds spool (SPEC §1, "embedded"), and `spool
+//! This is how a producer embeds spool ("embedded"), and `spool
 //! run` is an engine with no sink (the daemon).
 //!
 //! # Order, and why
@@ -58,7 +58,7 @@ pub struct EngineConfig {
     /// The spool root; the rank directory is claimed at
     /// `<spool_root>/<catalog_key>/r<rank>-<incarnation>/`.
     pub spool_root: PathBuf,
-    /// The rank (SPEC §1: from `RANK`, see
+    /// The rank (from `RANK`, see
     /// [`spool_core::layout::rank_from_env`]).
     pub rank: u64,
     /// The service's configuration. Its `dir` and `lock_mode` are set by the
@@ -93,7 +93,7 @@ pub struct CloseReport {
     pub dir: PathBuf,
     /// Every sink sealed on release.
     pub sealed: bool,
-    /// The service drained before it stopped (SPEC §1).
+    /// The service drained before it stopped.
     pub drained: bool,
     /// The rank directory was removed (released and empty).
     pub removed: bool,
@@ -104,7 +104,7 @@ pub struct CloseReport {
     pub problems: Vec<String>,
 }
 
-/// A claimed rank directory with its service and sinks (SPEC §7.5).
+/// A claimed rank directory with its service and sinks.
 #[derive(Debug)]
 pub struct Engine {
     dir: PathBuf,
@@ -224,7 +224,7 @@ impl Engine {
         config.spool.lock = self.lock.clone();
         config.registry = self.registry.clone();
         let index = self.sinks.len();
-        // The directory's one spool (one budget for every sink, SPEC §4.2).
+        // The directory's one spool (one budget for every sink).
         let spool = self
             .service
             .as_ref()
@@ -260,7 +260,7 @@ impl Engine {
 
     /// Flushes every sink, then the service, within `timeout` in all:
     /// `Ok(true)` when everything written before the call is uploaded and
-    /// indexed (SPEC §1's drained).
+    /// indexed (drained).
     pub fn flush(&self, timeout: Duration) -> Result<bool, Error> {
         let deadline = std::time::Instant::now() + timeout;
         for sink in &self.sinks {

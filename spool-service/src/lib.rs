@@ -1,6 +1,6 @@
 //! spool-service: the storage service — drains its own spool directory into
 //! store and catalog, flushes and stops on deadlines, adopts dead siblings
-//! through an explicit state machine (SPEC §7).
+//! through an explicit state machine.
 //!
 //! # The service
 //!
@@ -43,7 +43,7 @@
 //! - **Flush**: marks itself in progress (the adopter yields after its
 //!   current step), cancels the loop's own-upload phase, takes the core
 //!   (bounded by its deadline) and runs cycles without adoption, each cut at
-//!   the deadline by a cancel token. `Ok(true)` when drained (SPEC §1: no own
+//!   the deadline by a cancel token. `Ok(true)` when drained (no own
 //!   ready pack, nothing owed), `Err(Error::FlushTimeout)` naming what is
 //!   left, `Ok(false)` when stopping or latched.
 //! - **Stop**: cancels the stop token (uploads, index calls, scans,
@@ -54,7 +54,7 @@
 //! - **Snapshot**: [`Snapshot`], a plain struct published after each cycle
 //!   (`uploaded` and `indexed` are read live).
 //!   `staged` is the sum of the sealed-pack counters the directory's sinks
-//!   publish in the registry (every worker ordinal, SPEC §4.5). A latch
+//!   publish in the registry (every worker ordinal). A latch
 //!   wakes the loop at once (it watches the lease keeper's state), so the
 //!   snapshot shows it and the siblings are let go whatever the backoff.
 //!
@@ -111,7 +111,7 @@
 //!
 //! # The engine
 //!
-//! [`Engine`] (module [`engine`], SPEC §7.5) is how a producer embeds all
+//! [`Engine`] (module [`engine`]) is how a producer embeds all
 //! this and what `spool run` is with no sink: claim a fresh rank directory
 //! under the layout → start a service on it (`HeldByCaller`) → open sinks on
 //! it (`HeldByCaller`, the service's registry). [`Engine::close`] releases in
@@ -124,7 +124,7 @@
 //!
 //! # Adoption
 //!
-//! [`adoption`] is the adoption state machine of SPEC §7.3, written apart
+//! [`adoption`] is the adoption state machine, written apart
 //! from the crates it drives: an [`adoption::Adopter`] keeps one record per
 //! sibling rank directory under the service's catalog key and makes one
 //! transition per [`adoption::Adopter::step`] (probe, queue, take, list,

@@ -1,5 +1,4 @@
-//! Blocking file system work off the service's async workers (SPEC §2.6,
-//! issue 11 §7).
+//! Blocking file system work off the service's async workers.
 //!
 //! Probes, takes (with spool-lock's retry sleeps), `Spool::open` of a
 //! sibling (its reconcile lists every file), listings, staging-copy and

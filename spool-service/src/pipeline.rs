@@ -1,4 +1,4 @@
-//! The upload pipeline (SPEC §5, issue 13): validation, upload, index and
+//! The upload pipeline: validation, upload, index and
 //! removal overlap instead of running in rounds.
 //!
 //! ```text
@@ -18,7 +18,7 @@
 //! adoption step, over up to `pipeline_depth` packs of one sibling) go
 //! through this same code.
 //!
-//! The rules it keeps (SPEC §2):
+//! The rules it keeps:
 //! - **Validated before uploaded.** A pack is uploaded only once it is
 //!   validated, own and adopted packs alike: a pack that goes up in one
 //!   PUT ([`spool_upload::Uploader::validates_whole`]) is validated by the
@@ -536,7 +536,7 @@ impl UploadPath {
                     files.push((job.spool.clone(), job.pack.clone()));
                     st.done.push((job, Outcome::Indexed));
                 }
-                // SPEC §2: removed only now, after the catalog's Ok; one
+                // Removed only now, after the catalog's Ok; one
                 // directory fsync per spool directory of the batch
                 st.removals.spawn_blocking(move || {
                     let mut by_spool: Vec<(Arc<Spool>, Vec<ReadyPack>)> = Vec::new();

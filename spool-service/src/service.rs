@@ -138,7 +138,7 @@ struct Core {
     registry: Arc<spool_core::registry::Registry>,
 }
 
-/// The storage service (SPEC §7). Owns its tokio runtime; its API is
+/// The storage service. Owns its tokio runtime; its API is
 /// synchronous (call it from plain threads, not from inside a runtime).
 pub struct StorageService {
     config: ServiceConfig,
@@ -160,7 +160,7 @@ impl std::fmt::Debug for StorageService {
     }
 }
 
-/// The construction check (SPEC §7.1): with adoption on, `dir` must be a
+/// The construction check: with adoption on, `dir` must be a
 /// layout rank directory under its destination's catalog key.
 pub fn check_rank_dir(config: &ServiceConfig) -> Result<PathBuf, Error> {
     let dir = std::path::absolute(&config.dir).map_err(|source| Error::Runtime {
@@ -259,7 +259,7 @@ impl StorageService {
             // In the layout (adoption on: the construction check made sure
             // it is a rank directory), dead siblings count against the
             // budget, so a crash-restart loop cannot grow the node's disk
-            // use by a budget per incarnation (SPEC §4.2).
+            // use by a budget per incarnation.
             charge_dead_siblings: cfg.max_bytes.is_some() && cfg.adopt,
         };
         let spool = Arc::new(Spool::open(&cfg.dir, &spool_cfg)?);
@@ -301,7 +301,7 @@ impl StorageService {
                     staging_max_age: cfg.staging_max_age,
                     adoption_slice: cfg.adoption_slice,
                     // one adoption step hands the pipeline up to
-                    // pipeline_depth packs (SPEC §7.3's bound), and about two
+                    // pipeline_depth packs (adoption's bound), and about two
                     // rounds' worth of bytes so a step of large packs stays
                     // near the adoption slice
                     max_round_packs: cfg.pipeline_depth.max(1),
@@ -362,7 +362,7 @@ impl StorageService {
         Ok(())
     }
 
-    /// Runs cycles without adoption until drained (SPEC §1: every own ready
+    /// Runs cycles without adoption until drained (every own ready
     /// pack uploaded and indexed, nothing owed) or `timeout`. `Ok(true)`:
     /// drained; `Ok(false)`: the service is stopping or latched and will
     /// not drain; `Err(FlushTimeout)` at the deadline, saying what is owed.
@@ -547,7 +547,7 @@ impl StorageService {
         *count
     }
 
-    /// A cheap copy of the counters (SPEC §7.4): `uploaded` and `indexed` live,
+    /// A cheap copy of the counters: `uploaded` and `indexed` live,
     /// the rest as of the last cycle.
     pub fn snapshot(&self) -> Snapshot {
         let mut s = self
@@ -656,7 +656,7 @@ async fn run_loop(
             let out = match cycle {
                 Ok(out) => out,
                 Err(panic) => {
-                    // SPEC §4.5: a panicked loop is never silent. Every
+                    // A panicked loop is never silent. Every
                     // adopted lock is let go; the own claim is the engine's.
                     shared.fail_loop(panic.as_ref());
                     c.let_go_of_siblings().await;
@@ -687,7 +687,7 @@ async fn run_loop(
             _ = shared.stop.cancelled() => break,
             _ = shared.wake.notified() => {}
             _ = registry_wake(&reader, &aw), if backoff.is_zero() => {}
-            // SPEC §6.2: the latch wakes the loop, which lets go of every
+            // The latch wakes the loop, which lets go of every
             // sibling at once, however long its backoff or poll interval.
             _ = latched(&mut lease), if !latch_seen => latch_seen = true,
             // work gated on the lease (adoption; in catalog scope all of
@@ -714,7 +714,7 @@ impl Core {
         self.io.lease_state().is_some_and(|s| s.latched)
     }
 
-    /// One cycle (SPEC §7.1): own packs in rounds, each round indexed or
+    /// One cycle: own packs in rounds, each round indexed or
     /// owed, indexed files removed; reconcile; then adopt.
     async fn run_cycle(
         &mut self,
@@ -803,7 +803,7 @@ impl Core {
                 Outcome::NotDone => out.cut_short |= cancel.is_cancelled(),
                 Outcome::ReadFailed(_) => out.failed = true,
                 Outcome::UploadFailed(f) if f.retryable => out.failed = true,
-                // SPEC §5: a refusal of the whole destination never sets
+                // A refusal of the whole destination never sets
                 // a pack aside; the loop backs off and tries again
                 Outcome::UploadFailed(f) if f.destination_wide() => out.failed = true,
                 Outcome::UploadFailed(f) => {
@@ -922,7 +922,7 @@ impl Core {
             .unwrap_or_default();
         let usage = self.io.own.usage();
         // Every sink of this directory publishes its sealed-pack count into
-        // its own slot (SPEC §4.5): staged is their sum.
+        // its own slot: staged is their sum.
         let staged: u64 = self
             .registry
             .points_of(&shared.dir)

@@ -1,4 +1,4 @@
-//! The snapshot (SPEC §7.4).
+//! The snapshot.
 
 use std::path::PathBuf;
 
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Packs staged by the sinks of this directory in this process: the sum
-    /// of the sealed-pack counters they publish in the registry (SPEC §4.5),
+    /// of the sealed-pack counters they publish in the registry,
     /// every worker ordinal; as of the last cycle.
     pub staged: u64,
     /// Packs put in the store (own and adopted).
@@ -47,7 +47,7 @@ pub struct Snapshot {
     /// `snapshot()`).
     pub lease_renewals: u64,
     /// The longest time from one claim of the lease to its next renewal
-    /// (`ttl / 3` plus how late the lease keeper ran; SPEC §2.6: blocking
+    /// (`ttl / 3` plus how late the lease keeper ran; blocking
     /// file system work never runs on the service's async workers, so this
     /// stays near `ttl / 3`). Live at each `snapshot()`.
     pub max_renewal_gap: Option<std::time::Duration>,

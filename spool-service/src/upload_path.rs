@@ -23,7 +23,7 @@ pub(crate) struct Owed {
     pub(crate) dir: PathBuf,
 }
 
-/// Where a pack came from: the producer that staged it (SPEC §5: the
+/// Where a pack came from: the producer that staged it (the
 /// catalog row's `source_host` / `source_pid`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Source {

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 /// in parts), so `max_workers` of them.
 pub const SMALL_PACK_BYTES: u64 = 16 << 20;
 
-/// How the uploader works through staged packs (SPEC §5).
+/// How the uploader works through staged packs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadConfig {
     /// Packs larger than [`SMALL_PACK_BYTES`] (16 MiB) the service's

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 /// may carry a secret): the caller adds it as context through the one
 /// redactor, `spool_catalog::mask_url`; the `url` fields keep it as given
 /// for code. [`Error::is_retryable`] is the classification of
-/// SPEC §5.
+/// the crate docs.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A store URL that cannot be parsed or is not of a supported form.
@@ -114,7 +114,7 @@ pub enum Error {
 
     /// The staged pack's trailer is damaged: unparseable (magic, version,
     /// lengths), naming another pack or another length, or the file is
-    /// shorter than a trailer. The pack is corrupt (SPEC §2.5): nothing is
+    /// shorter than a trailer. The pack is corrupt: nothing is
     /// sent, and the service quarantines it like any other corrupt pack.
     #[error("staged pack {path} is corrupt: {problem}; nothing was uploaded and the pack must be quarantined (`spool verify` shows it)")]
     CorruptTrailer {
@@ -125,7 +125,7 @@ pub enum Error {
     },
 
     /// The staged pack, read whole for a single PUT, is not a valid pack
-    /// (SPEC §4.2: a record length past the end, a bad footer, another
+    /// (a record length past the end, a bad footer, another
     /// pack's id, ...) although its trailer parsed: nothing was sent, and
     /// the service quarantines it like any other corrupt pack.
     #[error("staged pack {path} is corrupt: {problem}; nothing was uploaded and the pack must be quarantined (`spool verify` shows it)")]
@@ -184,7 +184,7 @@ impl Error {
     /// the only failures that may set a pack aside. Every other
     /// non-retryable failure (401, 403, a missing bucket, a bad request
     /// every pack gets, a store that cannot be built) is destination-wide
-    /// (SPEC §5): uploads to that store stop and back off, every pack stays
+    ///: uploads to that store stop and back off, every pack stays
     /// ready.
     pub fn is_pack_specific(&self) -> bool {
         matches!(
@@ -193,7 +193,7 @@ impl Error {
         )
     }
 
-    /// Whether retrying later can help (SPEC §5). Retryable: timeouts,
+    /// Whether retrying later can help. Retryable: timeouts,
     /// connection and TLS failures, 5xx, 429, a failed HEAD, a local read
     /// error, a cancel. Not retryable: 400/401/403/404, a different object at
     /// the key, a pack over the in-flight bound, staged bytes that no longer
@@ -218,7 +218,7 @@ impl Error {
 
     /// Whether the staged pack itself is corrupt (its bytes do not match
     /// its checksum, or its trailer is damaged): the pack is quarantined,
-    /// not rejected (SPEC §2.5, §4.2).
+    /// not rejected.
     pub fn is_corrupt(&self) -> bool {
         matches!(
             self,

@@ -1,4 +1,4 @@
-//! Object keys: `<prefix>/v1/date=<YYYY-MM-DD>/<pack_id>.pack` (SPEC §5).
+//! Object keys: `<prefix>/v1/date=<YYYY-MM-DD>/<pack_id>.pack`.
 
 use object_store::path::Path;
 use spool_core::pack::PackId;

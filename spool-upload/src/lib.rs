@@ -1,4 +1,4 @@
-//! spool-upload: uploads sealed packs to an object store (SPEC §5).
+//! spool-upload: uploads sealed packs to an object store.
 //!
 //! The service's pipeline hands the [`Uploader`] staged packs
 //! ([`UploadItem`]: path, pack id, size) — its own and an adopted sibling's

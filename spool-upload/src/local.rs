@@ -1,4 +1,4 @@
-//! The `file://` fast path (SPEC §5, issue 13 §5): a pack goes into a local
+//! The `file://` fast path: a pack goes into a local
 //! store at copy speed, durably, and never replaces an object.
 //!
 //! One upload of a pack to `<root>/<key>`:
@@ -665,7 +665,7 @@ mod tests {
         key.filename().unwrap().to_string()
     }
 
-    /// Issue 13: a `file://` upload validates the pack whole as it copies
+    /// A `file://` upload validates the pack whole as it copies
     /// it (the validator pulls the copy, chunk by chunk, reading it back):
     /// a valid pack of several chunks comes back with its summary; one
     /// whose hash matches its trailer but whose framing is broken (a record

@@ -1,4 +1,4 @@
-//! Failure classification (SPEC §5): which store errors are worth retrying.
+//! Failure classification: which store errors are worth retrying.
 //!
 //! object_store hands errors over in two shapes. Statuses it recognises
 //! become typed variants (404 → `NotFound`, 401 → `Unauthenticated`,

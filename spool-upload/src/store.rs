@@ -62,7 +62,7 @@ impl Store {
         })
     }
 
-    /// Builds the store a URL names (SPEC §5):
+    /// Builds the store a URL names:
     ///
     /// - `s3://BUCKET[/PREFIX]`: endpoint, region and credentials from the
     ///   `AWS_*` variables `AmazonS3Builder::from_env` reads (`AWS_ENDPOINT`,
@@ -133,7 +133,7 @@ impl Store {
                 // fsync on: a PUT returns only once the object and the
                 // directory entries leading to it are on disk, because the
                 // service deletes the pack from the spool right after
-                // (SPEC §5 "End to end", invariant 1).
+                // (invariant 1).
                 let store = Arc::new(
                     object_store::local::LocalFileSystem::new_with_prefix(&dir)
                         .map_err(|source| Error::StoreConfig {

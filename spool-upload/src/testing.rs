@@ -1,4 +1,4 @@
-//! The fault-scripting object store (SPEC §9), for the fast tier: wraps any
+//! The fault-scripting object store, for the fast tier: wraps any
 //! `ObjectStore` (usually `InMemory`) and, per operation and key, fails,
 //! stalls or delays calls, and counts them. Compiled only for tests (the
 //! `testing` feature).

@@ -128,7 +128,7 @@ impl UploadFailure {
     }
 }
 
-/// Uploads staged packs to one [`Store`] (SPEC §5). Cheap to clone.
+/// Uploads staged packs to one [`Store`]. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Uploader {
     inner: Arc<Inner>,
@@ -905,7 +905,7 @@ async fn read_chunks(
 
 /// The SHA-256 of the bytes sent, fed in order as they are read: it covers
 /// everything before the trailer's hash field (the last 32 bytes of a pack
-/// of `size` bytes), as the pack format's checksum does (SPEC §4.1).
+/// of `size` bytes), as the pack format's checksum does.
 pub(crate) struct BodyHash {
     hasher: Sha256,
     /// Bytes fed so far.
@@ -1026,7 +1026,7 @@ mod tests {
         }
     }
 
-    /// SPEC §2.5: a pack whose trailer is damaged (its magic, the pack id
+    /// A pack whose trailer is damaged (its magic, the pack id
     /// it names, the length it gives, or a file shorter than a trailer) is
     /// corrupt: it fails as corrupt (so it is quarantined, not rejected)
     /// and nothing is sent.
@@ -1074,7 +1074,7 @@ mod tests {
         upload_corrupt(true).await;
     }
 
-    /// Issue 13: a single PUT validates the whole pack from the bytes it
+    /// A single PUT validates the whole pack from the bytes it
     /// holds (one read, one hash): a valid pack comes back with its summary,
     /// on a fresh PUT and on finding itself already stored; a pack whose
     /// hash matches its trailer but whose framing is broken (a record

@@ -1,4 +1,4 @@
-//! One behavioural suite for every [`Catalog`] implementation (SPEC §6):
+//! One behavioural suite for every [`Catalog`] implementation:
 //! `tests/tests/catalog_fast.rs` runs it on the in-memory fake and SQLite,
 //! `tests/tests/real_clickhouse.rs` on the real ClickHouse server.
 //!
@@ -423,7 +423,7 @@ pub async fn newer_schema_version_refused(fx: Fixture) {
     }
 }
 
-/// Issue 12 §7: a catalog of schema version 1 (made with version 1's own
+/// A catalog of schema version 1 (made with version 1's own
 /// DDL, `ordinal` NOT NULL, and rows written as version 1 wrote them) is
 /// migrated when this build first opens it: the old rows read back as
 /// they were, a new row with no ordinal (and a producer's host and pid)
@@ -545,7 +545,7 @@ pub async fn ttl_expiry_takeover_and_latch(fx: Fixture) {
     let e = fx.catalog.index(&[row(1, 1)], Some(&ga)).await.unwrap_err();
     assert!(matches!(e, Error::Fenced { .. }), "{e}");
     // a wakes up: lost; b keeps renewing; a latches only after 2 x TTL.
-    // SPEC §6.2: 2 x TTL, spelled out here rather than read from the config.
+    // 2 x TTL, spelled out here rather than read from the config.
     let two_ttl = cfg.ttl * 2;
     let lost_at = Instant::now();
     let mut latched_after = None;

@@ -1,4 +1,4 @@
-//! A fault-injecting TCP proxy for HTTP/1.1 servers (SPEC §9), put between
+//! A fault-injecting TCP proxy for HTTP/1.1 servers, put between
 //! a client and a real server (moto, ClickHouse) to produce the faults the
 //! server will not: refused connections, stalls, latency, connections cut
 //! after N bytes, requests held back.

@@ -194,7 +194,7 @@ pub async fn changed_staged_bytes_are_refused(make: MakeStore<'_>) {
                 f.error
             );
         } else {
-            // A damaged trailer is a corrupt pack (SPEC §2.5): quarantined.
+            // A damaged trailer is a corrupt pack: quarantined.
             assert!(
                 matches!(f.error, Error::CorruptTrailer { .. }) && f.corrupt,
                 "{}",

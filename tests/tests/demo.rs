@@ -1,5 +1,5 @@
 //! `spool demo` end to end: real producer processes, one SIGKILLed, the
-//! daemon adopting its directory, every pack read back (issue 7: "spool demo
+//! daemon adopting its directory, every pack read back ("spool demo
 //! passes in CI and reports 0 lost").
 #![forbid(unsafe_code)]
 

@@ -1,4 +1,4 @@
-//! The spool keeps its word on disk (issue 12): a pack leaves the spool only
+//! The spool keeps its word on disk: a pack leaves the spool only
 //! once its object is durable. Black-box, on the real binary under Debian's
 //! `strace`: the order of the system calls is the evidence.
 //!

@@ -1,5 +1,5 @@
 //! Black-box tests of the engine through `spool produce --spool-root`
-//! (SPEC §7.5, §1's embedded and sink-only deployments): the real binary on
+//! (the embedded and sink-only deployments): the real binary on
 //! embedded defaults (`ROOT/.store`, `ROOT/.catalog.db`).
 #![forbid(unsafe_code)]
 

@@ -1,4 +1,4 @@
-//! The hostile input suite (issue 15 §3), in one place: corrupt packs of
+//! The hostile input suite, in one place: corrupt packs of
 //! every kind, hostile names in a spool directory, lock files of garbage,
 //! empty, huge or not a file at all, another user's directory, a config
 //! with every field wrong, catalog rows of garbage.

@@ -1,5 +1,5 @@
-//! One budget per node's destination, whatever the incarnations (issue 12
-//! points 1 and 2, SPEC §4.2 `charge_dead_siblings`): real `spool produce
+//! One budget per node's destination, whatever the incarnations
+//! (`charge_dead_siblings`): real `spool produce
 //! --serve` processes SIGKILLed one after another while the store (moto,
 //! behind the fault proxy) refuses connections, then `spool run --once`
 //! once it is back.

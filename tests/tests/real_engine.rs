@@ -1,6 +1,6 @@
 //! The embedded engine and the daemon as real processes against the real
 //! servers `cargo xtask test` starts (moto's S3 server, ClickHouse), with the
-//! fault proxy in front of moto (SPEC §1, §7.3, §7.5).
+//! fault proxy in front of moto.
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader};

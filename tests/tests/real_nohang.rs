@@ -1,4 +1,4 @@
-//! Never hang (SPEC §2.6, issue 11): with the catalog stalled (accepts,
+//! Never hang: with the catalog stalled (accepts,
 //! never answers), the store stalled mid-body, or both — each through the
 //! fault proxy in front of the real ClickHouse and moto — `flush(1 s)`
 //! returns within 2 s and `stop()` within 2 s, the packs stay (owed or
@@ -11,7 +11,7 @@
 #![forbid(unsafe_code)]
 
 /// `spool run` against a moto bucket that does not exist yet (NoSuchBucket:
-/// a refusal of the whole destination, SPEC §5): a dead sibling's packs all
+/// a refusal of the whole destination): a dead sibling's packs all
 /// stay `.ready`, the sibling is never blocked, `/healthz` says 503 naming
 /// the store; then the bucket is made (a plain PUT, as an operator's fix)
 /// and every pack arrives byte-equal and indexed, the sibling is gone and

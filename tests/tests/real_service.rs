@@ -1,7 +1,7 @@
 //! The storage service against the real servers `cargo xtask test` starts:
 //! ClickHouse as the catalog and moto as the store, each behind the
-//! fault-injecting proxy, so one server's traffic can cut the other (SPEC
-//! §9: cut the catalog at the first upload). Each test works in its own
+//! fault-injecting proxy, so one server's traffic can cut the other (cut the
+//! catalog at the first upload). Each test works in its own
 //! ClickHouse database and its own store prefix, and drops both afterwards.
 #![forbid(unsafe_code)]
 

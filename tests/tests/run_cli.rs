@@ -900,7 +900,7 @@ async fn wrong_clickhouse_credentials_fail_at_once_and_never_leak_the_password()
 }
 
 /// Wrong S3 credentials (wiremock: HEAD 404, PUT 403 AccessDenied): a
-/// refusal of the whole destination (SPEC §5), so the adopted sibling is
+/// refusal of the whole destination, so the adopted sibling is
 /// never blocked nor any pack set aside: `run --once` says at once (exit 1,
 /// long before its 60 s timeout) that the store refuses the destination,
 /// and the sibling is let go whole, unmarked, for the run after the
@@ -1036,7 +1036,7 @@ mod serial {
         assert!(!own.exists(), "the daemon's empty own directory is removed");
     }
 
-    /// SPEC §4.5 black-box: `spool run` (through `spool-with-seams
+    /// Black-box: `spool run` (through `spool-with-seams
     /// --panic-on-index`, whose catalog's `index()` panics) adopting a dead
     /// sibling: `/healthz` says 503 `loop_failed` naming the panic, the
     /// daemon exits 10 within a bounded stop, the sibling is let go with
@@ -1194,7 +1194,7 @@ fn the_example_config_file_is_accepted() {
     assert_eq!(code(&out), 0, "{}", describe(&out));
 }
 
-/// Issue 12 §7, end to end: two real producers (`spool produce --hold`,
+/// End to end: two real producers (`spool produce --hold`,
 /// one sink without an ordinal, one with `--ordinal 0`) stage packs and
 /// are SIGKILLed; `spool run --once` adopts their directories; the catalog
 /// rows name each dead producer's pid and host — never the adopter's —

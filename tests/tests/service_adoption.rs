@@ -1,4 +1,4 @@
-//! The storage service's adoption rules (SPEC §7.1-§7.3) on the real
+//! The storage service's adoption rules on the real
 //! `StorageService` with real directories, real locks and real child
 //! processes, over the memory catalog and the fault-scripting store. The
 //! liveness bounds (a flush returns, a stop is prompt, a dead holder is
@@ -89,7 +89,7 @@ fn adopted(svc: &StorageService, dir: &Path) {
     );
 }
 
-/// The blocked policy (SPEC §7.3), checked once `dir` is blocked with
+/// The blocked policy, checked once `dir` is blocked with
 /// `left` packs in place: listed, not owed, the loop still at its poll
 /// rate, a flush returns at once, the rest of its packs indexed.
 fn assert_blocked(fx: &Fixture, svc: &StorageService, dir: &Path, left: usize, rest: &[Staged]) {
@@ -135,7 +135,7 @@ fn an_own_pack_refused_for_good_is_rejected_and_adoption_proceeds() {
     let own = fx.claim(0);
     let mine = stage(own.dir(), 2);
     let bad = mine[0].0.to_hex();
-    // pack-specific (SPEC §5): a different object already at its key
+    // pack-specific: a different object already at its key
     let key = spool_upload::object_key(
         &object_store::path::Path::from(fx.prefix.as_str()),
         &mine[0].0,
@@ -182,7 +182,7 @@ fn damage_trailer(path: &Path, from_end: u64) {
     f.sync_all().unwrap();
 }
 
-/// Issue 12, end to end on the service: a pack whose trailer was damaged
+/// End to end on the service: a pack whose trailer was damaged
 /// after staging is quarantined — caught by validation when the damage
 /// came before the service saw it, by the upload's re-check when it came
 /// after (the store down, the pack already validated) — and never renamed
@@ -502,7 +502,7 @@ mod serial {
         assert_indexed_and_not(db, &nobody_packs, &root_packs);
     }
 
-    /// Issue 11 §8, EROFS: a sibling on a read-only mount (a read-only
+    /// EROFS: a sibling on a read-only mount (a read-only
     /// bind mount over it, in a private mount namespace of the service's
     /// process) can be probed but never taken: it is blocked once with its
     /// packs in place, the cycle is not failed (no backoff) and own packs
@@ -538,7 +538,7 @@ mod serial {
         assert_indexed_and_not(db, &rw_packs, &ro_packs);
     }
 
-    /// Issue 11 §8, ELOOP: a sibling whose `.owner.lock` is a symlink (the
+    /// ELOOP: a sibling whose `.owner.lock` is a symlink (the
     /// lock is opened `O_NOFOLLOW`) is blocked once, the symlink and its
     /// packs left alone; the loop does not back off and own packs staged
     /// meanwhile ship within a second each (the registry wakes stay on).

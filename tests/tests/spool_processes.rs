@@ -430,7 +430,7 @@ fn intruder(dir: &Path, pack: &Path, gid: u32) -> (spool_tests::KillOnDrop, Vec<
     }
 }
 
-/// Issue 12 §5: private by default. Whatever the umask (0 here), rank
+/// Private by default. Whatever the umask (0 here), rank
 /// directories, key directories and worker subdirectories are 0700,
 /// packs and lock files 0600; another local user (a privilege-dropped
 /// child) cannot read a pack, cannot open or flock `.owner.lock` or the
@@ -472,7 +472,7 @@ fn private_by_default_another_user_cannot_read_lock_or_stall_adoption() {
     child.wait().unwrap();
 }
 
-/// Issue 12 §5 and §6: group mode. `spool.mode = "0750"` with a group
+/// Group mode. `spool.mode = "0750"` with a group
 /// gives directories 0750 and files 0640 of that group (the umask cannot
 /// narrow them): a member reads packs, and can hold a shared flock on the
 /// lock file and the directory. That delays a take, never blocks it for

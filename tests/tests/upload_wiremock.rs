@@ -1,7 +1,7 @@
 //! spool-upload's real S3 client (object_store's) against wiremock playing
 //! S3, for the answers real servers will not give on demand: 401, 403, 404,
 //! 409, 412, 429, 500, 503 and slow headers. Pins the classification of
-//! SPEC §5 end to end, including how object_store words a status (which
+//! The uploader's failure classification end to end, including how object_store words a status (which
 //! `spool_upload::retryable` reads).
 #![forbid(unsafe_code)]
 
@@ -306,7 +306,7 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// Issue 12 point 3: a store built from an `s3://` URL sends the body's
+/// A store built from an `s3://` URL sends the body's
 /// SHA-256 in `x-amz-checksum-sha256`, so S3 itself refuses bytes damaged
 /// on the way (moto 5.2.5 accepts any value: its `_get_checksum` has a
 /// TODO where AWS verifies, so the header is pinned here instead).

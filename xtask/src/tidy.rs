@@ -504,3 +504,24 @@ fn no_declared_dependency_is_unused() {
     }
     assert!(unused.is_empty(), "declared and never used: {unused:#?}");
 }
+
+/// The code cites the repository's own documents (ARCHITECTURE.md, the
+/// crates' module docs, RELIABILITY.md, TESTING.md), never the product
+/// spec outside the repository (its section signs) nor an issue number.
+#[test]
+fn code_cites_no_document_outside_the_repository() {
+    let spec = ["SP", "EC"].concat();
+    let mut found = Vec::new();
+    for f in rust_files() {
+        for (i, line) in read(&f).lines().enumerate() {
+            let lower = line.to_ascii_lowercase();
+            let issue = lower
+                .match_indices("issue ")
+                .any(|(at, _)| lower[at + 6..].starts_with(|c: char| c.is_ascii_digit()));
+            if line.contains(&spec) || line.contains('\u{a7}') || issue {
+                found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "cites outside the repository: {found:#?}");
+}

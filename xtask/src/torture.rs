@@ -1,4 +1,4 @@
-//! `cargo xtask torture`: seeded crash torture with an oracle (issue 15 §1,
+//! `cargo xtask torture`: seeded crash torture with an oracle (
 //! RELIABILITY.md "Crash torture").
 //!
 //! ```text
@@ -85,7 +85,7 @@ const LEASE_TTL: &str = "5";
 const POLL: &str = "0.2";
 const RECHECK: &str = "0.5";
 /// Unheld `.creating` staging copies (a claim SIGKILLed mid-way) older
-/// than this are removed by adoption (SPEC §3; 60 s by default).
+/// than this are removed by adoption (60 s by default).
 const STAGING_MAX_AGE: &str = "2s";
 /// A daemon's last flush after SIGTERM (`service.stop_flush_timeout`).
 const STOP_FLUSH_TIMEOUT: &str = "2s";
@@ -176,7 +176,7 @@ pub struct Figures {
     pub adoptions_swept: u64,
     /// Daemons that latched and exited 7 (fault runs only): a lease holder
     /// whose renewals the faults cut was deposed, and a foreign lease
-    /// outlived 2 × TTL (SPEC §6.2). Restarted like any dead daemon.
+    /// outlived 2 × TTL. Restarted like any dead daemon.
     pub latched: u64,
     /// `--disk`: the full-disk and read-only figures.
     pub disk: Option<disk::DiskFigures>,
@@ -1327,9 +1327,9 @@ impl Run {
                 (Some("TERM"), None) if status.success() => true,
                 (Some("TERM"), Some(15)) => true,
                 // an engine whose close could not drain in time: its
-                // packs stay for adoption (SPEC §7.5), not a broken rule
+                // packs stay for adoption, not a broken rule
                 (None, None) if p.kind == Kind::Engine && status.code() == Some(6) => true,
-                // SPEC §6.2: a deposed lease holder that sees a foreign
+                // A deposed lease holder that sees a foreign
                 // lease outlive 2 × TTL latches and exits 7; only faults
                 // (stalled or refused renewals) depose a live holder
                 (None, None)
@@ -1760,7 +1760,7 @@ impl Run {
 }
 
 /// The trailer checksum of a pack's bytes (hex) if it is right: the last
-/// 32 bytes are the SHA-256 of everything before them (SPEC §4.1).
+/// 32 bytes are the SHA-256 of everything before them.
 fn pack_checksum(bytes: &[u8]) -> Option<String> {
     if bytes.len() < 72 {
         return None;

@@ -1,5 +1,5 @@
 //! `spool demo`: the whole product on one machine, in a minute, with real
-//! processes and nothing to install (SPEC §1, §7).
+//! processes and nothing to install.
 //!
 //! In a scratch directory (removed at the end unless `--keep`), on the
 //! embedded defaults — a local-directory store at `ROOT/.store` and a SQLite

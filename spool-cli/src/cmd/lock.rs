@@ -1,5 +1,5 @@
 //! `spool lock hold` / `spool lock owner`: take and hold a spool directory's
-//! owner lock, or show who holds it (SPEC §3).
+//! owner lock, or show who holds it.
 
 use std::io::Write;
 use std::path::PathBuf;

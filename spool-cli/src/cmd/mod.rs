@@ -92,7 +92,7 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
 
 /// The long help of `spool run` (with examples).
 const RUN_LONG_ABOUT: &str = "\
-Run the storage service daemon (SPEC §1): an engine with no sink. It claims
+Run the storage service daemon: an engine with no sink. It claims
 its own (empty) rank directory under the destination's catalog key,
 competes for the node's adopter lease, and uploads and indexes the packs
 of dead siblings (producers that crashed or finished without a service of

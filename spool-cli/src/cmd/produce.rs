@@ -16,7 +16,7 @@
 //!   the directory as `spool: rank directory DIR`. Without `--serve` it is a sink-only
 //!   producer: its packs are handed over by exiting (the directory is then a
 //!   dead sibling for a service to adopt). With `--serve` it runs the whole
-//!   engine (SPEC §7.5): its own service uploads and indexes as it goes, and
+//!   engine: its own service uploads and indexes as it goes, and
 //!   the close at the end ships the tail and removes the directory (exit 6
 //!   if it could not drain: the directory stays, unlocked, with its packs).
 //!
@@ -246,7 +246,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         Err(err) => return usage(&err),
     };
     // What it creates is private unless spool.mode / spool.group say
-    // otherwise (SPEC §1).
+    // otherwise.
     let lock = match cfg.lock_options() {
         Ok(lock) => lock,
         Err(err) => return usage(&err),
@@ -283,11 +283,10 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     let spool = SpoolConfig {
         lock,
         max_bytes: keys::MAX_BYTES.get(&cfg),
-        // In the layout, dead siblings' packs count against the budget
-        // (ARCHITECTURE.md, `spool-core`: `charge_dead_siblings`), so a
-        // crash-restart loop cannot grow the node's disk use by a budget
-        // per incarnation. (With --serve the engine's service spool does
-        // the same.)
+        // In the layout, dead siblings' packs count against the budget,
+        // so a crash-restart loop cannot grow the node's disk
+        // use by a budget per incarnation. (With --serve the engine's
+        // service spool does the same.)
         charge_dead_siblings: matches!(place, Place::Root(_)),
         ..SpoolConfig::default() // lock mode `take`
     };

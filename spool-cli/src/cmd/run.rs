@@ -1,4 +1,4 @@
-//! `spool run`: the daemon of SPEC §1 — an engine with no sink. It claims
+//! `spool run`: the daemon — an engine with no sink. It claims
 //! its own (empty) rank directory under the destination's catalog key,
 //! competes for the node's adopter lease and adopts dead siblings.
 //!
@@ -10,7 +10,7 @@
 //!   drained (exit 0), `--timeout` passes (exit 6, saying what is owed), or
 //!   a signal (exit 0 after the same bounded stop). Siblings found blocked
 //!   make it exit 1, naming them and why.
-//! - Either: exit 7 as soon as the lease latched (SPEC §6.2).
+//! - Either: exit 7 as soon as the lease latched.
 //!
 //! Progress for `--once`: an indicatif bar on a terminal; plain lines every
 //! `--progress-interval` otherwise, JSON lines with `--json`.

@@ -1,4 +1,4 @@
-//! The dead-sibling charge (SPEC §4.2): what the siblings of a rank
+//! The dead-sibling charge: what the siblings of a rank
 //! directory hold counts against its budget when nobody live owns them.
 //! Who owns a sibling is [`crate::siblings`]'s alone.
 
@@ -65,7 +65,7 @@ pub fn dead_sibling_bytes(dir: &Path) -> u64 {
 mod tests {
     use super::*;
 
-    /// SPEC §4.2, case by case: charged are dead siblings this process
+    /// Case by case: charged are dead siblings this process
     /// could take and empty, and siblings it holds as an adoption; not
     /// charged are another live process's, a claim this process keeps,
     /// blocked ones and another user's. (The same cases on real

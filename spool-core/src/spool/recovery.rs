@@ -1,4 +1,4 @@
-//! Recovery (SPEC §4.2): the sweep of dead writers' temp files, the
+//! Recovery: the sweep of dead writers' temp files, the
 //! incremental validation of listed packs, and setting packs aside
 //! (quarantine, reject, purge).
 

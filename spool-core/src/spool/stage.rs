@@ -91,7 +91,7 @@ impl Spool {
         Ok(())
     }
 
-    /// Stages a sealed pack (SPEC §4.2): writes `.<id>.<rand>.open`
+    /// Stages a sealed pack: writes `.<id>.<rand>.open`
     /// (`O_CREAT|O_EXCL|O_NOFOLLOW`), fsyncs it, publishes it with `link()`
     /// to `<id>.ready` (which never replaces an existing file), unlinks the
     /// temp file and fsyncs the directory. With `ordinal = Some(k)` the pack

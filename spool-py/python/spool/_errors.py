@@ -20,7 +20,7 @@ __all__ = [
 
 
 class Error(Exception):
-    """Every failure of spool (SPEC's typed errors, as Python exceptions)."""
+    """Every failure of spool (the library crates' typed errors, as Python exceptions)."""
 
 
 class ConfigError(Error, ValueError):

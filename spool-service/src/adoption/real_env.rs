@@ -218,7 +218,7 @@ impl AdoptionEnv for Env<'_> {
                 .collect();
         };
         // The dead producer named by the owner record at the take, never
-        // this adopter (issue 12 §7).
+        // this adopter.
         let source = Source::adopted(self.io.held.get(dir).and_then(|h| h.claim.producer()));
         let mut refs = std::collections::HashMap::new();
         let mut jobs = Vec::new();
@@ -396,7 +396,7 @@ fn take_sync(dir: &Path, lock: LockOptions) -> Result<(spool_lock::Claim, Spool)
         Err(e @ spool_lock::Error::Io { .. }) if is_permanent(&e) => {
             return Err(AdoptRefusal::Unadoptable(e.into()))
         }
-        // SPEC §7.1: a sibling that can never be taken from here is
+        // A sibling that can never be taken from here is
         // blocked once, never a reason to back the loop off
         Err(
             e @ (spool_lock::Error::SharedFilesystem { .. }

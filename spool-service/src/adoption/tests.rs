@@ -1,5 +1,5 @@
 //! The adoption machine on a scripted fake environment: one test per
-//! transition and per SPEC §7.3 policy (each named for its rule), and a
+//! transition and per adoption policy (each named for its rule), and a
 //! proptest over random scripts of environment results.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -878,7 +878,7 @@ fn a_take_refused_as_live_goes_back_to_probed_live() {
     assert_eq!(state(&a, &d).name(), "probed-live");
 }
 
-/// Issue 11 §8 and issue 15 §2: a take that meets a read-only filesystem
+/// A take that meets a read-only filesystem
 /// blocks the sibling for now (listed blocked by us, not owed, reported
 /// once, never a backoff); it is taken again every `recheck_interval`, the
 /// reason not reported again while it stays read-only, and drained once
@@ -956,7 +956,7 @@ fn recheck_interval_zero_never_takes_a_read_only_sibling_again() {
     );
 }
 
-/// Issue 12 §6: a reader's lingering shared flock (group mode) delays a
+/// A reader's lingering shared flock (group mode) delays a
 /// take; it is reported (the step's error names the pid), never blocks
 /// the sibling and never backs the loop off, and a later pass takes it —
 /// even with live siblings never re-checked (interval 0).

@@ -1,4 +1,4 @@
-//! From URLs to a destination (SPEC §4.4): the one place the configuration
+//! From URLs to a destination: the one place the configuration
 //! and `spool produce --spool-root` spell a [`Destination`], so both always
 //! agree on the catalog key, and the embedded defaults under a spool root —
 //! a local-directory store at `ROOT/.store` and a SQLite catalog at

@@ -71,7 +71,7 @@ pub struct ServiceConfig {
     /// it, and an [`Engine`](crate::Engine) hands that same spool to every
     /// sink, so all of them (and the service's reconcile) share one account.
     /// With adoption on (the layout), what dead siblings hold is charged
-    /// too (`charge_dead_siblings`, SPEC §4.2).
+    /// too (`charge_dead_siblings`).
     pub max_bytes: Option<u64>,
     /// Worker threads of the service's own tokio runtime (at least 1;
     /// default 2). Blocking file system work never runs on them (it goes to
@@ -82,7 +82,7 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
-    /// A configuration with the SPEC defaults: node scope, 30 s lease,
+    /// A configuration with the documented defaults: node scope, 30 s lease,
     /// 1 s poll, 30 s recheck, 30 s max backoff, 60 s staging age, 1 s
     /// adoption slice, index batch 256, 50 ms index linger, pipeline depth 64,
     /// adoption on, the global registry,

@@ -1,4 +1,4 @@
-//! Engine tests (SPEC §7.5) on fakes: the memory catalog, the
+//! Engine tests on fakes: the memory catalog, the
 //! fault-scripting store, real temp directories and real locks.
 
 use std::time::Duration;
@@ -218,7 +218,7 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
     assert!(engine.close().removed);
 }
 
-/// Issue 12 point 1: every sink of an engine stages through the
+/// Every sink of an engine stages through the
 /// directory's one spool, so two sinks with a budget of 10 packs never hold
 /// more than 10 packs (a pack in flight is reserved first). With a spool
 /// per sink they held up to 20.

@@ -235,7 +235,7 @@ fn small_packs_go_up_more_at_once_than_large_ones() {
     }
 }
 
-/// Issue 13 / SPEC §2: validated before uploaded, on both paths. A pack
+/// Validated before uploaded, on both paths. A pack
 /// whose hash matches its trailer but whose framing is broken (its first
 /// record's length runs into the next one, the hash recomputed) is
 /// quarantined and never sent, whether it goes up in one PUT (validated by
@@ -283,7 +283,7 @@ fn a_misframed_pack_with_a_matching_hash_is_quarantined_on_either_upload_path() 
     }
 }
 
-/// Issue 13: a batch closes the moment it holds `index_batch` packs, even
+/// A batch closes the moment it holds `index_batch` packs, even
 /// while other uploads are in flight and however long the linger: with the
 /// PUTs after the fourth stalled, the first four packs are indexed (two
 /// batches of two) while eight uploads hang.
@@ -378,7 +378,7 @@ fn gated_path(fx: &Fixture, dir: &Path) -> (UploadPath, Arc<GatedCatalog>) {
     (path, catalog)
 }
 
-/// Issue 13: validation runs a few packs ahead of the uploads, never more
+/// Validation runs a few packs ahead of the uploads, never more
 /// than `small_pack_workers` validated or validating. One upload at a time
 /// (`pipeline_depth` 1), the second stalls: the three packs behind it are
 /// validated, and the corrupt one behind those (the sixth) is not read
@@ -452,7 +452,7 @@ fn no_cut() -> Bound {
     )
 }
 
-/// Issue 13: a batch closes at once when no upload is in flight, however
+/// A batch closes at once when no upload is in flight, however
 /// long the linger, and the pipeline goes on: with two packs out at a time
 /// (`pipeline_depth` 2), each pair is indexed the moment its uploads end,
 /// which frees the depth for the next pair, so one run indexes all six
@@ -483,7 +483,7 @@ fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
     assert!(path.pending.is_empty());
 }
 
-/// SPEC §2: only a corrupt pack is quarantined. A pack the pipeline cannot
+/// Only a corrupt pack is quarantined. A pack the pipeline cannot
 /// read for another reason (here a directory where its file was: EISDIR)
 /// is reported and left where it is, not renamed `.quarantined`; the valid
 /// pack beside it is indexed.
@@ -538,7 +538,7 @@ fn outcome_names(done: &[(Job, Outcome)]) -> Vec<String> {
         .collect()
 }
 
-/// SPEC §5 / issue 15: a pack this pipeline did not validate itself and
+/// A pack this pipeline did not validate itself and
 /// that comes back stored without a summary (a `file://` store that found
 /// it at its key before the copy: a predecessor's upload) is validated from
 /// its file before its row is made; a corrupt one is quarantined, not
@@ -577,7 +577,7 @@ fn a_pack_found_already_stored_is_validated_and_quarantined_when_corrupt() {
     assert_eq!(block_on(fx.catalog.count()).unwrap(), 1, "the valid pack");
 }
 
-/// SPEC §6.2: a pipeline that loses the lease it indexes under (catalog
+/// A pipeline that loses the lease it indexes under (catalog
 /// scope) indexes nothing more: the batch it was about to send and every
 /// upload that lands afterwards are owed (kept for the pending index, their
 /// files in place), nothing is removed, and why is reported.
@@ -601,7 +601,7 @@ fn without_the_lease_what_is_uploaded_is_owed_and_nothing_is_indexed_or_removed(
     assert!(err.contains("lease is not held"), "{err}");
 }
 
-/// SPEC §5: a retryable upload failure (the store answers 503) halts new
+/// A retryable upload failure (the store answers 503) halts new
 /// uploads for the rest of the run (the loop backs off) instead of trying
 /// every other pack against a store in trouble: one pack's attempts, the
 /// rest not done and still ready.
@@ -644,7 +644,7 @@ fn cut_after_300ms(deadline: Instant) -> Bound {
     Bound::new(deadline, cancel)
 }
 
-/// Issue 7: uploads a cancel cut at the deadline of the flush or cycle are
+/// Uploads a cancel cut at the deadline of the flush or cycle are
 /// reported, naming the store and how many; a stop (a cancel before the
 /// deadline) is not reported as a timeout. Nothing is removed either way.
 #[test]
@@ -673,7 +673,7 @@ fn uploads_cut_at_the_deadline_are_reported_a_stop_is_not() {
     }
 }
 
-/// SPEC §2: removal comes after the catalog's Ok, and a removal that fails
+/// Removal comes after the catalog's Ok, and a removal that fails
 /// (here the pack's file became a directory while its row was indexed) is
 /// reported naming the file; the row stays, the directory is not touched.
 #[test]
@@ -707,7 +707,7 @@ fn a_removal_that_fails_after_the_index_is_reported_naming_the_file() {
     );
 }
 
-/// Issue 7: a catalog that stalls past the deadline (the uploads all
+/// A catalog that stalls past the deadline (the uploads all
 /// landed) is the catalog's failure, not the store's: what is uploaded is
 /// owed and nothing is reported as uploads left unfinished.
 #[test]

@@ -246,7 +246,7 @@ fn a_non_retryable_own_pack_is_rejected_and_does_not_stall_the_loop() {
     );
 }
 
-/// SPEC §5: a store that refuses the whole destination (403 on every PUT:
+/// A store that refuses the whole destination (403 on every PUT:
 /// wrong credentials) never sets a pack aside nor blocks a sibling: the
 /// service backs off, reports it (`destination_refused`, `last_error`), keeps
 /// every pack ready, and ships everything on its own once the store accepts
@@ -333,7 +333,7 @@ fn catalog_down_leaves_packs_owed_and_flush_says_so() {
     svc.stop().unwrap();
 }
 
-/// SPEC §7.4: `deferred` counts the own ready packs a cycle left: none
+/// `deferred` counts the own ready packs a cycle left: none
 /// after a cycle that indexed them all, every one while the store refuses
 /// them.
 #[test]
@@ -381,7 +381,7 @@ fn a_services_debug_names_its_directory_and_whether_it_runs() {
     svc.stop().unwrap();
 }
 
-/// SPEC §4.1: each loop cycle reconciles the own spool's account with a
+/// Each loop cycle reconciles the own spool's account with a
 /// walk: bytes put in the directory behind the spool's back (here a
 /// quarantined pack written by hand) are counted by the next cycle.
 #[test]
@@ -474,7 +474,7 @@ fn a_dead_sibling_is_adopted_and_removed_a_live_one_is_left_alone() {
     svc.stop().unwrap();
 }
 
-/// SPEC §6: the lease is taken where it is needed: to adopt, or for every
+/// The lease is taken where it is needed: to adopt, or for every
 /// upload and index in catalog scope. Adoption off in node scope, the
 /// service indexes its own directory with no lease at all; adoption off in
 /// catalog scope, it claims the catalog's lease and indexes under it.
@@ -607,7 +607,7 @@ mod serial {
         }
     }
 
-    /// Issue 11 §7: no blocking file system work on the async workers. On
+    /// No blocking file system work on the async workers. On
     /// a runtime of one worker (where any blocking call stalls every task)
     /// the service lists, validates and drains a dead sibling of 100 000
     /// small packs (`Spool::open` of it reconciles every file), and takes
@@ -784,7 +784,7 @@ mod serial {
         assert_eq!(files(own.dir(), "ready"), 2);
     }
 
-    /// SPEC §7.1: the loop backs off exponentially while its cycles fail
+    /// The loop backs off exponentially while its cycles fail
     /// (100 ms, 200 ms, 400 ms, … up to `max_backoff`), so a store that
     /// refuses every upload sees a handful of cycles in 2.5 s, not one
     /// every 100 ms.
@@ -861,7 +861,7 @@ mod serial {
         assert_eq!(files(own.dir(), "ready"), 2);
     }
 
-    /// SPEC §6.2: in catalog scope a foreign lease that outlives 2 x TTL
+    /// In catalog scope a foreign lease that outlives 2 x TTL
     /// latches the service though it never held the lease (a second single
     /// publisher is a misconfiguration).
     #[test]
@@ -968,7 +968,7 @@ mod serial {
     }
 }
 
-/// SPEC §4.5: a panicked loop is never silent. A catalog whose `index()`
+/// A panicked loop is never silent. A catalog whose `index()`
 /// panics while a dead sibling is being adopted: the snapshot says
 /// `loop_failed` with the panic's message, the sibling's lock is let go with
 /// every pack in it, a flush refuses with `LoopFailed`, and stop is prompt.
@@ -1010,7 +1010,7 @@ fn a_panic_in_the_loop_is_reported_and_lets_go_of_the_adopted_sibling() {
     assert!(own.release_and_remove_if_empty().unwrap());
 }
 
-/// Issue 12 point 3: a pack hashed once at its first listing, whose bytes
+/// A pack hashed once at its first listing, whose bytes
 /// change while the store is down, is caught by the upload's own hash when
 /// the store is back: quarantined, nothing uploaded or indexed, and
 /// `spool verify` (spool-core's `verify_dir`) says why.

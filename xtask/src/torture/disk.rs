@@ -19,7 +19,7 @@
 //!   writing), and the window ends with `umount -l` of that bind.
 //!
 //! Producers see ENOSPC and EROFS as their stages fail (the sink retries
-//! them; SPEC §4.3); one whose flush or open fails because of them exits 1
+//! them); one whose flush or open fails because of them exits 1
 //! or 5 naming the error, which the torture accepts and counts. Daemons
 //! must not exit, except one (re)started inside a window that cannot claim
 //! its own rank directory: it exits 1 saying so, and is restarted. Once the

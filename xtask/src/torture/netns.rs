@@ -1,7 +1,7 @@
 //! `cargo xtask torture --lease-netns [--seed S] [--minutes M]`: two
 //! "nodes" in network namespaces share one catalog lease (`lease_scope =
-//! catalog`, SPEC §6.2) on one ClickHouse, and the holder's link is cut and
-//! stalled on a seeded schedule (issue 15 §2; RELIABILITY.md "Two nodes,
+//! catalog`) on one ClickHouse, and the holder's link is cut and
+//! stalled on a seeded schedule (RELIABILITY.md "Two nodes,
 //! one lease").
 //!
 //! Topology (root only; skipped with a message otherwise): a bridge

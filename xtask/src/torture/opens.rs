@@ -1,5 +1,5 @@
 //! The `.open` rule of the torture's oracle, checked while a run goes on
-//! (issue 15 §1: "no `.open` outlived its owner past one adoption";
+//! ("no `.open` outlived its owner past one adoption";
 //! RELIABILITY.md "Crash torture").
 //!
 //! A `.open` file is a stage in flight. Its owner's death leaves it behind,

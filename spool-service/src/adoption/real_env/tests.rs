@@ -1,5 +1,5 @@
 //! The real environment's verdicts on real directories and real errno
-//! values (issue 11 §8): a transient failure (EMFILE) is never a
+//! values: a transient failure (EMFILE) is never a
 //! permanent "not ours".
 
 use std::os::fd::AsRawFd;
@@ -70,7 +70,7 @@ fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passe
 }
 
 /// What blocks a sibling and what is retried: another user's files block
-/// it (issue 11 §8: once, never a loop); a read-only filesystem blocks it
+/// it (once, never a loop); a read-only filesystem blocks it
 /// until a recheck (neither permanent nor a backoff); a full disk or a
 /// descriptor limit is retried.
 #[test]

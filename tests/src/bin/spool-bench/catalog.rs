@@ -1,4 +1,4 @@
-//! spool-catalog (issues 5, 13 §4): index throughput by batch size on the
+//! spool-catalog: index throughput by batch size on the
 //! real ClickHouse and on SQLite, each beside a plain insert of the same
 //! rows, unfenced and (256-row batches) fenced by a held lease, and the
 //! latency of lease claims and renewals.
@@ -274,7 +274,7 @@ fn index(
             ours,
             baseline: Some(base),
             baseline_name: base_name.into(),
-            // Issue 13 §4: ClickHouse at 256 rows and SQLite unfenced at
+            // ClickHouse at 256 rows and SQLite unfenced at
             // least as fast as the bare insert.
             goal: ((batch == 256 || !clickhouse) && !fenced).then_some(1.0),
             ..fig(

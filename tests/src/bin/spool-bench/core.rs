@@ -1,4 +1,4 @@
-//! spool-core (issue 3): staging against a plain durable write loop,
+//! spool-core: staging against a plain durable write loop,
 //! validation against `openssl dgst -sha256` and `sha256sum`, and the peak
 //! RSS of validating a large sparse backlog (measured in child processes).
 

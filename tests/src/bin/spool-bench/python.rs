@@ -1,4 +1,4 @@
-//! spool-py (issue 14 §9): the Python binding's per-call cost and
+//! spool-py: the Python binding's per-call cost and
 //! throughput, from `spool-py/bench/bench.py` run with the interpreter in
 //! `$SPOOL_BENCH_PYTHON` (`cargo xtask bench python` sets it to a
 //! virtualenv holding a `--release` build of the extension), beside the

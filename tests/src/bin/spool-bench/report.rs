@@ -7,11 +7,11 @@ use std::path::PathBuf;
 
 /// Groups in report order: (key, heading).
 pub const GROUPS: &[(&str, &str)] = &[
-    ("core", "spool-core (issue 3)"),
-    ("upload", "spool-upload (issue 4)"),
-    ("catalog", "spool-catalog (issue 5)"),
-    ("service", "spool-service (issue 6)"),
-    ("python", "spool-py (issue 14)"),
+    ("core", "spool-core"),
+    ("upload", "spool-upload"),
+    ("catalog", "spool-catalog"),
+    ("service", "spool-service"),
+    ("python", "spool-py"),
 ];
 
 /// One measured figure, with its baseline when it has one.

@@ -1,4 +1,4 @@
-//! spool-service (issue 6): end-to-end drain (own directory + an adopted
+//! spool-service: end-to-end drain (own directory + an adopted
 //! dead sibling: validate, upload, index) into moto and the real ClickHouse
 //! against `rclone move` of the same files, and seal-to-indexed latency with
 //! the registry wake-up against the poll interval alone.
@@ -185,7 +185,7 @@ pub fn drain(ctx: &Ctx, shape: Shape) -> Result<()> {
             .pick((10_000, 16 << 10), (400, 16 << 10), (8, 16 << 10)),
     };
     let db = Db::fresh(&format!("drain_{shape:?}").to_lowercase())?;
-    // issue 13's goals, as ratios against rclone
+    // the drain goals, as ratios against rclone
     let goal = match shape {
         Shape::Small => 1.5,
         Shape::Large => 1.2,
@@ -374,7 +374,7 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
                 .lower_is_better(),
             )?;
         }
-        // issue 13's goals are absolute: the baseline column holds the goal
+        // the drain goals are absolute: the baseline column holds the goal
         for (p, goal_ms) in [(50.0, 10.0), (99.0, 25.0)] {
             ctx.record(
                 Figure::new(
@@ -522,7 +522,7 @@ fn latency_run(
 /// Peak RSS of a service draining a 10 GiB backlog (a full run) of sparse
 /// packs just below `multipart_threshold` (each one PUT held in memory: the
 /// uploader's worst case) into a store that keeps nothing and a SQLite
-/// catalog, in a fresh process; against issue 13's bound, 64 MiB +
+/// catalog, in a fresh process; against its bound, 64 MiB +
 /// `max_in_flight_bytes`.
 pub fn drain_rss(ctx: &Ctx) -> Result<()> {
     let record_len: u32 = (16 << 20) - (64 << 10);

@@ -1,5 +1,5 @@
-//! spool-upload (issue 4): the uploader against `rclone copy` to the same
-//! moto server, and against `cp -r` + `sync` for `file://` (issue 13 §5).
+//! spool-upload: the uploader against `rclone copy` to the same
+//! moto server, and against `cp -r` + `sync` for `file://`.
 
 use anyhow::{bail, Context, Result};
 use spool_core::PackId;
@@ -135,7 +135,7 @@ pub fn s3(ctx: &Ctx, shape: Shape) -> Result<()> {
     Ok(())
 }
 
-/// Multipart with parallel parts (issue 13 §3): 64 × 16 MiB to moto, one
+/// Multipart with parallel parts: 64 × 16 MiB to moto, one
 /// pack at a time (`max_workers` 1) so only the parts of one upload run in
 /// parallel, multipart from 8 MiB in 5 MiB parts (4 parts a pack), with
 /// `part_concurrency` 2 (the default) and 4 against 1, one moto for all.
