@@ -91,14 +91,6 @@ impl UploadConfig {
         }
         Ok(())
     }
-
-    /// The most pack bytes held in memory at once: single PUTs whole
-    /// (at most `max_in_flight_bytes` together) plus `part_concurrency`
-    /// parts of `part_size` per multipart upload (one per worker at most).
-    pub fn memory_bound(&self) -> u64 {
-        self.max_in_flight_bytes
-            + (self.max_workers as u64) * (self.part_concurrency as u64) * (self.part_size as u64)
-    }
 }
 
 /// Settings of object_store's HTTP client for the cloud backends. Set

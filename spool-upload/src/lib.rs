@@ -90,8 +90,7 @@
 //!   `multipart_threshold` are one PUT held in memory; larger ones stream
 //!   from disk in `part_size` parts, at most `part_concurrency` in flight.
 //!   Pack bytes held at once are therefore at most `max_in_flight_bytes +
-//!   max_workers × part_concurrency × part_size`
-//!   ([`UploadConfig::memory_bound`]).
+//!   max_workers × part_concurrency × part_size`.
 //!
 //! # Default concurrency, and why
 //!
@@ -116,7 +115,7 @@
 //!   BENCHMARKS.md): a large pack is bandwidth-bound, and two parts keep
 //!   its connection(s) busy while the next part is read and hashed; with
 //!   four workers that is at most 8 parts, 64 MiB, on top of
-//!   `max_in_flight_bytes` ([`UploadConfig::memory_bound`]).
+//!   `max_in_flight_bytes`.
 //! - `file://` ignores all three but `max_workers` (and the in-flight
 //!   bound): every pack is one chunked in-kernel copy.
 //!

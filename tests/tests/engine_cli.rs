@@ -181,6 +181,28 @@ fn dir_and_spool_root_are_exclusive_and_serve_needs_a_root() {
             .arg(tmp.path().join("d")),
     );
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    // a destination flag means nothing outside the layout, and produce
+    // serves no metrics: refused, not ignored
+    for flag in [
+        ["--store", "file:///tmp/elsewhere"],
+        ["--catalog", "sqlite:///tmp/elsewhere.db"],
+        ["--store-id", "other"],
+        ["--rank", "3"],
+        ["--metrics-addr", "127.0.0.1:0"],
+    ] {
+        let out = output(
+            spool()
+                .args(["produce", "--packs", "1", "--dir"])
+                .arg(tmp.path().join("d"))
+                .args(flag),
+        );
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(flag[0]),
+            "{flag:?}: {}",
+            describe(&out)
+        );
+    }
     assert!(
         !tmp.path().join("d").exists(),
         "a refused command leaves no trace"

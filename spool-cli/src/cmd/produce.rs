@@ -188,6 +188,11 @@ fn load(args: &Args, config_file: Option<&Path>) -> Result<Config, ConfigError> 
 
 /// Where to stage, or a usage error saying what is wrong.
 fn place(args: &Args, cfg: &Config) -> Result<Place, String> {
+    if args.config.metrics_addr.is_some() {
+        return Err(
+            "--metrics-addr: spool produce serves no metrics (spool run does); leave it out".into(),
+        );
+    }
     let Some(dir) = &args.dir else {
         return cfg.spool_root().map(Place::Root).map_err(|_| {
             "no spool directory: give --dir DIR, or a spool root for a rank directory in the \
@@ -208,7 +213,6 @@ fn place(args: &Args, cfg: &Config) -> Result<Place, String> {
         ("--catalog", f.catalog.is_some()),
         ("--store-id", f.store_id.is_some()),
         ("--rank", f.rank.is_some()),
-        ("--metrics-addr", f.metrics_addr.is_some()),
     ];
     if let Some((flag, _)) = layout_only.iter().find(|(_, given)| *given) {
         return Err(format!(
@@ -279,7 +283,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     let spool = SpoolConfig {
         lock,
         max_bytes: keys::MAX_BYTES.get(&cfg),
-        // In the layout, dead siblings' packs count against the budget
+        // In the layout, dead siblings' packs count against the budget,
         // so a crash-restart loop cannot grow the node's disk
         // use by a budget per incarnation. (With --serve the engine's
         // service spool does the same.)
