@@ -356,7 +356,7 @@ pub mod testing {
 
     /// A catalog whose `index()` panics (the message names it as on
     /// purpose) and which passes every other call to the catalog inside:
-    /// a bug in the service loop, for the registry's tests.
+    /// a bug in the service loop, for the tests of a panicked loop.
     pub struct PanicOnIndex(pub Arc<dyn Catalog>);
 
     #[async_trait::async_trait]

@@ -76,19 +76,12 @@
 //! would only ever be write-locked. Critical sections are a few map
 //! operations; wakes happen after the lock is dropped.
 //!
-//! # Health
-//!
-//! A service loop that panics must not look healthy. [`Registry::loop_guard`]
-//! returns a guard the loop holds for its life; dropped during a panic it
-//! records the panic for the loop's id ([`Registry::report_loop_panic`]),
-//! which the service's snapshot and health read ([`Registry::loop_panic`]).
-//!
 //! # Tests
 //!
 //! Unit tests at the bottom of this file: convergence, reader first,
 //! publisher first, get_or_create not notifying, coalescing (armed once,
 //! cleared by `take_dirty`, re-armed), deregistration, marking with no
-//! reader, the async waker, the panic hook; in `tests::serial`, a
+//! reader, the async waker; in `tests::serial`, a
 //! cross-thread `unpark` wake and the no-lost-wakeup stress.
 
 use std::collections::{HashMap, HashSet};
@@ -202,7 +195,6 @@ pub struct Registry {
     map: Mutex<HashMap<SlotKey, Arc<PublicationPoint>>>,
     wakers: Mutex<HashMap<u64, Inbox>>,
     next_reader: AtomicU64,
-    loop_panics: Mutex<HashMap<PathBuf, String>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -237,7 +229,6 @@ impl Registry {
             map: Mutex::new(HashMap::new()),
             wakers: Mutex::new(HashMap::new()),
             next_reader: AtomicU64::new(0),
-            loop_panics: Mutex::new(HashMap::new()),
         }
     }
 
@@ -352,30 +343,6 @@ impl Registry {
     pub fn readers(&self) -> usize {
         lock(&self.wakers).len()
     }
-
-    /// Records that the reader loop serving `id` panicked, with `message`.
-    /// Kept for the life of the registry (a panicked loop does not recover).
-    pub fn report_loop_panic(&self, id: &Path, message: impl Into<String>) {
-        let message = message.into();
-        tracing::error!(dir = %id.display(), "service loop for {} panicked: {message}", id.display());
-        lock(&self.loop_panics).insert(id.to_path_buf(), message);
-    }
-
-    /// Why the loop serving `id` panicked, if it did. Services report it in
-    /// their snapshot and health.
-    pub fn loop_panic(&self, id: &Path) -> Option<String> {
-        lock(&self.loop_panics).get(id).cloned()
-    }
-
-    /// A guard for the loop serving `id`: hold it for the loop's life; if it
-    /// is dropped while its thread panics, the panic is recorded
-    /// ([`Registry::loop_panic`]).
-    pub fn loop_guard(self: &Arc<Self>, id: &Path) -> LoopGuard {
-        LoopGuard {
-            registry: self.clone(),
-            id: id.to_path_buf(),
-        }
-    }
 }
 
 /// A registered reader: its inbox lives in the registry until this is
@@ -424,26 +391,6 @@ impl Reader {
 impl Drop for Reader {
     fn drop(&mut self) {
         lock(&self.registry.wakers).remove(&self.token);
-    }
-}
-
-/// Held by a reader loop for its life; see [`Registry::loop_guard`].
-#[derive(Debug)]
-pub struct LoopGuard {
-    registry: Arc<Registry>,
-    id: PathBuf,
-}
-
-impl Drop for LoopGuard {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let name = std::thread::current()
-                .name()
-                .unwrap_or("unnamed")
-                .to_string();
-            self.registry
-                .report_loop_panic(&self.id, format!("thread {name} panicked"));
-        }
     }
 }
 
@@ -646,31 +593,6 @@ mod tests {
             registry.get_or_create(&id, Some(0)).read(),
             Some(publication(7))
         );
-    }
-
-    #[test]
-    fn a_panicking_loop_is_recorded_for_its_id() {
-        let registry = Arc::new(Registry::new());
-        let id = dir("r0-00000001");
-        assert_eq!(registry.loop_panic(&id), None);
-        let r = registry.clone();
-        let loop_id = id.clone();
-        let joined = std::thread::Builder::new()
-            .name("spool-service-loop".into())
-            .spawn(move || {
-                let _guard = r.loop_guard(&loop_id);
-                panic!("deliberate test panic");
-            })
-            .unwrap()
-            .join();
-        assert!(joined.is_err());
-        let message = registry.loop_panic(&id).expect("panic recorded");
-        assert!(message.contains("spool-service-loop"), "{message}");
-
-        // A loop that ends normally records nothing.
-        let other = dir("r0-00000002");
-        drop(registry.loop_guard(&other));
-        assert_eq!(registry.loop_panic(&other), None);
     }
 
     #[test]
