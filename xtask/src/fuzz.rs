@@ -3,7 +3,7 @@
 //!
 //! Stable toolchain only, so the sanitizer is off (`--sanitizer none`) and
 //! `-use_value_profile=1` is on: that is what finds magic numbers and
-//! length fields without ASan (`../shared/FUZZ-AND-MUTANTS.md`).
+//! length fields without ASan.
 //! New inputs go to a scratch corpus under `target/fuzz/corpus/<target>/`;
 //! `--merge` folds the ones that add coverage into the committed
 //! `fuzz/corpus/<target>/`. A crash is written straight into the committed

@@ -1,5 +1,5 @@
 //! Azurite (npm `azurite@3.37.0`, Microsoft's Azure Storage emulator) on
-//! loopback for the `az://` smoke tests (`../shared/TEST-SERVERS.md`).
+//! loopback for the `az://` smoke tests.
 //!
 //! Installed with npm into `target/xtask/azurite` when its `azurite-blob`
 //! is missing (it declares Node ≥ 22 but runs on Node 20). Started with

@@ -1,5 +1,5 @@
 //! Debian's `clickhouse-server` (ClickHouse 18.16) on loopback for the
-//! `real_*` tests (`../shared/TEST-SERVERS.md`).
+//! `real_*` tests.
 //!
 //! Installed with apt when `/usr/sbin/clickhouse-server` is missing (CI runs
 //! as root on a fresh Debian machine), configured under

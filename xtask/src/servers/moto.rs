@@ -1,5 +1,5 @@
 //! moto's S3 server (PyPI `moto[s3]==5.2.5`) on loopback for the `real_*`
-//! tests (`../shared/TEST-SERVERS.md`).
+//! tests.
 //!
 //! Installed into a virtualenv at `target/xtask/moto-venv` when its
 //! `moto_server` is missing (`python3 -m venv`, then pip; on a fresh Debian
