@@ -110,7 +110,7 @@ pub struct SlotKey {
 pub struct Publication {
     /// How many packs this slot's sink has staged (published and fsynced).
     /// A sink reopened on a slot continues the count.
-    pub sealed_packs: u64,
+    pub staged_packs: u64,
     /// The id of the last pack staged, if any.
     pub last_pack: Option<PackId>,
     /// True only after a release whose flush went through.
@@ -406,7 +406,7 @@ mod tests {
 
     fn publication(n: u64) -> Publication {
         Publication {
-            sealed_packs: n,
+            staged_packs: n,
             last_pack: Some(PackId([n as u8; 16])),
             sealed_on_release: false,
         }
@@ -665,7 +665,7 @@ mod tests {
                 loop {
                     // Contract: drain first, then read the point.
                     reader.take_dirty();
-                    let seen = point.read().map_or(0, |p| p.sealed_packs);
+                    let seen = point.read().map_or(0, |p| p.staged_packs);
                     while acked < seen / BURST {
                         acked += 1;
                         if ack_tx.send(acked).is_err() {

@@ -299,7 +299,7 @@ impl Shared {
             &self.id,
             self.config.ordinal,
             Publication {
-                sealed_packs: state.slot_count,
+                staged_packs: state.slot_count,
                 last_pack: state.last_pack,
                 sealed_on_release: state.sealed_on_release,
             },
@@ -385,7 +385,7 @@ impl Sink {
         }
         let id = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         let point = config.registry.get_or_create(&id, config.ordinal);
-        let carried = point.read().map_or(0, |p| p.sealed_packs);
+        let carried = point.read().map_or(0, |p| p.staged_packs);
         let last_pack = point.read().and_then(|p| p.last_pack);
         let shared = Arc::new(Shared {
             target,

@@ -187,7 +187,7 @@ pub struct PackRef {
 
 /// What a non-blocking look at a sibling's lock found ([`AdoptionEnv::probe`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
+pub enum ProbeVerdict {
     /// Someone holds its lock — another process, or this very process (a kept
     /// claim, or any other holding that is not this adopter's).
     Live,
@@ -304,8 +304,8 @@ pub trait AdoptionEnv: Send {
 
     /// Looks at a sibling's lock without blocking and without taking it in a
     /// way that could make a legitimate take fail. A directory this very
-    /// process holds (a kept claim) is [`Probe::Live`].
-    fn probe(&mut self, dir: &Path) -> impl Future<Output = Probe> + Send;
+    /// process holds (a kept claim) is [`ProbeVerdict::Live`].
+    fn probe(&mut self, dir: &Path) -> impl Future<Output = ProbeVerdict> + Send;
 
     /// Takes the sibling's lock for adoption (spool-lock's `try_adopt`:
     /// record `adopting`, refused under a held ancestor) and opens it as a
@@ -448,7 +448,7 @@ pub enum Action {
     /// Removed this many stale staging copies.
     CleanedStaging(usize),
     /// Probed a sibling's lock.
-    Probed(Probe),
+    Probed(ProbeVerdict),
     /// A dead sibling joined the adoption queue.
     Queued,
     /// `try_adopt` succeeded.
@@ -1088,23 +1088,23 @@ impl Adopter {
         let probe = env.probe(&dir).await;
         let mut step = Step::new(Some(&dir), Action::Probed(probe.clone()));
         match probe {
-            Probe::Live => {
+            ProbeVerdict::Live => {
                 tracing::debug!(dir = %dir.display(), "sibling spool directory {} is live; left alone", dir.display());
                 self.siblings[i].state = SiblingState::ProbedLive {
                     recheck_at: self.recheck_at(now),
                 };
             }
-            Probe::Dead => self.siblings[i].state = SiblingState::Dead,
-            Probe::MarkedBlocked(reason) => {
+            ProbeVerdict::Dead => self.siblings[i].state = SiblingState::Dead,
+            ProbeVerdict::MarkedBlocked(reason) => {
                 self.siblings[i].state = SiblingState::MarkedBlocked {
                     reason,
                     recheck_at: self.recheck_at(now),
                 };
             }
-            Probe::NotOurs(reason) => {
+            ProbeVerdict::NotOurs(reason) => {
                 step.error = Some(self.block_unheld(i, reason));
             }
-            Probe::Vanished => {
+            ProbeVerdict::Vanished => {
                 self.siblings.remove(i);
             }
         }

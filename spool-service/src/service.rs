@@ -927,7 +927,7 @@ impl Core {
             .points_of(&shared.dir)
             .iter()
             .filter_map(|p| p.read())
-            .map(|p| p.sealed_packs)
+            .map(|p| p.staged_packs)
             .sum();
         let snap = Snapshot {
             staged,

@@ -174,7 +174,7 @@ fn sealed_on_release_only_after_a_release_whose_flush_went_through() {
     assert!(sink.sealed_on_release());
     let published = point.read().unwrap();
     assert!(published.sealed_on_release);
-    assert_eq!(published.sealed_packs, 1);
+    assert_eq!(published.staged_packs, 1);
     sink.release().unwrap();
     assert!(sink.sealed_on_release(), "a second release changes nothing");
 }
@@ -238,7 +238,7 @@ fn registry_is_published_only_after_the_stage_returned() {
                 target.staged().iter().any(|s| s.id == last),
                 "the woken reader finds the published pack staged"
             );
-            assert_eq!(published.sealed_packs, 1);
+            assert_eq!(published.staged_packs, 1);
             break;
         }
         assert!(Instant::now() < deadline, "never woken");
@@ -283,8 +283,8 @@ fn ordinals_get_their_own_slots_and_carry_the_count_over() {
     assert_eq!(ordinals.iter().filter(|o| **o == Some(5)).count(), 1);
     let slots = registry.points_of(Path::new(DIR));
     assert_eq!(slots.len(), 2);
-    assert_eq!(slots[0].read().unwrap().sealed_packs, 2);
-    assert_eq!(slots[1].read().unwrap().sealed_packs, 1);
+    assert_eq!(slots[0].read().unwrap().staged_packs, 2);
+    assert_eq!(slots[1].read().unwrap().staged_packs, 1);
     drop(w3);
     // A new sink on the same slot continues the counter, attached again.
     let again = open(
@@ -296,11 +296,11 @@ fn ordinals_get_their_own_slots_and_carry_the_count_over() {
         },
     );
     let point = registry.get_or_create(Path::new(DIR), Some(3));
-    assert_eq!(point.read().unwrap().sealed_packs, 2);
+    assert_eq!(point.read().unwrap().staged_packs, 2);
     assert!(!point.read().unwrap().sealed_on_release);
     again.write(b"d").unwrap();
     again.flush(Duration::from_secs(10)).unwrap();
-    assert_eq!(point.read().unwrap().sealed_packs, 3);
+    assert_eq!(point.read().unwrap().staged_packs, 3);
 }
 
 #[test]
@@ -461,10 +461,10 @@ mod on_disk {
                     "published pack {} is not in the scan",
                     last.to_hex()
                 );
-                assert!(ready.len() as u64 >= published.sealed_packs);
+                assert!(ready.len() as u64 >= published.staged_packs);
                 checked += 1;
             }
-            if published.sealed_packs == 50 {
+            if published.staged_packs == 50 {
                 break;
             }
             assert!(Instant::now() < deadline, "never saw all 50 packs");

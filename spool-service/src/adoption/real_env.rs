@@ -13,7 +13,7 @@ use spool_core::{PackId, ReadyPack, Spool};
 use spool_lock::{LockMode, LockOptions};
 
 use crate::adoption::{
-    AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, Probe, RecoveryFailure,
+    AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, ProbeVerdict, RecoveryFailure,
 };
 use crate::bound::Bound;
 use crate::offload::blocking;
@@ -145,12 +145,12 @@ impl AdoptionEnv for Env<'_> {
         .unwrap_or(0)
     }
 
-    async fn probe(&mut self, dir: &Path) -> Probe {
+    async fn probe(&mut self, dir: &Path) -> ProbeVerdict {
         let d = dir.to_path_buf();
         // cut by stop: no verdict; the adopter is letting go anyway
         blocking(move || probe_sync(&d))
             .await
-            .unwrap_or(Probe::Dead)
+            .unwrap_or(ProbeVerdict::Dead)
     }
 
     async fn try_adopt(&mut self, dir: &Path) -> Result<(), AdoptRefusal> {
@@ -349,28 +349,28 @@ pub(crate) async fn release_all(held: Vec<(PathBuf, Held)>) {
 
 /// [`AdoptionEnv::probe`]'s work: `read_owner` and, for a held lock, the
 /// `/proc/self/fd` walk that tells a kept claim of this process.
-fn probe_sync(dir: &Path) -> Probe {
+fn probe_sync(dir: &Path) -> ProbeVerdict {
     if !dir.exists() {
-        return Probe::Vanished;
+        return ProbeVerdict::Vanished;
     }
     // A sibling this very process holds (a kept claim) is live too.
     match siblings::probe(dir) {
         Ok(p) => match p.owner() {
-            Owner::Live | Owner::HeldHere { .. } => Probe::Live,
-            Owner::Blocked(why) => Probe::MarkedBlocked(why),
+            Owner::Live | Owner::HeldHere { .. } => ProbeVerdict::Live,
+            Owner::Blocked(why) => ProbeVerdict::MarkedBlocked(why),
             // `try_adopt` finds out whether it can be taken and opened.
-            Owner::Dead | Owner::NotOurs(_) => Probe::Dead,
+            Owner::Dead | Owner::NotOurs(_) => ProbeVerdict::Dead,
         },
-        Err(_) if !dir.exists() => Probe::Vanished,
+        Err(_) if !dir.exists() => ProbeVerdict::Vanished,
         // A transient failure (EMFILE, EINTR, EIO, ...) is no verdict:
         // the take decides (it refuses a live owner, and fails
         // retryably if the cause persists), so it is retried, never a
         // permanent "not ours".
         Err(e) if !is_permanent(&e) && matches!(e, spool_lock::Error::Io { .. }) => {
             tracing::debug!(dir = %dir.display(), "probe failed transiently, the take decides: {e}");
-            Probe::Dead
+            ProbeVerdict::Dead
         }
-        Err(e) => Probe::NotOurs(e.into()),
+        Err(e) => ProbeVerdict::NotOurs(e.into()),
     }
 }
 

@@ -272,21 +272,23 @@ impl AdoptionEnv for Fake {
         self.staging_removed
     }
 
-    async fn probe(&mut self, dir: &Path) -> Probe {
+    async fn probe(&mut self, dir: &Path) -> ProbeVerdict {
         self.calls.push(Call::Probe(dir.to_path_buf()));
         match self.dirs.get(dir) {
-            None => Probe::Vanished,
-            Some(d) if !d.exists => Probe::Vanished,
+            None => ProbeVerdict::Vanished,
+            Some(d) if !d.exists => ProbeVerdict::Vanished,
             Some(d) if d.held => {
                 // A probe of a directory this adopter holds would read live:
                 // the machine has no business probing it.
                 self.violation(format!("probe of {} while adopting it", dir.display()));
-                Probe::Live
+                ProbeVerdict::Live
             }
-            Some(d) if d.live => Probe::Live,
-            Some(d) if d.not_ours.is_some() => Probe::NotOurs(d.not_ours.clone().unwrap().into()),
-            Some(d) if d.marked.is_some() => Probe::MarkedBlocked(d.marked.clone().unwrap()),
-            Some(_) => Probe::Dead,
+            Some(d) if d.live => ProbeVerdict::Live,
+            Some(d) if d.not_ours.is_some() => {
+                ProbeVerdict::NotOurs(d.not_ours.clone().unwrap().into())
+            }
+            Some(d) if d.marked.is_some() => ProbeVerdict::MarkedBlocked(d.marked.clone().unwrap()),
+            Some(_) => ProbeVerdict::Dead,
         }
     }
 
@@ -705,7 +707,7 @@ fn probe_dead_then_queue_then_take_then_list_then_upload_then_drain() {
     stepped(step(&mut a, &mut env)); // discover
     stepped(step(&mut a, &mut env)); // staging
     let expect = [
-        (Action::Probed(Probe::Dead), "dead"),
+        (Action::Probed(ProbeVerdict::Dead), "dead"),
         (Action::Queued, "queued"),
         (Action::Took, "taken"),
         (Action::Listed(2), "uploading"),
@@ -816,7 +818,7 @@ fn live_sibling_is_skipped_and_rechecked_every_recheck_interval() {
     assert_eq!(env.count(|c| matches!(c, Call::Probe(_))), 1);
     env.advance(Duration::from_secs(1));
     let s = stepped(step(&mut a, &mut env));
-    assert_eq!(s.action, Action::Probed(Probe::Live));
+    assert_eq!(s.action, Action::Probed(ProbeVerdict::Live));
     // Its owner dies: adopted within the next recheck interval.
     env.d(&d).live = false;
     env.advance(Duration::from_secs(30));
@@ -1067,7 +1069,7 @@ fn a_probe_that_finds_the_directory_gone_forgets_it() {
     stepped(step(&mut a, &mut env));
     env.d(&d).exists = false;
     let s = stepped(step(&mut a, &mut env));
-    assert_eq!(s.action, Action::Probed(Probe::Vanished));
+    assert_eq!(s.action, Action::Probed(ProbeVerdict::Vanished));
     assert!(a.sibling(&d).is_none());
 }
 

@@ -8,7 +8,7 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use spool_lock::LockOptions;
 
 use super::{is_permanent, is_read_only, probe_sync, take_sync};
-use crate::adoption::{AdoptRefusal, Probe};
+use crate::adoption::{AdoptRefusal, ProbeVerdict};
 
 /// Lowers this process's descriptor limit to its lowest free descriptor
 /// number (every open fails with EMFILE) until dropped. nextest runs each
@@ -50,7 +50,7 @@ fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passe
         (probe_sync(&dir), take_sync(&dir, LockOptions::default()))
     };
     // no verdict from the probe: the take decides
-    assert_eq!(probe, Probe::Dead);
+    assert_eq!(probe, ProbeVerdict::Dead);
     match take {
         Err(AdoptRefusal::Retryable(why)) => {
             // the cause is spool-lock's typed error, errno and all
