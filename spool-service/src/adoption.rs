@@ -164,7 +164,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use spool_core::RankDirName;
+use spool_core::{RankDirName, ReadyPack};
 
 pub use cause::Cause;
 
@@ -172,18 +172,6 @@ mod cause;
 pub(crate) mod real_env;
 #[cfg(test)]
 mod tests;
-
-/// A ready pack of a sibling, as listed by [`AdoptionEnv::begin_recovery`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PackRef {
-    /// Full path of the `<pack_id>.ready` file (inside the sibling, possibly
-    /// under a `w<ordinal>/` staging subdirectory).
-    pub path: PathBuf,
-    /// The pack id: 32 lowercase hex digits.
-    pub id_hex: String,
-    /// Size of the file in bytes.
-    pub bytes: u64,
-}
 
 /// What a non-blocking look at a sibling's lock found ([`AdoptionEnv::probe`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,7 +307,7 @@ pub trait AdoptionEnv: Send {
     fn begin_recovery(
         &mut self,
         dir: &Path,
-    ) -> impl Future<Output = Result<Vec<PackRef>, RecoveryFailure>> + Send;
+    ) -> impl Future<Output = Result<Vec<ReadyPack>, RecoveryFailure>> + Send;
 
     /// One round of the service's own upload pipeline for these packs
     /// (never more than the machine's `max_round_packs` / `max_round_bytes`,
@@ -333,8 +321,8 @@ pub trait AdoptionEnv: Send {
     fn upload_and_index_round(
         &mut self,
         dir: &Path,
-        packs: &[PackRef],
-    ) -> impl Future<Output = Vec<(PackRef, PackOutcome)>> + Send;
+        packs: &[ReadyPack],
+    ) -> impl Future<Output = Vec<(ReadyPack, PackOutcome)>> + Send;
 
     /// With every pack of the sibling gone: describes anything else left in
     /// it — ready, quarantined or rejected packs, unknown files — or `None`
@@ -602,7 +590,7 @@ pub enum SiblingState {
     /// drained when empty.
     Uploading {
         /// Packs still to go up, front first.
-        remaining: VecDeque<PackRef>,
+        remaining: VecDeque<ReadyPack>,
         /// The first non-retryable pack failure: the directory is blocked
         /// once the rest of its packs went up.
         doomed: Option<String>,
@@ -1222,7 +1210,7 @@ impl Adopter {
         &mut self,
         env: &mut E,
         i: usize,
-        mut remaining: VecDeque<PackRef>,
+        mut remaining: VecDeque<ReadyPack>,
         mut doomed: Option<String>,
     ) -> Step {
         let dir = self.siblings[i].dir.clone();
@@ -1244,7 +1232,7 @@ impl Adopter {
         for pack in batch {
             let outcome = answers
                 .iter()
-                .position(|(p, _)| p.id_hex == pack.id_hex)
+                .position(|(p, _)| p.id == pack.id)
                 .map(|k| answers.swap_remove(k).1)
                 .unwrap_or(PackOutcome::Cancelled);
             match outcome {
@@ -1260,7 +1248,7 @@ impl Adopter {
                     retryable: true,
                     reason,
                 } => {
-                    tracing::warn!(dir = %dir.display(), pack = %pack.id_hex,
+                    tracing::warn!(dir = %dir.display(), pack = %pack.id,
                         "upload of {} from adopted spool directory {} failed, will retry: {reason}",
                         pack.path.display(), dir.display());
                     tally.retryable += 1;
@@ -1270,7 +1258,7 @@ impl Adopter {
                     retryable: false,
                     reason,
                 } => {
-                    tracing::warn!(dir = %dir.display(), pack = %pack.id_hex,
+                    tracing::warn!(dir = %dir.display(), pack = %pack.id,
                         "upload of {} from adopted spool directory {} failed for good: {reason}",
                         pack.path.display(), dir.display());
                     tally.non_retryable += 1;
@@ -1286,14 +1274,14 @@ impl Adopter {
                     front.push(pack);
                 }
                 PackOutcome::Quarantined { reason } => {
-                    tracing::warn!(dir = %dir.display(), pack = %pack.id_hex,
+                    tracing::warn!(dir = %dir.display(), pack = %pack.id,
                         "quarantined corrupt pack {} of adopted spool directory {}: {reason}",
                         pack.path.display(), dir.display());
                     tally.quarantined += 1;
                     self.siblings[i].quarantined_packs += 1;
                 }
                 PackOutcome::Vanished => {
-                    tracing::info!(dir = %dir.display(), pack = %pack.id_hex,
+                    tracing::info!(dir = %dir.display(), pack = %pack.id,
                         "pack {} of adopted spool directory {} is gone since the listing",
                         pack.path.display(), dir.display());
                     tally.vanished += 1;

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use spool_core::siblings::{self, Owner};
 use spool_core::spool::SpoolConfig;
-use spool_core::{PackId, ReadyPack, Spool};
+use spool_core::{ReadyPack, Spool};
 use spool_lock::{LockMode, LockOptions};
 
 use crate::adoption::{
-    AdoptRefusal, AdoptionEnv, Cause, PackOutcome, PackRef, ProbeVerdict, RecoveryFailure,
+    AdoptRefusal, AdoptionEnv, Cause, PackOutcome, ProbeVerdict, RecoveryFailure,
 };
 use crate::bound::Bound;
 use crate::offload::blocking;
@@ -57,30 +57,6 @@ fn is_read_only(e: &(dyn std::error::Error + 'static)) -> bool {
 /// block a healthy sibling, in memory or on disk).
 fn is_transient(e: &(dyn std::error::Error + 'static)) -> bool {
     spool_lock::io_verdict(e) == Some(spool_lock::IoVerdict::Transient)
-}
-
-fn ready_of(p: &PackRef, dir: &Path) -> Option<ReadyPack> {
-    let id = PackId::from_hex(&p.id_hex).ok()?;
-    let ordinal = p
-        .path
-        .parent()
-        .filter(|parent| *parent != dir)
-        .and_then(|parent| parent.file_name())
-        .and_then(|n| spool_core::spool::parse_ordinal_dir(&n.to_string_lossy()));
-    Some(ReadyPack {
-        path: p.path.clone(),
-        id,
-        bytes: p.bytes,
-        ordinal,
-    })
-}
-
-fn pack_ref(p: &ReadyPack) -> PackRef {
-    PackRef {
-        path: p.path.clone(),
-        id_hex: p.id.to_hex(),
-        bytes: p.bytes,
-    }
 }
 
 /// Anything in `dir` besides the lock file, empty subdirectories and nested
@@ -170,7 +146,7 @@ impl AdoptionEnv for Env<'_> {
         Ok(())
     }
 
-    async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<PackRef>, RecoveryFailure> {
+    async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<ReadyPack>, RecoveryFailure> {
         let Some(held) = self.io.held.get_mut(dir) else {
             return Err(RecoveryFailure::Unopenable(
                 format!("{} is not held", dir.display()).into(),
@@ -189,7 +165,7 @@ impl AdoptionEnv for Env<'_> {
         .await
         .unwrap_or(Err(spool_core::Error::Cancelled));
         match r {
-            Ok(list) => Ok(list.iter().map(pack_ref).collect()),
+            Ok(list) => Ok(list),
             Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
             Err(e) => Err(RecoveryFailure::Retryable(e.into())),
         }
@@ -198,8 +174,8 @@ impl AdoptionEnv for Env<'_> {
     async fn upload_and_index_round(
         &mut self,
         dir: &Path,
-        packs: &[PackRef],
-    ) -> Vec<(PackRef, PackOutcome)> {
+        packs: &[ReadyPack],
+    ) -> Vec<(ReadyPack, PackOutcome)> {
         let mut out = Vec::new();
         let Some(spool) = self.io.held.get(dir).map(|h| h.spool.clone()) else {
             let reason = Cause::from(format!("{} is not held", dir.display()));
@@ -223,24 +199,13 @@ impl AdoptionEnv for Env<'_> {
         let mut refs = std::collections::HashMap::new();
         let mut jobs = Vec::new();
         for p in packs {
-            match ready_of(p, dir) {
-                Some(pack) => {
-                    refs.insert(pack.id, p.clone());
-                    jobs.push(Job {
-                        pack,
-                        dir: dir.to_path_buf(),
-                        spool: spool.clone(),
-                        source: source.clone(),
-                    });
-                }
-                None => out.push((
-                    p.clone(),
-                    PackOutcome::Failed {
-                        retryable: false,
-                        reason: format!("{} is not a pack file name", p.path.display()).into(),
-                    },
-                )),
-            }
+            refs.insert(p.id, p.clone());
+            jobs.push(Job {
+                pack: p.clone(),
+                dir: dir.to_path_buf(),
+                spool: spool.clone(),
+                source: source.clone(),
+            });
         }
         for (job, outcome) in self.io.pipeline(jobs, &self.bound, &self.cancel_flag).await {
             let Some(pref) = refs.remove(&job.pack.id) else {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
+use spool_core::PackId;
 
 use super::*;
 
@@ -18,7 +19,7 @@ use super::*;
 
 #[derive(Debug, Clone)]
 struct FakePack {
-    pack: PackRef,
+    pack: ReadyPack,
     corrupt: bool,
     /// Fails non-retryably on every upload (e.g. above the in-flight bound).
     poison: bool,
@@ -139,16 +140,17 @@ impl Fake {
         let dir = sib(n);
         let ready: Vec<FakePack> = (0..packs)
             .map(|k| FakePack {
-                pack: PackRef {
+                pack: ReadyPack {
                     path: dir.join(format!("{}.ready", id(n, k))),
-                    id_hex: id(n, k),
+                    id: PackId::from_hex(&id(n, k)).unwrap(),
                     bytes: 1000,
+                    ordinal: None,
                 },
                 corrupt: false,
                 poison: false,
             })
             .collect();
-        let all_ids = ready.iter().map(|p| p.pack.id_hex.clone()).collect();
+        let all_ids = ready.iter().map(|p| p.pack.id.to_hex()).collect();
         self.dirs.insert(
             dir.clone(),
             FakeDir {
@@ -226,7 +228,7 @@ impl Fake {
     fn index_owed(&mut self) {
         for (id, dir) in std::mem::take(&mut self.owed) {
             if let Some(d) = self.dirs.get_mut(&dir) {
-                d.ready.retain(|p| p.pack.id_hex != id);
+                d.ready.retain(|p| p.pack.id.to_hex() != id);
             }
             self.indexed.insert(id);
         }
@@ -330,7 +332,7 @@ impl AdoptionEnv for Fake {
         Ok(())
     }
 
-    async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<PackRef>, RecoveryFailure> {
+    async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<ReadyPack>, RecoveryFailure> {
         self.calls.push(Call::Begin(dir.to_path_buf()));
         if let Some(f) = self.recovery_failure(dir, "begin_recovery", |f| &mut f.begin_script) {
             return Err(f);
@@ -346,11 +348,11 @@ impl AdoptionEnv for Fake {
     async fn upload_and_index_round(
         &mut self,
         dir: &Path,
-        packs: &[PackRef],
-    ) -> Vec<(PackRef, PackOutcome)> {
+        packs: &[ReadyPack],
+    ) -> Vec<(ReadyPack, PackOutcome)> {
         self.calls.push(Call::Round(
             dir.to_path_buf(),
-            packs.iter().map(|p| p.id_hex.clone()).collect(),
+            packs.iter().map(|p| p.id.to_hex()).collect(),
         ));
         self.require_held(dir, "upload_and_index_round");
         if self.round_answers_nothing {
@@ -386,12 +388,12 @@ impl AdoptionEnv for Fake {
             let Some(fp) = self
                 .dirs
                 .get(dir)
-                .and_then(|d| d.ready.iter().find(|r| r.pack.id_hex == p.id_hex))
+                .and_then(|d| d.ready.iter().find(|r| r.pack.id.to_hex() == p.id.to_hex()))
                 .cloned()
             else {
                 self.violation(format!(
                     "upload of {} which is not a ready pack of {}",
-                    p.id_hex,
+                    p.id.to_hex(),
                     dir.display()
                 ));
                 out.push((p.clone(), PackOutcome::Cancelled));
@@ -400,8 +402,8 @@ impl AdoptionEnv for Fake {
             if fp.corrupt {
                 // the round's validation, ahead of any upload
                 let d = self.d(dir);
-                d.ready.retain(|r| r.pack.id_hex != p.id_hex);
-                d.quarantined.push(p.id_hex.clone());
+                d.ready.retain(|r| r.pack.id.to_hex() != p.id.to_hex());
+                d.quarantined.push(p.id.to_hex());
                 out.push((
                     p.clone(),
                     PackOutcome::Quarantined {
@@ -410,12 +412,12 @@ impl AdoptionEnv for Fake {
                 ));
                 continue;
             }
-            if self.uploaded.contains(&p.id_hex) {
-                self.violation(format!("pack {} uploaded twice", p.id_hex));
+            if self.uploaded.contains(&p.id.to_hex()) {
+                self.violation(format!("pack {} uploaded twice", p.id.to_hex()));
             }
             let scripted = self
                 .pack_script
-                .get_mut(&p.id_hex)
+                .get_mut(&p.id.to_hex())
                 .and_then(VecDeque::pop_front);
             let outcome = if let Some(o) = scripted {
                 o
@@ -437,13 +439,15 @@ impl AdoptionEnv for Fake {
             };
             match outcome {
                 PackOutcome::Indexed => {
-                    self.uploaded.insert(p.id_hex.clone());
-                    self.indexed.insert(p.id_hex.clone());
-                    self.d(dir).ready.retain(|r| r.pack.id_hex != p.id_hex);
+                    self.uploaded.insert(p.id.to_hex());
+                    self.indexed.insert(p.id.to_hex());
+                    self.d(dir)
+                        .ready
+                        .retain(|r| r.pack.id.to_hex() != p.id.to_hex());
                 }
                 PackOutcome::Owed => {
-                    self.uploaded.insert(p.id_hex.clone());
-                    self.owed.insert(p.id_hex.clone(), dir.to_path_buf());
+                    self.uploaded.insert(p.id.to_hex());
+                    self.owed.insert(p.id.to_hex(), dir.to_path_buf());
                 }
                 _ => {}
             }
@@ -1351,7 +1355,7 @@ fn retryable_failures_requeue_at_the_back_and_count_toward_backoff() {
     assert!(s.flow == Flow::Failed && s.ends_cycle());
     match state(&a, &d) {
         SiblingState::Uploading { remaining, .. } => {
-            let ids: Vec<_> = remaining.iter().map(|p| p.id_hex.clone()).collect();
+            let ids: Vec<_> = remaining.iter().map(|p| p.id.to_hex()).collect();
             assert_eq!(ids, vec![id(1, 2), id(1, 0)]);
         }
         s => panic!("{s}"),
@@ -1547,7 +1551,7 @@ fn a_pack_gone_since_the_listing_is_dropped_not_retried() {
         })
     );
     assert!(!s.ends_cycle(), "{s:?}");
-    env.d(&d).ready.retain(|p| p.pack.id_hex != id(1, 1)); // it is gone
+    env.d(&d).ready.retain(|p| p.pack.id.to_hex() != id(1, 1)); // it is gone
     run_to_pause(&mut a, &mut env);
     assert_eq!(state(&a, &d).name(), "drained");
     assert_eq!(env.rounds().len(), 1, "nothing went up again");
@@ -1605,7 +1609,7 @@ fn a_cancelled_pack_goes_back_to_the_front_and_cuts_the_cycle_short() {
     assert_eq!(s.flow, Flow::CutShort);
     match state(&a, &d) {
         SiblingState::Uploading { remaining, .. } => {
-            let ids: Vec<_> = remaining.iter().map(|p| p.id_hex.clone()).collect();
+            let ids: Vec<_> = remaining.iter().map(|p| p.id.to_hex()).collect();
             assert_eq!(ids, vec![id(1, 1), id(1, 2), id(1, 3)]);
         }
         s => panic!("{s}"),
@@ -1959,7 +1963,7 @@ mod random_scripts {
                 for id in &fd.all_ids {
                     let indexed = env.indexed.contains(id);
                     let present = fd.exists
-                        && (fd.ready.iter().any(|p| &p.pack.id_hex == id) || fd.quarantined.contains(id));
+                        && (fd.ready.iter().any(|p| &p.pack.id.to_hex() == id) || fd.quarantined.contains(id));
                     prop_assert!(indexed != present, "pack {id} of {}: indexed {indexed}, present {present}", d.display());
                 }
             }
