@@ -593,3 +593,38 @@ fn a_corrupt_pack_is_reported_as_corrupt_not_as_a_refused_destination() {
     );
     assert!(dir.join(format!("{id}.quarantined")).exists());
 }
+
+/// Out of descriptors from the start (`prlimit --nofile=N`, N from 3 to
+/// 16): `run --once` and `produce --serve` fail or succeed with a message,
+/// never a panic (tokio's signal driver, which panicked on EMFILE, is not
+/// built: signals are taken by `sigwait`).
+#[test]
+fn too_few_descriptors_is_an_error_never_a_panic() {
+    let s = Scratch::new();
+    for n in 3..=16 {
+        for args in [
+            vec!["run", "--once", "--timeout", "2", "--spool-root"],
+            vec![
+                "produce",
+                "--packs",
+                "1",
+                "--serve",
+                "--timeout",
+                "2",
+                "--spool-root",
+            ],
+        ] {
+            let out = run(Command::new("prlimit")
+                .arg(format!("--nofile={n}"))
+                .arg(spool_tests::spool_bin())
+                .args(&args)
+                .arg(&s.root));
+            let err = stderr(&out);
+            assert!(
+                code(&out) != 101 && !err.contains("panicked"),
+                "nofile={n} {args:?}: {}",
+                describe(&out)
+            );
+        }
+    }
+}
