@@ -104,26 +104,56 @@ fn run_measured(cmd: &mut Command, log: &Path) -> Result<Ran> {
     })
 }
 
-/// The files under `dir` (recursively): count, and the earliest and latest
-/// modification times (when s3s-fs finished writing each object).
-fn stored(dir: &Path) -> Result<(usize, f64, f64)> {
-    let (mut n, mut first, mut last) = (0, f64::MAX, 0.0f64);
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).with_context(|| format!("listing {}", d.display()))? {
-            let e = e?;
-            let meta = e.metadata()?;
-            if meta.is_dir() {
-                stack.push(e.path());
-            } else {
-                n += 1;
-                let m = unix(meta.modified()?);
-                first = first.min(m);
-                last = last.max(m);
+/// When s3s-fs finished writing each object file under `dir`
+/// (recursively; s3s-fs keeps its metadata files outside the bucket's
+/// directory): the modification times, sorted.
+struct Stored {
+    times: Vec<f64>,
+}
+
+impl Stored {
+    fn of(dir: &Path) -> Result<Stored> {
+        let mut times = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).with_context(|| format!("listing {}", d.display()))? {
+                let e = e?;
+                let meta = e.metadata()?;
+                if meta.is_dir() {
+                    stack.push(e.path());
+                } else {
+                    times.push(unix(meta.modified()?));
+                }
             }
         }
+        times.sort_by(f64::total_cmp);
+        if times.is_empty() {
+            bail!("no object stored under {}", dir.display());
+        }
+        Ok(Stored { times })
     }
-    Ok((n, first, last))
+
+    fn first(&self) -> f64 {
+        self.times[0]
+    }
+
+    fn last(&self) -> f64 {
+        self.times[self.times.len() - 1]
+    }
+
+    /// The longest time between two consecutive objects stored, and the
+    /// time spent in such gaps of more than 100 ms (no object landing).
+    fn gaps(&self) -> (f64, f64) {
+        let gaps = self.times.windows(2).map(|w| w[1] - w[0]);
+        let longest = gaps.clone().fold(0.0, f64::max);
+        (longest, gaps.filter(|g| *g > 0.1).sum())
+    }
+
+    /// `longest gap X s, Y s in gaps over 100 ms`.
+    fn gaps_note(&self) -> String {
+        let (longest, stalled) = self.gaps();
+        format!("longest gap between two objects stored {longest:.3} s, {stalled:.2} s in gaps over 100 ms")
+    }
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date.
@@ -273,7 +303,8 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
         );
     }
     let count = runtime()?.block_on(spool_catalog::open(&db.url)?.count())?;
-    let (objects, first, last) = stored(&data.join("ours"))?;
+    let ours_stored = Stored::of(&data.join("ours"))?;
+    let objects = ours_stored.times.len();
     if count != n as u64 || objects < n {
         bail!("spool run --once indexed {count} rows and stored {objects} files of {n} packs");
     }
@@ -306,10 +337,15 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
     let servers0 = servers_cpu();
     let base = run_measured(&mut rc, &rc_log)?;
     let base_servers = servers_spent(servers0);
-    let (base_objects, base_first, base_last) = stored(&data.join("rclone-copy"))?;
-    if base_objects < n {
-        bail!("rclone copy stored {base_objects} files of {n}");
+    let base_stored = Stored::of(&data.join("rclone-copy"))?;
+    if base_stored.times.len() < n {
+        bail!(
+            "rclone copy stored {} files of {n}",
+            base_stored.times.len()
+        );
     }
+    let (first, last) = (ours_stored.first(), ours_stored.last());
+    let (base_first, base_last) = (base_stored.first(), base_stored.last());
 
     // Where the drain's wall time went, from outside: the log's
     // milestones and the stored objects' modification times, each from
@@ -320,11 +356,12 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
     };
     let window = last - first;
     let breakdown = format!(
-        "from the start of `spool run --once`: service started {}, sibling listed {}, first object stored {:.2} s, last object stored {:.2} s (upload window {window:.2} s), sibling drained and removed {}, service stopped {}, exit {:.2} s; wall − upload window {:.2} s; `spool run --once` with nothing to drain on the same servers {:.2} s",
+        "from the start of `spool run --once`: service started {}, sibling listed {}, first object stored {:.2} s, last object stored {:.2} s (upload window {window:.2} s; {}), sibling drained and removed {}, service stopped {}, exit {:.2} s; wall − upload window {:.2} s; `spool run --once` with nothing to drain on the same servers {:.2} s",
         at(marks[0]),
         at(marks[1]),
         first - ours.start,
         last - ours.start,
+        ours_stored.gaps_note(),
         at(marks[2]),
         at(marks[3]),
         ours.wall,
@@ -332,10 +369,11 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
         idle.wall,
     );
     let rclone_window = format!(
-        "rclone: first object stored {:.2} s, last {:.2} s (upload window {:.2} s), exit {:.2} s",
+        "rclone: first object stored {:.2} s, last {:.2} s (upload window {:.2} s; {}), exit {:.2} s",
         base_first - base.start,
         base_last - base.start,
         base_last - base_first,
+        base_stored.gaps_note(),
         base.wall,
     );
     let what = format!("{n} × {}", size_label(bytes));
