@@ -146,7 +146,8 @@ impl Stored {
     fn gaps(&self) -> (f64, f64) {
         let gaps = self.times.windows(2).map(|w| w[1] - w[0]);
         let longest = gaps.clone().fold(0.0, f64::max);
-        (longest, gaps.filter(|g| *g > 0.1).sum())
+        // `0.0 +`: an empty f64 sum is -0.0, printed "-0.00"
+        (longest, 0.0 + gaps.filter(|g| *g > 0.1).sum::<f64>())
     }
 
     /// `longest gap X s, Y s in gaps over 100 ms`.
