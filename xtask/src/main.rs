@@ -40,7 +40,7 @@ fn main() -> Result<()> {
                  commands:\n  \
                  test [--fast-only] [--real-only] [--no-lint]   fmt, clippy, fast tier, real-server tier\n  \
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
-                 bench [--quick] [GROUP|CASE...]               benchmarks (core, upload, catalog, service, python) into BENCHMARKS.md\n  \
+                 bench [--quick] [GROUP|CASE...]               benchmarks (core, upload, catalog, service, s3s, python) into BENCHMARKS.md\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
                  mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed] [--sample N --seed S]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
                  torture [--seed S] [--minutes M] [--runs N] [--store s3] [--catalog clickhouse] [--no-faults] [--disk [--tmpfs-mib N] [--no-ro]] | --lease-netns   seeded crash / fault / disk / two-node torture with an oracle (RELIABILITY.md)"
@@ -258,6 +258,8 @@ enum Needs {
     Moto,
     ClickHouse,
     Both,
+    /// s3s-fs and ClickHouse.
+    S3s,
 }
 
 /// The benchmark cases of `tests/src/bin/spool-bench`, by group, each run
@@ -275,13 +277,16 @@ const BENCH_CASES: &[(&str, &str, Needs)] = &[
     ("service", "service-drain-tiny", Needs::Both),
     ("service", "service-latency", Needs::Both),
     ("service", "service-drain-rss", Needs::Nothing),
+    ("s3s", "service-drain-s3s-16k", Needs::S3s),
+    ("s3s", "service-drain-s3s-1m", Needs::S3s),
+    ("s3s", "service-drain-s3s-16m", Needs::S3s),
     ("python", "python", Needs::Nothing),
 ];
 
 /// `cargo xtask bench [--quick] [GROUP|CASE...]`: builds `spool-bench` with
 /// `--release`, installs the peers that are missing (rclone, openssl),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
-/// `service`, `python`; all by default; `python` first builds the extension
+/// `service`, `s3s`, `python`; all by default; `python` first builds the extension
 /// with `--release` into the test virtualenv) with the servers it needs, prints a table
 /// per group, and writes the figures into BENCHMARKS.md (not with
 /// `--quick`, whose sizes only smoke-test the benchmarks). Scratch data
@@ -297,7 +302,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         .filter(|a| !a.starts_with("--"))
         .collect();
     if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
-        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|python|CASE]...");
+        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|python|CASE]...");
     }
     for g in &groups {
         if !BENCH_CASES
@@ -307,7 +312,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
             let cases: Vec<&str> = BENCH_CASES.iter().map(|(_, c, _)| *c).collect();
             bail!(
                 "unknown benchmark group or case {g:?}; groups: core, upload, catalog, service, \
-                 python; cases: {}",
+                 s3s, python; cases: {}",
                 cases.join(", ")
             );
         }
@@ -324,7 +329,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     let mut missing = Vec::new();
     if cases
         .iter()
-        .any(|(_, _, n)| matches!(n, Needs::Moto | Needs::Both))
+        .any(|(_, _, n)| matches!(n, Needs::Moto | Needs::Both | Needs::S3s))
         && !on_path("rclone")
     {
         missing.push("rclone");
@@ -333,15 +338,15 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         missing.push("openssl");
     }
     install_missing(&missing)?;
-    run(cargo().args([
-        "build",
-        "--release",
-        "--locked",
-        "-p",
-        "spool-tests",
-        "--bin",
-        "spool-bench",
-    ]))?;
+    // the s3s-fs drains run the `spool` command itself (`spool run --once`)
+    let needs_cli = cases.iter().any(|(_, _, n)| *n == Needs::S3s);
+    let mut build = cargo();
+    build.args(["build", "--release", "--locked", "-p", "spool-tests"]);
+    build.args(["--bin", "spool-bench"]);
+    if needs_cli {
+        build.args(["-p", "spool-cli", "--bin", "spool"]);
+    }
+    run(&mut build)?;
     let bin = target_dir(root).join("release/spool-bench");
     // The python case runs spool-py/bench/bench.py in the test virtualenv
     // with a --release build of the extension.
@@ -379,7 +384,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         for (_, case, needs) in &cases {
             let mut servers = Vec::new();
             let mut pids = Vec::new();
-            if matches!(needs, Needs::ClickHouse | Needs::Both) {
+            if matches!(needs, Needs::ClickHouse | Needs::Both | Needs::S3s) {
                 let clickhouse = servers::clickhouse::start(root)?;
                 pids.push(("SPOOL_BENCH_CLICKHOUSE_PID", clickhouse.child.id()));
                 servers.push(clickhouse);
@@ -388,6 +393,11 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
                 let moto = servers::moto::start(root)?;
                 pids.push(("SPOOL_BENCH_MOTO_PID", moto.child.id()));
                 servers.push(moto);
+            }
+            if *needs == Needs::S3s {
+                let s3s = servers::s3s::start(root)?;
+                pids.push(("SPOOL_BENCH_S3S_PID", s3s.child.id()));
+                servers.push(s3s);
             }
             let mut cmd = Command::new(&bin);
             // The drains report the servers' CPU time from /proc/PID/stat.
@@ -408,6 +418,9 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
             }
             if let Some(python) = &python {
                 cmd.env("SPOOL_BENCH_PYTHON", python);
+            }
+            if needs_cli {
+                cmd.env("SPOOL_BENCH_SPOOL", target_dir(root).join("release/spool"));
             }
             let r = run(&mut cmd);
             drop(servers); // stopped before the next case starts fresh ones

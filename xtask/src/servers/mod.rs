@@ -6,6 +6,7 @@ pub mod azurite;
 pub mod clickhouse;
 pub mod gcs;
 pub mod moto;
+pub mod s3s;
 
 use crate::run;
 use anyhow::{Context, Result};
@@ -74,6 +75,18 @@ impl Servers {
             .flat_map(|p| p.env.iter().cloned())
             .collect()
     }
+}
+
+/// Spawns `cmd` with no standard input and its standard output and error
+/// into a new file at `log`.
+pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Child> {
+    let file = std::fs::File::create(log)
+        .with_context(|| format!("could not create {}", log.display()))?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .with_context(|| format!("could not start {:?}", cmd.get_program()))
 }
 
 /// Picks a free loopback TCP port (never 9000, ClickHouse's native port).

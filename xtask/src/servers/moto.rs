@@ -14,10 +14,10 @@
 //! `AmazonS3Builder::from_env` reads (endpoint, `AWS_ALLOW_HTTP=true`,
 //! region, dummy keys). [`super::ServerProcess`] stops it on drop.
 
-use super::{free_port, http, python_venv, wait_until, ServerProcess};
+use super::{free_port, http, python_venv, spawn_logged, wait_until, ServerProcess};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const MOTO: &str = "moto[s3]==5.2.5";
 
@@ -36,16 +36,11 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
     }
     let dir = root.join("target/xtask").join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
-    let log = std::fs::File::create(dir.join("moto.log"))
-        .with_context(|| format!("could not create {}/moto.log", dir.display()))?;
     let port = free_port()?;
-    let child = Command::new(&server)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("could not start {}", server.display()))?;
+    let child = spawn_logged(
+        Command::new(&server).args(["-H", "127.0.0.1", "-p", &port.to_string()]),
+        &dir.join("moto.log"),
+    )?;
     let endpoint = format!("http://127.0.0.1:{port}");
     let bucket = format!("spool-test-{}-{}", std::process::id(), port);
     let process = ServerProcess {

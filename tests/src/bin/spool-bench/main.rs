@@ -20,7 +20,10 @@
 //! `catalog` (index throughput, lease latency), `service-drain-small`,
 //! `service-drain-large`, `service-drain-tiny` (end-to-end drain vs
 //! `rclone move`, and CPU seconds per GiB against rclone's),
-//! `service-latency` (seal-to-indexed with and without the registry).
+//! `service-latency` (seal-to-indexed with and without the registry),
+//! `service-drain-s3s-16k`, `service-drain-s3s-1m`, `service-drain-s3s-16m`
+//! (`spool run --once` of a dead producer's backlog into s3s-fs against
+//! `rclone copy --transfers 8`, wall and CPU of each side and server).
 #![forbid(unsafe_code)]
 
 mod catalog;
@@ -28,6 +31,7 @@ mod core;
 mod null_store;
 mod python;
 mod report;
+mod s3s;
 mod service;
 mod upload;
 
@@ -155,18 +159,36 @@ pub fn run_cmd(cmd: &mut std::process::Command) -> Result<()> {
 /// A writable rclone config for the moto endpoint (remote `moto`), without
 /// the CA bundle variables that make Debian's rclone refuse to start.
 pub fn rclone(scratch: &Path) -> Result<std::process::Command> {
-    let endpoint = env("SPOOL_TEST_S3_ENDPOINT")?;
-    let conf = scratch.join("rclone.conf");
+    rclone_remote(
+        scratch,
+        "moto",
+        &env("SPOOL_TEST_S3_ENDPOINT")?,
+        "spool-test",
+        4,
+    )
+}
+
+/// [`rclone`] for the S3 server at `endpoint` (remote `name`, access key
+/// and secret both `key`) with `transfers` parallel uploads.
+pub fn rclone_remote(
+    scratch: &Path,
+    name: &str,
+    endpoint: &str,
+    key: &str,
+    transfers: usize,
+) -> Result<std::process::Command> {
+    let conf = scratch.join(format!("rclone-{name}.conf"));
     std::fs::write(
         &conf,
         format!(
-            "[moto]\ntype = s3\nprovider = Other\nendpoint = {endpoint}\naccess_key_id = spool-test\nsecret_access_key = spool-test\nregion = us-east-1\nforce_path_style = true\n"
+            "[{name}]\ntype = s3\nprovider = Other\nendpoint = {endpoint}\naccess_key_id = {key}\nsecret_access_key = {key}\nregion = us-east-1\nforce_path_style = true\n"
         ),
     )?;
     let mut cmd = std::process::Command::new("rclone");
     cmd.arg("--config")
         .arg(&conf)
-        .args(["--transfers", "4", "--s3-no-check-bucket", "-q"])
+        .args(["--transfers", &transfers.to_string()])
+        .args(["--s3-no-check-bucket", "-q"])
         .env_remove("AWS_CA_BUNDLE")
         .env_remove("RCLONE_CA_CERT");
     Ok(cmd)
@@ -226,6 +248,9 @@ fn run(args: &[String]) -> Result<()> {
             "service-drain-tiny" => service::drain(&ctx, service::Shape::Tiny)?,
             "service-latency" => service::latency(&ctx)?,
             "service-drain-rss" => service::drain_rss(&ctx)?,
+            "service-drain-s3s-16k" => s3s::drain(&ctx, s3s::Shape::Tiny)?,
+            "service-drain-s3s-1m" => s3s::drain(&ctx, s3s::Shape::Small)?,
+            "service-drain-s3s-16m" => s3s::drain(&ctx, s3s::Shape::Large)?,
             "python" => python::run(&ctx)?,
             other => bail!("unknown case {other}"),
         }

@@ -11,6 +11,7 @@ pub const GROUPS: &[(&str, &str)] = &[
     ("upload", "spool-upload"),
     ("catalog", "spool-catalog"),
     ("service", "spool-service"),
+    ("s3s", "spool run --once against s3s-fs"),
     ("python", "spool-py"),
 ];
 

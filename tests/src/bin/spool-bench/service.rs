@@ -41,7 +41,7 @@ pub fn cpu_seconds() -> Result<(f64, f64)> {
 }
 
 /// [`cpu_seconds`] of process `pid` (`"self"` or a number).
-fn cpu_seconds_of(pid: &str) -> Result<(f64, f64)> {
+pub(crate) fn cpu_seconds_of(pid: &str) -> Result<(f64, f64)> {
     let path = format!("/proc/{pid}/stat");
     let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     // fields after the command name (which may hold spaces), 1-based from 3
@@ -83,20 +83,20 @@ fn servers_spent(before: Option<(f64, f64)>) -> Option<(f64, f64)> {
 
 /// Writes back and drops the page cache so that both sides read their
 /// packs from disk (as root; a no-op where that is refused).
-fn drop_caches() {
+pub(crate) fn drop_caches() {
     let _ = std::process::Command::new("sync").status();
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
 }
 
 /// A fresh ClickHouse database for one case, dropped by [`Db::drop_now`].
-struct Db {
-    url: String,
+pub(crate) struct Db {
+    pub(crate) url: String,
     database: String,
     admin: ClickHouseCatalog,
 }
 
 impl Db {
-    fn fresh(tag: &str) -> Result<Db> {
+    pub(crate) fn fresh(tag: &str) -> Result<Db> {
         let base = env("SPOOL_TEST_CLICKHOUSE_URL")?;
         let CatalogUrl::ClickHouse(mut t) = CatalogUrl::parse(&base)? else {
             bail!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}");
@@ -112,7 +112,7 @@ impl Db {
     /// Drops the database. A server still too busy to answer (merging a
     /// drain's parts) is reported and not an error: the figures are taken
     /// by then, and `cargo xtask bench` discards the server after the case.
-    fn drop_now(&self) -> Result<()> {
+    pub(crate) fn drop_now(&self) -> Result<()> {
         if let Err(e) = runtime()?.block_on(self.admin.testing_drop_database()) {
             eprintln!(
                 "spool-bench: warning: could not drop the benchmark database {}: {e}",
@@ -160,7 +160,7 @@ fn destination(db: &Db, prefix: &str) -> Result<Destination> {
     })
 }
 
-fn held_spool(dir: &Path) -> Result<Spool> {
+pub(crate) fn held_spool(dir: &Path) -> Result<Spool> {
     Ok(Spool::open(
         dir,
         &SpoolConfig {
