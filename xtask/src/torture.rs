@@ -1348,7 +1348,7 @@ impl Run {
                     if disk
                         && p.kind == Kind::Daemon
                         && status.code() == Some(1)
-                        && stderr.contains("cannot start the daemon")
+                        && stderr.contains("cannot start the service")
                         && disk::refused(&stderr) =>
                 {
                     if let Some(f) = &mut self.figures.disk {

@@ -272,11 +272,18 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
             Err(err) => return usage(&crate::exit::message_of(&err)),
         }
     }
-    // Block the stop signals before any thread starts, so every thread
-    // inherits the mask and only the sigwait below takes them.
-    // A stop signal (SIGTERM, SIGINT, SIGHUP) while staging ends the run
-    // after the pack in flight, with the same release as the last pack.
-    let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
+    // With --hold, block the stop signals (SIGTERM, SIGINT, SIGHUP) before
+    // any thread starts, so every thread inherits the mask and only the
+    // sigwait below takes them: one while staging ends the run after the
+    // pack in flight, with the same release as the last pack. Without
+    // --hold each of them ends the process at once, as a kill does (its
+    // directory is then a dead sibling to adopt).
+    let signals = if args.hold {
+        let set = crate::signals::block_stop_signals().context("--hold")?;
+        Some(crate::signals::spawn_waiter(set).context("--hold")?)
+    } else {
+        None
+    };
     // A stop signal taken while staging: no more packs.
     let mut stopped = None;
 
@@ -312,20 +319,22 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     let record_len = (args.pack_bytes / args.records) as usize;
     let mut stdout = std::io::stdout().lock();
     for pack in 0..args.packs {
-        {
+        if let Some(rx) = &signals {
             // the pack interval, cut short by a stop signal
             let wait = if pack > 0 {
                 pack_interval
             } else {
                 Duration::ZERO
             };
-            if let Ok(signal) = signals.recv_timeout(wait) {
+            if let Ok(signal) = rx.recv_timeout(wait) {
                 let dir = sink.dir().display().to_string();
                 tracing::info!(dir = %dir, "{signal:?} while staging: {pack} of {} pack(s) staged, letting go of {dir}", args.packs);
                 eprintln!("spool: {signal:?} while staging: {pack} of {} pack(s) staged; letting go of {dir}", args.packs);
                 stopped = Some(signal);
                 break;
             }
+        } else if pack > 0 && !pack_interval.is_zero() {
+            std::thread::sleep(pack_interval);
         }
         for i in 0..args.records {
             let record = synthetic_record(pack, i, record_len);
@@ -373,7 +382,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     } else if let Err(err) = sink.release() {
         return report(err, "release");
     }
-    if let (true, None) = (args.hold, stopped) {
+    if let (Some(signals), None) = (signals, stopped) {
         let dir = sink.dir().display().to_string();
         tracing::info!(dir = %dir, "holding the lock on {dir} until SIGTERM, SIGINT or SIGHUP");
         eprintln!("spool: holding the lock on {dir} until SIGTERM, SIGINT or SIGHUP");
