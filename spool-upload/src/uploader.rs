@@ -179,7 +179,7 @@ impl Uploader {
     /// stored without a summary.
     pub fn validates_whole(&self, size: u64) -> bool {
         let cfg = &self.inner.config;
-        if size > cfg.max_in_flight_bytes {
+        if self.refuses_unread(size) {
             return false; // refused before anything is read
         }
         if self.inner.store.local().is_some() {
@@ -250,7 +250,7 @@ impl Uploader {
             };
             (UploadOutcome::Failed(failure), None)
         };
-        if item.size > cfg.max_in_flight_bytes {
+        if self.refuses_unread(item.size) {
             let error = Error::TooLarge {
                 path: item.path.clone(),
                 size: item.size,
