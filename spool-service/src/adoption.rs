@@ -123,7 +123,7 @@
 //!   `pipeline_depth`) is out of it and not yet in the catalog: a round
 //!   that leaves packs owed ends the cycle
 //!   ([`Step::owed`]), and the `owed` gate holds adoption until the service's
-//!   pending index is empty.
+//!   drain's backlog is empty.
 //! - Drained: release and remove; a directory that cannot be removed because
 //!   a nested live spool is inside is kept (`Drained { removed: false }`).
 //! - Stale `.creating` staging copies (unheld, older than `staging_max_age`)
@@ -131,7 +131,7 @@
 //!
 //! # What the service must do around it
 //!
-//! - Owed adopted packs are indexed by the service's pending index while the
+//! - Owed adopted packs are indexed from the drain's backlog while the
 //!   sibling is still held: the `owed` gate keeps the machine from reaching
 //!   `Drained`/`Blocked` (and so from releasing) until nothing is owed. After
 //!   a stop or latch released a sibling, the service must **not** remove the
@@ -232,35 +232,8 @@ pub enum RecoveryFailure {
     Unopenable(Cause),
 }
 
-/// What happened to one pack of an adoption round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PackOutcome {
-    /// Uploaded and indexed; its file has been removed.
-    Indexed,
-    /// Uploaded, the index failed: it is owed to the catalog (in the
-    /// service's pending index, which indexes and removes it later). Its file
-    /// stays until then.
-    Owed,
-    /// Upload failed; `retryable` as classified by spool-upload.
-    Failed {
-        /// Whether a later attempt may succeed.
-        retryable: bool,
-        /// The failure, naming the limit or host (the machine names the
-        /// pack).
-        reason: Cause,
-    },
-    /// The service's cancel cut it. It stays in the spool, uploaded or not.
-    Cancelled,
-    /// It failed validation (before any upload) and was renamed
-    /// `<id>.quarantined`: kept, never uploaded. Its directory will end
-    /// blocked (it holds other files).
-    Quarantined {
-        /// What was wrong, for the log.
-        reason: String,
-    },
-    /// Its file is gone since the listing (nothing to upload).
-    Vanished,
-}
+/// What happened to one pack of an adoption round: the drain's answer.
+pub use crate::drain::PackOutcome;
 
 /// The I/O the adoption machine drives. The service implements it on the real
 /// crates; the tests implement it with a scripted fake.
@@ -316,7 +289,7 @@ pub trait AdoptionEnv: Send {
     /// validation quarantines nothing), upload the valid ones (same uploader,
     /// same cancel), index the uploaded ones in batches (fenced where
     /// lease-gated), remove the indexed files, hand the uploaded-but-unindexed
-    /// ones to the pending index. Returns one outcome per pack given, in any
+    /// ones to the drain's backlog. Returns one outcome per pack given, in any
     /// order; a pack missing from the answer is taken as cancelled.
     fn upload_and_index_round(
         &mut self,

@@ -43,11 +43,6 @@ impl Bound {
         Bound { deadline, cancel }
     }
 
-    /// Whether the call would be cut at once.
-    pub(crate) fn is_over(&self) -> bool {
-        self.cancel.is_cancelled() || Instant::now() >= self.deadline
-    }
-
     /// Runs `fut` until it finishes, the deadline passes or the cancel
     /// fires, whichever is first.
     pub(crate) async fn run<T>(&self, fut: impl Future<Output = T>) -> Result<T, Cut> {
@@ -89,22 +84,7 @@ pub(crate) fn human(d: Duration) -> String {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct InFlight(Arc<Mutex<Option<(String, Instant)>>>);
 
-/// Clears its [`InFlight`] slot when the call ends (however it ends).
-pub(crate) struct InFlightGuard(InFlight);
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        *self.0 .0.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-}
-
 impl InFlight {
-    /// Records that `what` starts now; cleared when the guard drops.
-    pub(crate) fn begin(&self, what: String) -> InFlightGuard {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((what, Instant::now()));
-        InFlightGuard(self.clone())
-    }
-
     /// Says what is waited on since when (`None`: nothing), for a caller
     /// with several calls in flight that picks the one to show.
     pub(crate) fn set(&self, what: Option<(String, Instant)>) {

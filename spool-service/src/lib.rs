@@ -19,9 +19,10 @@
 //!   keeper (node scope: only when adopting; catalog scope: always), owes a
 //!   look at the siblings and spawns the loop. It makes no store or catalog
 //!   call, so it returns promptly whatever the backlog or the stores.
-//! - **Cycle** (`run_cycle(deadline, CycleMode)`): retry the
-//!   pending index; scan own ready packs; run them all through the
-//!   **pipeline** (`pipeline.rs`), whose stages overlap: validate each pack
+//! - **Cycle** (`run_cycle(deadline, CycleMode)`): scan own ready packs;
+//!   run them, behind the packs owed to the catalog (the backlog, marked
+//!   uploaded), through the **drain** (`drain.rs`, its stages in
+//!   `drain/pipeline.rs`), whose stages overlap: validate each pack
 //!   once (a corrupt one is quarantined, never uploaded), upload with
 //!   `max_workers` at once within `max_in_flight_bytes`, index in batches
 //!   (closing at `index_batch`, after `index_linger`, or at once when no
@@ -31,10 +32,12 @@
 //!   stops new uploads and counts toward the backoff. Then reconcile, then
 //!   adopt through [`adoption::Adopter::run_cycle`] with a
 //!   [`adoption::StepBudget`] built from the flush count, the stop token,
-//!   the lease state, the pending index and the own backlog.
+//!   the lease state, the drain's backlog and the own packs left.
 //! - **Loop**: one task; waits on the stop token, an explicit wake, the
 //!   registry (an `AtomicWaker` reader registered in
-//!   [`ServiceConfig::registry`]; ignored while backing off), the lease
+//!   [`ServiceConfig::registry`]: a wake whose dirty set names the own
+//!   directory runs a cycle, one naming only other directories does not;
+//!   ignored while backing off), the lease
 //!   keeper (its latch; and each acquisition of the lease, so work gated on
 //!   it starts the moment the lease is held, not a poll interval later) and the poll interval (or
 //!   the backoff, doubling up to `max_backoff` on own retryable failures
@@ -132,8 +135,8 @@
 //! everything on stop or latch) through the [`adoption::AdoptionEnv`] trait.
 //! The service implements that trait on spool-lock (probe, `try_adopt`,
 //! `mark_blocked`, release), spool-core (`begin_recovery`: sweep and list)
-//! and its own upload path (spool-upload + spool-catalog, one round of up
-//! to `pipeline_depth` packs per step, through the pipeline, which
+//! and its drain (spool-upload + spool-catalog, one round of up
+//! to `pipeline_depth` packs per step, through its pipeline, which
 //! validates each pack a few ahead of its upload); it tells the machine
 //! before each step, in a
 //! [`adoption::StepBudget`], whether a flush or stop is waiting, whether it
@@ -159,14 +162,13 @@
 pub mod adoption;
 mod bound;
 pub mod config;
+mod drain;
 pub mod engine;
 mod error;
 pub mod fetch;
 mod offload;
-mod pipeline;
 mod service;
 mod snapshot;
-mod upload_path;
 
 pub use config::ServiceConfig;
 pub use engine::{CloseReport, Engine, EngineConfig};

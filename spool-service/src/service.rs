@@ -14,13 +14,12 @@ use spool_core::{RankDirName, Spool};
 use spool_lock::LockMode;
 use spool_upload::{CancellationToken, Uploader};
 
-use crate::adoption::real_env::Env;
+use crate::adoption::real_env::{let_go_of_all, Env, HeldSiblings};
 use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
-use crate::pipeline::{Job, Outcome};
+use crate::drain::{Drain, DrainParts, PackOutcome, Progress};
 use crate::snapshot::Snapshot;
-use crate::upload_path::{Source, UploadPath};
 use crate::Error;
 
 /// How long stop waits for the loop to end (every call in it watches the
@@ -71,8 +70,8 @@ struct Shared {
     inflight: InFlight,
     /// The lease keeper's state, once started (its call in flight).
     lease: Mutex<Option<tokio::sync::watch::Receiver<spool_catalog::LeaseState>>>,
-    /// Uploaded and indexed, counted live by the upload path.
-    progress: Arc<crate::upload_path::Progress>,
+    /// Uploaded and indexed, counted live by the drain.
+    progress: Arc<Progress>,
     /// The loop (or a flush's cycle) panicked: its message. The service
     /// does no more work; `spool run` exits 10.
     loop_failed: Mutex<Option<String>>,
@@ -127,7 +126,9 @@ impl Shared {
 }
 
 struct Core {
-    io: UploadPath,
+    drain: Drain,
+    /// The siblings held for adoption.
+    held: HeldSiblings,
     adopter: Option<Adopter>,
     key_dir: PathBuf,
     lock: spool_lock::LockOptions,
@@ -312,7 +313,7 @@ impl StorageService {
             a.owe_look();
             a
         });
-        let io = UploadPath {
+        let drain = Drain::new(DrainParts {
             uploader,
             catalog: cfg.catalog.clone(),
             store_id: cfg.destination.store_id.clone(),
@@ -323,17 +324,12 @@ impl StorageService {
             fenced: cfg.lease_scope == LeaseScope::Catalog,
             lease: lease_task.as_ref().map(|t| t.subscribe()),
             own: spool.clone(),
-            held: HashMap::new(),
-            pending: Vec::new(),
-            summaries: HashMap::new(),
-            counters: crate::upload_path::Counters {
-                progress: self.shared.progress.clone(),
-                ..Default::default()
-            },
+            progress: self.shared.progress.clone(),
             inflight: self.shared.inflight.clone(),
-        };
+        });
         let core = Arc::new(tokio::sync::Mutex::new(Core {
-            io,
+            drain,
+            held: HashMap::new(),
             adopter,
             key_dir,
             lock: cfg.lock.clone(),
@@ -343,7 +339,7 @@ impl StorageService {
             registry: cfg.registry.clone(),
         }));
         *self.shared.lease.lock().unwrap_or_else(|e| e.into_inner()) =
-            core.try_lock().ok().and_then(|c| c.io.lease.clone());
+            core.try_lock().ok().and_then(|c| c.drain.lease_receiver());
         let aw = Arc::new(AtomicWaker::new());
         let reader = cfg.registry.register_waker(Waker::Async(aw.clone()));
         let task = rt.spawn(run_loop(
@@ -401,7 +397,7 @@ impl StorageService {
                 timeout,
                 ready: c.map(|c| c.own_left).unwrap_or(snap.deferred as usize),
                 owed: c
-                    .map(|c| c.io.pending.len())
+                    .map(|c| c.drain.owed())
                     .unwrap_or(snap.pending_index as usize),
                 cycles: shared.cycles.load(Ordering::SeqCst),
                 last_error: snap.last_error,
@@ -441,7 +437,7 @@ impl StorageService {
                         return Err(failed(why));
                     }
                 };
-                if c.own_left == 0 && c.io.pending.is_empty() && !out.cut_short {
+                if c.own_left == 0 && c.drain.owed() == 0 && !out.cut_short {
                     return Ok(true);
                 }
                 if shared.stop.is_cancelled() || c.latched() {
@@ -450,7 +446,7 @@ impl StorageService {
                 if Instant::now() >= deadline {
                     return Err(timeout_err(Some(&c)));
                 }
-                if out.failed || !c.io.may_work() {
+                if out.failed || !c.drain.may_work() {
                     let nap = tokio::time::Instant::now() + Duration::from_millis(50);
                     tokio::time::sleep_until(nap.min(tdl)).await;
                 }
@@ -504,7 +500,7 @@ impl StorageService {
             if let Ok(core) = Arc::try_unwrap(core) {
                 let core = core.into_inner();
                 if self.config.lock_mode == LockMode::Take {
-                    if let Ok(spool) = Arc::try_unwrap(core.io.own) {
+                    if let Ok(spool) = Arc::try_unwrap(core.drain.into_own()) {
                         if let Some(claim) = spool.into_claim() {
                             match claim.release_and_remove_if_empty() {
                                 Ok(removed) => {
@@ -556,8 +552,8 @@ impl StorageService {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         s.cycles = self.shared.cycles.load(Ordering::SeqCst);
-        s.uploaded = self.shared.progress.uploaded.load(Ordering::Relaxed);
-        s.indexed = self.shared.progress.indexed.load(Ordering::Relaxed);
+        s.uploaded = self.shared.progress.uploaded();
+        s.indexed = self.shared.progress.indexed();
         s.waiting_on = self.shared.waiting_on(WAITING_SHOWN_AFTER);
         s.loop_failed = self.shared.loop_failed();
         if let Some(rx) = self
@@ -581,14 +577,18 @@ impl Drop for StorageService {
     }
 }
 
-async fn registry_wake(reader: &Reader, aw: &AtomicWaker) {
-    futures::future::poll_fn(|cx| {
+/// Resolves once a sink of `dir` published (the registry's inbox names
+/// `dir`); a wake for other directories only (another service's sinks in
+/// this process) drains the inbox and keeps waiting, so the loop scans its
+/// directory only when it changed, or on its poll interval.
+async fn registry_wake(reader: &Reader, aw: &AtomicWaker, dir: &std::path::Path) {
+    futures::future::poll_fn(|cx| loop {
         aw.register(cx.waker());
-        if reader.is_armed() {
-            reader.take_dirty();
-            Poll::Ready(())
-        } else {
-            Poll::Pending
+        if !reader.is_armed() {
+            return Poll::Pending;
+        }
+        if reader.take_dirty().contains(dir) {
+            return Poll::Ready(());
         }
     })
     .await
@@ -628,7 +628,7 @@ async fn run_loop(
     max_backoff: Duration,
 ) {
     let mut backoff = Duration::ZERO;
-    let mut lease = core.lock().await.io.lease.clone();
+    let mut lease = core.lock().await.drain.lease_receiver();
     let mut acquired = lease.clone();
     let mut latch_seen = false;
     loop {
@@ -685,7 +685,7 @@ async fn run_loop(
         tokio::select! {
             _ = shared.stop.cancelled() => break,
             _ = shared.wake.notified() => {}
-            _ = registry_wake(&reader, &aw), if backoff.is_zero() => {}
+            _ = registry_wake(&reader, &aw, &shared.dir), if backoff.is_zero() => {}
             // The latch wakes the loop, which lets go of every
             // sibling at once, however long its backoff or poll interval.
             _ = latched(&mut lease), if !latch_seen => latch_seen = true,
@@ -704,13 +704,13 @@ async fn run_loop(
 enum CycleMode {
     /// The loop's cycle: own packs, then reconcile, then adopt.
     Loop,
-    /// A flush's cycle: own packs (and the pending index) only.
+    /// A flush's cycle: own packs (and the backlog) only.
     Flush,
 }
 
 impl Core {
     fn latched(&self) -> bool {
-        self.io.lease_state().is_some_and(|s| s.latched)
+        self.drain.lease_state().is_some_and(|s| s.latched)
     }
 
     /// One cycle: own packs in rounds, each round indexed or
@@ -740,9 +740,9 @@ impl Core {
         let mut out = self.own_work(&bound, &flag).await;
         *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if mode == CycleMode::Loop && !token.is_cancelled() {
-            let spool = self.io.own.clone();
+            let spool = self.drain.own().clone();
             if let Ok(Err(e)) = tokio::task::spawn_blocking(move || spool.reconcile()).await {
-                self.io.note_error(format!("reconcile: {e}"));
+                self.drain.note_error(format!("reconcile: {e}"));
             }
         }
         watcher.abort();
@@ -756,11 +756,12 @@ impl Core {
         out
     }
 
+    /// The cycle's own work: the backlog, then every ready pack of the
+    /// own directory, through the drain.
     async fn own_work(&mut self, bound: &Bound, flag: &Arc<AtomicBool>) -> CycleOutcome {
         let cancel = &bound.cancel;
         let mut out = CycleOutcome::default();
-        self.io.index_pending(bound).await;
-        let spool = self.io.own.clone();
+        let spool = self.drain.own().clone();
         let f = flag.clone();
         let listed = tokio::task::spawn_blocking(move || spool.scan(&f)).await;
         let ready = match listed {
@@ -770,58 +771,52 @@ impl Core {
                 return out;
             }
             Ok(Err(e)) => {
-                self.io.note_error(format!("scanning: {e}"));
+                self.drain.note_error(format!("scanning: {e}"));
                 out.failed = true;
                 return out;
             }
         };
-        let owed: std::collections::HashSet<_> =
-            self.io.pending.iter().map(|o| o.pack.id).collect();
-        let ready: Vec<_> = ready
-            .into_iter()
-            .filter(|p| !owed.contains(&p.id))
-            .collect();
-        self.own_left = ready.len();
-        if !self.io.may_work() {
+        let owed_before = self.drain.owed_ids();
+        self.own_left = ready
+            .iter()
+            .filter(|p| !owed_before.contains(&p.id))
+            .count();
+        if !self.drain.may_work() {
+            // nothing moves without the lease
+            out.failed |= self.drain.owed() > 0;
             return out;
         }
-        let source = Source::this_process(&self.io.host);
-        let jobs = ready
-            .into_iter()
-            .map(|pack| Job {
-                pack,
-                dir: self.io.own.dir().to_path_buf(),
-                spool: self.io.own.clone(),
-                source: source.clone(),
-            })
-            .collect();
+        let jobs = self.drain.own_jobs(ready);
         let mut left = self.own_left;
-        for (job, outcome) in self.io.pipeline(jobs, bound, flag).await {
+        for (job, outcome) in self.drain.run(jobs, bound, flag).await {
+            if owed_before.contains(&job.pack().id) {
+                continue; // owed before this run: not counted in own_left
+            }
             match outcome {
-                Outcome::Indexed | Outcome::Owed | Outcome::Quarantined(_) => left -= 1,
-                Outcome::NotDone => out.cut_short |= cancel.is_cancelled(),
-                Outcome::ReadFailed(_) => out.failed = true,
-                Outcome::UploadFailed(f) if f.retryable => out.failed = true,
-                // A refusal of the whole destination never sets
-                // a pack aside; the loop backs off and tries again
-                Outcome::UploadFailed(f) if f.destination_wide() => out.failed = true,
-                Outcome::UploadFailed(f) => {
-                    let spool = self.io.own.clone();
-                    let why = f.error.to_string();
-                    let p = job.pack.clone();
-                    match tokio::task::spawn_blocking(move || spool.reject(&p, &why)).await {
-                        Ok(Ok(aside)) => {
-                            tracing::error!(dir = %self.io.own.dir().display(), pack = %aside.path.display(), "pack failed non-retryably; renamed .rejected (a person decides): {}", aside.reason);
-                            self.io.counters.rejected += 1;
-                            left -= 1;
-                        }
-                        _ => out.failed = true,
+                PackOutcome::Indexed
+                | PackOutcome::Owed
+                | PackOutcome::Quarantined { .. }
+                | PackOutcome::Vanished => left -= 1,
+                PackOutcome::Cancelled => out.cut_short |= cancel.is_cancelled(),
+                // a refusal of the whole destination is retryable too: it
+                // never sets a pack aside; the loop backs off and tries again
+                PackOutcome::Failed {
+                    retryable: true, ..
+                } => out.failed = true,
+                PackOutcome::Failed {
+                    retryable: false,
+                    reason,
+                } => {
+                    if self.drain.reject(&job, reason.to_string()).await {
+                        left -= 1;
+                    } else {
+                        out.failed = true;
                     }
                 }
             }
         }
         // the catalog down is a retryable failure of own work too
-        out.failed |= !self.io.pending.is_empty();
+        out.failed |= self.drain.owed() > 0;
         self.own_left = left;
         out.own_left = left;
         out
@@ -833,7 +828,7 @@ impl Core {
         let Some(mut adopter) = self.adopter.take() else {
             return (0, false, false);
         };
-        let lease = self.io.lease_state();
+        let lease = self.drain.lease_state();
         let lease_held = lease.as_ref().is_some_and(|s| s.held());
         let latched = lease.as_ref().is_some_and(|s| s.latched);
         let slice_deadline = Instant::now() + self.adoption_slice;
@@ -848,7 +843,8 @@ impl Core {
             })
         };
         let mut env = Env {
-            io: &mut self.io,
+            drain: &mut self.drain,
+            held: &mut self.held,
             key_dir: self.key_dir.clone(),
             own_dir: shared.dir.clone(),
             lock: self.lock.clone(),
@@ -862,13 +858,13 @@ impl Core {
                 stop: shared.stop.is_cancelled(),
                 latched,
                 lease_held,
-                owed: !e.io.pending.is_empty(),
+                owed: e.drain.owed() > 0,
                 own_uploaded,
             })
             .await;
         watcher.abort();
         for e in report.errors {
-            self.io.note_error(e);
+            self.drain.note_error(e);
         }
         self.adopter = Some(adopter);
         let gated = matches!(
@@ -882,7 +878,8 @@ impl Core {
         if let Some(mut adopter) = self.adopter.take() {
             let token = shared.stop.clone();
             let mut env = Env {
-                io: &mut self.io,
+                drain: &mut self.drain,
+                held: &mut self.held,
                 key_dir: self.key_dir.clone(),
                 own_dir: shared.dir.clone(),
                 lock: self.lock.clone(),
@@ -908,18 +905,18 @@ impl Core {
     /// Lets go of every adopted sibling whole (stop, or a failed loop):
     /// their packs stay for a successor.
     async fn let_go_of_siblings(&mut self) {
-        crate::adoption::real_env::release_all(self.io.held.drain().collect()).await;
+        let_go_of_all(&mut self.drain, &mut self.held).await;
     }
 
     fn publish(&self, shared: &Shared) {
-        let c = &self.io.counters;
-        let lease = self.io.lease_state();
+        let c = self.drain.counters();
+        let lease = self.drain.lease_state();
         let ad = self
             .adopter
             .as_ref()
             .map(|a| a.snapshot())
             .unwrap_or_default();
-        let usage = self.io.own.usage();
+        let usage = self.drain.own().usage();
         // Every sink of this directory publishes its sealed-pack count into
         // its own slot: staged is their sum.
         let staged: u64 = self
@@ -931,14 +928,14 @@ impl Core {
             .sum();
         let snap = Snapshot {
             staged,
-            uploaded: c.progress.uploaded.load(Ordering::Relaxed),
-            indexed: c.progress.indexed.load(Ordering::Relaxed),
-            pending_index: self.io.pending.len() as u64,
-            upload_failures: c.upload_failures,
-            cancelled_uploads: c.cancelled_uploads,
+            uploaded: c.uploaded(),
+            indexed: c.indexed(),
+            pending_index: self.drain.owed() as u64,
+            upload_failures: c.upload_failures(),
+            cancelled_uploads: c.cancelled_uploads(),
             deferred: self.own_left as u64,
-            quarantined: c.quarantined,
-            rejected: c.rejected,
+            quarantined: c.quarantined(),
+            rejected: c.rejected(),
             adopted_spools: ad.adopted_spools,
             adopted_packs: ad.adopted_packs,
             adoption_owed: ad.adoption_owed,
@@ -953,7 +950,7 @@ impl Core {
             max_renewal_gap: lease.as_ref().and_then(|s| s.max_renewal_gap),
             // the lease keeper's failure talking to the catalog counts too (a
             // daemon that cannot get the lease says why)
-            last_error: c.last_error.clone().or_else(|| {
+            last_error: c.last_error().map(str::to_string).or_else(|| {
                 lease
                     .as_ref()
                     .and_then(|s| s.last_error.as_ref())
@@ -961,7 +958,7 @@ impl Core {
             }),
             waiting_on: None,
             loop_failed: None,
-            destination_refused: self.io.refused().or_else(|| {
+            destination_refused: c.refused().map(str::to_string).or_else(|| {
                 lease.as_ref().and_then(|s| {
                     s.refused
                         .as_ref()

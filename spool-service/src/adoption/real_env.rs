@@ -1,7 +1,9 @@
 //! The real [`AdoptionEnv`]: spool-lock probes and takes, spool-core's
-//! recovery listing, and the service's own [`UploadPath`] (whose pipeline
-//! validates each adopted pack just ahead of its upload).
+//! recovery listing, the siblings this service holds ([`Held`]), and the
+//! service's [`Drain`] (which validates each adopted pack just ahead of its
+//! upload).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -16,13 +18,22 @@ use crate::adoption::{
     AdoptRefusal, AdoptionEnv, Cause, PackOutcome, ProbeVerdict, RecoveryFailure,
 };
 use crate::bound::Bound;
+use crate::drain::{Drain, Job, Source};
 use crate::offload::blocking;
-use crate::pipeline::{Job, Outcome};
-use crate::upload_path::{Held, Source, UploadPath};
+
+/// A sibling this service holds for adoption: its lock and its spool.
+pub(crate) struct Held {
+    claim: spool_lock::Claim,
+    spool: Arc<Spool>,
+}
+
+/// The siblings this service holds, by directory.
+pub(crate) type HeldSiblings = HashMap<PathBuf, Held>;
 
 /// The environment of one adopting cycle.
 pub(crate) struct Env<'a> {
-    pub(crate) io: &'a mut UploadPath,
+    pub(crate) drain: &'a mut Drain,
+    pub(crate) held: &'a mut HeldSiblings,
     pub(crate) key_dir: PathBuf,
     pub(crate) own_dir: PathBuf,
     pub(crate) lock: LockOptions,
@@ -136,7 +147,7 @@ impl AdoptionEnv for Env<'_> {
             .unwrap_or_else(|| Err(AdoptRefusal::Retryable("cut by stop".into())))?;
         spool_core::seams::kill_point("after_try_adopt");
         tracing::info!(dir = %dir.display(), "adopting dead sibling {}", dir.display());
-        self.io.held.insert(
+        self.held.insert(
             dir.to_path_buf(),
             Held {
                 claim,
@@ -147,7 +158,7 @@ impl AdoptionEnv for Env<'_> {
     }
 
     async fn begin_recovery(&mut self, dir: &Path) -> Result<Vec<ReadyPack>, RecoveryFailure> {
-        let Some(held) = self.io.held.get_mut(dir) else {
+        let Some(held) = self.held.get_mut(dir) else {
             return Err(RecoveryFailure::Unopenable(
                 format!("{} is not held", dir.display()).into(),
             ));
@@ -176,8 +187,7 @@ impl AdoptionEnv for Env<'_> {
         dir: &Path,
         packs: &[ReadyPack],
     ) -> Vec<(ReadyPack, PackOutcome)> {
-        let mut out = Vec::new();
-        let Some(spool) = self.io.held.get(dir).map(|h| h.spool.clone()) else {
+        let Some(spool) = self.held.get(dir).map(|h| h.spool.clone()) else {
             let reason = Cause::from(format!("{} is not held", dir.display()));
             return packs
                 .iter()
@@ -195,47 +205,17 @@ impl AdoptionEnv for Env<'_> {
         };
         // The dead producer named by the owner record at the take, never
         // this adopter.
-        let source = Source::adopted(self.io.held.get(dir).and_then(|h| h.claim.producer()));
-        let mut refs = std::collections::HashMap::new();
-        let mut jobs = Vec::new();
-        for p in packs {
-            refs.insert(p.id, p.clone());
-            jobs.push(Job {
-                pack: p.clone(),
-                dir: dir.to_path_buf(),
-                spool: spool.clone(),
-                source: source.clone(),
-            });
-        }
-        for (job, outcome) in self.io.pipeline(jobs, &self.bound, &self.cancel_flag).await {
-            let Some(pref) = refs.remove(&job.pack.id) else {
-                continue;
-            };
-            let outcome = match outcome {
-                Outcome::Indexed => PackOutcome::Indexed,
-                Outcome::Owed => PackOutcome::Owed,
-                Outcome::NotDone => PackOutcome::Cancelled,
-                // the sibling keeps a file it cannot upload: ends blocked
-                Outcome::Quarantined(reason) => PackOutcome::Quarantined { reason },
-                // a destination-wide refusal is not this sibling's fault:
-                // never blocks it; retried
-                Outcome::UploadFailed(f) => PackOutcome::Failed {
-                    retryable: f.retryable || f.destination_wide(),
-                    reason: Cause::new(f.error),
-                },
-                Outcome::ReadFailed(spool_core::Error::PackRead { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    PackOutcome::Vanished
-                }
-                Outcome::ReadFailed(e) => PackOutcome::Failed {
-                    retryable: true,
-                    reason: e.into(),
-                },
-            };
-            out.push((pref, outcome));
-        }
-        out
+        let source = Source::adopted(self.held.get(dir).and_then(|h| h.claim.producer()));
+        let jobs = packs
+            .iter()
+            .map(|p| Job::new(p.clone(), spool.clone(), source.clone()))
+            .collect();
+        self.drain
+            .run(jobs, &self.bound, &self.cancel_flag)
+            .await
+            .into_iter()
+            .map(|(job, outcome)| (job.pack().clone(), outcome))
+            .collect()
     }
 
     async fn other_files(&mut self, dir: &Path) -> Option<String> {
@@ -249,7 +229,7 @@ impl AdoptionEnv for Env<'_> {
     }
 
     async fn mark_blocked(&mut self, dir: &Path, reason: &str) {
-        let Some(h) = self.io.held.remove(dir) else {
+        let Some(h) = self.held.remove(dir) else {
             return;
         };
         let (d, reason) = (dir.to_path_buf(), reason.to_string());
@@ -262,18 +242,20 @@ impl AdoptionEnv for Env<'_> {
         .await;
         // (None: the runtime is going down; the claim is kept until exit)
         if let Some(h) = back {
-            self.io.held.insert(dir.to_path_buf(), h);
+            self.held.insert(dir.to_path_buf(), h);
         }
     }
 
     async fn release(&mut self, dir: &Path) {
-        if let Some(h) = self.io.held.remove(dir) {
+        self.drain.forget(dir);
+        if let Some(h) = self.held.remove(dir) {
             release_all(vec![(dir.to_path_buf(), h)]).await;
         }
     }
 
     async fn release_and_remove_if_empty(&mut self, dir: &Path) -> bool {
-        let Some(h) = self.io.held.remove(dir) else {
+        self.drain.forget(dir);
+        let Some(h) = self.held.remove(dir) else {
             return false;
         };
         let d = dir.to_path_buf();
@@ -292,9 +274,19 @@ impl AdoptionEnv for Env<'_> {
     }
 }
 
+/// Lets go of every sibling held (stop, a latch, a failed loop): their
+/// packs, owed ones included, stay for a successor.
+pub(crate) async fn let_go_of_all(drain: &mut Drain, held: &mut HeldSiblings) {
+    let all: Vec<(PathBuf, Held)> = held.drain().collect();
+    for (dir, _) in &all {
+        drain.forget(dir);
+    }
+    release_all(all).await;
+}
+
 /// Lets go of adopted siblings whole, on the blocking pool (a release
 /// rewrites and fsyncs the owner record): their packs stay for a successor.
-pub(crate) async fn release_all(held: Vec<(PathBuf, Held)>) {
+async fn release_all(held: Vec<(PathBuf, Held)>) {
     if held.is_empty() {
         return;
     }

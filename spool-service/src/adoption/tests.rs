@@ -223,7 +223,7 @@ impl Fake {
         }
     }
 
-    /// The service indexes what is owed (its pending index) and removes the
+    /// The service indexes what is owed (its drain's backlog) and removes the
     /// files.
     fn index_owed(&mut self) {
         for (id, dir) in std::mem::take(&mut self.owed) {

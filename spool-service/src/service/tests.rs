@@ -943,11 +943,13 @@ mod serial {
         assert!(left > 0, "adoption was not paused: the sibling is drained");
     }
 
-    #[test]
-    fn a_registry_publication_wakes_the_loop_well_before_the_poll_interval() {
-        let fx = Fixture::new();
-        let own = fx.claim(&fx.dest, 0);
-        let mut c = fx.config(own.dir());
+    /// A service of `dir` without adoption, polling every 30 s, started and
+    /// asleep after its first cycle; its registry and cycle count.
+    fn asleep(
+        fx: &Fixture,
+        dir: &std::path::Path,
+    ) -> (StorageService, Arc<spool_core::registry::Registry>, u64) {
+        let mut c = fx.config(dir);
         c.poll_interval = Duration::from_secs(30);
         c.adopt = false;
         let registry = c.registry.clone();
@@ -957,6 +959,14 @@ mod serial {
         assert!(wait_for(Duration::from_secs(5), || svc.snapshot().cycles >= 1));
         std::thread::sleep(Duration::from_millis(300));
         let before = svc.snapshot().cycles;
+        (svc, registry, before)
+    }
+
+    #[test]
+    fn a_registry_publication_wakes_the_loop_well_before_the_poll_interval() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let (mut svc, registry, before) = asleep(&fx, own.dir());
         stage(own.dir(), 1);
         let t = Instant::now();
         registry.notify(own.dir());
@@ -967,6 +977,33 @@ mod serial {
         );
         assert!(t.elapsed() < Duration::from_secs(5));
         assert!(svc.snapshot().cycles > before);
+        svc.stop().unwrap();
+    }
+
+    /// A wake names the directories that changed, and the loop scans only
+    /// its own: publications of another directory's sinks in this process
+    /// (another service) run no cycle, a publication of its own does.
+    #[test]
+    fn a_publication_of_another_directory_runs_no_cycle() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let other = fx.claim(&fx.dest, 1);
+        let (mut svc, registry, before) = asleep(&fx, own.dir());
+        for _ in 0..20 {
+            registry.notify(other.dir());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            svc.snapshot().cycles,
+            before,
+            "another directory's wake ran a cycle"
+        );
+        registry.notify(own.dir());
+        assert!(
+            wait_for(Duration::from_secs(5), || svc.snapshot().cycles > before),
+            "its own directory's wake ran no cycle"
+        );
         svc.stop().unwrap();
     }
 }

@@ -10,7 +10,7 @@
 //!                                     in_flight_bytes)
 //! ```
 //!
-//! [`UploadPath::pipeline`] runs a list of [`Job`]s through these stages in
+//! [`Drain::run`] runs a list of [`Job`]s through these stages in
 //! one select loop: each stage is refilled the moment a slot frees, so the
 //! store never idles while a pack is hashed or a batch is indexed, and no
 //! pack waits for the slowest of a round. The service's own packs (one
@@ -48,7 +48,7 @@
 //! - **A cancel cuts every stage** (stop, a flush cutting the loop, the
 //!   cycle's deadline): validation sees the cancel flag, every upload and its
 //!   retries see the token, the index call runs under the [`Bound`]; nothing
-//!   new starts. Packs uploaded and not indexed join the pending index (owed,
+//!   new starts. Packs uploaded and not indexed join the backlog (owed,
 //!   indexed first next cycle); the rest stay ready.
 //! - **Trouble halts, it does not spin.** A retryable upload failure or a
 //!   refusal of the destination stops new uploads (the store is in
@@ -63,11 +63,12 @@ use std::time::Instant;
 
 use spool_catalog::{LeaseGuard, PackRow};
 use spool_core::{PackId, PackSummary, ReadyPack, Spool};
-use spool_upload::{UploadFailure, UploadItem, UploadResult, SMALL_PACK_BYTES};
+use spool_upload::{UploadItem, UploadResult, SMALL_PACK_BYTES};
 use tokio::task::JoinSet;
 
+use super::{Drain, Job, PackOutcome};
+use crate::adoption::Cause;
 use crate::bound::{human, Bound, Cut};
-use crate::upload_path::{Owed, Source, UploadPath};
 
 /// At most this many bytes of small packs are validated by one blocking
 /// task (one task per pack would cost more than hashing a small pack).
@@ -91,43 +92,10 @@ fn chunk_len(front: impl IntoIterator<Item = (u64, bool)>, room: usize) -> usize
     n
 }
 
-/// One pack to upload and index.
-#[derive(Debug, Clone)]
-pub(crate) struct Job {
-    pub(crate) pack: ReadyPack,
-    /// The spool directory that holds it (its row's `rank_dir`).
-    pub(crate) dir: PathBuf,
-    /// That directory's spool: quarantine and removal go through it.
-    pub(crate) spool: Arc<Spool>,
-    /// Who staged it (its row's `source_host` / `source_pid`).
-    pub(crate) source: Source,
-}
-
-/// What became of one [`Job`].
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    /// In the store and in the catalog; its file removed.
-    Indexed,
-    /// In the store; its row owed to the catalog (the pending index).
-    Owed,
-    /// Not done, still ready: a cancel cut it, or the pipeline halted
-    /// before it started.
-    NotDone,
-    /// Corrupt: renamed `.quarantined`, never uploaded. The corruption.
-    Quarantined(String),
-    /// The upload failed for another reason than a cancel or a corruption.
-    UploadFailed(UploadFailure),
-    /// Reading it to validate it failed (not a corruption).
-    ReadFailed(spool_core::Error),
-}
-
 /// The answer of one index call, with the batch it carried.
-type Indexed = (
-    Vec<(Job, Owed)>,
-    Result<Result<(), spool_catalog::Error>, Cut>,
-);
+type Indexed = (Vec<Job>, Result<Result<(), spool_catalog::Error>, Cut>);
 
-/// The stages' state during one [`UploadPath::pipeline`] run.
+/// The stages' state during one [`Drain::run`] run.
 struct Stages {
     input: VecDeque<Job>,
     validating: JoinSet<Vec<(Job, Result<PackSummary, spool_core::Error>)>>,
@@ -138,7 +106,7 @@ struct Stages {
     /// When each upload in flight started.
     upload_started: HashMap<PackId, Instant>,
     upload_bytes: u64,
-    uploaded: Vec<(Job, Owed)>,
+    uploaded: Vec<Job>,
     /// When the oldest pack of `uploaded` arrived (the linger counts from it).
     uploaded_since: Option<Instant>,
     indexing: JoinSet<Indexed>,
@@ -152,7 +120,7 @@ struct Stages {
     index_halted: bool,
     /// Uploads a cancel cut.
     cut_uploads: usize,
-    done: Vec<(Job, Outcome)>,
+    done: Vec<(Job, PackOutcome)>,
 }
 
 impl Stages {
@@ -169,17 +137,17 @@ impl Stages {
     }
 }
 
-impl UploadPath {
+impl Drain {
     /// Runs `jobs` through validation, upload, index and removal, all
     /// overlapping (see the module doc), under `bound` (its cancel cuts
     /// every stage; `flag` is the same cancel for validation). Returns one
     /// outcome per job.
-    pub(crate) async fn pipeline(
+    pub(crate) async fn run(
         &mut self,
         jobs: Vec<Job>,
         bound: &Bound,
         flag: &Arc<AtomicBool>,
-    ) -> Vec<(Job, Outcome)> {
+    ) -> Vec<(Job, PackOutcome)> {
         if jobs.is_empty() {
             return Vec::new();
         }
@@ -192,16 +160,18 @@ impl UploadPath {
         let store = self.uploader.store().description().to_string();
         let server = self.catalog.server();
         let started = Instant::now();
+        // owed jobs go straight to the index stage
+        let (owed, fresh): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.row().is_some());
         let mut st = Stages {
-            input: jobs.into(),
+            input: fresh.into(),
             validating: JoinSet::new(),
             validating_jobs: 0,
             validated: VecDeque::new(),
             uploads: JoinSet::new(),
             upload_started: HashMap::new(),
             upload_bytes: 0,
-            uploaded: Vec::new(),
-            uploaded_since: None,
+            uploaded_since: (!owed.is_empty()).then(Instant::now),
+            uploaded: owed,
             indexing: JoinSet::new(),
             indexing_packs: 0,
             indexing_since: None,
@@ -230,9 +200,8 @@ impl UploadPath {
             if st.idle() {
                 // Nothing in flight and nothing could start: what was
                 // uploaded and cannot be indexed now is owed.
-                for (job, owed) in std::mem::take(&mut st.uploaded) {
-                    self.pending.push(owed);
-                    st.done.push((job, Outcome::Owed));
+                for job in std::mem::take(&mut st.uploaded) {
+                    self.owe(&mut st, job);
                 }
                 break;
             }
@@ -271,7 +240,7 @@ impl UploadPath {
             self.removals_done(joined);
         }
         for job in st.validated.drain(..).chain(st.input.drain(..)) {
-            st.done.push((job, Outcome::NotDone));
+            st.done.push((job, PackOutcome::Cancelled));
         }
         if st.cut_uploads > 0 && Instant::now() >= bound.deadline {
             self.note_error(format!(
@@ -306,7 +275,7 @@ impl UploadPath {
             let n = chunk_len(
                 st.input
                     .iter()
-                    .map(|j| (j.pack.bytes, self.validated_elsewhere(j))),
+                    .map(|j| (j.pack().bytes, self.validated_elsewhere(j))),
                 room,
             );
             let chunk: Vec<Job> = st.input.drain(..n).collect();
@@ -316,8 +285,11 @@ impl UploadPath {
                 chunk
                     .into_iter()
                     .map(|job| {
-                        let r =
-                            spool_core::spool::validate_file(&job.pack.path, job.pack.id, &flag);
+                        let r = spool_core::spool::validate_file(
+                            &job.pack().path,
+                            job.pack().id,
+                            &flag,
+                        );
                         (job, r)
                     })
                     .collect()
@@ -331,9 +303,9 @@ impl UploadPath {
     /// size from `stat` (over `max_in_flight_bytes`: hashing it first would
     /// only stall every pack behind it before the same refusal).
     fn validated_elsewhere(&self, job: &Job) -> bool {
-        self.summaries.contains_key(&job.pack.id)
-            || self.uploader.validates_whole(job.pack.bytes)
-            || self.uploader.refuses_unread(job.pack.bytes)
+        self.summaries.contains_key(&job.pack().id)
+            || self.uploader.validates_whole(job.pack().bytes)
+            || self.uploader.refuses_unread(job.pack().bytes)
     }
 
     /// One job's validation answer.
@@ -345,7 +317,7 @@ impl UploadPath {
     ) {
         match r {
             Ok(s) => {
-                self.summaries.insert(job.pack.id, s);
+                self.summaries.insert(job.pack().id, s);
                 st.validated.push_back(job);
             }
             Err(e) => {
@@ -356,22 +328,29 @@ impl UploadPath {
     }
 
     /// What a validation that failed with `e` makes of `job`, wherever it
-    /// ran (the pipeline's own, or [`UploadPath::validate_now`] after an
+    /// ran (the pipeline's own, or [`Drain::validate_now`] after an
     /// upload that found the pack stored): a cut validation is not done, a
     /// corrupt pack is quarantined, any other error (the file cannot be
     /// read) is reported and the file left in place.
-    async fn not_valid(&mut self, job: &Job, e: spool_core::Error) -> Outcome {
+    async fn not_valid(&mut self, job: &Job, e: spool_core::Error) -> PackOutcome {
         match e {
-            spool_core::Error::Cancelled => Outcome::NotDone,
+            spool_core::Error::Cancelled => PackOutcome::Cancelled,
             e if e.is_corrupt() => {
-                let why = e.to_string();
-                self.quarantine(job.spool.clone(), &job.pack, why.clone())
-                    .await;
-                Outcome::Quarantined(why)
+                let reason = e.to_string();
+                self.quarantine(job, reason.clone()).await;
+                PackOutcome::Quarantined { reason }
+            }
+            spool_core::Error::PackRead { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                PackOutcome::Vanished
             }
             e => {
-                self.note_error(format!("reading {}: {e}", job.pack.path.display()));
-                Outcome::ReadFailed(e)
+                self.note_error(format!("reading {}: {e}", job.pack().path.display()));
+                PackOutcome::Failed {
+                    retryable: true,
+                    reason: Cause::new(e),
+                }
             }
         }
     }
@@ -392,7 +371,7 @@ impl UploadPath {
             let Some(front) = st.validated.front() else {
                 return;
             };
-            let size = front.pack.bytes;
+            let size = front.pack().bytes;
             let limit = if size <= SMALL_PACK_BYTES {
                 small
             } else {
@@ -407,10 +386,10 @@ impl UploadPath {
             }
             let job = st.validated.pop_front().expect("front exists");
             st.upload_bytes += size;
-            st.upload_started.insert(job.pack.id, Instant::now());
+            st.upload_started.insert(job.pack().id, Instant::now());
             let item = UploadItem {
-                path: job.pack.path.clone(),
-                pack_id: job.pack.id,
+                path: job.pack().path.clone(),
+                pack_id: job.pack().id,
                 size,
             };
             let (uploader, cancel) = (self.uploader.clone(), bound.cancel.clone());
@@ -424,13 +403,13 @@ impl UploadPath {
     /// One upload's answer: counted, then uploaded (towards the index),
     /// quarantined, not done, or failed.
     async fn upload_done(&mut self, st: &mut Stages, job: Job, r: UploadResult, store: &str) {
-        st.upload_bytes -= job.pack.bytes;
-        st.upload_started.remove(&job.pack.id);
+        st.upload_bytes -= job.pack().bytes;
+        st.upload_started.remove(&job.pack().id);
         self.count_upload(&r, store);
         let UploadResult { outcome, .. } = &r;
         let spool_upload::UploadOutcome::Failed(f) = outcome else {
             let known = r.summary.clone();
-            let summary = match known.or_else(|| self.summaries.get(&job.pack.id).cloned()) {
+            let summary = match known.or_else(|| self.summaries.get(&job.pack().id).cloned()) {
                 Some(s) => s,
                 // `validates_whole` promises a summary with every stored
                 // outcome; should an upload come back without one, the
@@ -444,45 +423,44 @@ impl UploadPath {
                     }
                 },
             };
-            let row = self.row(&r, &summary, &job.dir, job.pack.ordinal, &job.source);
-            let owed = Owed {
-                row,
-                pack: job.pack.clone(),
-                dir: job.dir.clone(),
-            };
+            let row = self.row(&r, &summary, &job);
+            let job = job.uploaded(row);
             if st.index_halted {
-                self.pending.push(owed);
-                st.done.push((job, Outcome::Owed));
+                self.owe(st, job);
             } else {
                 st.uploaded_since.get_or_insert_with(Instant::now);
-                st.uploaded.push((job, owed));
+                st.uploaded.push(job);
             }
             return;
         };
         if f.cancelled {
             st.cut_uploads += 1;
-            st.done.push((job, Outcome::NotDone));
+            st.done.push((job, PackOutcome::Cancelled));
         } else if f.corrupt {
             // Its bytes changed since they were validated: the upload hashed
             // them and aborted, nothing is stored.
-            let why = f.error.to_string();
-            self.quarantine(job.spool.clone(), &job.pack, why.clone())
-                .await;
-            st.done.push((job, Outcome::Quarantined(why)));
+            let reason = f.error.to_string();
+            self.quarantine(&job, reason.clone()).await;
+            st.done.push((job, PackOutcome::Quarantined { reason }));
         } else {
-            if f.retryable || f.destination_wide() {
+            // a refusal of the whole destination is not this pack's fault:
+            // retried, never set aside
+            let retryable = f.retryable || f.destination_wide();
+            if retryable {
                 st.uploads_halted = true;
             }
             let spool_upload::UploadOutcome::Failed(f) = r.outcome else {
                 unreachable!("a failure was matched above")
             };
-            st.done.push((job, Outcome::UploadFailed(f)));
+            let reason = Cause::new(f.error);
+            st.done
+                .push((job, PackOutcome::Failed { retryable, reason }));
         }
     }
 
     /// Validates one job's file now, on the blocking pool.
     async fn validate_now(&self, job: &Job) -> Result<PackSummary, spool_core::Error> {
-        let (path, id) = (job.pack.path.clone(), job.pack.id);
+        let (path, id) = (job.pack().path.clone(), job.pack().id);
         tokio::task::spawn_blocking(move || {
             let never = AtomicBool::new(false);
             spool_core::spool::validate_file(&path, id, &never)
@@ -504,9 +482,9 @@ impl UploadPath {
             }
         };
         let n = st.uploaded.len().min(batch_max);
-        let batch: Vec<(Job, Owed)> = st.uploaded.drain(..n).collect();
+        let batch: Vec<Job> = st.uploaded.drain(..n).collect();
         st.uploaded_since = (!st.uploaded.is_empty()).then(Instant::now);
-        let rows: Vec<PackRow> = batch.iter().map(|(_, o)| o.row.clone()).collect();
+        let rows: Vec<PackRow> = batch.iter().filter_map(|j| j.row().cloned()).collect();
         st.indexing_packs = batch.len();
         st.indexing_since = Some(Instant::now());
         let (catalog, bound) = (self.catalog.clone(), bound.clone());
@@ -525,16 +503,12 @@ impl UploadPath {
         let why = match answer {
             Ok(Ok(())) => {
                 spool_core::seams::kill_point("after_index");
-                self.counters.catalog_refused = None;
-                self.counters
-                    .progress
-                    .indexed
-                    .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                self.counters.count_indexed(batch.len());
                 let mut files = Vec::with_capacity(batch.len());
-                for (job, _) in batch {
-                    self.summaries.remove(&job.pack.id);
-                    files.push((job.spool.clone(), job.pack.clone()));
-                    st.done.push((job, Outcome::Indexed));
+                for job in batch {
+                    self.summaries.remove(&job.pack().id);
+                    files.push((job.spool().clone(), job.pack().clone()));
+                    st.done.push((job, PackOutcome::Indexed));
                 }
                 // Removed only now, after the catalog's Ok; one
                 // directory fsync per spool directory of the batch
@@ -559,10 +533,15 @@ impl UploadPath {
         self.note_index_failure(server, &what, why);
         st.index_halted = true;
         st.uploads_halted = true;
-        for (job, owed) in batch {
-            self.pending.push(owed);
-            st.done.push((job, Outcome::Owed));
+        for job in batch {
+            self.owe(st, job);
         }
+    }
+
+    /// `job`, uploaded, is owed to the catalog: into the backlog.
+    fn owe(&mut self, st: &mut Stages, job: Job) {
+        self.backlog.push(job.clone());
+        st.done.push((job, PackOutcome::Owed));
     }
 
     fn removals_done(

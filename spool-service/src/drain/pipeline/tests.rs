@@ -4,7 +4,6 @@
 //! `max_in_flight_bytes`, a stop cuts every stage, a batch closes at once
 //! when no upload is in flight.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,10 +14,9 @@ use spool_catalog::{
 };
 use spool_upload::testing::{Action, Injected, Op, Rule};
 
-use super::{Job, Outcome};
 use crate::bound::Bound;
+use crate::drain::{Drain, DrainParts, Job, PackOutcome, Source};
 use crate::service::tests::{block_on, files, held_spool, stage, wait_for, Fixture};
-use crate::upload_path::{Source, UploadPath};
 use crate::StorageService;
 
 /// The memory catalog behind a gate: `index` waits while the gate is shut,
@@ -342,11 +340,11 @@ fn a_validation_chunk_holds_up_to_its_byte_bound_and_stops_at_a_job_validated_el
     assert_eq!(chunk_len([(1, false), (1, false), (B, true)], 16), 2);
 }
 
-/// A pipeline of its own over `dir`'s spool, the fixture's store and
-/// catalog, with `upload`.
-fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> UploadPath {
+/// The parts of a drain of its own over `dir`'s spool, the fixture's
+/// store and catalog, with `upload`.
+fn parts(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> DrainParts {
     let spool = held_spool(dir);
-    UploadPath {
+    DrainParts {
         uploader: spool_upload::Uploader::new(
             spool_upload::Store::new(fx.store.clone(), "p", "memory", true).unwrap(),
             upload,
@@ -361,21 +359,28 @@ fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> 
         fenced: false,
         lease: None,
         own: Arc::new(spool),
-        held: HashMap::new(),
-        pending: Vec::new(),
-        summaries: HashMap::new(),
-        counters: Default::default(),
+        progress: Default::default(),
         inflight: Default::default(),
     }
 }
 
-/// [`upload_path`] with the default upload knobs, indexing into a
-/// [`GatedCatalog`] whose gate is shut.
-fn gated_path(fx: &Fixture, dir: &Path) -> (UploadPath, Arc<GatedCatalog>) {
+/// A drain of its own (see [`parts`]).
+fn upload_path(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> Drain {
+    Drain::new(parts(fx, dir, upload))
+}
+
+/// [`parts`] with the default upload knobs, indexing into a
+/// [`GatedCatalog`] whose gate is shut, changed by `tweak`.
+fn gated_path(
+    fx: &Fixture,
+    dir: &Path,
+    tweak: impl FnOnce(&mut DrainParts),
+) -> (Drain, Arc<GatedCatalog>) {
     let catalog = GatedCatalog::new(dir, false);
-    let mut path = upload_path(fx, dir, fx.config(dir).upload);
-    path.catalog = catalog.clone() as Arc<dyn Catalog>;
-    (path, catalog)
+    let mut p = parts(fx, dir, fx.config(dir).upload);
+    p.catalog = catalog.clone() as Arc<dyn Catalog>;
+    tweak(&mut p);
+    (Drain::new(p), catalog)
 }
 
 /// Validation runs a few packs ahead of the uploads, never more
@@ -432,15 +437,10 @@ fn validation_runs_at_most_small_pack_workers_packs_ahead_of_the_uploads() {
 }
 
 /// Jobs for `packs` of `dir`, staged by this process.
-fn jobs_of(path: &UploadPath, dir: &Path, packs: Vec<spool_core::ReadyPack>) -> Vec<Job> {
+fn jobs_of(path: &Drain, packs: Vec<spool_core::ReadyPack>) -> Vec<Job> {
     packs
         .into_iter()
-        .map(|pack| Job {
-            pack,
-            dir: dir.to_path_buf(),
-            spool: path.own.clone(),
-            source: Source::this_process("h"),
-        })
+        .map(|pack| Job::new(pack, path.own().clone(), Source::this_process("h")))
         .collect()
 }
 
@@ -462,15 +462,16 @@ fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
     stage(own.dir(), 6);
-    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
-    path.pipeline_depth = 2;
-    path.index_batch = 64;
-    path.index_linger = Duration::from_secs(30);
+    let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
+    p.pipeline_depth = 2;
+    p.index_batch = 64;
+    p.index_linger = Duration::from_secs(30);
+    let mut path = Drain::new(p);
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, own.dir(), packs);
+    let jobs = jobs_of(&path, packs);
     let t = Instant::now();
-    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let done = block_on(path.run(jobs, &no_cut(), &never));
     let outcomes: Vec<String> = done.iter().map(|(_, o)| format!("{o:?}")).collect();
     assert!(
         outcomes.iter().all(|o| o == "Indexed"),
@@ -480,7 +481,7 @@ fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
     assert_eq!(outcomes.len(), 6);
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
-    assert!(path.pending.is_empty());
+    assert!(path.owed() == 0);
 }
 
 /// Only a corrupt pack is quarantined. A pack the pipeline cannot
@@ -506,31 +507,39 @@ fn a_pack_that_cannot_be_read_is_reported_and_left_in_place_not_quarantined() {
         bytes: 4096,
         ordinal: None,
     });
-    let jobs = jobs_of(&path, own.dir(), packs);
-    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let jobs = jobs_of(&path, packs);
+    let done = block_on(path.run(jobs, &no_cut(), &never));
     let outcome = |id: spool_core::PackId| {
         done.iter()
-            .find(|(j, _)| j.pack.id == id)
+            .find(|(j, _)| j.pack().id == id)
             .map(|(_, o)| format!("{o:?}"))
             .unwrap()
     };
-    assert!(outcome(id).starts_with("ReadFailed"), "{}", outcome(id));
+    assert!(
+        outcome(id).starts_with("Failed { retryable: true"),
+        "{}",
+        outcome(id)
+    );
     assert!(bad.is_dir(), "the unreadable pack was moved");
-    assert_eq!(path.counters.quarantined, 0);
-    let err = path.counters.last_error.clone().unwrap_or_default();
+    assert_eq!(path.counters().quarantined(), 0);
+    let err = path.counters().last_error().unwrap_or_default().to_string();
     assert!(err.contains(&bad.display().to_string()), "{err}");
     assert_eq!(files(own.dir(), "quarantined"), 0);
-    let valid: Vec<_> = done.iter().filter(|(j, _)| j.pack.id != id).collect();
+    let valid: Vec<_> = done.iter().filter(|(j, _)| j.pack().id != id).collect();
     assert_eq!(valid.len(), 1);
-    assert!(matches!(valid[0].1, Outcome::Indexed), "{:?}", valid[0].1);
+    assert!(
+        matches!(valid[0].1, PackOutcome::Indexed),
+        "{:?}",
+        valid[0].1
+    );
 }
 
 /// The outcomes of `done`, by name (`Indexed`, `Owed`, ...), in order.
-fn outcome_names(done: &[(Job, Outcome)]) -> Vec<String> {
+fn outcome_names(done: &[(Job, PackOutcome)]) -> Vec<String> {
     done.iter()
         .map(|(_, o)| {
             format!("{o:?}")
-                .split(['(', ' '])
+                .split(['(', ' ', '{'])
                 .next()
                 .unwrap()
                 .to_string()
@@ -554,8 +563,9 @@ fn a_pack_found_already_stored_is_validated_and_quarantined_when_corrupt() {
     let store_dir = tempfile::tempdir().unwrap();
     let url = url::Url::from_directory_path(store_dir.path()).unwrap();
     let store = spool_upload::Store::from_url(url.as_str(), &Default::default()).unwrap();
-    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
-    path.uploader = spool_upload::Uploader::new(store, fx.config(own.dir()).upload).unwrap();
+    let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
+    p.uploader = spool_upload::Uploader::new(store, fx.config(own.dir()).upload).unwrap();
+    let mut path = Drain::new(p);
     assert!(path.uploader.validates_whole(bad.len() as u64));
     // a predecessor stored the very same bytes at its key
     let key = store_dir.path().join(path.uploader.key(&id).as_ref());
@@ -563,41 +573,42 @@ fn a_pack_found_already_stored_is_validated_and_quarantined_when_corrupt() {
     std::fs::write(&key, &bad).unwrap();
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, own.dir(), packs);
-    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
-    let of_bad: Vec<_> = done.iter().filter(|(j, _)| j.pack.id == id).collect();
+    let jobs = jobs_of(&path, packs);
+    let done = block_on(path.run(jobs, &no_cut(), &never));
+    let of_bad: Vec<_> = done.iter().filter(|(j, _)| j.pack().id == id).collect();
     assert!(
-        matches!(of_bad[0].1, Outcome::Quarantined(_)),
+        matches!(of_bad[0].1, PackOutcome::Quarantined { .. }),
         "{:?}",
         of_bad[0].1
     );
     assert!(own.dir().join(format!("{id}.quarantined")).exists());
     assert!(block_on(fx.catalog.get(&id.to_hex())).unwrap().is_none());
-    assert_eq!(path.counters.quarantined, 1);
+    assert_eq!(path.counters().quarantined(), 1);
     assert_eq!(block_on(fx.catalog.count()).unwrap(), 1, "the valid pack");
 }
 
 /// A pipeline that loses the lease it indexes under (catalog
 /// scope) indexes nothing more: the batch it was about to send and every
-/// upload that lands afterwards are owed (kept for the pending index, their
+/// upload that lands afterwards are owed (kept in the backlog, their
 /// files in place), nothing is removed, and why is reported.
 #[test]
 fn without_the_lease_what_is_uploaded_is_owed_and_nothing_is_indexed_or_removed() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
     stage(own.dir(), 6);
-    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
-    path.fenced = true; // lease-gated, and no lease held
-    path.index_batch = 1; // the first upload closes a batch at once
+    let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
+    p.fenced = true; // lease-gated, and no lease held
+    p.index_batch = 1; // the first upload closes a batch at once
+    let mut path = Drain::new(p);
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, own.dir(), packs);
-    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let jobs = jobs_of(&path, packs);
+    let done = block_on(path.run(jobs, &no_cut(), &never));
     assert_eq!(outcome_names(&done), vec!["Owed"; 6]);
-    assert_eq!(path.pending.len(), 6);
+    assert_eq!(path.owed(), 6);
     assert_eq!(block_on(fx.catalog.count()).unwrap(), 0);
     assert_eq!(files(own.dir(), "ready"), 6, "an owed pack's file removed");
-    let err = path.counters.last_error.clone().unwrap_or_default();
+    let err = path.counters().last_error().unwrap_or_default().to_string();
     assert!(err.contains("lease is not held"), "{err}");
 }
 
@@ -619,15 +630,15 @@ fn a_retryable_upload_failure_halts_new_uploads_for_the_run() {
     let mut path = upload_path(&fx, own.dir(), upload);
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, own.dir(), packs);
-    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let jobs = jobs_of(&path, packs);
+    let done = block_on(path.run(jobs, &no_cut(), &never));
     let names = outcome_names(&done);
     assert_eq!(
-        names.iter().filter(|n| *n == "UploadFailed").count(),
+        names.iter().filter(|n| *n == "Failed").count(),
         1,
         "{names:?}"
     );
-    assert_eq!(names.iter().filter(|n| *n == "NotDone").count(), 9);
+    assert_eq!(names.iter().filter(|n| *n == "Cancelled").count(), 9);
     assert_eq!(fx.store.calls(Op::Put), attempts, "one pack's attempts");
     assert_eq!(files(own.dir(), "ready"), 10);
 }
@@ -657,15 +668,15 @@ fn uploads_cut_at_the_deadline_are_reported_a_stop_is_not() {
         let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
         let never = Arc::new(AtomicBool::new(false));
         let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-        let jobs = jobs_of(&path, own.dir(), packs);
+        let jobs = jobs_of(&path, packs);
         let deadline = if at_deadline {
             Instant::now() + Duration::from_millis(300)
         } else {
             Instant::now() + Duration::from_secs(30)
         };
-        let done = block_on(path.pipeline(jobs, &cut_after_300ms(deadline), &never));
-        assert_eq!(outcome_names(&done), vec!["NotDone"; 3]);
-        let err = path.counters.last_error.clone().unwrap_or_default();
+        let done = block_on(path.run(jobs, &cut_after_300ms(deadline), &never));
+        assert_eq!(outcome_names(&done), vec!["Cancelled"; 3]);
+        let err = path.counters().last_error().unwrap_or_default().to_string();
         let reported =
             err.contains("did not finish uploading 3 pack(s)") && err.contains("store memory");
         assert_eq!(reported, at_deadline, "deadline {at_deadline}: {err}");
@@ -681,7 +692,7 @@ fn a_removal_that_fails_after_the_index_is_reported_naming_the_file() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
     let ids = stage(own.dir(), 1);
-    let (mut path, catalog) = gated_path(&fx, own.dir());
+    let (mut path, catalog) = gated_path(&fx, own.dir(), |_| {});
     let file = own.dir().join(format!("{}.ready", ids[0]));
     let swapper = {
         let (catalog, file) = (catalog.clone(), file.clone());
@@ -694,13 +705,13 @@ fn a_removal_that_fails_after_the_index_is_reported_naming_the_file() {
     };
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, own.dir(), packs);
-    let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+    let jobs = jobs_of(&path, packs);
+    let done = block_on(path.run(jobs, &no_cut(), &never));
     swapper.join().unwrap();
     assert_eq!(outcome_names(&done), vec!["Indexed"]);
     assert_eq!(catalog.rows(), 1);
     assert!(file.is_dir(), "the directory in its place was touched");
-    let err = path.counters.last_error.clone().unwrap_or_default();
+    let err = path.counters().last_error().unwrap_or_default().to_string();
     assert!(
         err.contains("removing indexed pack") && err.contains(&file.display().to_string()),
         "{err}"
@@ -715,15 +726,84 @@ fn a_catalog_stalled_past_the_deadline_is_not_reported_as_unfinished_uploads() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
     stage(own.dir(), 2);
-    let (mut path, _gate) = gated_path(&fx, own.dir());
+    let (mut path, _gate) = gated_path(&fx, own.dir(), |_| {});
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, own.dir(), packs);
+    let jobs = jobs_of(&path, packs);
     let deadline = Instant::now() + Duration::from_millis(300);
-    let done = block_on(path.pipeline(jobs, &cut_after_300ms(deadline), &never));
+    let done = block_on(path.run(jobs, &cut_after_300ms(deadline), &never));
     assert_eq!(outcome_names(&done), vec!["Owed"; 2]);
-    let err = path.counters.last_error.clone().unwrap_or_default();
+    let err = path.counters().last_error().unwrap_or_default().to_string();
     assert!(!err.contains("did not finish uploading"), "{err}");
+    assert_eq!(files(own.dir(), "ready"), 2);
+}
+
+/// Owed packs go back in as jobs marked uploaded, through the one index
+/// stage: the next run indexes them and removes their files after the
+/// catalog's `Ok`, with no call to the store (nothing is uploaded twice).
+#[test]
+fn owed_packs_go_back_in_marked_uploaded_and_are_indexed_without_a_store_call() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 3);
+    let (mut path, catalog) = gated_path(&fx, own.dir(), |_| {});
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, packs);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let done = block_on(path.run(jobs, &cut_after_300ms(deadline), &never));
+    assert_eq!(outcome_names(&done), vec!["Owed"; 3]);
+    assert_eq!(path.owed(), 3);
+    let store_calls = |s: &spool_upload::testing::FaultStore| {
+        [Op::Put, Op::CreateMultipart, Op::PutPart, Op::Head, Op::Get]
+            .map(|op| s.calls(op))
+            .iter()
+            .sum::<usize>()
+    };
+    let before = store_calls(&fx.store);
+    catalog.set_open(true);
+    // the listing names the owed packs again: they are not taken twice
+    let listed = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = path.own_jobs(listed);
+    assert_eq!(
+        jobs.len(),
+        3,
+        "an owed pack listed again became a second job"
+    );
+    assert!(jobs.iter().all(|j| j.row().is_some()));
+    let done = block_on(path.run(jobs, &no_cut(), &never));
+    assert_eq!(outcome_names(&done), vec!["Indexed"; 3]);
+    assert_eq!((path.owed(), catalog.rows()), (0, 3));
+    assert_eq!(
+        store_calls(&fx.store),
+        before,
+        "an owed pack was uploaded again"
+    );
+    assert_eq!(files(own.dir(), "ready"), 0, "an indexed pack's file kept");
+    assert_eq!(catalog.gone_at_call(), 0, "a file removed before its row");
+}
+
+/// A directory let go of takes its owed packs with it: they are never
+/// indexed nor removed by this drain (the successor uploads them again and
+/// indexes them), and their files stay.
+#[test]
+fn a_directory_let_go_of_is_forgotten_by_the_backlog_and_keeps_its_files() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 2);
+    let (mut path, catalog) = gated_path(&fx, own.dir(), |_| {});
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, packs);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    block_on(path.run(jobs, &cut_after_300ms(deadline), &never));
+    assert_eq!(path.owed(), 2);
+    path.forget(own.dir());
+    assert_eq!(path.owed(), 0);
+    catalog.set_open(true);
+    let jobs = path.own_jobs(Vec::new());
+    assert!(jobs.is_empty());
+    assert_eq!(catalog.rows(), 0);
     assert_eq!(files(own.dir(), "ready"), 2);
 }
 
@@ -747,15 +827,15 @@ mod serial {
         let fx = Fixture::new();
         let own = fx.claim(&fx.dest, 0);
         stage(own.dir(), 3);
-        let (mut path, catalog) = gated_path(&fx, own.dir());
-        path.index_batch = 1; // the first upload's batch goes alone
+        // the first upload's batch goes alone
+        let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_batch = 1);
         let store = fx.store.clone();
         let gate = catalog.clone();
         let run = std::thread::spawn(move || {
             let never = Arc::new(AtomicBool::new(false));
             let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-            let jobs = jobs_of(&path, own.dir(), packs);
-            let done = block_on(path.pipeline(jobs, &no_cut(), &never));
+            let jobs = jobs_of(&path, packs);
+            let done = block_on(path.run(jobs, &no_cut(), &never));
             (outcome_names(&done), own)
         });
         assert!(wait_for(Duration::from_secs(10), || gate.calls() >= 1

@@ -1,0 +1,138 @@
+//! What goes through the drain ([`Job`]: a pack, the spool that holds it,
+//! who staged it, and its row once uploaded) and what comes out of it
+//! ([`PackOutcome`], the one answer the service's own work and adoption
+//! both read).
+
+use std::sync::Arc;
+
+use spool_catalog::PackRow;
+use spool_core::{ReadyPack, Spool};
+
+use crate::adoption::Cause;
+
+/// Where a pack came from: the producer that staged it (the catalog row's
+/// `source_host` / `source_pid`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Source {
+    host: String,
+    /// 0 when the owner record named no pid.
+    pid: u32,
+}
+
+impl Source {
+    /// This process on `host`: the producer of its own directory's packs.
+    pub(crate) fn this_process(host: &str) -> Source {
+        Source {
+            host: host.to_string(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// An adopted directory's producer, as its owner record named it when
+    /// the adopter took the lock (never the adopter); `unknown` / 0 when
+    /// the record could not tell.
+    pub(crate) fn adopted(producer: Option<&spool_lock::Producer>) -> Source {
+        match producer {
+            Some(p) => Source {
+                host: p.host.clone(),
+                pid: p.pid.unwrap_or(0),
+            },
+            None => Source {
+                host: "unknown".into(),
+                pid: 0,
+            },
+        }
+    }
+
+    /// The producer's host name.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The producer's pid (0: unknown).
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+/// One pack to upload and index, or, once uploaded, to index.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pack: ReadyPack,
+    /// The spool that holds it: quarantine and removal go through it, and
+    /// its directory is the row's `rank_dir`.
+    spool: Arc<Spool>,
+    source: Source,
+    /// Its catalog row once its upload landed: the job is owed to the
+    /// catalog and goes straight to the index stage.
+    row: Option<PackRow>,
+}
+
+impl Job {
+    /// A ready pack of `spool`, staged by `source`, not yet uploaded.
+    pub(crate) fn new(pack: ReadyPack, spool: Arc<Spool>, source: Source) -> Job {
+        Job {
+            pack,
+            spool,
+            source,
+            row: None,
+        }
+    }
+
+    /// The pack.
+    pub(crate) fn pack(&self) -> &ReadyPack {
+        &self.pack
+    }
+
+    /// The spool that holds it.
+    pub(crate) fn spool(&self) -> &Arc<Spool> {
+        &self.spool
+    }
+
+    /// Who staged it.
+    pub(crate) fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Its row, once uploaded.
+    pub(crate) fn row(&self) -> Option<&PackRow> {
+        self.row.as_ref()
+    }
+
+    /// Marks it uploaded, with the row the catalog is owed.
+    pub(super) fn uploaded(mut self, row: PackRow) -> Job {
+        self.row = Some(row);
+        self
+    }
+}
+
+/// What became of one pack handed to the drain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PackOutcome {
+    /// Uploaded and indexed; its file has been removed.
+    Indexed,
+    /// Uploaded, the index failed or was cut: it is owed to the catalog
+    /// (the drain's backlog indexes and removes it later). Its file stays
+    /// until then.
+    Owed,
+    /// Upload failed, or its file could not be read (not a corruption).
+    Failed {
+        /// Whether a later attempt may succeed (a refusal of the whole
+        /// destination is retryable: it is not this pack's fault).
+        retryable: bool,
+        /// The failure, naming the limit or host (the caller names the
+        /// pack).
+        reason: Cause,
+    },
+    /// A cancel cut it, or the drain halted before it started. It stays in
+    /// the spool, uploaded or not.
+    Cancelled,
+    /// It failed validation (before any upload), or its bytes changed
+    /// after, and was renamed `<id>.quarantined`: kept, never uploaded.
+    Quarantined {
+        /// What was wrong, for the log.
+        reason: String,
+    },
+    /// Its file is gone since it was listed.
+    Vanished,
+}
