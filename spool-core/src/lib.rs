@@ -177,6 +177,7 @@
 compile_error!("spool-core supports Linux only (see spool-lock)");
 
 pub mod error;
+pub mod handoff;
 pub mod layout;
 pub mod pack;
 pub mod registry;

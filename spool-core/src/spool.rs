@@ -35,9 +35,10 @@ pub use names::{file_kind, ordinal_dir_name, parse_ordinal_dir, FileKind};
 pub use recovery::{Recovery, RecoveryReport, RecoveryStep, SetAside};
 pub use stage::set_pause_before_publish;
 pub use walk::file_type_name;
-use walk::fsync_dir;
+pub(crate) use walk::fsync_dir;
 
-/// Reserved for a future upload hand-off; no walk enters it.
+/// Where a live owner consents to the hand-off of its packs (see
+/// [`crate::handoff`]); no walk enters it.
 pub const REFS_DIR: &str = "_refs";
 
 /// How a [`Spool`] opens its directory.

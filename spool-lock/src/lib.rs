@@ -202,6 +202,7 @@ mod probe;
 mod record;
 mod seams;
 mod sys;
+mod watch;
 
 pub use error::{io_verdict, Error, Holder, IoVerdict};
 pub use fdinfo::held_by_this_process;
@@ -216,6 +217,7 @@ pub use record::{OwnerRecord, Producer, Purpose};
 pub use seams::set_filesystem_type_for_testing;
 #[cfg(any(test, feature = "testing"))]
 pub use seams::{testing, HookPoint};
+pub use watch::{Changes, DirWatch};
 
 /// The lock file's name inside a spool directory.
 pub const LOCK_FILE_NAME: &str = ".owner.lock";

@@ -107,7 +107,7 @@ pub fn file_type_name(ft: std::fs::FileType) -> &'static str {
     }
 }
 
-pub(super) fn fsync_dir(dir: &Path) -> Result<(), Error> {
+pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir)
         .and_then(|f| f.sync_all())
         .map_err(|e| Error::io("fsync directory", dir, e))
