@@ -400,11 +400,11 @@ fn port_of(addr: &str) -> Result<u16> {
 }
 
 /// splitmix64: small, seedable, good enough to pick actions.
-pub struct Rng(u64);
+struct Rng(u64);
 
 impl Rng {
     /// The next number.
-    pub fn next(&mut self) -> u64 {
+    fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -412,19 +412,19 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// A number below `n`.
-    pub fn below(&mut self, n: u64) -> u64 {
+    fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
     /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
+    fn chance(&mut self, p: f64) -> bool {
         ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
     /// A number in `[lo, hi)`.
-    pub fn between(&mut self, lo: f64, hi: f64) -> f64 {
+    fn between(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
     }
     /// One of `items`.
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
     }
 }
