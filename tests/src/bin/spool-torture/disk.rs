@@ -50,24 +50,16 @@ pub struct DiskOptions {
     pub read_only: bool,
 }
 
-/// The effective uid of this process (from `/proc/self/status`).
-fn euid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
-}
-
 /// Whether the disk torture can run here: root (for `unshare -m` and
 /// `mount`); else why not.
 pub fn unavailable() -> Option<String> {
-    match euid() {
-        Some(0) => None,
-        Some(uid) => Some(format!(
+    let uid = nix::unistd::geteuid();
+    (!uid.is_root()).then(|| {
+        format!(
             "the disk torture mounts a tmpfs in a private mount namespace (unshare -m, mount -t tmpfs): \
              it needs root, and this process runs as uid {uid}; run it as root (CI does) or leave --disk out"
-        )),
-        None => Some("cannot read the effective uid from /proc/self/status".into()),
-    }
+        )
+    })
 }
 
 /// Whether this process is the re-exec'd one, in its own mount namespace.

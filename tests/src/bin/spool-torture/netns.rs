@@ -497,16 +497,8 @@ impl Pass {
 /// Why the pass cannot run here (not root, no iproute2, no network
 /// namespaces), or `None` when it can.
 pub fn unavailable() -> Option<String> {
-    // the effective uid, from /proc (xtask has no libc dependency)
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        })
-        .unwrap_or_default();
-    if uid != "0" {
+    let uid = nix::unistd::geteuid();
+    if !uid.is_root() {
         return Some(format!(
             "network namespaces need root (effective uid {uid}); run as root (CI does)"
         ));
