@@ -247,6 +247,8 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
             drop(servers);
             Ok(())
         }
+        // a two-node torture pass's own ClickHouse (torture.rs)
+        Some("clickhouse") => torture::own_clickhouse(root, &args[1..]),
         _ => bail!("usage: cargo xtask servers up"),
     }
 }

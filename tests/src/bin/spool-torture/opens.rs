@@ -122,7 +122,7 @@ pub fn look(dir: &Path) -> Option<Look> {
             .is_some_and(|p| p.trim_start().starts_with("blocked"))
     });
     let mut files = Vec::new();
-    super::walk_files(dir, &mut files);
+    crate::walk_files(dir, &mut files);
     let mut out = Look {
         record_pid,
         blocked,

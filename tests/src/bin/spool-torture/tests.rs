@@ -1,4 +1,5 @@
-//! Unit tests of the torture: its RNG, the pack checksum, the kill points.
+//! Unit tests of the torture: its RNG, the pack checksum, addresses, the
+//! seed of the day, the `.open` rule.
 
 use super::*;
 
@@ -12,25 +13,28 @@ fn the_rng_is_seeded() {
 }
 
 #[test]
-fn a_pack_checksum_is_checked() {
-    let mut body = vec![7u8; 100];
-    let hash = Sha256::digest(&body);
-    body.extend_from_slice(&hash);
-    assert_eq!(pack_checksum(&body), Some(hex(&hash)));
-    body[3] ^= 1;
-    assert_eq!(pack_checksum(&body), None);
+fn a_pack_checksum_is_spool_cores_validation() {
+    let id = spool_core::PackId::generate();
+    let mut w = spool_core::PackWriter::new(id, id.timestamp_ms());
+    w.push_record(b"one");
+    w.push_record(b"two");
+    let mut pack = w.finish();
+    let trailer = spool_core::pack::validate_bytes(&pack, Some(id)).unwrap();
+    assert_eq!(pack_checksum(&pack), Some(hex(&trailer.sha256)));
+    // a pack whose hash is right but whose framing is not is refused too
+    assert_eq!(
+        pack_checksum(&spool_core::pack::testing_misframed_pack(id)),
+        None
+    );
+    pack[45] ^= 1;
+    assert_eq!(pack_checksum(&pack), None);
 }
 
 #[test]
-fn the_kill_points_are_spool_cores() {
-    let src = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../spool-core/src/seams.rs"),
-    )
-    .unwrap();
-    let start = src.find("pub const KILL_POINTS").unwrap();
-    let list = &src[start..start + src[start..].find("];").unwrap()];
-    let theirs: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
-    assert_eq!(theirs, KILL_POINTS);
+fn ports_are_read_from_addresses_and_urls() {
+    assert_eq!(port_of("127.0.0.1:4567").unwrap(), 4567);
+    assert_eq!(port_of("http://127.0.0.1:4567/").unwrap(), 4567);
+    assert!(port_of("http://127.0.0.1").is_err());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! disk and read-only spool"): each run's spool root is on a small tmpfs
 //! (`--tmpfs-mib N`, 32 MiB by default) mounted in a private mount
 //! namespace, so the mount vanishes with the process and nothing leaks on
-//! the host. xtask re-execs itself under `unshare -m --propagation private`
+//! the host. `spool-torture` re-execs itself under `unshare -m --propagation private`
 //! for that (root only: anyone else is refused, saying so).
 //!
 //! On a seeded schedule the scheduler:
@@ -32,9 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::Rng;
+use crate::Rng;
 
-/// Set in the environment of the re-exec'd xtask: it runs in its own
+/// Set in the environment of the re-exec'd `spool-torture`: it runs in its own
 /// private mount namespace.
 const IN_NAMESPACE: &str = "SPOOL_TORTURE_MOUNT_NS";
 
@@ -50,24 +50,16 @@ pub struct DiskOptions {
     pub read_only: bool,
 }
 
-/// The effective uid of this process (from `/proc/self/status`).
-fn euid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
-}
-
 /// Whether the disk torture can run here: root (for `unshare -m` and
 /// `mount`); else why not.
 pub fn unavailable() -> Option<String> {
-    match euid() {
-        Some(0) => None,
-        Some(uid) => Some(format!(
+    let uid = nix::unistd::geteuid();
+    (!uid.is_root()).then(|| {
+        format!(
             "the disk torture mounts a tmpfs in a private mount namespace (unshare -m, mount -t tmpfs): \
              it needs root, and this process runs as uid {uid}; run it as root (CI does) or leave --disk out"
-        )),
-        None => Some("cannot read the effective uid from /proc/self/status".into()),
-    }
+        )
+    })
 }
 
 /// Whether this process is the re-exec'd one, in its own mount namespace.
@@ -75,13 +67,13 @@ pub fn in_namespace() -> bool {
     std::env::var_os(IN_NAMESPACE).is_some()
 }
 
-/// Runs this very xtask again with `args` under `unshare -m --propagation
+/// Runs this very binary again with `args` under `unshare -m --propagation
 /// private` and returns its success; fails if not root.
 pub fn reexec(args: &[String]) -> Result<()> {
     if let Some(why) = unavailable() {
         bail!("torture --disk: {why}");
     }
-    let me = std::env::current_exe().context("finding the xtask binary to re-exec")?;
+    let me = std::env::current_exe().context("finding the spool-torture binary to re-exec")?;
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "--propagation", "private"])
         .arg(&me)

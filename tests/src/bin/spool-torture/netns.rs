@@ -38,11 +38,13 @@
 //! store with its checksum and indexed exactly once as read; nothing is left
 //! under either root.
 
-use super::{pack_checksum, remote, walk_files, Rng};
+use crate::destination::{self, Catalog};
+use crate::{pack_checksum, walk_files, Rng};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The lease TTL of both daemons (whole seconds).
@@ -250,41 +252,56 @@ impl Drop for Net {
     }
 }
 
-/// The prefix of a pass's ClickHouse state directory under
-/// `<root>/target/xtask` (the pass's pid follows).
-const CLICKHOUSE_DIR: &str = "lease-netns-clickhouse-";
+/// A ClickHouse of the pass's own, listening on 127.0.0.1 and the
+/// bridge's address: `$SPOOL_TORTURE_XTASK servers clickhouse --listen
+/// ADDR` (xtask installs and starts it as for `servers up`, and stops it and
+/// removes its state once its stdin closes: on drop, or when this process
+/// dies).
+struct OwnClickHouse {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// Its HTTP port.
+    port: u16,
+}
 
-/// A directory removed (whole) on drop.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!(
-                    "torture --lease-netns: could not remove {}: {e}",
-                    self.0.display()
-                );
+impl OwnClickHouse {
+    fn start(listen: &str) -> Result<OwnClickHouse> {
+        let xtask = std::env::var_os("SPOOL_TORTURE_XTASK").context(
+            "SPOOL_TORTURE_XTASK is not set: run the two-node pass through `cargo xtask torture \
+             --lease-netns`, which starts its ClickHouse",
+        )?;
+        let mut child = Command::new(&xtask)
+            .args(["servers", "clickhouse", "--listen", listen])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {xtask:?} servers clickhouse"))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().context("xtask's stdout")?;
+        let mut port = None;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.context("reading xtask servers clickhouse")?;
+            if let Some(v) = line.strip_prefix("export SPOOL_TEST_CLICKHOUSE_HTTP=") {
+                port = Some(crate::port_of(v.trim_matches('\''))?);
+                break;
             }
         }
+        let port =
+            port.context("xtask servers clickhouse printed no SPOOL_TEST_CLICKHOUSE_HTTP")?;
+        Ok(OwnClickHouse { child, stdin, port })
     }
 }
 
-/// Removes the ClickHouse state directories of earlier passes under `dir`
-/// whose process is gone (a pass killed before its own cleanup ran).
-fn sweep_stale_clickhouse(dir: &Path) {
-    for d in super::read_dir(dir) {
-        let name = d.file_name().map(|n| n.to_string_lossy().into_owned());
-        let Some(pid) = name
-            .as_deref()
-            .and_then(|n| n.strip_prefix(CLICKHOUSE_DIR))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            drop(RemoveOnDrop(d));
+impl Drop for OwnClickHouse {
+    fn drop(&mut self) {
+        drop(self.stdin.take()); // xtask stops the server and removes its state
+        let until = Instant::now() + Duration::from_secs(30);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
         }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -326,8 +343,9 @@ struct Pass {
     bin: PathBuf,
     store_dir: PathBuf,
     catalog: String,
+    /// The catalog as the oracle reads it (from the host, on 127.0.0.1).
+    catalog_read: Catalog,
     port: u16,
-    db: String,
     env: Vec<(String, String)>,
     nodes: Vec<Node>,
     figures: NetnsFigures,
@@ -418,41 +436,33 @@ impl Pass {
         Ok(())
     }
 
-    fn table(&self, suffix: &str) -> Result<String> {
-        let t = remote::clickhouse(self.port, &format!("SHOW TABLES FROM {}", self.db))?;
-        t.lines()
-            .find(|l| l.ends_with(suffix))
-            .map(|l| format!("{}.{l}", self.db))
-            .with_context(|| format!("no *{suffix} table in {} (tables: {t:?})", self.db))
-    }
-
+    /// Every claim of the lease both nodes compete for (`lease_scope =
+    /// catalog`: its name is the catalog key, the directory under each
+    /// node's root), by term.
     fn claims(&self) -> Result<Vec<Claim>> {
-        let Ok(lease) = self.table("lease") else {
-            return Ok(Vec::new());
-        };
-        let text = remote::clickhouse(
-            self.port,
-            &format!(
-                "SELECT term, toString(lease_id), holder, acquired_at_ms, expires_at_ms FROM {lease} \
-                 ORDER BY term, lease_id FORMAT TabSeparated"
-            ),
-        )?;
-        let mut out = Vec::new();
-        for l in text.lines() {
-            let f: Vec<&str> = l.split('\t').collect();
-            if f.len() != 5 {
-                bail!("a lease row of 5 fields expected: {l:?}");
-            }
-            out.push(Claim {
-                term: f[0].parse()?,
-                lease_id: f[1].into(),
-                holder: f[2].into(),
-                acquired: f[3].parse()?,
-                expires: f[4].parse()?,
-                end: f[4].parse()?,
+        let key = crate::read_dir(&self.nodes[0].root)
+            .into_iter()
+            .find_map(|d| {
+                let name = d.file_name()?.to_str()?.to_string();
+                spool_core::layout::is_catalog_key(&name).then_some(name)
             });
-        }
-        Ok(out)
+        let Some(key) = key else {
+            return Ok(Vec::new()); // nothing started there yet
+        };
+        let log = self
+            .catalog_read
+            .lease_log(&spool_catalog::catalog_lease_name(&key))?;
+        Ok(log
+            .into_iter()
+            .map(|r| Claim {
+                term: r.term,
+                lease_id: r.lease_id.to_string(),
+                holder: r.holder,
+                acquired: r.acquired_at_ms,
+                expires: r.expires_at_ms,
+                end: r.expires_at_ms,
+            })
+            .collect())
     }
 
     /// The node whose daemon wrote this holder string (`host:pid:dir`).
@@ -487,16 +497,8 @@ impl Pass {
 /// Why the pass cannot run here (not root, no iproute2, no network
 /// namespaces), or `None` when it can.
 pub fn unavailable() -> Option<String> {
-    // the effective uid, from /proc (xtask has no libc dependency)
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        })
-        .unwrap_or_default();
-    if uid != "0" {
+    let uid = nix::unistd::geteuid();
+    if !uid.is_root() {
         return Some(format!(
             "network namespaces need root (effective uid {uid}); run as root (CI does)"
         ));
@@ -521,36 +523,23 @@ pub fn unavailable() -> Option<String> {
 /// Runs a pass of `secs` seconds of faults with `seed`; fails if a rule
 /// broke (after printing the seed and the command). Skips (Ok, `None`),
 /// saying why, when [`unavailable`].
-pub fn lease_netns(root: &Path, bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigures>> {
+pub fn lease_netns(bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigures>> {
     if let Some(why) = unavailable() {
         eprintln!("torture --lease-netns: SKIPPED: {why}");
         return Ok(None);
     }
     eprintln!("torture --lease-netns: seed {seed}, {secs} s of faults");
-    sweep_stale_clickhouse(&root.join("target/xtask"));
     let net = Net::up().context("setting up the namespaces (root, iproute2)")?;
-    let work = crate::target_dir(root).join(format!("xtask/lease-netns-{seed}"));
+    let work = crate::target_dir()?.join(format!("xtask/lease-netns-{seed}"));
     if work.exists() {
         std::fs::remove_dir_all(&work)?;
     }
     std::fs::create_dir_all(work.join("bin"))?;
     let own_bin = work.join("bin/spool-with-seams");
     std::fs::copy(bin, &own_bin).with_context(|| format!("copying {} (built?)", bin.display()))?;
-    // ClickHouse's state goes with the pass, whatever way it ends (declared
-    // before `ch`, so it drops after the server has stopped)
-    let ch_name = format!("{CLICKHOUSE_DIR}{}", std::process::id());
-    let _ch_dir = RemoveOnDrop(root.join("target/xtask").join(&ch_name));
-    let ch =
-        crate::servers::clickhouse::start_on(root, &ch_name, std::slice::from_ref(&net.host_addr))?;
-    let http = ch
-        .env
-        .iter()
-        .find(|(k, _)| k == "SPOOL_TEST_CLICKHOUSE_HTTP")
-        .map(|(_, v)| v.clone())
-        .context("ClickHouse's HTTP address")?;
-    let port: u16 = http.rsplit(':').next().unwrap_or_default().parse()?;
+    let ch = OwnClickHouse::start(&net.host_addr)?;
+    let port = ch.port;
     let db = format!("lease_netns_{seed}");
-    remote::clickhouse(port, &format!("CREATE DATABASE IF NOT EXISTS {db}"))?;
     let store_dir = work.join("store");
     std::fs::create_dir_all(&store_dir)?;
     let mut nodes = Vec::new();
@@ -567,29 +556,29 @@ pub fn lease_netns(root: &Path, bin: &Path, seed: u64, secs: f64) -> Result<Opti
     }
     let mut pass = Pass {
         catalog: format!("clickhouse://{}:{port}/{db}", net.host_addr),
+        catalog_read: Catalog::open(&format!("clickhouse://127.0.0.1:{port}/{db}"))?,
         dir: work.clone(),
         bin: own_bin,
         store_dir,
         port,
-        db,
         env: vec![
             ("RUST_LOG".into(), "warn".into()),
             ("SPOOL_LEASE_SCOPE".into(), "catalog".into()),
             (
                 "SPOOL_STAGING_MAX_AGE".into(),
-                super::STAGING_MAX_AGE.into(),
+                crate::STAGING_MAX_AGE.into(),
             ),
             (
                 "SPOOL_STOP_FLUSH_TIMEOUT".into(),
-                super::STOP_FLUSH_TIMEOUT.into(),
+                crate::STOP_FLUSH_TIMEOUT.into(),
             ),
             (
                 "SPOOL_CLIENT_REQUEST_TIMEOUT".into(),
-                super::CLIENT_REQUEST_TIMEOUT.into(),
+                crate::CLIENT_REQUEST_TIMEOUT.into(),
             ),
             (
                 "SPOOL_CATALOG_REQUEST_TIMEOUT".into(),
-                super::CATALOG_REQUEST_TIMEOUT.into(),
+                crate::CATALOG_REQUEST_TIMEOUT.into(),
             ),
         ],
         nodes,
@@ -741,7 +730,7 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
     }
     p.figures.packs = reported.len() as u64;
     let claims = p.claims()?;
-    let packs = p.table("packs")?;
+    let packs = destination::packs_table(p.catalog_read.url())?;
     // for a failing pass's post-mortem (the directory is kept then; the
     // database goes with ClickHouse)
     let mut record = String::from("# fault windows: node from_ms to_ms\n");
@@ -755,7 +744,7 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
             c.term, c.lease_id, c.holder, c.acquired, c.expires
         ));
     }
-    let rows_ms = remote::clickhouse(
+    let rows_ms = destination::clickhouse_text(
         p.port,
         &format!("SELECT indexed_at_ms, count() FROM {packs} GROUP BY indexed_at_ms ORDER BY indexed_at_ms FORMAT TabSeparated"),
     )?;
@@ -821,7 +810,7 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
     }
     p.figures.handovers = handovers;
     // (2) every raw row inside its node's claim, outside the others'
-    let rows = remote::clickhouse(
+    let rows = destination::clickhouse_text(
         p.port,
         &format!("SELECT pack_id, indexed_at_ms FROM {packs} FORMAT TabSeparated"),
     )?;
@@ -894,23 +883,12 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
         }
     }
     // (4) every reported pack: in the store with its checksum, indexed once
-    let read = remote::clickhouse(
-        p.port,
-        &format!(
-            "SELECT pack_id, sha256, object_key, count() FROM {packs} FINAL GROUP BY pack_id, sha256, object_key FORMAT TabSeparated"
-        ),
-    )?;
     let mut as_read: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    for l in read.lines() {
-        let f: Vec<&str> = l.split('\t').collect();
-        if f.len() == 4 {
-            for _ in 0..f[3].parse::<u64>().unwrap_or(1) {
-                as_read
-                    .entry(f[0].into())
-                    .or_default()
-                    .push((f[1].into(), f[2].into()));
-            }
-        }
+    for row in p.catalog_read.rows()? {
+        as_read
+            .entry(row.pack_id)
+            .or_default()
+            .push((row.sha256, row.object_key));
     }
     for (id, (sha, node)) in &reported {
         match as_read.get(id).map(Vec::as_slice) {

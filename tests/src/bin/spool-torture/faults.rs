@@ -20,7 +20,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::Rng;
+use crate::Rng;
 
 /// The kinds of fault window, as counted and printed.
 pub const KINDS: &[&str] = &[
@@ -107,7 +107,7 @@ impl FaultProxy {
         let addr = first
             .strip_prefix("listening ")
             .with_context(|| format!("fault-proxy for {name} said {first:?}"))?;
-        p.port = super::remote_port(addr)?;
+        p.port = crate::port_of(addr)?;
         Ok(p)
     }
 

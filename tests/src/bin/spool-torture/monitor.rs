@@ -1,0 +1,399 @@
+//! The threads of a crash run: the readers of each process's stdout
+//! (`ID SHA256` per durable pack) and stderr, the monitor of live owners'
+//! directories (a change nobody but the owner may make is a problem), the
+//! watch of dead owners' directories for the `.open` rule ([`crate::opens`])
+//! and the watch of the catalog (a row read before its object is a
+//! problem). What they find goes into [`Shared`].
+
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::destination::{Catalog, StoreAt};
+use crate::figures::Figures;
+use crate::{hex, opens, walk_files};
+
+/// A digest of one file of a live directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sig {
+    size: u64,
+    mtime_ns: i128,
+    sha: [u8; 32],
+}
+
+impl std::fmt::Display for Sig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sha = hex(&self.sha);
+        write!(
+            f,
+            "{} bytes, mtime {} ns, sha256 {}",
+            self.size,
+            self.mtime_ns,
+            &sha[..16]
+        )
+    }
+}
+
+/// A live owner, as the monitor watches it.
+#[derive(Default)]
+pub struct Owner {
+    /// Its rank directory (from its stderr).
+    dir: Option<PathBuf>,
+    /// It lives (the scheduler has not signalled it, it has not finished).
+    live: bool,
+    /// Its files may not disappear (no service of its own removes them).
+    check_lost: bool,
+    /// Its `.open` files are stages in flight that may not disappear.
+    paused: bool,
+    /// Packs it will report before it exits by itself (sink-only).
+    expect: Option<u64>,
+    reported: u64,
+    last: Option<BTreeMap<PathBuf, Sig>>,
+    pid: u32,
+    /// What it is, for reports.
+    what: String,
+    /// Once dead: its directory's adoptions, for the `.open` rule.
+    watch: opens::Watch,
+    /// Dead and its directory gone (or the rule reported): no more looks.
+    settled: bool,
+}
+
+/// What [`Board`] holds.
+#[derive(Default)]
+struct Shared {
+    /// pack id → (sha256, reporting process).
+    durable: BTreeMap<String, (String, usize)>,
+    owners: BTreeMap<usize, Owner>,
+    problems: Vec<String>,
+    live_touched: u64,
+    duplicates: u64,
+    /// Catalog rows seen (while the run went on) before their object.
+    early_rows: BTreeSet<String>,
+    /// Adoptions seen past their sweep ([`Figures::adoptions_swept`]).
+    adoptions_swept: u64,
+}
+
+impl Owner {
+    /// A producer just started: live, watched as `what` says.
+    pub fn new(
+        pid: u32,
+        what: String,
+        check_lost: bool,
+        paused: bool,
+        expect: Option<u64>,
+    ) -> Owner {
+        Owner {
+            live: true,
+            check_lost,
+            paused,
+            expect,
+            pid,
+            what,
+            ..Owner::default()
+        }
+    }
+}
+
+/// What the reader and monitor threads share with the scheduler, behind
+/// one lock.
+#[derive(Clone, Default)]
+pub struct Board(Arc<Mutex<Shared>>);
+
+impl Board {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a broken rule.
+    pub fn problem(&self, p: String) {
+        self.lock().problems.push(p);
+    }
+
+    /// Records broken rules.
+    pub fn problems(&self, ps: Vec<String>) {
+        self.lock().problems.extend(ps);
+    }
+
+    /// Whether a rule broke so far.
+    pub fn failed(&self) -> bool {
+        !self.lock().problems.is_empty()
+    }
+
+    /// Watches process `i` as a live owner.
+    pub fn add_owner(&self, i: usize, owner: Owner) {
+        self.lock().owners.insert(i, owner);
+    }
+
+    /// Process `i` is no live owner any more (signalled or exited).
+    pub fn owner_gone(&self, i: usize) {
+        if let Some(o) = self.lock().owners.get_mut(&i) {
+            o.live = false;
+        }
+    }
+
+    /// Process `i`'s paused stage was released: its `.open` may go.
+    pub fn unpaused(&self, i: usize) {
+        if let Some(o) = self.lock().owners.get_mut(&i) {
+            o.paused = false;
+        }
+    }
+
+    /// What producers reported durable: pack id → (sha256, process).
+    pub fn durable(&self) -> BTreeMap<String, (String, usize)> {
+        self.lock().durable.clone()
+    }
+
+    /// Adds what the threads counted to a run's `figures`; returns the
+    /// rules broken.
+    pub fn tally(&self, figures: &mut Figures) -> Vec<String> {
+        let s = self.lock();
+        figures.packs = s.durable.len() as u64;
+        figures.live_touched = s.live_touched;
+        figures.rows_before_object = s.early_rows.len() as u64;
+        figures.adoptions_swept = s.adoptions_swept;
+        figures.duplicates += s.duplicates;
+        s.problems.clone()
+    }
+}
+
+/// A producer's stdout: `ID SHA256` per durable pack.
+pub fn read_reports(
+    out: impl Read,
+    i: usize,
+    shared: &Board,
+    last: &Mutex<(u64, Option<Instant>)>,
+) {
+    for line in BufReader::new(out).lines() {
+        let Ok(line) = line else { break };
+        let mut parts = line.split_whitespace();
+        let (Some(id), Some(sha)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        {
+            let mut l = last.lock().unwrap_or_else(|e| e.into_inner());
+            *l = (l.0 + 1, Some(Instant::now()));
+        }
+        let mut s = shared.lock();
+        if let Some((_, other)) = s.durable.get(id) {
+            let other = *other;
+            s.duplicates += 1;
+            s.problems
+                .push(format!("pack id {id} reported by #{other} and #{i}"));
+        }
+        s.durable.insert(id.to_string(), (sha.to_string(), i));
+        if let Some(o) = s.owners.get_mut(&i) {
+            o.reported += 1;
+            // a sink-only producer's last pack: it lets go next
+            if o.expect == Some(o.reported) {
+                o.live = false;
+            }
+        }
+    }
+}
+
+/// A process's stderr: kept (for reports), and the rank directory it
+/// claimed noted for the monitor.
+pub fn read_stderr(err: impl Read, i: usize, shared: &Board, buf: &Mutex<String>) {
+    for line in BufReader::new(err).lines() {
+        let Ok(line) = line else { break };
+        if let Some(dir) = line.strip_prefix("spool: rank directory ") {
+            if let Some(o) = shared.lock().owners.get_mut(&i) {
+                o.dir = Some(PathBuf::from(dir.trim()));
+            }
+        }
+        let mut b = buf.lock().unwrap_or_else(|e| e.into_inner());
+        if b.len() < 1 << 20 {
+            b.push_str(&line);
+            b.push('\n');
+        }
+    }
+}
+
+/// Digests every live owner's directory until `stop`, recording changes
+/// only the owner may make.
+pub fn monitor(shared: &Board, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let watched: Vec<(usize, PathBuf)> = shared
+            .lock()
+            .owners
+            .iter()
+            .filter(|(_, o)| o.live)
+            .filter_map(|(i, o)| o.dir.clone().map(|d| (*i, d)))
+            .collect();
+        for (i, dir) in watched {
+            let now = digest(&dir);
+            let mut s = shared.lock();
+            let Some(o) = s.owners.get_mut(&i) else {
+                continue;
+            };
+            // dead since the digest began: whatever changed is not a touch
+            if !o.live {
+                continue;
+            }
+            let mut touched = Vec::new();
+            if let Some(before) = &o.last {
+                match &now {
+                    None if o.check_lost => {
+                        touched.push(format!("directory {} vanished", dir.display()))
+                    }
+                    None => {}
+                    Some(now) => {
+                        for (name, sig) in before {
+                            let is_open = name.to_string_lossy().ends_with(".open");
+                            match now.get(name) {
+                                Some(n) if n != sig => touched.push(format!(
+                                    "{} changed ({sig} -> {n})",
+                                    dir.join(name).display()
+                                )),
+                                Some(_) => {}
+                                None if is_open && !o.paused => {}
+                                None if o.check_lost || is_open => touched
+                                    .push(format!("{} disappeared", dir.join(name).display())),
+                                None => {}
+                            }
+                        }
+                    }
+                }
+            }
+            let (pid, what) = (o.pid, o.what.clone());
+            if now.is_some() {
+                o.last = now;
+            }
+            // An owner that died by itself (an engine's kill point) may be
+            // adopted before the scheduler reaps it: a change seen once it
+            // is gone is no touch of a live owner's files.
+            if !touched.is_empty() && !process_alive(pid) {
+                o.live = false;
+                continue;
+            }
+            if !touched.is_empty() {
+                s.live_touched += touched.len() as u64;
+                for t in touched {
+                    s.problems.push(format!(
+                        "live directory of #{i} {what} (pid {pid}, alive): {t}"
+                    ));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+}
+
+/// Looks at every dead owner's directory every 5 ms until `stop` (names
+/// only, so a look is cheap and an adoption's drain is seen mid-way).
+pub fn watch_adoptions(shared: &Board, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        watch_dead(shared);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One look at every dead owner's directory (names only): once an
+/// adopter has removed one of its ready packs, no `.open` may be left in
+/// it ([`opens`]).
+fn watch_dead(shared: &Board) {
+    let dead: Vec<(usize, PathBuf)> = shared
+        .lock()
+        .owners
+        .iter()
+        .filter(|(_, o)| !o.live && !o.settled)
+        .filter_map(|(i, o)| o.dir.clone().map(|d| (*i, d)))
+        .collect();
+    for (i, dir) in dead {
+        let look = opens::look(&dir);
+        let mut s = shared.lock();
+        let Some(o) = s.owners.get_mut(&i) else {
+            continue;
+        };
+        let pid = o.pid;
+        let what = o.what.clone();
+        match o.watch.see(pid, look) {
+            opens::Seen::Nothing => {}
+            opens::Seen::Gone => o.settled = true,
+            opens::Seen::Swept { .. } => s.adoptions_swept += 1,
+            opens::Seen::Outlived { pid: adopter, open } => {
+                o.settled = true;
+                let names: Vec<String> = open.iter().map(|f| f.display().to_string()).collect();
+                s.problems.push(format!(
+                    "a `.open` outlived its owner past one adoption: {} of dead #{i} {what} (pid {pid}) \
+                     still holds {} after its adopter (pid {adopter} in the owner record) removed a ready pack or blocked it with none left: \
+                     that adopter's recovery should have swept it",
+                    dir.display(),
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last `)`
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Reads the catalog (`spool ls --json`) over and over while the run goes
+/// on: a row is only ever inserted after its object is durable, so every
+/// row read must have its object already (rows are read first, objects
+/// looked at after).
+pub fn watch_catalog(catalog: &Catalog, store: &StoreAt, shared: &Board, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(250));
+        // not created yet, or busy: the next read tells
+        let Ok(rows) = catalog.rows() else {
+            continue;
+        };
+        for row in rows {
+            if !store.has(&row.object_key) {
+                let mut s = shared.lock();
+                if s.early_rows.insert(row.pack_id.clone()) {
+                    s.problems.push(format!(
+                        "catalog row {} was read while its object {} was not in the store",
+                        row.pack_id, row.object_key
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Every file under `dir` (relative path → digest), or `None` if `dir`
+/// is gone.
+fn digest(dir: &Path) -> Option<BTreeMap<PathBuf, Sig>> {
+    if !dir.is_dir() {
+        return None;
+    }
+    let mut files = Vec::new();
+    walk_files(dir, &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let Ok(meta) = std::fs::symlink_metadata(&f) else {
+            continue; // gone between the listing and now: next round says
+        };
+        let Ok(bytes) = std::fs::read(&f) else {
+            continue;
+        };
+        use std::os::unix::fs::MetadataExt;
+        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        let rel = f.strip_prefix(dir).unwrap_or(&f).to_path_buf();
+        out.insert(
+            rel,
+            Sig {
+                size: meta.len(),
+                mtime_ns,
+                sha: Sha256::digest(&bytes).into(),
+            },
+        );
+    }
+    Some(out)
+}
