@@ -56,7 +56,7 @@ pub fn shared() -> Shared {
 #[derive(Debug)]
 pub struct Health {
     unhealthy_after: Duration,
-    marker: (u64, u64, u64, u64, u64),
+    marker: (u64, u64, u64, u64, u64, u64),
     moved_at: Instant,
 }
 
@@ -65,7 +65,7 @@ impl Health {
     pub fn new(unhealthy_after: Duration) -> Health {
         Health {
             unhealthy_after,
-            marker: (0, 0, 0, 0, 0),
+            marker: (0, 0, 0, 0, 0, 0),
             moved_at: Instant::now(),
         }
     }
@@ -92,6 +92,7 @@ impl Health {
             s.uploaded,
             s.indexed,
             s.adopted_packs,
+            s.hand_off.shipped,
             s.quarantined,
             s.rejected,
         );
@@ -191,6 +192,24 @@ impl Collector for SnapshotCollector {
             "adopted_packs",
             "Sibling packs uploaded by this service.",
             s.adopted_packs,
+        )?;
+        counter(
+            e,
+            "handed_off_shipped",
+            "Packs live sink-only owners handed off, indexed by this service.",
+            s.hand_off.shipped,
+        )?;
+        counter(
+            e,
+            "handed_off_confirmed",
+            "Handed-off packs whose owners were told their rows are confirmed.",
+            s.hand_off.confirmed,
+        )?;
+        counter(
+            e,
+            "handed_off_refused",
+            "Consent refs refused (no valid pack behind them).",
+            s.hand_off.refused,
         )?;
         counter(
             e,

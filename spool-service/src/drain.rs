@@ -48,7 +48,7 @@ use crate::bound::{human, Cut, InFlight};
 
 pub(crate) use counters::{Counters, Progress};
 pub use job::PackOutcome;
-pub(crate) use job::{Job, Source};
+pub(crate) use job::{Home, Job, Source};
 
 /// How a [`Drain`] is put together (see `StorageService::start`).
 pub(crate) struct DrainParts {
@@ -96,6 +96,8 @@ pub(crate) struct Drain {
     backlog: Vec<Job>,
     /// Packs validated and not yet indexed, by id.
     summaries: HashMap<PackId, PackSummary>,
+    /// Handed-off packs indexed whose owners are not yet told.
+    confirmable: Vec<Job>,
     counters: Counters,
     inflight: InFlight,
 }
@@ -116,6 +118,7 @@ impl Drain {
             own: p.own,
             backlog: Vec::new(),
             summaries: HashMap::new(),
+            confirmable: Vec::new(),
             counters: Counters::new(p.progress),
             inflight: p.inflight,
         }
@@ -195,12 +198,18 @@ impl Drain {
         self.own
     }
 
+    /// The handed-off packs indexed since the last call: their owners are
+    /// to be told (`crate::handoff`).
+    pub(crate) fn take_confirmable(&mut self) -> Vec<Job> {
+        std::mem::take(&mut self.confirmable)
+    }
+
     /// Drops the owed jobs of `dir`, a directory let go of: its files stay
     /// for whoever takes it next (see the module doc).
     pub(crate) fn forget(&mut self, dir: &Path) {
         let (gone, kept) = std::mem::take(&mut self.backlog)
             .into_iter()
-            .partition(|j| j.spool().dir() == dir);
+            .partition(|j| j.dir() == dir);
         self.backlog = kept;
         for job in gone {
             self.summaries.remove(&job.pack().id);
@@ -210,10 +219,13 @@ impl Drain {
     /// Renames an own pack that failed for good to `<id>.rejected` (a
     /// person decides) and counts it; false when the rename failed.
     pub(crate) async fn reject(&mut self, job: &Job, why: String) -> bool {
-        let (spool, pack) = (job.spool().clone(), job.pack().clone());
+        let Home::Spool(spool) = job.home() else {
+            return false; // never touched in a live owner's directory
+        };
+        let (spool, pack) = (spool.clone(), job.pack().clone());
         match tokio::task::spawn_blocking(move || spool.reject(&pack, &why)).await {
             Ok(Ok(aside)) => {
-                tracing::error!(dir = %job.spool().dir().display(), pack = %aside.path.display(),
+                tracing::error!(dir = %job.dir().display(), pack = %aside.path.display(),
                     "pack failed non-retryably; renamed .rejected (a person decides): {}", aside.reason);
                 self.counters.count_rejected();
                 true
@@ -226,7 +238,17 @@ impl Drain {
     /// counted, reported by `spool verify`). The reason is the corruption
     /// found (by validation, or by the upload's hash).
     async fn quarantine(&mut self, job: &Job, why: String) {
-        let (spool, p) = (job.spool().clone(), job.pack().clone());
+        self.summaries.remove(&job.pack().id);
+        let Home::Spool(spool) = job.home() else {
+            // a live owner's file is never renamed: its owner keeps it
+            // (adoption quarantines it once the owner is gone)
+            self.note_error(format!(
+                "consented pack {} is not a valid pack ({why}): not shipped, left with its owner",
+                job.pack().path.display()
+            ));
+            return;
+        };
+        let (spool, p) = (spool.clone(), job.pack().clone());
         match tokio::task::spawn_blocking(move || spool.quarantine(&p, &why)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => self.note_error(format!(
@@ -238,7 +260,6 @@ impl Drain {
                 job.pack().path.display()
             )),
         }
-        self.summaries.remove(&job.pack().id);
         self.counters.count_quarantined();
     }
 
@@ -254,7 +275,6 @@ impl Drain {
             source_host: job.source().host().to_string(),
             source_pid: job.source().pid(),
             rank_dir: job
-                .spool()
                 .dir()
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())

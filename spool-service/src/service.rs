@@ -1,6 +1,6 @@
 //! The storage service: its runtime, loop, cycle, flush, stop and snapshot.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,7 @@ use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
 use crate::drain::{Drain, DrainParts, PackOutcome, Progress};
+use crate::handoff::Shipper;
 use crate::snapshot::Snapshot;
 use crate::Error;
 
@@ -137,6 +138,13 @@ struct Core {
     own_left: usize,
     /// Where this directory's sinks publish (the snapshot's `staged`).
     registry: Arc<spool_core::registry::Registry>,
+    /// Ships live sink-only owners' consented packs (with adoption on:
+    /// the adopter lease makes this service the node's shipper).
+    shipper: Option<Shipper>,
+    /// Owners the registry said changed since the last hand-off step.
+    dirty_owners: HashSet<PathBuf>,
+    /// The next hand-off step looks at every owner.
+    rescan_owners: bool,
 }
 
 /// The storage service. Owns its tokio runtime; its API is
@@ -313,6 +321,9 @@ impl StorageService {
             a.owe_look();
             a
         });
+        let shipper = cfg
+            .adopt
+            .then(|| Shipper::new(&key_dir, &cfg.dir, cfg.registry.clone()));
         let drain = Drain::new(DrainParts {
             uploader,
             catalog: cfg.catalog.clone(),
@@ -337,6 +348,9 @@ impl StorageService {
             lease_task,
             own_left: 0,
             registry: cfg.registry.clone(),
+            shipper,
+            dirty_owners: HashSet::new(),
+            rescan_owners: true,
         }));
         *self.shared.lease.lock().unwrap_or_else(|e| e.into_inner()) =
             core.try_lock().ok().and_then(|c| c.drain.lease_receiver());
@@ -577,18 +591,29 @@ impl Drop for StorageService {
     }
 }
 
-/// Resolves once a sink of `dir` published (the registry's inbox names
-/// `dir`); a wake for other directories only (another service's sinks in
-/// this process) drains the inbox and keeps waiting, so the loop scans its
-/// directory only when it changed, or on its poll interval.
-async fn registry_wake(reader: &Reader, aw: &AtomicWaker, dir: &std::path::Path) {
+/// Resolves once the registry's inbox names a directory `wanted` accepts
+/// (the own directory, whose sinks published; with a shipper, the key
+/// directory or an owner under it), with every such directory named; a
+/// wake naming only others (another service's sinks in this process)
+/// drains the inbox and keeps waiting, so the loop looks only at what
+/// changed, or on its poll interval.
+async fn registry_wake(
+    reader: &Reader,
+    aw: &AtomicWaker,
+    wanted: impl Fn(&std::path::Path) -> bool,
+) -> HashSet<PathBuf> {
     futures::future::poll_fn(|cx| loop {
         aw.register(cx.waker());
         if !reader.is_armed() {
             return Poll::Pending;
         }
-        if reader.take_dirty().contains(dir) {
-            return Poll::Ready(());
+        let dirty: HashSet<PathBuf> = reader
+            .take_dirty()
+            .into_iter()
+            .filter(|d| wanted(d))
+            .collect();
+        if !dirty.is_empty() {
+            return Poll::Ready(dirty);
         }
     })
     .await
@@ -628,7 +653,15 @@ async fn run_loop(
     max_backoff: Duration,
 ) {
     let mut backoff = Duration::ZERO;
-    let mut lease = core.lock().await.drain.lease_receiver();
+    let (mut lease, ships) = {
+        let c = core.lock().await;
+        (c.drain.lease_receiver(), c.shipper.is_some())
+    };
+    let own = shared.dir.clone();
+    let key = own.parent().map(PathBuf::from).unwrap_or_default();
+    let wanted = |d: &std::path::Path| {
+        d == own.as_path() || (ships && (d == key.as_path() || d.parent() == Some(key.as_path())))
+    };
     let mut acquired = lease.clone();
     let mut latch_seen = false;
     loop {
@@ -685,14 +718,16 @@ async fn run_loop(
         tokio::select! {
             _ = shared.stop.cancelled() => break,
             _ = shared.wake.notified() => {}
-            _ = registry_wake(&reader, &aw, &shared.dir), if backoff.is_zero() => {}
+            dirty = registry_wake(&reader, &aw, wanted), if backoff.is_zero() => {
+                core.lock().await.note_dirty(dirty);
+            }
             // The latch wakes the loop, which lets go of every
             // sibling at once, however long its backoff or poll interval.
             _ = latched(&mut lease), if !latch_seen => latch_seen = true,
             // work gated on the lease (adoption; in catalog scope all of
             // it) goes ahead as soon as the lease is held
             _ = lease_acquired(&mut acquired) => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(wait) => core.lock().await.rescan_owners = true,
         }
     }
     let mut c = core.lock().await;
@@ -744,6 +779,9 @@ impl Core {
             if let Ok(Err(e)) = tokio::task::spawn_blocking(move || spool.reconcile()).await {
                 self.drain.note_error(format!("reconcile: {e}"));
             }
+        }
+        if mode == CycleMode::Loop && !token.is_cancelled() {
+            out.failed |= self.hand_off(&bound, &flag).await;
         }
         watcher.abort();
         if mode == CycleMode::Loop {
@@ -820,6 +858,39 @@ impl Core {
         self.own_left = left;
         out.own_left = left;
         out
+    }
+
+    /// Notes which directories the registry said changed: owners for the
+    /// next hand-off step (the key directory: a new owner, so all of them).
+    fn note_dirty(&mut self, dirty: HashSet<PathBuf>) {
+        let Some(shipper) = &self.shipper else { return };
+        for d in dirty {
+            if shipper.rescans_for(&d) {
+                self.rescan_owners = true;
+            } else if shipper.concerns(&d) {
+                self.dirty_owners.insert(d);
+            }
+        }
+    }
+
+    /// The cycle's hand-off step, while this service holds the node's
+    /// adopter lease (the node's shipper): see `handoff`. Returns whether
+    /// something failed that a retry may fix.
+    async fn hand_off(&mut self, bound: &Bound, flag: &Arc<AtomicBool>) -> bool {
+        let Some(shipper) = self.shipper.as_mut() else {
+            return false;
+        };
+        let lease = self.drain.lease_state();
+        if !lease.as_ref().is_some_and(|s| s.held() && !s.latched) {
+            return false;
+        }
+        let only = if std::mem::take(&mut self.rescan_owners) {
+            self.dirty_owners.clear();
+            None
+        } else {
+            Some(std::mem::take(&mut self.dirty_owners))
+        };
+        shipper.ship(&mut self.drain, only, bound, flag).await
     }
 
     /// One adoption slice: (steps taken, a retryable failure, ended at a
@@ -939,6 +1010,11 @@ impl Core {
             adopted_spools: ad.adopted_spools,
             adopted_packs: ad.adopted_packs,
             adoption_owed: ad.adoption_owed,
+            hand_off: self
+                .shipper
+                .as_ref()
+                .map(Shipper::counts)
+                .unwrap_or_default(),
             live_siblings: ad.live_siblings,
             blocked_siblings: ad.blocked_siblings.iter().map(|b| b.dir.clone()).collect(),
             sibling_bytes: usage.dead_sibling_bytes,

@@ -31,6 +31,9 @@ pub struct Snapshot {
     pub adopted_packs: u64,
     /// Adoptable work not done yet.
     pub adoption_owed: bool,
+    /// The hand-off of live sink-only owners' packs (this service ships
+    /// them while it holds the node's adopter lease).
+    pub hand_off: crate::handoff::HandOffCounts,
     /// Siblings found live at their last probe.
     pub live_siblings: usize,
     /// Siblings nobody adopts until a person acts.

@@ -457,6 +457,13 @@ pub fn snapshot_json(s: &Snapshot) -> Value {
         "adopted_spools": s.adopted_spools,
         "adopted_packs": s.adopted_packs,
         "adoption_owed": s.adoption_owed,
+        "hand_off": {
+            "owners": s.hand_off.owners,
+            "waiting": s.hand_off.waiting,
+            "shipped": s.hand_off.shipped,
+            "confirmed": s.hand_off.confirmed,
+            "refused": s.hand_off.refused,
+        },
         "live_siblings": s.live_siblings,
         "blocked_siblings": s.blocked_siblings,
         "sibling_bytes": s.sibling_bytes,
@@ -660,15 +667,22 @@ impl Progress {
                 std::io::stdout().lock(),
                 "{}",
                 json!({
-                    "event": "progress",
-                    "drained_packs": drained,
-                    "owed_packs": owed,
-                    "pending_index": s.pending_index,
-                    "adopted_spools": s.adopted_spools,
-                    "live_siblings": s.live_siblings,
-                    "blocked_siblings": s.blocked_siblings.len(),
-                    "adoption_owed": s.adoption_owed,
-                })
+                            "event": "progress",
+                            "drained_packs": drained,
+                            "owed_packs": owed,
+                            "pending_index": s.pending_index,
+                            "adopted_spools": s.adopted_spools,
+                            "live_siblings": s.live_siblings,
+                            "blocked_siblings": s.blocked_siblings.len(),
+                            "adoption_owed": s.adoption_owed,
+                "hand_off": {
+                    "owners": s.hand_off.owners,
+                    "waiting": s.hand_off.waiting,
+                    "shipped": s.hand_off.shipped,
+                    "confirmed": s.hand_off.confirmed,
+                    "refused": s.hand_off.refused,
+                },
+                        })
             );
         } else {
             eprintln!(

@@ -166,6 +166,12 @@ impl AdoptionEnv for Env<'_> {
         let spool = held.spool.clone();
         let flag = self.cancel_flag.clone();
         let r = tokio::task::spawn_blocking(move || {
+            // a dead owner's hand-off first: what the shipper confirmed is
+            // removed, never shipped twice (see spool_core::handoff)
+            let settled = spool.settle_hand_off()?;
+            if settled > 0 {
+                tracing::info!(dir = %spool.dir().display(), settled, "removed packs the shipper had confirmed");
+            }
             let rec = spool.begin_recovery()?;
             if !rec.swept.is_empty() || !rec.set_aside.is_empty() {
                 tracing::info!(dir = %spool.dir().display(), swept = rec.swept.len(),

@@ -3,6 +3,7 @@
 //! ([`PackOutcome`], the one answer the service's own work and adoption
 //! both read).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use spool_catalog::PackRow;
@@ -55,13 +56,25 @@ impl Source {
     }
 }
 
+/// Where a job's file lives, which says what may be done to it once its
+/// row is confirmed, or if it is corrupt.
+#[derive(Debug, Clone)]
+pub(crate) enum Home {
+    /// A spool this service holds (its own, or an adopted sibling's): the
+    /// file is removed after its row is confirmed, quarantined if corrupt.
+    Spool(Arc<Spool>),
+    /// A live owner's directory that consented to the hand-off: the file is
+    /// only read; once its row is confirmed the owner is told (see
+    /// `crate::handoff`), and the owner removes it.
+    Owner(PathBuf),
+}
+
 /// One pack to upload and index, or, once uploaded, to index.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
     pack: ReadyPack,
-    /// The spool that holds it: quarantine and removal go through it, and
-    /// its directory is the row's `rank_dir`.
-    spool: Arc<Spool>,
+    /// Where its file lives; its directory is the row's `rank_dir`.
+    home: Home,
     source: Source,
     /// Its catalog row once its upload landed: the job is owed to the
     /// catalog and goes straight to the index stage.
@@ -73,7 +86,18 @@ impl Job {
     pub(crate) fn new(pack: ReadyPack, spool: Arc<Spool>, source: Source) -> Job {
         Job {
             pack,
-            spool,
+            home: Home::Spool(spool),
+            source,
+            row: None,
+        }
+    }
+
+    /// A pack a live owner in `owner_dir` consented to hand off, staged by
+    /// `source`, not yet uploaded.
+    pub(crate) fn handed_off(pack: ReadyPack, owner_dir: PathBuf, source: Source) -> Job {
+        Job {
+            pack,
+            home: Home::Owner(owner_dir),
             source,
             row: None,
         }
@@ -84,9 +108,17 @@ impl Job {
         &self.pack
     }
 
-    /// The spool that holds it.
-    pub(crate) fn spool(&self) -> &Arc<Spool> {
-        &self.spool
+    /// Where its file lives.
+    pub(crate) fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// The spool directory that holds it.
+    pub(crate) fn dir(&self) -> &Path {
+        match &self.home {
+            Home::Spool(s) => s.dir(),
+            Home::Owner(d) => d,
+        }
     }
 
     /// Who staged it.

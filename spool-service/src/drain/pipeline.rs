@@ -66,7 +66,7 @@ use spool_core::{PackId, PackSummary, ReadyPack, Spool};
 use spool_upload::{UploadItem, UploadResult, SMALL_PACK_BYTES};
 use tokio::task::JoinSet;
 
-use super::{Drain, Job, PackOutcome};
+use super::{Drain, Home, Job, PackOutcome};
 use crate::adoption::Cause;
 use crate::bound::{human, Bound, Cut};
 
@@ -507,7 +507,11 @@ impl Drain {
                 let mut files = Vec::with_capacity(batch.len());
                 for job in batch {
                     self.summaries.remove(&job.pack().id);
-                    files.push((job.spool().clone(), job.pack().clone()));
+                    match job.home() {
+                        Home::Spool(spool) => files.push((spool.clone(), job.pack().clone())),
+                        // its owner removes it, once told
+                        Home::Owner(_) => self.confirmable.push(job.clone()),
+                    }
                     st.done.push((job, PackOutcome::Indexed));
                 }
                 // Removed only now, after the catalog's Ok; one

@@ -1,0 +1,305 @@
+//! The node's shipper: the service holding the node's adopter lease ships
+//! the packs live sink-only owners consented to hand off (the protocol and
+//! its files are `spool_core::handoff`'s), through the same drain and fence
+//! as its own, and tells each owner which rows the catalog confirmed.
+//!
+//! # A cycle's hand-off step ([`Shipper::ship`])
+//!
+//! 1. Tell owners about packs indexed since the last step (an owed
+//!    hand-off indexed by the cycle's own work, or a confirmation that
+//!    could not be written before).
+//! 2. List the owners to look at: every rank directory under the key
+//!    (a full rescan: at start, on the poll interval, when a new directory
+//!    appears, after the watch overflowed), or only those the watch saw
+//!    change. Each must be live (its lock held by another process): a dead
+//!    one is adoption's, a held one this service's own.
+//! 3. Read what each consented to (never following a symlink, never
+//!    outside its directory), leaving out what is owed, waiting for its
+//!    confirmation, or refused before; run all of it through the drain in
+//!    one run, so rows of every owner share index batches (one insert
+//!    stream per node).
+//! 4. Tell owners about what the catalog confirmed, and collect the
+//!    confirmations of packs their owners have removed.
+//!
+//! A ref that names no valid pack (a symlink, a directory, a file that
+//! fails validation, a pack changed after consent) is refused: reported
+//! once, never shipped, left with its owner (adoption quarantines it when
+//! the owner is gone); it never holds up another pack or owner. A
+//! confirmation that cannot be written (a read-only filesystem, EACCES) is
+//! reported once per owner and tried again every step; the pack is not
+//! shipped again meanwhile, and stays with its owner.
+
+mod watch;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use spool_core::handoff::{self, Consents};
+use spool_core::registry::Registry;
+use spool_core::siblings::{self, Owner};
+use spool_core::PackId;
+
+use crate::bound::Bound;
+use crate::drain::{Drain, Job, PackOutcome, Source};
+use crate::offload::blocking;
+
+pub(crate) use watch::RefWatch;
+
+/// What the shipper counts (the snapshot's hand-off figures).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HandOffCounts {
+    /// Live owners served in the last full rescan or since.
+    pub owners: u64,
+    /// Consented packs seen waiting to be shipped in the last step.
+    pub waiting: u64,
+    /// Handed-off packs indexed.
+    pub shipped: u64,
+    /// Handed-off packs whose owners were told their rows are confirmed.
+    pub confirmed: u64,
+    /// Refs refused (reported once each).
+    pub refused: u64,
+}
+
+/// One owner as a step read it.
+struct Looked {
+    dir: PathBuf,
+    source: Source,
+    consents: Consents,
+}
+
+/// The shipper (see the module doc).
+pub(crate) struct Shipper {
+    key_dir: PathBuf,
+    own_dir: PathBuf,
+    watch: Option<RefWatch>,
+    /// Owners watched (live when last looked at).
+    served: HashSet<PathBuf>,
+    /// Refs refused, with why: never shipped, reported once.
+    refused: HashMap<PathBuf, String>,
+    /// Packs indexed whose owners are not told yet, by owner.
+    to_confirm: HashMap<PathBuf, Vec<(Option<u32>, PackId)>>,
+    /// Owners whose confirmations could not be written (reported once).
+    confirm_failing: HashSet<PathBuf>,
+    counts: HandOffCounts,
+}
+
+impl Shipper {
+    /// A shipper for the owners under `key_dir` (all but `own_dir`),
+    /// woken through `registry`.
+    pub(crate) fn new(key_dir: &Path, own_dir: &Path, registry: Arc<Registry>) -> Shipper {
+        Shipper {
+            key_dir: key_dir.to_path_buf(),
+            own_dir: own_dir.to_path_buf(),
+            watch: RefWatch::start(key_dir, registry),
+            served: HashSet::new(),
+            refused: HashMap::new(),
+            to_confirm: HashMap::new(),
+            confirm_failing: HashSet::new(),
+            counts: HandOffCounts::default(),
+        }
+    }
+
+    /// The counts so far.
+    pub(crate) fn counts(&self) -> HandOffCounts {
+        self.counts
+    }
+
+    /// Whether a registry wake for `dir` concerns the shipper: the key
+    /// directory, or one of its rank directories other than the own.
+    pub(crate) fn concerns(&self, dir: &Path) -> bool {
+        dir == self.key_dir || (dir.parent() == Some(&self.key_dir) && dir != self.own_dir)
+    }
+
+    /// Whether a registry wake for `dir` asks for a full rescan (a new
+    /// directory under the key).
+    pub(crate) fn rescans_for(&self, dir: &Path) -> bool {
+        dir == self.key_dir
+    }
+
+    /// One hand-off step (see the module doc) over every live owner
+    /// (`only` = `None`) or those named. Returns whether something failed
+    /// that a retry may fix.
+    pub(crate) async fn ship(
+        &mut self,
+        drain: &mut Drain,
+        only: Option<HashSet<PathBuf>>,
+        bound: &Bound,
+        flag: &Arc<AtomicBool>,
+    ) -> bool {
+        self.queue(drain.take_confirmable());
+        self.tell_owners(drain).await;
+        let (key, own) = (self.key_dir.clone(), self.own_dir.clone());
+        let full = only.is_none();
+        let looked = blocking(move || look(&key, &own, only.as_ref()))
+            .await
+            .unwrap_or_default();
+        let owed = drain.owed_ids();
+        let mut jobs = Vec::new();
+        let mut waiting = 0u64;
+        let mut live = HashSet::new();
+        for l in looked {
+            live.insert(l.dir.clone());
+            if !self.served.contains(&l.dir) {
+                if let Some(w) = &self.watch {
+                    w.serve(&l.dir);
+                }
+                self.served.insert(l.dir.clone());
+            }
+            for r in l.consents.refused {
+                self.refuse(r.path, r.why);
+            }
+            let unconfirmed: HashSet<PackId> = self
+                .to_confirm
+                .get(&l.dir)
+                .map(|v| v.iter().map(|(_, id)| *id).collect())
+                .unwrap_or_default();
+            for pack in l.consents.packs {
+                let ref_path = ref_path(&l.dir, &pack);
+                if owed.contains(&pack.id)
+                    || unconfirmed.contains(&pack.id)
+                    || self.refused.contains_key(&ref_path)
+                {
+                    continue;
+                }
+                waiting += 1;
+                jobs.push(Job::handed_off(pack, l.dir.clone(), l.source.clone()));
+            }
+        }
+        if full {
+            self.served.retain(|d| live.contains(d));
+            self.counts.owners = self.served.len() as u64;
+        }
+        self.counts.waiting = waiting;
+        let mut failed = false;
+        if !jobs.is_empty() {
+            for (job, outcome) in drain.run(jobs, bound, flag).await {
+                match outcome {
+                    PackOutcome::Quarantined { reason } => {
+                        self.refuse(ref_path(job.dir(), job.pack()), reason)
+                    }
+                    PackOutcome::Failed {
+                        retryable: false,
+                        reason,
+                    } => self.refuse(ref_path(job.dir(), job.pack()), reason.to_string()),
+                    PackOutcome::Failed { .. } => failed = true,
+                    _ => {}
+                }
+            }
+        }
+        self.queue(drain.take_confirmable());
+        self.tell_owners(drain).await;
+        let dirs: Vec<PathBuf> = live.into_iter().collect();
+        blocking(move || {
+            for d in dirs {
+                if let Err(e) = handoff::collect_confirmations(&d) {
+                    tracing::debug!(dir = %d.display(), "collecting confirmations: {e}");
+                }
+            }
+        })
+        .await;
+        failed
+    }
+
+    /// Refuses `ref_path` for `why`, reporting it once.
+    fn refuse(&mut self, ref_path: PathBuf, why: String) {
+        if self.refused.contains_key(&ref_path) {
+            return;
+        }
+        tracing::warn!(dir = %self.key_dir.display(), "refusing the hand-off of {}: {why}; not shipped, left with its owner (adopted, and set aside, once the owner is gone)", ref_path.display());
+        self.counts.refused += 1;
+        self.refused.insert(ref_path, why);
+    }
+
+    fn queue(&mut self, indexed: Vec<Job>) {
+        for job in indexed {
+            self.counts.shipped += 1;
+            self.to_confirm
+                .entry(job.dir().to_path_buf())
+                .or_default()
+                .push((job.pack().ordinal, job.pack().id));
+        }
+    }
+
+    /// Writes the confirmations owed to owners; what cannot be written is
+    /// kept for the next step (reported once per owner).
+    async fn tell_owners(&mut self, drain: &mut Drain) {
+        if self.to_confirm.is_empty() {
+            return;
+        }
+        let todo: Vec<(PathBuf, Vec<(Option<u32>, PackId)>)> = self.to_confirm.drain().collect();
+        let results = blocking(move || {
+            todo.into_iter()
+                .map(|(dir, packs)| {
+                    let r = handoff::confirm(&dir, &packs);
+                    (dir, packs, r)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (dir, packs, r) in results {
+            match r {
+                Ok(()) => {
+                    self.counts.confirmed += packs.len() as u64;
+                    self.confirm_failing.remove(&dir);
+                }
+                Err(e) => {
+                    if self.confirm_failing.insert(dir.clone()) {
+                        drain.note_error(format!(
+                            "cannot confirm {} shipped pack(s) to the owner of {}: {e}; they stay \
+                             with their owner, not shipped again, and are confirmed once it can be \
+                             written",
+                            packs.len(),
+                            dir.display()
+                        ));
+                    }
+                    self.to_confirm.entry(dir).or_default().extend(packs);
+                }
+            }
+        }
+    }
+}
+
+/// The ref consenting to `pack` of `dir`.
+fn ref_path(dir: &Path, pack: &spool_core::ReadyPack) -> PathBuf {
+    dir.join(spool_core::spool::REFS_DIR)
+        .join(handoff::ref_name(pack.ordinal, pack.id))
+}
+
+/// The live owners under `key` (all but `own`; only those in `only` when
+/// given) and what each consented to.
+fn look(key: &Path, own: &Path, only: Option<&HashSet<PathBuf>>) -> Vec<Looked> {
+    let dirs = match siblings::rank_dirs(key) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(dir = %key.display(), "listing owners to ship for: {e}");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for dir in dirs {
+        if dir == own || only.is_some_and(|o| !o.contains(&dir)) {
+            continue;
+        }
+        let Ok(probe) = siblings::probe(&dir) else {
+            continue;
+        };
+        if probe.owner() != Owner::Live {
+            continue; // dead: adoption's; held here: this service's
+        }
+        let producer = probe.status.record.as_ref().and_then(|r| r.producer());
+        match handoff::list_consented(&dir) {
+            Ok(consents) => out.push(Looked {
+                source: Source::adopted(producer.as_ref()),
+                dir,
+                consents,
+            }),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), "reading what {} consented to: {e}", dir.display())
+            }
+        }
+    }
+    out
+}
