@@ -39,12 +39,14 @@ fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 /// The daemon, `spool run` on `root`, polling only every 60 s: whatever
-/// it ships sooner it learnt of from the kernel, not a poll.
+/// it ships sooner it learnt of from the kernel, not a poll. It probes
+/// live siblings again every second (a dead producer is adopted soon).
 fn daemon(root: &Path) -> KillOnDrop {
     std::fs::create_dir_all(root).unwrap();
     KillOnDrop(
         spool()
-            .args(["run", "--poll-interval", "60", "--spool-root"])
+            .args(["run", "--poll-interval", "60", "--recheck-interval", "1"])
+            .arg("--spool-root")
             .arg(root)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

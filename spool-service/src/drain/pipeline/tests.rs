@@ -807,6 +807,50 @@ fn a_directory_let_go_of_is_forgotten_by_the_backlog_and_keeps_its_files() {
     assert_eq!(files(own.dir(), "ready"), 2);
 }
 
+/// A live owner's consented packs are only read: once indexed, every file
+/// is still where it was (the owner removes it, once told), the drain
+/// hands them over to be confirmed, and nothing in the owner's directory
+/// was created, renamed or removed.
+#[test]
+fn handed_off_packs_are_indexed_and_left_in_place_for_their_owner() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let owner = fx.claim(&fx.dest, 1);
+    stage(owner.dir(), 3);
+    let mut path = upload_path(&fx, own.dir(), fx.config(own.dir()).upload);
+    let never = Arc::new(AtomicBool::new(false));
+    let before = listing(owner.dir());
+    let packs = spool_core::spool::scan_dir(owner.dir(), &never).unwrap();
+    let jobs = packs
+        .into_iter()
+        .map(|p| Job::handed_off(p, owner.dir().to_path_buf(), Source::this_process("h")))
+        .collect();
+    let done = block_on(path.run(jobs, &no_cut(), &never));
+    assert_eq!(outcome_names(&done), vec!["Indexed"; 3]);
+    assert_eq!(block_on(fx.catalog.count()).unwrap(), 3);
+    assert_eq!(
+        listing(owner.dir()),
+        before,
+        "the owner's directory was changed"
+    );
+    assert_eq!(path.take_confirmable().len(), 3);
+    assert!(path.take_confirmable().is_empty());
+}
+
+/// The names and sizes of every file under `dir`.
+fn listing(dir: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            (e.file_name().to_string_lossy().into_owned(), m.len())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// CPU seconds (user + system) this process has used.
 fn cpu_seconds() -> f64 {
     use nix::sys::resource::{getrusage, UsageWho};
