@@ -111,6 +111,18 @@ pub trait StageTarget: Send + Sync + 'static {
     /// its directory fsynced. Staging the same id with the same bytes again
     /// succeeds.
     fn stage(&self, ordinal: Option<u32>, id: PackId, bytes: &[u8]) -> Result<(), StageFailure>;
+
+    /// Consents to the hand-off of staged pack `id` ([`crate::handoff`]);
+    /// a target with no hand-off does nothing.
+    fn consent(&self, ordinal: Option<u32>, id: PackId) -> Result<(), Error> {
+        let _ = (ordinal, id);
+        Ok(())
+    }
+
+    /// Removes the consented packs the node's shipper confirmed; how many.
+    fn release_confirmed(&self) -> Result<usize, Error> {
+        Ok(0)
+    }
 }
 
 /// What a producer's write does when the sink's buffer is full.
@@ -147,6 +159,12 @@ pub struct SinkConfig {
     pub release_flush_timeout: Duration,
     /// The registry to publish into.
     pub registry: Arc<Registry>,
+    /// Hand each staged pack off to the node's shipper ([`crate::handoff`]):
+    /// consent to it after its stage, and remove it once the shipper
+    /// confirmed its row (a thread watches the confirmations). For a
+    /// sink-only producer: with no shipper running the packs wait, and go
+    /// with the directory when the producer exits, as without it.
+    pub hand_off: bool,
 }
 
 impl Default for SinkConfig {
@@ -163,6 +181,7 @@ impl Default for SinkConfig {
             buffer_bytes: 256 << 20,
             release_flush_timeout: Duration::from_secs(30),
             registry: Registry::global(),
+            hand_off: false,
         }
     }
 }
@@ -313,6 +332,8 @@ pub struct Sink {
     /// `None` only inside `drop`, once the staging thread is gone.
     shared: Option<Arc<Shared>>,
     stager: Mutex<Option<JoinHandle<()>>>,
+    /// The hand-off's confirmations thread (`hand_off` only).
+    confirmations: Mutex<Option<confirmations::Confirmations>>,
     /// The spool [`Sink::open`] opened: if it holds the claim (`take`
     /// mode), the claim is released when the sink is dropped after sealing
     /// on release, and kept until process exit otherwise.
@@ -416,6 +437,11 @@ impl Sink {
             Some(k) => format!("spool-sink-w{k}"),
             None => "spool-sink".to_string(),
         };
+        let confirmations = if shared.config.hand_off {
+            Some(confirmations::Confirmations::start(shared.target.clone())?)
+        } else {
+            None
+        };
         let for_thread = shared.clone();
         let handle = std::thread::Builder::new()
             .name(name)
@@ -428,6 +454,7 @@ impl Sink {
         Ok(Sink {
             shared: Some(shared),
             stager: Mutex::new(Some(handle)),
+            confirmations: Mutex::new(confirmations),
             spool: None,
         })
     }
@@ -643,6 +670,15 @@ impl Drop for Sink {
             // release() logs its own failure.
             let _ = self.release();
         }
+        // No removal after this: the claim may be let go below.
+        if let Some(c) = self
+            .confirmations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            c.stop();
+        }
         let (idle, sealed) = {
             let mut state = lock(&shared.state);
             state.shutdown = true;
@@ -712,6 +748,13 @@ fn stager(shared: &Shared) {
                 Body::Finished(bytes) => bytes,
             };
             let result = shared.target.stage(config.ordinal, id, &bytes);
+            if result.is_ok() && config.hand_off {
+                // the pack is durable: consent (a consent lost to a crash
+                // only leaves the pack to adoption)
+                if let Err(err) = shared.target.consent(config.ordinal, id) {
+                    tracing::warn!(dir = %shared.id.display(), "consenting to the hand-off of pack {} failed (it ships when this producer exits): {err}", id.to_hex());
+                }
+            }
             state = lock(&shared.state);
             state.in_flight = 0;
             match result {
@@ -814,6 +857,14 @@ impl StageTarget for Spool {
         Spool::dir(self)
     }
 
+    fn consent(&self, ordinal: Option<u32>, id: PackId) -> Result<(), Error> {
+        Spool::consent(self, ordinal, id)
+    }
+
+    fn release_confirmed(&self) -> Result<usize, Error> {
+        Spool::release_confirmed(self)
+    }
+
     fn stage(&self, ordinal: Option<u32>, id: PackId, bytes: &[u8]) -> Result<(), StageFailure> {
         match Spool::stage(self, ordinal, id, bytes) {
             Ok(_) => Ok(()),
@@ -834,6 +885,7 @@ impl StageTarget for Spool {
 
 /// An in-memory [`StageTarget`] for tests: can be full, fail, or hold
 /// stages at a gate. Compiled only for tests and the `testing` feature.
+mod confirmations;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 

@@ -217,7 +217,7 @@ pub use record::{OwnerRecord, Producer, Purpose};
 pub use seams::set_filesystem_type_for_testing;
 #[cfg(any(test, feature = "testing"))]
 pub use seams::{testing, HookPoint};
-pub use watch::{Changes, DirWatch};
+pub use watch::{Changes, DirWatch, WatchWaker};
 
 /// The lock file's name inside a spool directory.
 pub const LOCK_FILE_NAME: &str = ".owner.lock";

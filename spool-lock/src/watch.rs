@@ -11,11 +11,13 @@
 //! no child inherits it.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
@@ -43,12 +45,27 @@ pub struct Changes {
     pub gone: HashSet<PathBuf>,
     /// The kernel's queue overflowed: events were lost, rescan everything.
     pub overflowed: bool,
+    /// A [`WatchWaker`] woke the wait.
+    pub woken: bool,
 }
 
 impl Changes {
     /// Whether nothing happened.
     pub fn is_empty(&self) -> bool {
-        self.changed.is_empty() && self.gone.is_empty() && !self.overflowed
+        self.changed.is_empty() && self.gone.is_empty() && !self.overflowed && !self.woken
+    }
+}
+
+/// Wakes a [`DirWatch::wait`] from another thread (to stop it, or to have
+/// it take new directories to watch).
+#[derive(Debug, Clone)]
+pub struct WatchWaker(Arc<OwnedFd>);
+
+impl WatchWaker {
+    /// Makes the current or next wait return at once with `woken`.
+    pub fn wake(&self) {
+        // EAGAIN: the pipe is full of wakes already
+        let _ = nix::unistd::write(self.0.as_fd(), &[1]);
     }
 }
 
@@ -56,6 +73,9 @@ impl Changes {
 #[derive(Debug)]
 pub struct DirWatch {
     inotify: Inotify,
+    /// The read end of the waker's pipe.
+    wakes: OwnedFd,
+    waker: WatchWaker,
     by_wd: HashMap<WatchDescriptor, PathBuf>,
     by_dir: HashMap<PathBuf, WatchDescriptor>,
 }
@@ -65,8 +85,12 @@ impl DirWatch {
     pub fn new() -> Result<DirWatch, Error> {
         let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
             .map_err(|e| Error::io("inotify_init", "", e.into()))?;
+        let (wakes, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|e| Error::io("pipe2", "", e.into()))?;
         Ok(DirWatch {
             inotify,
+            wakes,
+            waker: WatchWaker(Arc::new(tx)),
             by_wd: HashMap::new(),
             by_dir: HashMap::new(),
         })
@@ -115,11 +139,19 @@ impl DirWatch {
         self.by_dir.is_empty()
     }
 
-    /// Waits up to `timeout` for a change, then returns everything queued
-    /// (empty after the timeout).
+    /// A handle that wakes [`wait`](Self::wait) from another thread.
+    pub fn waker(&self) -> WatchWaker {
+        self.waker.clone()
+    }
+
+    /// Waits up to `timeout` for a change or a wake, then returns
+    /// everything queued (empty after the timeout).
     pub fn wait(&mut self, timeout: Duration) -> Result<Changes, Error> {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let mut fds = [PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.wakes.as_fd(), PollFlags::POLLIN),
+        ];
         match poll(
             &mut fds,
             PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
@@ -127,7 +159,14 @@ impl DirWatch {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(Error::io("poll inotify", "", e.into())),
         }
-        self.take()
+        let mut buf = [0u8; 64];
+        let mut woken = false;
+        while nix::unistd::read(&self.wakes, &mut buf).is_ok_and(|n| n > 0) {
+            woken = true;
+        }
+        let mut out = self.take()?;
+        out.woken = woken;
+        Ok(out)
     }
 
     /// Everything queued now, without waiting.
@@ -194,5 +233,10 @@ mod tests {
         assert!(seen.changed.contains(&a));
         assert_eq!(seen.gone, HashSet::from([b.clone()]));
         assert!(!w.is_watched(&b) && w.is_watched(&a));
+        let waker = w.waker();
+        let t = std::time::Instant::now();
+        std::thread::spawn(move || waker.wake());
+        assert!(w.wait(Duration::from_secs(30)).unwrap().woken);
+        assert!(t.elapsed() < Duration::from_secs(10));
     }
 }

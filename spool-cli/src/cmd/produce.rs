@@ -309,6 +309,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         // flush that failed (a full spool) is not waited out a second time.
         release_flush_timeout: Duration::ZERO,
         registry: Registry::global(),
+        // A sink-only producer in the layout hands each pack to the node's
+        // shipper while it lives (with none, its packs go when it exits).
+        hand_off: matches!(place, Place::Root(_)) && !args.serve,
     };
     let target = match open_target(&args, &cfg, &place, sink_config, timeout) {
         Ok(target) => target,

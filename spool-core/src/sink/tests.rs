@@ -24,6 +24,7 @@ fn config(registry: &Arc<Registry>) -> SinkConfig {
         buffer_bytes: 16 << 20,
         release_flush_timeout: Duration::from_secs(10),
         registry: registry.clone(),
+        hand_off: false,
     }
 }
 
@@ -540,6 +541,63 @@ mod serial {
     use super::*;
 
     const BOUND: Duration = Duration::from_secs(1);
+
+    /// A hand-off sink consents to each pack once it is staged, keeps it
+    /// until the shipper confirms it, and at rest removes it (then its ref)
+    /// promptly after the confirmation appears: woken by the kernel, not a
+    /// poll. Without hand-off nothing is consented.
+    #[test]
+    fn a_hand_off_sink_consents_and_removes_a_pack_promptly_once_confirmed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = tmp.path().join("0123456789ab");
+        std::fs::create_dir_all(&key).unwrap();
+        let dir = key.join("r0-h-1-1");
+        let registry = Arc::new(Registry::new());
+        let sink = Sink::open(
+            &dir,
+            SinkConfig {
+                seal_records: 1,
+                hand_off: true,
+                ..config(&registry)
+            },
+        )
+        .unwrap();
+        sink.write(b"one").unwrap();
+        sink.flush(Duration::from_secs(5)).unwrap();
+        let id = sink.stats().last_staged.unwrap();
+        let consented = crate::handoff::list_consented(sink.dir()).unwrap();
+        assert_eq!(
+            consented.packs.iter().map(|p| p.id).collect::<Vec<_>>(),
+            vec![id]
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            sink.dir().join(format!("{id}.ready")).exists(),
+            "removed unconfirmed"
+        );
+        let t = Instant::now();
+        crate::handoff::confirm(sink.dir(), &[(None, id)]).unwrap();
+        wait_for("the confirmed pack's removal", || {
+            !sink.dir().join(format!("{id}.ready")).exists()
+        });
+        assert!(t.elapsed() < BOUND, "removed after {:?}", t.elapsed());
+        wait_for("its ref's removal", || {
+            !sink.dir().join("_refs").join(format!("{id}.ref")).exists()
+        });
+        drop(sink);
+        // without hand-off, no consent
+        let plain = Sink::open(
+            &key.join("r1-h-1-1"),
+            SinkConfig {
+                seal_records: 1,
+                ..config(&registry)
+            },
+        )
+        .unwrap();
+        plain.write(b"two").unwrap();
+        plain.flush(Duration::from_secs(5)).unwrap();
+        assert!(!plain.dir().join("_refs").exists());
+    }
 
     /// A target that is full, and a sink whose buffer holds one pack.
     fn full_sink(admission: AdmissionPolicy) -> (Arc<MemoryTarget>, Sink) {
