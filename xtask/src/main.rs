@@ -16,7 +16,6 @@
 mod fuzz;
 mod mutants;
 mod servers;
-mod tidy;
 mod torture;
 
 use anyhow::{bail, Context, Result};

@@ -840,8 +840,8 @@ mod serial {
     }
 
     /// A flush in catalog scope while another process holds the lease
-    /// does no work and naps between its cycles (about 20 a second), it
-    /// does not spin until its deadline.
+    /// does no work (not even an upload) and naps between its cycles
+    /// (about 20 a second), it does not spin until its deadline.
     #[test]
     fn a_flush_without_the_lease_naps_between_cycles() {
         let fx = Fixture::new();
@@ -859,6 +859,35 @@ mod serial {
         svc.stop().unwrap();
         assert!(cycles <= 40, "{cycles} cycles in a 1 s flush");
         assert_eq!(files(own.dir(), "ready"), 2);
+        assert_eq!(block_on(fx.objects()), 0, "uploads ran without the lease");
+    }
+
+    /// In catalog scope, the loop ships its packs as soon as its lease
+    /// keeper acquires the lease another process let lapse, not a poll
+    /// interval (a minute) later.
+    #[test]
+    fn catalog_scope_ships_as_soon_as_the_lease_is_acquired() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 2);
+        let key = fx.dest.catalog_key().unwrap();
+        let name = LeaseScope::Catalog.lease_name(&key, &spool_lock::host_name());
+        // the shortest TTL a lease takes; never renewed, so it lapses
+        let cfg = spool_catalog::LeaseConfig::new(Duration::from_secs(5)).unwrap();
+        let claim = block_on(fx.catalog.acquire(&name, "someone-else:4242", &cfg)).unwrap();
+        assert!(matches!(claim, spool_catalog::LeaseClaim::Held(_)));
+        let mut c = fx.config(own.dir());
+        c.adopt = false;
+        c.lease_scope = LeaseScope::Catalog;
+        c.lease_ttl = Duration::from_secs(5);
+        c.poll_interval = Duration::from_secs(60);
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        let shipped = wait_for(Duration::from_secs(20), || files(own.dir(), "ready") == 0);
+        let snap = svc.snapshot();
+        svc.stop().unwrap();
+        assert!(shipped, "not shipped 20 s after the lease lapsed: {snap:?}");
+        assert_eq!(block_on(fx.objects()), 2);
     }
 
     /// In catalog scope a foreign lease that outlives 2 x TTL

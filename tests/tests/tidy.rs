@@ -1,7 +1,6 @@
 //! Invariants that check themselves (in the manner of rust-analyzer's
-//! `xtask/src/tidy.rs`): unit tests of the xtask crate, so `cargo xtask
-//! test` runs them in the fast tier. Each reads the tree or asks `cargo
-//! tree`; none builds anything.
+//! tidy): a test binary of the tests crate, so the fast tier runs it. Each
+//! test reads the tree or asks `cargo tree`; none builds anything.
 //!
 //! - the dependency edges of ARCHITECTURE.md: spool-upload and
 //!   spool-catalog do not depend on each other, nothing below spool-service
@@ -11,13 +10,15 @@
 //!   members) links no `testing` feature into the `spool` binary;
 //! - `#![forbid(unsafe_code)]` in every crate root but spool-lock's library;
 //! - no `LOCK_UN` and no `nix::fcntl::Flock` anywhere;
-//! - no `anyhow` in a library's manifest;
-//! - a `//!` doc at the top of every source file;
+//! - no `anyhow` in a library's manifest, no transparent error variant;
+//! - a `//!` doc at the top of every source file, and one convention for
+//!   where unit tests live;
 //! - no run of spaces inside a one-line string literal (a lost line
 //!   continuation);
-//! - every test TESTING.md names exists.
-
-#![cfg(test)]
+//! - every test TESTING.md names exists;
+//! - no declared dependency unused;
+//! - the code cites no document outside the repository.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -32,8 +33,12 @@ const LIBRARIES: &[&str] = &[
     "spool-service",
 ];
 
+/// The workspace root (this crate lives one level below it).
 fn root() -> PathBuf {
-    crate::workspace_root()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives one level below the workspace root")
+        .to_path_buf()
 }
 
 /// Every `.rs` file of the workspace (not `target/`), relative to the root.
@@ -372,7 +377,7 @@ fn no_run_of_spaces_inside_a_string_literal() {
         })
     };
     for p in rust_files() {
-        if p == Path::new("xtask/src/tidy.rs") {
+        if p == Path::new("tests/tests/tidy.rs") {
             continue; // its own scanner test spells a bad literal
         }
         for (line, lit) in one_line_literals(&read(&p)) {
