@@ -267,9 +267,12 @@ impl Sink {
     /// Claims a fresh rank directory `r<rank>-<incarnation>` under the
     /// layout of the destination (`store` and `catalog` default to the
     /// embedded ones under `root`, as for `spool run`) and opens a sink on
-    /// it, with no service: its packs are shipped by whichever service
-    /// holds the node's adopter lease (`spool run`) once this sink is
-    /// closed or its process exits. `rank` defaults to `$RANK` (else 0).
+    /// it, with no service: it hands each pack to the node's shipper (the
+    /// `spool run` holding the node's adopter lease), which ships it while
+    /// this process lives; the sink removes a pack once its row is
+    /// confirmed. With no daemon running, its packs are shipped once this
+    /// sink is closed or its process exits. `rank` defaults to `$RANK`
+    /// (else 0).
     /// The destination, `max_bytes` (the directory's budget, dead siblings
     /// charged), `allow_shared_filesystem` and `staging_max_age` come from
     /// the configuration as for `spool.Engine` (`config=`, `SPOOL_*`, or
@@ -298,6 +301,9 @@ impl Sink {
         let mut config = so.config;
         config.spool.lock = cfg.lock_options().map_err(|e| errors::config(py, e.0))?;
         config.spool.max_bytes = keys::MAX_BYTES.get(&cfg);
+        // a sink-only producer in the layout hands each pack to the node's
+        // shipper while it lives (with none, its packs go when it exits)
+        config.hand_off = true;
         let lock = config.spool.lock.clone();
         let sink = py
             .detach(move || {

@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import spool
-from conftest import all_records, python, run_spool
+from conftest import all_records, python, run_spool, spool_bin
 
 
 def test_sigkill_mid_stream_then_spool_run_once_adopts_every_durable_pack(root):
@@ -205,3 +205,47 @@ def test_interpreter_exit_without_close_leaves_the_directory_for_adoption(root):
     assert not os.path.exists(d)
     got = set(all_records(root))
     assert {b"w-%d" % i for i in range(n)} <= got
+
+
+def test_a_live_sink_claim_producer_is_shipped_by_the_daemon_while_it_lives(root):
+    # The node's daemon (polling only every 60 s) ships a live Sink.claim
+    # producer's packs; the producer removes each once its row is
+    # confirmed; all while it lives.
+    daemon = subprocess.Popen([spool_bin(), "run", "--poll-interval", "60", "--spool-root",
+                               str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    try:
+        time.sleep(0.5)
+        child = python(
+            """
+            import sys, time, spool
+            sink = spool.Sink.claim(root=sys.argv[1], seal_records=1)
+            print("dir", sink.dir, flush=True)
+            for i in range(20):
+                sink.write(b"rec-%08d" % i)
+                sink.flush(timeout=10)
+                print("durable", sink.stats()["last_staged"], flush=True)
+            time.sleep(600)
+            """,
+            root,
+        )
+        first = child.stdout.readline().split()
+        assert first[0] == "dir", (first, child.stderr.read() if not first else "")
+        d = pathlib.Path(first[1])
+        staged = {child.stdout.readline().split()[1] for _ in range(20)}
+        cat = spool.Catalog(f"sqlite://{root}/.catalog.db")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            indexed = {r["pack_id"] for r in cat.ls()} if (root / ".catalog.db").exists() else set()
+            if staged <= indexed and not list(d.glob("*.ready")):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"not shipped while the producer lives: {sorted(d.glob('*'))}")
+        assert child.poll() is None, "the producer exited: shipped by exiting, not handed off"
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()
+        daemon.terminate()
+        daemon.wait(timeout=10)

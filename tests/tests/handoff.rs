@@ -226,3 +226,39 @@ fn a_producer_killed_mid_hand_off_is_adopted_and_loses_nothing() {
         || indexed_ids(&root).is_superset(&staged) && ready_under(&root).is_empty(),
     );
 }
+
+/// With no daemon, `spool status` says per live owner how many handed-off
+/// packs wait, and why.
+#[test]
+fn status_says_why_handed_off_packs_wait_without_a_daemon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let (mut prod, ids) = producer(&root, 3, "0.01");
+    for _ in 0..3 {
+        ids.recv_timeout(Duration::from_secs(30)).expect("a pack");
+    }
+    let out = output(spool().args(["status", "--json"]).arg(&root));
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v["rank_dirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["state"] == "live")
+        .expect("the live producer's row")
+        .clone();
+    assert_eq!(row["hand_off"]["waiting"], 3, "{row}");
+    let reason = row["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("waiting for the node's shipper"),
+        "{reason}"
+    );
+    let text = output(spool().arg("status").arg(&root));
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("3 handed-off pack(s) waiting"),
+        "{}",
+        describe(&text)
+    );
+    prod.kill().unwrap();
+    prod.wait().unwrap();
+}

@@ -213,6 +213,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         };
         let c = inspect(d).unwrap_or_default();
         let bytes = c.ready.1 + c.open.1 + c.quarantined.1 + c.rejected.1;
+        let hand_off = hand_off_json(d);
         let reason = unreadable.or_else(|| {
             owner["purpose"]
                 .as_str()
@@ -220,6 +221,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .filter(|_| owner["state"] == "blocked")
                 .map(|r| r.trim().to_owned())
                 .or_else(|| held_shared_text(&owner))
+                .or_else(|| hand_off_text(&owner, &hand_off))
         });
         rows.push(json!({
             "key": key,
@@ -233,6 +235,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "packs": c.ready.0,
             "bytes": bytes,
             "detail": counts_json(&c),
+            "hand_off": hand_off,
         }));
     }
     if args.json {
@@ -261,6 +264,47 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::Ok)
+}
+
+/// What a live owner consented to hand off (`spool_core::handoff`):
+/// `null` when it consented to nothing.
+fn hand_off_json(dir: &Path) -> Value {
+    match spool_core::handoff::list_consented(dir) {
+        Ok(c) if !c.packs.is_empty() || c.confirmed > 0 || !c.refused.is_empty() => json!({
+            "waiting": c.packs.len(),
+            "confirmed": c.confirmed,
+            "refused": c.refused.iter().map(|r| json!({"ref": r.path, "why": r.why})).collect::<Vec<_>>(),
+        }),
+        _ => Value::Null,
+    }
+}
+
+/// Why a live owner's handed-off packs are still there.
+fn hand_off_text(owner: &Value, hand_off: &Value) -> Option<String> {
+    if owner["state"] != "live" {
+        return None;
+    }
+    let waiting = hand_off["waiting"].as_u64().unwrap_or(0);
+    let confirmed = hand_off["confirmed"].as_u64().unwrap_or(0);
+    let refused = hand_off["refused"].as_array().map_or(0, Vec::len);
+    let mut parts = Vec::new();
+    if waiting > 0 {
+        parts.push(format!(
+            "{waiting} handed-off pack(s) waiting for the node's shipper (a `spool run` holding \
+             the node's adopter lease; with none they ship when the producer exits)"
+        ));
+    }
+    if confirmed > 0 {
+        parts.push(format!(
+            "{confirmed} confirmed, to be removed by their owner"
+        ));
+    }
+    if refused > 0 {
+        parts.push(format!(
+            "{refused} ref(s) refused: see `spool status --json`"
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The catalog key a directory's name is, if it is one.
