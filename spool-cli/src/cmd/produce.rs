@@ -14,8 +14,10 @@
 //!   what it stages. It says on stderr where it stages or ships (`spool
 //!   produce: staging for store …; catalog …`, URLs redacted) and names
 //!   the directory as `spool: rank directory DIR`. Without `--serve` it is a sink-only
-//!   producer: its packs are handed over by exiting (the directory is then a
-//!   dead sibling for a service to adopt). With `--serve` it runs the whole
+//!   producer: it hands each pack off to the node's shipper (a `spool run`
+//!   holding the node's adopter lease) while it lives, and with none its
+//!   packs go by exiting (the directory is then a dead sibling for a
+//!   service to adopt). With `--serve` it runs the whole
 //!   engine: its own service uploads and indexes as it goes, and
 //!   the close at the end ships the tail and removes the directory (exit 6
 //!   if it could not drain: the directory stays, unlocked, with its packs).
@@ -60,8 +62,9 @@ layout for the destination. The destination, rank and service knobs
 resolve as for `spool run` (--store, --catalog, --store-id, --rank, the
 SPOOL_* variables, the config file; the embedded defaults under ROOT when
 none names a store or catalog), so `spool run` with the same
-configuration finds the packs; stderr says where. Without --serve that is a sink-only producer: its packs are handed
-over by exiting, for a `spool run` daemon to adopt. With --serve the
+configuration finds the packs; stderr says where. Without --serve that is a sink-only producer: each pack is handed
+off to the node's `spool run` daemon while it lives (with none running, its
+packs are adopted once it exits). With --serve the
 process runs the whole engine: its own service uploads and indexes as it
 goes, and the close ships the tail and removes the directory (exit 6 if it
 could not drain: the directory stays, unlocked, with its packs).
