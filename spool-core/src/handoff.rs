@@ -231,10 +231,16 @@ impl Spool {
         }
         match std::fs::remove_dir(&shipped) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                Err(Error::io("remove directory", &shipped, e))
+                return Err(Error::io("remove directory", &shipped, e));
             }
-            _ => Ok(packs.len()),
+            _ => {}
         }
+        // `<key>/_shipped` itself once no owner has confirmations (it fails,
+        // harmlessly, while one has)
+        if let Some(parent) = shipped.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+        Ok(packs.len())
     }
 }
 
@@ -366,6 +372,9 @@ pub fn collect_confirmations(rank_dir: &Path) -> Result<usize, Error> {
     }
     if !rank_dir.exists() {
         let _ = std::fs::remove_dir(&dir);
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
     Ok(removed)
 }

@@ -1,3 +1,5 @@
+#![forbid(unsafe_code)]
+
 //! The hand-off, black-box through the `spool` binary: a live sink-only
 //! producer (`spool produce` in the layout, no `--serve`) is shipped by the
 //! node's daemon (`spool run`) while it lives, and removes each pack itself

@@ -157,5 +157,9 @@ fn settling_a_dead_owners_hand_off_removes_confirmed_packs_refs_and_confirmation
     assert!(dir.join("w1").join(format!("{b}.ready")).exists());
     assert!(!dir.join(REFS_DIR).exists());
     assert!(!confirmations_dir(&dir).exists());
+    assert!(
+        !dir.parent().unwrap().join(SHIPPED_DIR).exists(),
+        "an empty _shipped left"
+    );
     assert!(list_consented(&dir).unwrap().packs.is_empty());
 }
