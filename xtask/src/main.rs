@@ -10,7 +10,7 @@
 //! the `real_*` test binaries with the servers' addresses in the
 //! environment and a short fault torture on them (`cargo xtask torture
 //! --store s3 --catalog clickhouse`, one seed) and the fleet simulator's
-//! short pass (`cargo xtask fleet`, 20 nodes x 4 ranks for a minute, one
+//! short pass (`cargo xtask fleet`, 20 nodes x 4 ranks for 30 s, one
 //! killed), and stops the servers
 //! afterwards — also when a step fails.
 #![forbid(unsafe_code)]

@@ -84,7 +84,7 @@ pub fn main(args: &[String]) -> Result<()> {
         };
         nodes.push(Node::start(spec, &catalog, phase(seed, id))?);
     }
-    println!("up");
+    say("up");
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         if line.map_or(true, |l| l.trim() == "stop") {
@@ -106,9 +106,16 @@ pub fn main(args: &[String]) -> Result<()> {
         nodes: reports,
         calls: timed.stats(),
     };
-    println!("{}", serde_json::to_string(&report)?);
+    say(&serde_json::to_string(&report)?);
     drop(rt);
     Ok(())
+}
+
+/// One line to the coordinator; nothing if it is gone (it reads no more).
+fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 /// Where in its interval node `id` starts (0..1), spread by a seed so

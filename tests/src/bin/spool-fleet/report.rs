@@ -75,6 +75,8 @@ pub struct Run {
     pub killed: Vec<(f64, usize)>,
     /// Hosts that sent no report (killed ones excepted: they are restarted).
     pub missing_reports: usize,
+    /// CPU seconds the server used in the window (with `--server-pid`).
+    pub server_cpu_secs: Option<f64>,
 }
 
 /// Everything a run reports.
@@ -238,6 +240,15 @@ impl fmt::Display for Report {
             "  server (window): {:.1} inserts/s, {:.1} rows/insert, {} delayed, {} rejected, {} failed inserts",
             self.server_inserts_per_s, self.server_rows_per_insert, self.delayed_inserts, self.rejected_inserts, self.failed_inserts
         )?;
+        if let Some(cpu) = r.server_cpu_secs {
+            writeln!(
+                f,
+                "  server CPU (window): {:.1} s = {:.2} cores, {:.2} ms per insert",
+                cpu,
+                cpu / r.window_secs.max(1e-9),
+                1000.0 * cpu / (self.server_inserts_per_s * r.window_secs).max(1.0)
+            )?;
+        }
         writeln!(
             f,
             "  parts: max {} active parts in one partition ({}), per table {:?}, {} samples, {} failed",

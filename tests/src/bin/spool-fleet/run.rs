@@ -52,6 +52,8 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Keep the database and the scratch directory.
     pub keep: bool,
+    /// The server's pid, to read its CPU time (`/proc/PID/stat`).
+    pub server_pid: Option<u32>,
 }
 
 impl Options {
@@ -72,6 +74,7 @@ impl Options {
             drain_timeout: Duration::from_secs(120),
             json: None,
             keep: false,
+            server_pid: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -92,6 +95,7 @@ impl Options {
                 }
                 "--json" => o.json = Some(PathBuf::from(value(&mut it, a)?)),
                 "--keep" => o.keep = true,
+                "--server-pid" => o.server_pid = Some(value(&mut it, a)?.parse()?),
                 other => bail!("unknown option {other}"),
             }
         }
@@ -137,6 +141,18 @@ pub fn run(o: &Options) -> Result<Report> {
     server.query(&format!("CREATE DATABASE IF NOT EXISTS {database}"))?;
     let catalog_url = server.catalog_url(&database);
     let scratch = std::path::absolute(&o.scratch)?;
+    // Two runs on one scratch directory would clear each other's live
+    // spools: the first holds `<scratch>.lock` for its whole run.
+    let lock_path = scratch.with_extension("lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        bail!(
+            "another fleet run uses {} (it holds {})",
+            scratch.display(),
+            lock_path.display()
+        );
+    }
     if scratch.exists() {
         std::fs::remove_dir_all(&scratch)
             .with_context(|| format!("clearing {}", scratch.display()))?;
@@ -228,8 +244,14 @@ pub fn run(o: &Options) -> Result<Report> {
         }
     }
     let startup = started.elapsed();
+    eprintln!(
+        "spool-fleet: {} host(s) up in {startup:.1?}; producing for {} min",
+        hosts.len(),
+        o.minutes
+    );
     let load_start = load();
     let events0 = server.events()?;
+    let cpu0 = o.server_pid.and_then(cpu_secs);
     let window_start = Instant::now();
 
     let stop_sampling = Arc::new(AtomicBool::new(false));
@@ -273,9 +295,15 @@ pub fn run(o: &Options) -> Result<Report> {
     }
     sleep_until(window_start + window);
     let events1 = server.events()?;
+    let server_cpu_secs = o
+        .server_pid
+        .and_then(cpu_secs)
+        .zip(cpu0)
+        .map(|(b, a)| b - a);
     let window_secs = window_start.elapsed().as_secs_f64();
     let load_end = load();
 
+    eprintln!("spool-fleet: stopping production; draining");
     let drain_start = Instant::now();
     for h in &mut hosts {
         if let Some(mut s) = h.stdin.take() {
@@ -307,6 +335,7 @@ pub fn run(o: &Options) -> Result<Report> {
     let _ = sampler.join();
     let missing_reports = reports.iter().filter(|r| r.is_none()).count();
 
+    eprintln!("spool-fleet: drained in {drain_secs:.1} s; checking");
     let verdict = crate::oracle::check(&scratch, &catalog_url, &server, &database)?;
     let report = Report::new(
         o,
@@ -321,6 +350,7 @@ pub fn run(o: &Options) -> Result<Report> {
             events1,
             killed,
             missing_reports,
+            server_cpu_secs,
         },
         reports.into_iter().flatten().collect(),
         std::mem::take(&mut *sampled.lock().expect("sampled")),
@@ -338,6 +368,17 @@ fn sleep_until(t: Instant) {
     if t > now {
         std::thread::sleep(t - now);
     }
+}
+
+/// CPU seconds (user + system) process `pid` used so far.
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // fields after the command's closing parenthesis; utime and stime are
+    // the 14th and 15th of the line, in clock ticks (USER_HZ, 100 on Linux)
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
 }
 
 /// The 1-minute load average (`/proc/loadavg`), as `uptime` shows it.

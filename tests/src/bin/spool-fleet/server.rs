@@ -48,8 +48,23 @@ impl Server {
         format!("clickhouse://{}:{}/{database}", self.host, self.port)
     }
 
-    /// Runs one statement; returns the answer's body (TSV).
+    /// Runs one statement; returns the answer's body (TSV). Tried three
+    /// times, 0.5 s apart: a loaded server may reset a connection.
     pub fn query(&self, sql: &str) -> Result<String> {
+        let mut tries = 0;
+        loop {
+            match self.query_once(sql) {
+                Err(e) if tries < 2 => {
+                    tries += 1;
+                    eprintln!("spool-fleet: retrying ({e:#})");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn query_once(&self, sql: &str) -> Result<String> {
         let addr = format!("{}:{}", self.host, self.port);
         let mut s = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
         s.set_nodelay(true)?;
