@@ -45,7 +45,7 @@ fn main() -> Result<()> {
                     std::process::exit(2);
                 }
             };
-            let report = run::run(&o)?;
+            let (report, leftovers) = run::run(&o)?;
             print!("{report}");
             if let Some(path) = &o.json {
                 use std::io::Write;
@@ -55,6 +55,7 @@ fn main() -> Result<()> {
                     .open(path)?;
                 writeln!(f, "{}", serde_json::to_string(&report)?)?;
             }
+            leftovers.remove();
             if !report.passed() {
                 std::process::exit(1);
             }

@@ -133,8 +133,9 @@ enum Said {
     Gone(usize),
 }
 
-/// Runs the fleet; returns the report (its verdict decides the exit code).
-pub fn run(o: &Options) -> Result<Report> {
+/// Runs the fleet; returns the report (its verdict decides the exit code)
+/// and what to remove once it is out.
+pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let server = Server::from_url(&o.clickhouse)?;
     let version = server.version()?;
     let database = format!("fleet_{}", std::process::id());
@@ -356,11 +357,43 @@ pub fn run(o: &Options) -> Result<Report> {
         std::mem::take(&mut *sampled.lock().expect("sampled")),
         verdict,
     );
-    if !o.keep {
-        let _ = server.query(&format!("DROP DATABASE IF EXISTS {database}"));
-        let _ = std::fs::remove_dir_all(&scratch);
+    Ok((
+        report,
+        Leftovers {
+            server,
+            database,
+            scratch,
+            keep: o.keep,
+        },
+    ))
+}
+
+/// What a run leaves behind until [`Leftovers::remove`].
+pub struct Leftovers {
+    server: Server,
+    database: String,
+    scratch: PathBuf,
+    keep: bool,
+}
+
+impl Leftovers {
+    /// Removes the scratch directory and drops the run's database (unless
+    /// `--keep`). The drop is sent once and not waited for long: 18.16 may
+    /// take minutes to drop tables it is still merging, and finishes on
+    /// its own.
+    pub fn remove(self) {
+        if self.keep {
+            return;
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+        let drop = format!("DROP DATABASE IF EXISTS {}", self.database);
+        if let Err(e) = self.server.query_within(&drop, Duration::from_secs(10)) {
+            eprintln!(
+                "spool-fleet: {} not dropped yet ({e:#}); the server goes on dropping it",
+                self.database
+            );
+        }
     }
-    Ok(report)
 }
 
 fn sleep_until(t: Instant) {

@@ -53,7 +53,7 @@ impl Server {
     pub fn query(&self, sql: &str) -> Result<String> {
         let mut tries = 0;
         loop {
-            match self.query_once(sql) {
+            match self.query_within(sql, Duration::from_secs(60)) {
                 Err(e) if tries < 2 => {
                     tries += 1;
                     eprintln!("spool-fleet: retrying ({e:#})");
@@ -64,11 +64,12 @@ impl Server {
         }
     }
 
-    fn query_once(&self, sql: &str) -> Result<String> {
+    /// One try of [`Server::query`], waiting at most `within` for the answer.
+    pub fn query_within(&self, sql: &str, within: Duration) -> Result<String> {
         let addr = format!("{}:{}", self.host, self.port);
         let mut s = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
         s.set_nodelay(true)?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        s.set_read_timeout(Some(within))?;
         write!(
             s,
             "POST / HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{sql}",
