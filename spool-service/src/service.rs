@@ -283,7 +283,7 @@ impl StorageService {
         let rt = self.runtime.as_ref().expect("runtime until stop");
         let lease_needed = cfg.adopt || cfg.lease_scope == LeaseScope::Catalog;
         let lease_task = if lease_needed {
-            let name = cfg.lease_scope.lease_name(&key, &spool_lock::host_name());
+            let name = cfg.lease_scope.lease_name(&key, &cfg.node_name);
             let holder = spool_catalog::LeaseHolder::new(
                 &spool_lock::host_name(),
                 std::process::id(),

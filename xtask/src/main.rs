@@ -9,10 +9,13 @@
 //! virtualenvs, npm), starts each server on loopback under `target/xtask/`, runs
 //! the `real_*` test binaries with the servers' addresses in the
 //! environment and a short fault torture on them (`cargo xtask torture
-//! --store s3 --catalog clickhouse`, one seed), and stops the servers
+//! --store s3 --catalog clickhouse`, one seed) and the fleet simulator's
+//! short pass (`cargo xtask fleet`, 20 nodes x 4 ranks for 30 s, one
+//! killed), and stops the servers
 //! afterwards — also when a step fails.
 #![forbid(unsafe_code)]
 
+mod fleet;
 mod fuzz;
 mod mutants;
 mod servers;
@@ -30,6 +33,7 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("servers") => servers_cmd(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
+        Some("fleet") => fleet::fleet_cmd(&root, &args[1..]),
         Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
         Some("mutants") => mutants::mutants(&root, &args[1..]),
         Some("torture") => torture::torture_cmd(&root, &args[1..]),
@@ -40,6 +44,7 @@ fn main() -> Result<()> {
                  test [--fast-only] [--real-only] [--no-lint]   fmt, clippy, fast tier, real-server tier\n  \
                  servers up                                    start the real servers and print their env (Ctrl-C stops)\n  \
                  bench [--quick] [GROUP|CASE...]               benchmarks (core, upload, catalog, service, s3s, python) into BENCHMARKS.md\n  \
+                 fleet --nodes N --ranks R --rate P --minutes M [--kill K] [--debug] [...]   the fleet simulator on a ClickHouse of its own (BENCHMARKS.md \"Fleet\")\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
                  mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed] [--sample N --seed S]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
                  torture [--seed S] [--minutes M] [--runs N] [--store s3] [--catalog clickhouse] [--no-faults] [--disk [--tmpfs-mib N] [--no-ro]] | --lease-netns   seeded crash / fault / disk / two-node torture with an oracle (RELIABILITY.md)"
@@ -137,7 +142,9 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         let result = run(&mut cmd)
             .and_then(|()| python_tests(root, "real", &servers.env()))
             // a short fault torture (RELIABILITY.md) on these servers
-            .and_then(|()| torture::ci_faults(root, &servers.env()));
+            .and_then(|()| torture::ci_faults(root, &servers.env()))
+            // the fleet simulator's short pass (BENCHMARKS.md "Fleet")
+            .and_then(|()| fleet::ci(root, &servers.env()));
         drop(servers); // stops every server, whatever `result` is
         result?;
         // a short two-node lease pass (RELIABILITY.md "Two nodes, one

@@ -26,6 +26,7 @@ class _ConfigKeys(TypedDict, total=False):
     catalog_request_timeout: _Secs
     store_id: str
     lease_scope: Literal["node", "catalog"]
+    lease_node_name: str
     lease_ttl: _Secs
     poll_interval: _Secs
     recheck_interval: _Secs

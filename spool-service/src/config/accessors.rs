@@ -131,6 +131,9 @@ impl super::Config {
         let root = self.spool_root()?;
         let mut sc = ServiceConfig::new(&root, self.destination()?, store, catalog);
         sc.lease_scope = keys::LEASE_SCOPE.get(self);
+        if let Some(node) = keys::NODE_NAME.get(self) {
+            sc.node_name = node;
+        }
         sc.lease_ttl = keys::LEASE_TTL.get(self);
         sc.poll_interval = keys::POLL_INTERVAL.get(self);
         sc.recheck_interval = keys::RECHECK_INTERVAL.get(self);

@@ -250,6 +250,16 @@ pub const LEASE_SCOPE: Setting<LeaseScope> = Setting::new(Key {
     help: "node: only adoption needs the lease; catalog: nothing is uploaded or indexed without it",
 });
 
+/// `lease.node_name` (SPOOL_NODE_NAME).
+pub const NODE_NAME: Setting<Option<String>> = Setting::new(Key {
+    name: "lease.node_name",
+    env: "SPOOL_NODE_NAME",
+    flag: None,
+    kind: Kind::Name,
+    default: None,
+    help: "the node in the node lease's name, the same for every service on one spool root (default: this host's name; set it where containers or simulated nodes have host names of their own)",
+});
+
 /// `lease.ttl` (SPOOL_LEASE_TTL).
 pub const LEASE_TTL: Setting<Duration> = Setting::new(Key {
     name: "lease.ttl",
@@ -548,6 +558,7 @@ pub const KEYS: &[&Key] = &[
     &STORE.key,
     &STORE_ID.key,
     &LEASE_SCOPE.key,
+    &NODE_NAME.key,
     &LEASE_TTL.key,
     &POLL_INTERVAL.key,
     &RECHECK_INTERVAL.key,

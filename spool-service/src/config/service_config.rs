@@ -27,6 +27,14 @@ pub struct ServiceConfig {
     pub catalog: Arc<dyn Catalog>,
     /// Node (adoption only is lease-gated) or catalog (everything is).
     pub lease_scope: LeaseScope,
+    /// The node this service runs on, as the node-scope lease is named
+    /// (`<catalog_key>/<node_name>`): every service with the same spool
+    /// root and destination must agree on it. Default: this host's name
+    /// ([`spool_lock::host_name`]). Set it where the host name is not the
+    /// node's (containers with their own host names sharing a node's spool
+    /// root; several simulated nodes on one host). Owner records and the
+    /// lease holder keep naming the process's own host.
+    pub node_name: String,
     /// Lease time-to-live (whole seconds, ≥ 5 s).
     pub lease_ttl: Duration,
     /// The safety-net wake-up of the loop when no sink publishes.
@@ -82,7 +90,8 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
-    /// A configuration with the documented defaults: node scope, 30 s lease,
+    /// A configuration with the documented defaults: node scope on this
+    /// host's name, 30 s lease,
     /// 1 s poll, 30 s recheck, 30 s max backoff, 60 s staging age, 1 s
     /// adoption slice, index batch 256, 50 ms index linger, pipeline depth 64,
     /// adoption on, the global registry,
@@ -99,6 +108,7 @@ impl ServiceConfig {
             store,
             catalog,
             lease_scope: LeaseScope::Node,
+            node_name: spool_lock::host_name(),
             lease_ttl: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
             recheck_interval: Duration::from_secs(30),
@@ -127,6 +137,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("store", &self.store)
             .field("catalog", &self.catalog.server())
             .field("lease_scope", &self.lease_scope)
+            .field("node_name", &self.node_name)
             .field("lease_ttl", &self.lease_ttl)
             .field("poll_interval", &self.poll_interval)
             .field("adopt", &self.adopt)

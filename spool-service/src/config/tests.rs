@@ -143,6 +143,30 @@ fn embedded_defaults_under_the_root() {
     assert_eq!(dir, r.join(&key));
 }
 
+/// `lease.node_name` (`SPOOL_NODE_NAME`) reaches the service's node name;
+/// unset, it is this host's name.
+#[test]
+fn the_node_name_reaches_the_service_config() {
+    let root = tempfile::tempdir().unwrap();
+    let flags = || {
+        vec![FlagValue::new(
+            &keys::ROOT.key,
+            root.path().display().to_string(),
+        )]
+    };
+    let sc = |c: &Config| {
+        let store = spool_upload::Store::from_url("memory://", &Default::default()).unwrap();
+        let catalog = spool_catalog::open("memory://").unwrap();
+        c.service_config(store, catalog).unwrap()
+    };
+    let c = load(None, &[("SPOOL_NODE_NAME", "node-17")], flags()).unwrap();
+    assert_eq!(sc(&c).node_name, "node-17");
+    let c = load(None, &[], flags()).unwrap();
+    assert_eq!(sc(&c).node_name, spool_lock::host_name());
+    let e = load(None, &[("SPOOL_NODE_NAME", "a/b")], flags()).unwrap_err();
+    assert!(e.0.contains("lease.node_name"), "{e}");
+}
+
 /// A spool root whose name holds characters a URL gives a meaning to
 /// (`%`, `?`, `#`, `+`, a space) gets embedded URLs that name exactly it:
 /// before, `?` cut the catalog path into a query ("unknown parameter"),

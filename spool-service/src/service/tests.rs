@@ -516,6 +516,42 @@ fn without_adoption_only_catalog_scope_takes_a_lease() {
     }
 }
 
+/// The node lease is named after `node_name` (`<catalog_key>/<node_name>`),
+/// not the host: two services on one host with different node names hold
+/// two leases, so each simulated node (or container) adopts on its own.
+#[test]
+fn the_node_lease_is_named_after_the_node_name() {
+    let fx = Fixture::new();
+    let key = fx.dest.catalog_key().unwrap();
+    let mut svcs = Vec::new();
+    for node in ["sim-a", "sim-b"] {
+        let own = fx.claim(&fx.dest, 0);
+        let mut c = fx.config(own.dir());
+        c.node_name = node.into();
+        let mut svc = StorageService::new(c).unwrap();
+        svc.start().unwrap();
+        svcs.push((own, svc));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !svcs.iter().all(|(_, s)| s.snapshot().lease_held) {
+        assert!(std::time::Instant::now() < deadline, "both leases held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for node in ["sim-a", "sim-b"] {
+        let log = block_on(
+            fx.catalog
+                .lease_log(&LeaseScope::Node.lease_name(&key, node)),
+        )
+        .unwrap();
+        assert!(!log.is_empty(), "no claim of {node}'s lease");
+    }
+    let host = LeaseScope::Node.lease_name(&key, &spool_lock::host_name());
+    assert!(block_on(fx.catalog.lease_log(&host)).unwrap().is_empty());
+    for (_, mut s) in svcs {
+        s.stop().unwrap();
+    }
+}
+
 /// A stop lets the loop end (every call it makes watches the stop token)
 /// within its grace: the loop is never reported abandoned, the lease is
 /// released by the loop's stop, not left to lapse.

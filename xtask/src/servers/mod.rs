@@ -26,6 +26,16 @@ pub struct ServerProcess {
     pub env: Vec<(String, String)>,
 }
 
+impl ServerProcess {
+    /// The value of one of its [`env`](Self::env) variables.
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         let pid = self.child.id().to_string();
