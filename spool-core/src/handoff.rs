@@ -379,5 +379,31 @@ pub fn collect_confirmations(rank_dir: &Path) -> Result<usize, Error> {
     Ok(removed)
 }
 
+/// The daemon removes the confirmations of owners under `key_dir` whose
+/// directory is gone (an owner that exited with a confirmation left, its
+/// directory then drained), and `_shipped` once empty. Returns how many
+/// owners' confirmations it removed.
+pub fn collect_orphaned_confirmations(key_dir: &Path) -> Result<usize, Error> {
+    let shipped = key_dir.join(SHIPPED_DIR);
+    let mut removed = 0;
+    for name in names_in(&shipped)? {
+        if key_dir.join(&name).exists() {
+            continue;
+        }
+        let dir = shipped.join(&name);
+        for marker in names_in(&dir)? {
+            unlink(&dir.join(marker))?;
+        }
+        match std::fs::remove_dir(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(Error::io("remove directory", &dir, e))
+            }
+            _ => removed += 1,
+        }
+    }
+    let _ = std::fs::remove_dir(&shipped);
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests;

@@ -677,7 +677,7 @@ impl Drop for Sink {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
         {
-            c.stop();
+            c.stop(shared.target.dir());
         }
         let (idle, sealed) = {
             let mut state = lock(&shared.state);

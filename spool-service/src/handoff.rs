@@ -191,10 +191,16 @@ impl Shipper {
         self.queue(drain.take_confirmable());
         self.tell_owners(drain).await;
         let dirs: Vec<PathBuf> = live.into_iter().collect();
+        let key = self.key_dir.clone();
         blocking(move || {
             for d in dirs {
                 if let Err(e) = handoff::collect_confirmations(&d) {
                     tracing::debug!(dir = %d.display(), "collecting confirmations: {e}");
+                }
+            }
+            if full {
+                if let Err(e) = handoff::collect_orphaned_confirmations(&key) {
+                    tracing::debug!(dir = %key.display(), "collecting orphaned confirmations: {e}");
                 }
             }
         })

@@ -56,13 +56,20 @@ impl Confirmations {
     }
 
     /// Stops the thread and waits for it: no removal happens after this
-    /// returns (the claim may be let go).
-    pub(super) fn stop(self) {
+    /// returns (the claim may be let go). An empty confirmations directory
+    /// (and an empty `_shipped`) goes with it.
+    pub(super) fn stop(self, dir: &Path) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(w) = &self.waker {
             w.wake();
         }
         let _ = self.thread.join();
+        let confirmations = confirmations_dir(dir);
+        if std::fs::remove_dir(&confirmations).is_ok() {
+            if let Some(shipped) = confirmations.parent() {
+                let _ = std::fs::remove_dir(shipped);
+            }
+        }
     }
 }
 

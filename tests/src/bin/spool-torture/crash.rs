@@ -313,6 +313,20 @@ impl Run {
         self.figures.lost = verdict.lost;
         self.figures.duplicates = verdict.duplicates;
         self.shared.problems(verdict.problems);
+        // a handed-off pack leaves its live owner only once its row is
+        // confirmed: whatever the monitor saw go must be indexed
+        let indexed: std::collections::BTreeSet<String> = self
+            .catalog_read
+            .rows()?
+            .into_iter()
+            .map(|r| r.pack_id)
+            .collect();
+        for (id, seen) in self.shared.handed_off_gone() {
+            if !indexed.contains(&id) {
+                self.shared
+                    .problem(format!("{seen}, and pack {id} is not indexed"));
+            }
+        }
         for p in &self.proxies {
             for (k, n) in p.hits() {
                 *self

@@ -75,6 +75,10 @@ struct Shared {
     early_rows: BTreeSet<String>,
     /// Adoptions seen past their sweep ([`Figures::adoptions_swept`]).
     adoptions_swept: u64,
+    /// Handed-off packs (and their refs) gone from a live sink-only
+    /// owner's directory: its owner removes each once the shipper confirmed
+    /// its row, so each must be indexed ([`Board::handed_off_gone`]).
+    handed_off_gone: Vec<(String, String)>,
 }
 
 impl Owner {
@@ -140,6 +144,13 @@ impl Board {
         if let Some(o) = self.lock().owners.get_mut(&i) {
             o.paused = false;
         }
+    }
+
+    /// Handed-off files gone from live owners' directories: (pack id, what
+    /// the monitor saw). Each pack must be indexed: its owner removes it
+    /// only once the shipper confirmed its row.
+    pub fn handed_off_gone(&self) -> Vec<(String, String)> {
+        self.lock().handed_off_gone.clone()
     }
 
     /// What producers reported durable: pack id → (sha256, process).
@@ -235,6 +246,7 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                 continue;
             }
             let mut touched = Vec::new();
+            let mut handed_off = Vec::new();
             if let Some(before) = &o.last {
                 match &now {
                     None if o.check_lost => {
@@ -251,6 +263,13 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                                 )),
                                 Some(_) => {}
                                 None if is_open && !o.paused => {}
+                                // a sink-only owner hands off: it removes a
+                                // pack (then its ref) once confirmed
+                                None if o.check_lost && handed_off_id(name).is_some() => handed_off
+                                    .push((
+                                        handed_off_id(name).unwrap_or_default(),
+                                        format!("{} disappeared", dir.join(name).display()),
+                                    )),
                                 None if o.check_lost || is_open => touched
                                     .push(format!("{} disappeared", dir.join(name).display())),
                                 None => {}
@@ -266,8 +285,16 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
             // An owner that died by itself (an engine's kill point) may be
             // adopted before the scheduler reaps it: a change seen once it
             // is gone is no touch of a live owner's files.
-            if !touched.is_empty() && !process_alive(pid) {
+            let died = !touched.is_empty() && !process_alive(pid);
+            if died {
                 o.live = false;
+            }
+            s.handed_off_gone.extend(
+                handed_off
+                    .into_iter()
+                    .map(|(id, seen)| (id, format!("live directory of #{i} {what}: {seen}"))),
+            );
+            if died {
                 continue;
             }
             if !touched.is_empty() {
@@ -281,6 +308,22 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
         }
         std::thread::sleep(Duration::from_millis(40));
     }
+}
+
+/// The pack id of a handed-off file: `[w<k>/]<id>.ready` or
+/// `_refs/[w<k>.]<id>.ref`.
+fn handed_off_id(name: &Path) -> Option<String> {
+    let file = name.file_name()?.to_str()?;
+    if let Some(id) = file.strip_suffix(".ready") {
+        return Some(id.to_string());
+    }
+    let in_refs = name
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|d| d == "_refs");
+    spool_core::handoff::parse_ref_name(file)
+        .filter(|_| in_refs)
+        .map(|(_, id)| id.to_hex())
 }
 
 /// Looks at every dead owner's directory every 5 ms until `stop` (names
