@@ -183,7 +183,7 @@ pub use crate::holder::LeaseHolder;
 pub use crate::lease::{
     catalog_lease_name, node_lease_name, panic_message, LeaseClaim, LeaseConfig, LeaseGuard,
     LeaseHead, LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim,
-    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
+    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MAX_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;
@@ -192,11 +192,21 @@ pub use crate::row::PackRow;
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SqliteCatalog;
 pub use crate::target::{
-    CatalogUrl, ClickHouseTarget, DEFAULT_CLICKHOUSE_PORT, DEFAULT_TABLE_PREFIX,
+    CatalogUrl, ClickHouseTarget, DEFAULT_CLICKHOUSE_PORT, DEFAULT_INSERT_QUORUM,
+    DEFAULT_TABLE_PREFIX, MAX_REPLICAS,
 };
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// How far back the lease log keeps claims other than each name's head:
+/// ClickHouse drops whole days older than yesterday, so it keeps at least
+/// this and less than twice it.
+pub const LEASE_LOG_RETENTION: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// How often a holder's keeper trims the lease log
+/// ([`Catalog::trim_lease_log`]).
+pub const LEASE_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3_600);
 
 /// Most rows one index statement carries; larger batches are split (each
 /// statement fenced on its own).
@@ -242,6 +252,16 @@ pub trait Catalog: Send + Sync {
 
     /// The whole claim log of a name, by term (for operators and tests).
     async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>>;
+
+    /// Bounds the claim log: removes claims older than
+    /// [`LEASE_LOG_RETENTION`] (by the catalog clock) while keeping the head
+    /// term of every name, so that terms keep rising. A holder's keeper
+    /// calls it every [`LEASE_TRIM_INTERVAL`]. Returns how many days
+    /// (ClickHouse) or claims (SQLite, the fake) went. A backend without a
+    /// log of its own (a wrapper) keeps this default, which trims nothing.
+    async fn trim_lease_log(&self) -> Result<u64> {
+        Ok(0)
+    }
 
     /// Acquires `name` for `holder` with a new lease id.
     async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<LeaseClaim> {
@@ -400,6 +420,9 @@ pub mod testing {
         }
         async fn lease_log(&self, name: &str) -> crate::Result<Vec<crate::LeaseRecord>> {
             self.0.lease_log(name).await
+        }
+        async fn trim_lease_log(&self) -> crate::Result<u64> {
+            self.0.trim_lease_log().await
         }
     }
 

@@ -105,8 +105,10 @@ pub fn fresh_clickhouse(base: &str) -> (String, ClickHouseCatalog) {
         uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
     );
     let url = format!(
-        "clickhouse://{}:{}/{}?table_prefix={}",
-        t.host, t.port, t.database, t.table_prefix
+        "clickhouse://{}/{}?table_prefix={}",
+        t.authority(),
+        t.database,
+        t.table_prefix
     );
     (url, ClickHouseCatalog::new(t))
 }
@@ -154,7 +156,7 @@ pub fn proxied_servers() -> Option<Proxied> {
     let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&url).expect("a ClickHouse URL") else {
         unreachable!("fresh_clickhouse makes ClickHouse URLs")
     };
-    let server = format!("{}:{}", t.host, t.port);
+    let server = format!("{}:{}", t.hosts[0].0, t.hosts[0].1);
     let ch_addr: SocketAddr = server.parse().expect("ClickHouse at IP:PORT");
     let (ch_proxy, s3_proxy) = rt.block_on(async {
         (
@@ -176,4 +178,29 @@ pub fn proxied_servers() -> Option<Proxied> {
         s3_proxy,
         moto,
     })
+}
+
+/// Runs `sql` on the first server of a `clickhouse://` catalog URL over
+/// plain HTTP (its own connection, HTTP/1.0, 30 s bound) and returns the
+/// answer's body; panics, naming the statement, on anything but 200.
+pub fn clickhouse_sql(catalog_url: &str, sql: &str) -> String {
+    use std::io::{Read, Write};
+    let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(catalog_url).expect("catalog URL") else {
+        panic!("not a clickhouse:// URL: {catalog_url}")
+    };
+    let (host, port) = t.hosts[0].clone();
+    let mut s = std::net::TcpStream::connect((host.as_str(), port))
+        .unwrap_or_else(|e| panic!("connect {host}:{port}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST / HTTP/1.0\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{sql}",
+        sql.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    assert!(head.starts_with("HTTP/1.0 200"), "{sql}: {out}");
+    body.to_string()
 }
