@@ -288,6 +288,41 @@ impl CatalogUrl {
         }
     }
 
+    /// `url` with the cluster `cluster` (the configuration's
+    /// `catalog.cluster`) as its `cluster=` parameter, for opening the
+    /// catalog; the catalog key keeps hashing `url` as spelled, so setting
+    /// the cluster in the configuration moves no spool directory. Refused
+    /// for a catalog that is not ClickHouse, and when the URL names
+    /// another cluster.
+    pub fn with_cluster(url: &str, cluster: &str) -> Result<String> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: crate::redact::mask_url(url),
+            reason,
+        };
+        match CatalogUrl::parse(url)? {
+            CatalogUrl::ClickHouse(t) => match t.cluster.as_deref() {
+                Some(c) if c == cluster => Ok(url.to_string()),
+                Some(c) => Err(invalid(format!(
+                    "the URL names the cluster {c:?} and catalog.cluster {cluster:?}; name one"
+                ))),
+                None => {
+                    check_ident(&crate::redact::mask_url(url), "cluster", cluster, false)?;
+                    let (base, fragment) = url.split_once('#').map_or((url, ""), |(b, f)| (b, f));
+                    let sep = if base.contains('?') { '&' } else { '?' };
+                    let fragment = if fragment.is_empty() {
+                        String::new()
+                    } else {
+                        format!("#{fragment}")
+                    };
+                    Ok(format!("{base}{sep}cluster={cluster}{fragment}"))
+                }
+            },
+            _ => Err(invalid(format!(
+                "catalog.cluster {cluster:?} needs a clickhouse:// catalog"
+            ))),
+        }
+    }
+
     /// The URL with credentials removed: what messages and the catalog key
     /// name.
     pub fn redacted(&self) -> String {
@@ -486,6 +521,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("at most 16"), "{e}");
+    }
+
+    #[test]
+    fn the_configured_cluster_joins_the_url_once() {
+        assert_eq!(
+            CatalogUrl::with_cluster("clickhouse://h1,h2/db", "c1").unwrap(),
+            "clickhouse://h1,h2/db?cluster=c1"
+        );
+        assert_eq!(
+            CatalogUrl::with_cluster("clickhouse://h/db?table_prefix=p_", "c1").unwrap(),
+            "clickhouse://h/db?table_prefix=p_&cluster=c1"
+        );
+        assert_eq!(
+            CatalogUrl::with_cluster("clickhouse://h/db?cluster=c1", "c1").unwrap(),
+            "clickhouse://h/db?cluster=c1"
+        );
+        for (url, cluster, needle) in [
+            ("clickhouse://h/db?cluster=c2", "c1", "name one"),
+            ("sqlite:///x.db", "c1", "needs a clickhouse://"),
+            ("clickhouse://u:hunter2@h/db", "a.b", "cluster \"a.b\""),
+        ] {
+            let e = CatalogUrl::with_cluster(url, cluster)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle) && !e.contains("hunter2"), "{url}: {e}");
+        }
     }
 
     #[test]
