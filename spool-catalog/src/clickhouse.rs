@@ -31,9 +31,12 @@ const ASYNC_INSERT_FROM_MAJOR: u32 = 22;
 const AUTH_CODES: &[u32] = &[192, 193, 194, 195, 516];
 /// Codes that mean the tables are not what this build expects.
 const SCHEMA_CODES: &[u32] = &[10, 16, 47, 53, 60, 81];
-/// Codes worth retrying: timeouts, overload, network, parts pressure.
+/// Codes worth retrying: timeouts, overload, network, parts pressure, and
+/// a replicated catalog's passing states (no ZooKeeper, a read-only
+/// replica, too few live replicas for the quorum, an earlier quorum write
+/// not yet satisfied, a replica not in the quorum).
 const RETRYABLE_CODES: &[u32] = &[
-    3, 159, 160, 164, 202, 203, 209, 210, 241, 242, 252, 319, 394, 425, 999,
+    3, 159, 160, 164, 202, 203, 209, 210, 225, 241, 242, 252, 285, 286, 289, 319, 394, 425, 999,
 ];
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -420,9 +423,15 @@ impl ClickHouseCatalog {
         }
         let quorum = |c: clickhouse::Client| {
             c.with_setting("insert_quorum", self.target.insert_quorum.to_string())
+                // The server gives up a second before the client would, so
+                // the answer names the quorum (code 319), not a timeout.
                 .with_setting(
                     "insert_quorum_timeout",
-                    self.request_timeout.as_millis().to_string(),
+                    self.request_timeout
+                        .saturating_sub(Duration::from_secs(1))
+                        .max(Duration::from_secs(1))
+                        .as_millis()
+                        .to_string(),
                 )
         };
         let consistent =
@@ -575,11 +584,20 @@ impl ClickHouseCatalog {
         Ok((recs, now))
     }
 
-    /// Test seam: drops the whole database this catalog lives in.
+    /// Test seam: drops the whole database this catalog lives in (on every
+    /// replica of its cluster).
     #[cfg(any(test, feature = "testing"))]
     pub async fn testing_drop_database(&self) -> Result<()> {
-        let sql = format!("DROP DATABASE IF EXISTS `{}`", self.target.database);
-        self.execute("drop the test database", Mode::Plain, &sql)
+        let on_cluster = self
+            .target
+            .cluster
+            .as_ref()
+            .map_or_else(String::new, |c| format!(" ON CLUSTER {c}"));
+        let sql = format!(
+            "DROP DATABASE IF EXISTS `{}`{on_cluster}",
+            self.target.database
+        );
+        self.execute("drop the test database", Mode::Ddl, &sql)
             .await
     }
 

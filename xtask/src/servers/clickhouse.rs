@@ -60,7 +60,7 @@ pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<Serve
 
 /// Writes a fresh `<root>/target/xtask/<name>/` (config.xml with
 /// `extra_config` spliced into its `<yandex>`, users.xml) and starts
-/// clickhouse-server on it with its pid file `clickhouse.pid` there,
+/// clickhouse-server on it, its pid written to `clickhouse.pid` there,
 /// without waiting for it to answer. Returns the process (which also
 /// stops a server restarted from the same pid file) and the directory.
 pub fn launch(
@@ -158,13 +158,16 @@ pub fn launch(
     let pid_file = dir.join("clickhouse.pid");
     let child = Command::new(SERVER)
         .arg(format!("--config-file={d}/config.xml"))
-        .arg(format!("--pid-file={}", pid_file.display()))
         .current_dir(&dir)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
         .with_context(|| format!("could not start {SERVER}"))?;
+    // The server writes no pid file outside daemon mode: this one is ours
+    // (and a test's that starts the server again).
+    std::fs::write(&pid_file, child.id().to_string())
+        .with_context(|| format!("could not write {}", pid_file.display()))?;
     let process = ServerProcess {
         name: "clickhouse",
         child,

@@ -6,7 +6,7 @@
 //! and then waited for, so the group costs about one JVM start. Each
 //! replica's config adds the cluster [`CLUSTER`] (one shard, the three
 //! native ports, `internal_replication`), its `shard`/`replica` macros,
-//! its own `interserver_http_port` on 127.0.0.1, the ZooKeeper node (6 s
+//! its own `interserver_http_port` on 127.0.0.1, the ZooKeeper node (3 s
 //! sessions, so a killed replica counts as gone within seconds), the
 //! `ON CLUSTER` DDL queue, and small background pools (2 threads each).
 //!
@@ -52,7 +52,7 @@ pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
     let mut configs = Vec::new();
     for i in 0..REPLICAS {
         let extra = format!(
-            "    <interserver_http_port>{}</interserver_http_port>\n    <interserver_http_host>127.0.0.1</interserver_http_host>\n    <zookeeper><node><host>127.0.0.1</host><port>{}</port></node><session_timeout_ms>6000</session_timeout_ms></zookeeper>\n    <remote_servers><{CLUSTER}><shard><internal_replication>true</internal_replication>{shard}</shard></{CLUSTER}></remote_servers>\n    <macros><shard>01</shard><replica>r{}</replica></macros>\n    <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>\n    <background_pool_size>2</background_pool_size>\n    <background_schedule_pool_size>2</background_schedule_pool_size>\n",
+            "    <interserver_http_port>{}</interserver_http_port>\n    <interserver_http_host>127.0.0.1</interserver_http_host>\n    <zookeeper><node><host>127.0.0.1</host><port>{}</port></node><session_timeout_ms>3000</session_timeout_ms></zookeeper>\n    <remote_servers><{CLUSTER}><shard><internal_replication>true</internal_replication>{shard}</shard></{CLUSTER}></remote_servers>\n    <macros><shard>01</shard><replica>r{}</replica></macros>\n    <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>\n    <background_pool_size>2</background_pool_size>\n    <background_schedule_pool_size>2</background_schedule_pool_size>\n",
             inter[i],
             zk.port,
             i + 1
