@@ -343,6 +343,8 @@ impl Replicas {
         let dir = config.parent().expect("config directory");
         let log = std::fs::File::create(dir.join("log/restarted.log")).expect("log");
         use std::os::unix::process::CommandExt;
+        // Never waited for here: it outlives this process by design.
+        #[allow(clippy::zombie_processes)]
         let child = std::process::Command::new("/usr/sbin/clickhouse-server")
             // its own process group: it outlives this test process (the
             // runner ends a test's group), xtask stops it at the end

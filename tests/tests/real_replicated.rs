@@ -3,8 +3,7 @@
 //! `_CLUSTER`, `_REPLICA_CONFIGS`): tables created `ON CLUSTER` as
 //! replicated; indexing with any one replica killed, and no confirmed row
 //! lost when one dies; with two down an insert fails and a lease claim
-//! fails closed; the URL's failover past a host that refuses or stalls;
-//! `spool run --once` with `catalog.cluster` through all of it. The tests
+//! fails closed; the URL's failover past a host that refuses or stalls. The tests
 //! kill and stall the shared replicas, so they run one at a time (module
 //! `serial`); each heals the replicas and drops its database, pass or fail.
 #![forbid(unsafe_code)]
@@ -326,114 +325,5 @@ mod serial {
             started.elapsed()
         );
         replicas.resume(0);
-    }
-
-    /// `spool run --once` with `catalog.cluster` in its file: with one
-    /// replica killed it drains dead siblings into the replicated catalog
-    /// (lease, index, removal); with two killed it leaves every pack in its
-    /// spool and exits on its timeout; once healed it drains them.
-    #[test]
-    fn spool_run_once_indexes_with_a_replica_killed_and_keeps_packs_without_a_quorum() {
-        let Some(replicas) = spool_tests::servers::replicas() else {
-            return;
-        };
-        let (url, cleanup) = setup(&replicas);
-        // The file names the catalog without the cluster; the key sets it.
-        let plain = url.replacen(&format!("&cluster={}", replicas.cluster), "", 1);
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("root");
-        std::fs::create_dir_all(&root).unwrap();
-        let cfg = tmp.path().join("spool.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "[spool]\nroot = \"{}\"\n[destination]\ncatalog = \"{plain}\"\nstore = \"file://{}\"\n[catalog]\ncluster = \"{}\"\nrequest_timeout = \"3s\"\n[lease]\nttl = 5\n[service]\nrecheck_interval = \"1s\"\n",
-                root.display(),
-                tmp.path().join("store").display(),
-                replicas.cluster
-            ),
-        )
-        .unwrap();
-        let show = spool_tests::output(
-            spool_tests::spool()
-                .args(["config", "show", "--json", "--config"])
-                .arg(&cfg),
-        );
-        assert!(show.status.success(), "{}", spool_tests::describe(&show));
-        let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
-        let key_dir = std::path::PathBuf::from(show["derived"]["key_dir"].as_str().unwrap());
-        let produce = |rank: &str, n: u32| {
-            std::fs::create_dir_all(&key_dir).unwrap();
-            let out = spool_tests::output(
-                spool_tests::spool()
-                    .args([
-                        "produce",
-                        "--packs",
-                        &n.to_string(),
-                        "--pack-bytes",
-                        "4096",
-                        "--dir",
-                    ])
-                    .arg(key_dir.join(rank)),
-            );
-            assert!(out.status.success(), "{}", spool_tests::describe(&out));
-            spool_tests::ready_files(&key_dir.join(rank))
-        };
-        let run_once = |timeout: &str| {
-            spool_tests::output(
-                spool_tests::spool()
-                    .args(["run", "--once", "--timeout", timeout, "--config"])
-                    .arg(&cfg),
-            )
-        };
-        let catalog = spool_catalog::open(&url).unwrap();
-        // One replica down: everything drains.
-        let first = produce("r1-0000abcd", 5);
-        replicas.kill(0);
-        let out = run_once("60");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            spool_tests::describe(&out)
-        );
-        for id in first.keys() {
-            assert!(
-                cleanup.rt.block_on(catalog.get(id)).unwrap().is_some(),
-                "{id}"
-            );
-        }
-        replicas.heal();
-        // Two down: nothing leaves the spool.
-        let second = produce("r2-0000abce", 4);
-        replicas.kill(1);
-        replicas.kill(2);
-        let out = run_once("15");
-        assert_ne!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            spool_tests::describe(&out)
-        );
-        let left = spool_tests::ready_files(&key_dir.join("r2-0000abce"));
-        assert_eq!(
-            left.keys().collect::<std::collections::BTreeSet<_>>(),
-            second.keys().collect(),
-            "every pack stays in its spool without a quorum"
-        );
-        replicas.heal();
-        let out = run_once("90");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            spool_tests::describe(&out)
-        );
-        for id in second.keys() {
-            assert!(
-                cleanup.rt.block_on(catalog.get(id)).unwrap().is_some(),
-                "{id}"
-            );
-        }
     }
 }
