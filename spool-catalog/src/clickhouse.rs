@@ -1,14 +1,18 @@
 //! The production catalog: ClickHouse over HTTP with the `clickhouse` crate.
+//! The schema and its migrations are in `clickhouse/schema.rs`.
+
+mod schema;
 
 use crate::error::{Error, Result};
 use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
 use crate::row::{check_pack_id, PackRow};
-use crate::sql::{Tables, FENCE_SHUT_CODE, INDEXED_AT_DEFAULT, LEASE_SCHEMA, PACKS_SCHEMA};
+use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE};
 use crate::target::ClickHouseTarget;
-use crate::{Catalog, MAX_ROWS_PER_STATEMENT, SCHEMA_VERSION};
+use crate::{Catalog, MAX_ROWS_PER_STATEMENT};
 use async_trait::async_trait;
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
@@ -27,9 +31,12 @@ const ASYNC_INSERT_FROM_MAJOR: u32 = 22;
 const AUTH_CODES: &[u32] = &[192, 193, 194, 195, 516];
 /// Codes that mean the tables are not what this build expects.
 const SCHEMA_CODES: &[u32] = &[10, 16, 47, 53, 60, 81];
-/// Codes worth retrying: timeouts, overload, network, parts pressure.
+/// Codes worth retrying: timeouts, overload, network, parts pressure, and
+/// a replicated catalog's passing states (no ZooKeeper, a read-only
+/// replica, too few live replicas for the quorum, an earlier quorum write
+/// not yet satisfied, a replica not in the quorum).
 const RETRYABLE_CODES: &[u32] = &[
-    3, 159, 160, 164, 202, 203, 209, 210, 241, 242, 252, 319, 394, 425, 999,
+    3, 159, 160, 164, 202, 203, 209, 210, 225, 241, 242, 252, 285, 286, 289, 319, 394, 425, 999,
 ];
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -41,15 +48,6 @@ struct LeaseRow {
     acquired_at_ms: u64,
     expires_at_ms: u64,
     now_ms: u64,
-}
-
-#[derive(clickhouse::Row, serde::Deserialize)]
-struct ColumnRow {
-    table: String,
-    name: String,
-    r#type: String,
-    default_kind: String,
-    default_expression: String,
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -87,18 +85,90 @@ impl From<ChPackRow> for PackRow {
     }
 }
 
+/// A replica's client once its version was read (validation on from 23.x).
 struct Connected {
     client: clickhouse::Client,
-    version: String,
 }
 
-/// A ClickHouse catalog (`clickhouse://HOST:PORT/DATABASE?...`).
+/// One server of the URL: its client and, once read, its version.
+struct Replica {
+    base: clickhouse::Client,
+    /// `HOST:PORT`, for messages.
+    label: String,
+    connected: OnceCell<Connected>,
+}
+
+/// What a statement needs of a replicated catalog (nothing on one
+/// server): the settings travel as HTTP query parameters, the only way
+/// 18.16 takes them on an `INSERT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// A plain read (the pack index, the schema, the clock).
+    Plain,
+    /// An insert confirmed only once `insert_quorum` replicas have it
+    /// (`insert_quorum`, `insert_quorum_timeout`).
+    Quorum,
+    /// A read that decides a lease claim: it sees every row written with
+    /// the quorum, and fails on a replica that lacks one
+    /// (`select_sequential_consistency=1`).
+    Consistent,
+    /// A fenced insert: a quorum insert whose fence reads consistently.
+    QuorumConsistent,
+    /// DDL `ON CLUSTER`: waits for the replicas at most the request timeout
+    /// (`distributed_ddl_task_timeout`).
+    Ddl,
+}
+
+/// ClickHouse exception codes after which another replica may do better:
+/// the network, ZooKeeper, a read-only (detached from ZooKeeper) replica,
+/// one that lacks a part the quorum has.
+const REPLICA_CODES: &[u32] = &[209, 210, 225, 242, 289, 999];
+
+/// Whether `e`, from one replica, is worth trying the next one for.
+fn fails_over(e: &Error) -> bool {
+    match e {
+        Error::Unreachable { .. } | Error::Timeout { .. } | Error::Protocol { .. } => true,
+        Error::Server {
+            code: None,
+            retryable,
+            ..
+        } => *retryable,
+        Error::Server { code: Some(c), .. } => REPLICA_CODES.contains(c),
+        _ => false,
+    }
+}
+
+/// Moves the catalog's preferred replica past `index` unless the attempt
+/// on it was marked done: a request cut by its caller's deadline (a
+/// stalled replica) leaves the next request to the next replica.
+struct Attempt<'a> {
+    preferred: &'a AtomicUsize,
+    index: usize,
+    replicas: usize,
+    done: bool,
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.preferred.compare_exchange(
+                self.index,
+                (self.index + 1) % self.replicas,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+    }
+}
+
+/// A ClickHouse catalog (`clickhouse://HOST:PORT[,HOST:PORT...]/DATABASE?...`).
 pub struct ClickHouseCatalog {
     target: ClickHouseTarget,
     tables: Tables,
-    base: clickhouse::Client,
+    replicas: Vec<Replica>,
+    /// The replica tried first (the last one that answered).
+    preferred: AtomicUsize,
     request_timeout: Duration,
-    connected: OnceCell<Connected>,
     schema_ok: OnceCell<()>,
 }
 
@@ -219,27 +289,40 @@ impl ClickHouseCatalog {
                 // Under the server's keep-alive (3 s on old releases).
                 .pool_idle_timeout(Duration::from_millis(2500))
                 .build(connector);
-        let mut base = clickhouse::Client::with_http_client(http)
-            .with_url(target.http_url())
-            .with_validation(false)
-            // Index statements carry their rows as SQL text.
-            .with_setting("max_query_size", (16 << 20).to_string());
-        if let Some(u) = &target.user {
-            base = base.with_user(u.clone());
-        }
-        if let Some(p) = &target.password {
-            base = base.with_password(p.clone());
-        }
+        let replicas = target
+            .http_urls()
+            .into_iter()
+            .zip(&target.hosts)
+            .map(|(url, (h, p))| {
+                let mut base = clickhouse::Client::with_http_client(http.clone())
+                    .with_url(url)
+                    .with_validation(false)
+                    // Index statements carry their rows as SQL text.
+                    .with_setting("max_query_size", (16 << 20).to_string());
+                if let Some(u) = &target.user {
+                    base = base.with_user(u.clone());
+                }
+                if let Some(p) = &target.password {
+                    base = base.with_password(p.clone());
+                }
+                Replica {
+                    base,
+                    label: format!("{h}:{p}"),
+                    connected: OnceCell::new(),
+                }
+            })
+            .collect();
         let tables = Tables {
             database: target.database.clone(),
             prefix: target.table_prefix.clone(),
+            cluster: target.cluster.clone(),
         };
         ClickHouseCatalog {
             target,
             tables,
-            base,
+            replicas,
+            preferred: AtomicUsize::new(0),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            connected: OnceCell::new(),
             schema_ok: OnceCell::new(),
         }
     }
@@ -250,14 +333,27 @@ impl ClickHouseCatalog {
         self
     }
 
-    /// The server's version (`SELECT version()`), reading it if not yet known.
+    /// The version of the server that answers (`SELECT version()`).
     pub async fn server_version(&self) -> Result<String> {
-        Ok(self.connect().await?.version.clone())
+        self.fetch_one("read the server version", Mode::Plain, "SELECT version()")
+            .await
     }
 
-    /// Runs one request under the timeout, classifying failures.
+    /// The server as errors name it: the catalog, and the replica when the
+    /// URL names several.
+    fn server_of(&self, r: &Replica) -> String {
+        if self.replicas.len() > 1 {
+            format!("{} (replica {})", self.target.redacted(), r.label)
+        } else {
+            self.target.redacted()
+        }
+    }
+
+    /// Runs one request on one replica under the timeout, classifying
+    /// failures.
     async fn run<T>(
         &self,
+        r: &Replica,
         purpose: &'static str,
         timeout: Duration,
         fut: impl Future<Output = clickhouse::error::Result<T>>,
@@ -265,7 +361,7 @@ impl ClickHouseCatalog {
         match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(
-                match error_from_clickhouse(&self.target.redacted(), purpose, e) {
+                match error_from_clickhouse(&self.server_of(r), purpose, e) {
                     Error::Timeout {
                         server, purpose, ..
                     } => Error::Timeout {
@@ -277,21 +373,23 @@ impl ClickHouseCatalog {
                 },
             ),
             Err(_) => Err(Error::Timeout {
-                server: self.target.redacted(),
+                server: self.server_of(r),
                 purpose,
                 after: timeout,
             }),
         }
     }
 
-    async fn connect(&self) -> Result<&Connected> {
-        self.connected
+    /// The replica's client, its version read (and checked) on first use.
+    async fn connect<'r>(&self, r: &'r Replica) -> Result<&'r Connected> {
+        r.connected
             .get_or_try_init(|| async {
                 let version: String = self
                     .run(
+                        r,
                         "read the server version",
                         self.request_timeout,
-                        self.base.query_raw("SELECT version()").fetch_one::<String>(),
+                        r.base.query_raw("SELECT version()").fetch_one::<String>(),
                     )
                     .await?;
                 let major: u32 = version
@@ -301,7 +399,7 @@ impl ClickHouseCatalog {
                     .unwrap_or(0);
                 if self.target.async_insert && major < ASYNC_INSERT_FROM_MAJOR {
                     return Err(Error::NotSupportedByServer {
-                        server: self.target.redacted(),
+                        server: self.server_of(r),
                         version,
                         knob: "async_insert=1",
                         feature: "asynchronous inserts (settings async_insert, wait_for_async_insert)",
@@ -309,27 +407,144 @@ impl ClickHouseCatalog {
                     });
                 }
                 let validation = major >= VALIDATION_FROM_MAJOR;
-                tracing::debug!(server = %self.target.redacted(), %version, validation, "connected to ClickHouse");
+                tracing::debug!(server = %self.server_of(r), %version, validation, "connected to ClickHouse");
                 Ok(Connected {
-                    client: self.base.clone().with_validation(validation),
-                    version,
+                    client: r.base.clone().with_validation(validation),
                 })
             })
             .await
     }
 
-    async fn client(&self) -> Result<&clickhouse::Client> {
-        self.ready().await?;
-        Ok(&self.connect().await?.client)
+    /// `client` with the settings `mode` needs on a cluster.
+    fn with_mode(&self, client: &clickhouse::Client, mode: Mode) -> clickhouse::Client {
+        let c = client.clone();
+        if self.target.cluster.is_none() {
+            return c;
+        }
+        let quorum = |c: clickhouse::Client| {
+            c.with_setting("insert_quorum", self.target.insert_quorum.to_string())
+                // The server gives up a second before the client would, so
+                // the answer names the quorum (code 319), not a timeout.
+                .with_setting(
+                    "insert_quorum_timeout",
+                    self.request_timeout
+                        .saturating_sub(Duration::from_secs(1))
+                        .max(Duration::from_secs(1))
+                        .as_millis()
+                        .to_string(),
+                )
+        };
+        let consistent =
+            |c: clickhouse::Client| c.with_setting("select_sequential_consistency", "1");
+        match mode {
+            Mode::Plain => c,
+            Mode::Quorum => quorum(c),
+            Mode::Consistent => consistent(c),
+            Mode::QuorumConsistent => consistent(quorum(c)),
+            Mode::Ddl => c.with_setting(
+                "distributed_ddl_task_timeout",
+                self.request_timeout.as_secs().max(1).to_string(),
+            ),
+        }
     }
 
-    async fn execute(&self, purpose: &'static str, sql: &str) -> Result<()> {
-        let client = &self.connect().await?.client;
-        self.run(
+    /// Runs `f` on the preferred replica; when it refuses, stalls past the
+    /// request timeout or answers that it cannot serve ([`fails_over`]),
+    /// on the next one, each at most once: at most one request timeout per
+    /// replica. The replica that answers becomes the preferred one.
+    async fn on_replicas<T, F, Fut>(&self, purpose: &'static str, mode: Mode, f: F) -> Result<T>
+    where
+        F: Fn(clickhouse::Client) -> Fut,
+        Fut: Future<Output = clickhouse::error::Result<T>>,
+    {
+        self.on_replicas_within(purpose, mode, self.request_timeout, f)
+            .await
+    }
+
+    /// [`Self::on_replicas`] with another bound on each request.
+    async fn on_replicas_within<T, F, Fut>(
+        &self,
+        purpose: &'static str,
+        mode: Mode,
+        timeout: Duration,
+        f: F,
+    ) -> Result<T>
+    where
+        F: Fn(clickhouse::Client) -> Fut,
+        Fut: Future<Output = clickhouse::error::Result<T>>,
+    {
+        let n = self.replicas.len();
+        let start = self.preferred.load(Ordering::SeqCst) % n;
+        let mut last = None;
+        for k in 0..n {
+            let index = (start + k) % n;
+            let r = &self.replicas[index];
+            let mut attempt = Attempt {
+                preferred: &self.preferred,
+                index,
+                replicas: n,
+                done: false,
+            };
+            let answer = match self.connect(r).await {
+                Ok(c) => {
+                    self.run(r, purpose, timeout, f(self.with_mode(&c.client, mode)))
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(v) => {
+                    attempt.done = true;
+                    if k > 0 {
+                        self.preferred.store(index, Ordering::SeqCst);
+                        tracing::info!(server = %self.server_of(r), "failed over to this replica");
+                    }
+                    return Ok(v);
+                }
+                Err(e) if n > 1 && fails_over(&e) => {
+                    tracing::warn!(error = %e, "replica failed; trying the next one");
+                    last = Some(e);
+                }
+                Err(e) => {
+                    attempt.done = true;
+                    return Err(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Unreachable {
+            server: self.target.redacted(),
             purpose,
-            self.request_timeout,
-            client.query_raw(sql).execute(),
-        )
+            detail: "no replica".into(),
+        }))
+    }
+
+    /// Runs one statement that returns nothing.
+    async fn execute(&self, purpose: &'static str, mode: Mode, sql: &str) -> Result<()> {
+        self.on_replicas(purpose, mode, |c| async move {
+            c.query_raw(sql).execute().await
+        })
+        .await
+    }
+
+    /// Runs one query and reads every row.
+    async fn fetch_all<R>(&self, purpose: &'static str, mode: Mode, sql: &str) -> Result<Vec<R>>
+    where
+        R: clickhouse::RowOwned + clickhouse::RowRead,
+    {
+        self.on_replicas(purpose, mode, |c| async move {
+            c.query_raw(sql).fetch_all::<R>().await
+        })
+        .await
+    }
+
+    /// Runs one query and reads its one row.
+    async fn fetch_one<R>(&self, purpose: &'static str, mode: Mode, sql: &str) -> Result<R>
+    where
+        R: clickhouse::RowOwned + clickhouse::RowRead,
+    {
+        self.on_replicas(purpose, mode, |c| async move {
+            c.query_raw(sql).fetch_one::<R>().await
+        })
         .await
     }
 
@@ -340,109 +555,14 @@ impl ClickHouseCatalog {
             .map(|_| ())
     }
 
-    async fn install_or_verify(&self) -> Result<()> {
-        let t = &self.tables;
-        let server = self.target.redacted();
-        self.execute("create the catalog database", &t.create_database())
-            .await?;
-        self.execute("create the schema-version table", &t.create_schema_table())
-            .await?;
-        let client = &self.connect().await?.client;
-        let found: u32 = self
-            .run(
-                "read the schema version",
-                self.request_timeout,
-                client
-                    .query_raw(&t.select_schema_version())
-                    .fetch_one::<u32>(),
-            )
-            .await?;
-        if found > SCHEMA_VERSION {
-            return Err(Error::SchemaVersion {
-                server,
-                found,
-                expected: SCHEMA_VERSION,
-                advice: "it was written by a newer spool; upgrade this spool, or point it at another database or table_prefix",
-            });
-        }
-        self.execute("create the packs table", &t.create_packs())
-            .await?;
-        if found == 1 {
-            // Version 1 → 2: `ordinal` becomes nullable; idempotent, so a
-            // concurrent or interrupted migration is simply run again.
-            self.execute(
-                "migrate the packs table from schema version 1 (nullable ordinal)",
-                &t.migrate_v1_ordinal(),
-            )
-            .await?;
-            tracing::info!(server = %server, "migrated the catalog from schema version 1 to {SCHEMA_VERSION}");
-        }
-        self.execute("create the lease table", &t.create_lease())
-            .await?;
-        let cols: Vec<ColumnRow> = self
-            .run(
-                "read the table columns",
-                self.request_timeout,
-                client
-                    .query_raw(&t.select_columns())
-                    .fetch_all::<ColumnRow>(),
-            )
-            .await?;
-        let packs = t.packs_name();
-        // `indexed_at_ms` must default to the server clock: the unfenced
-        // `VALUES` insert leaves it out. Tables made before it had one get
-        // it (a metadata-only change, idempotent).
-        let squash = |e: &str| e.split_whitespace().collect::<String>();
-        let has_default = cols.iter().any(|c| {
-            c.table == packs
-                && c.name == "indexed_at_ms"
-                && c.default_kind == "DEFAULT"
-                && squash(&c.default_expression) == squash(INDEXED_AT_DEFAULT)
-        });
-        let mut by_table: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-        for c in cols {
-            by_table
-                .entry(c.table)
-                .or_default()
-                .insert(c.name, c.r#type);
-        }
-        for (table, expected) in [
-            (t.packs_name(), PACKS_SCHEMA),
-            (t.lease_name(), LEASE_SCHEMA),
-        ] {
-            check_columns(&server, &table, expected, by_table.get(&table))?;
-        }
-        if !has_default {
-            self.execute(
-                "give indexed_at_ms its default (the server clock)",
-                &t.set_indexed_at_default(),
-            )
-            .await?;
-            tracing::info!(server = %server, table = %packs, "gave indexed_at_ms its default (the server clock)");
-        }
-        if found < SCHEMA_VERSION {
-            self.execute(
-                "write the schema-version row",
-                &t.insert_schema_version(SCHEMA_VERSION),
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
     async fn fetch_lease(
         &self,
         purpose: &'static str,
+        mode: Mode,
         sql: &str,
     ) -> Result<(Vec<LeaseRecord>, u64)> {
-        let client = self.client().await?;
-        let rows: Vec<LeaseRow> = self
-            .run(
-                purpose,
-                self.request_timeout,
-                client.query_raw(sql).fetch_all::<LeaseRow>(),
-            )
-            .await?;
+        self.ready().await?;
+        let rows: Vec<LeaseRow> = self.fetch_all(purpose, mode, sql).await?;
         let now = rows.first().map_or(0, |r| r.now_ms);
         let recs = rows
             .into_iter()
@@ -464,53 +584,28 @@ impl ClickHouseCatalog {
         Ok((recs, now))
     }
 
-    /// Test seam: drops the whole database this catalog lives in.
+    /// Test seam: drops the whole database this catalog lives in (on every
+    /// replica of its cluster).
     #[cfg(any(test, feature = "testing"))]
     pub async fn testing_drop_database(&self) -> Result<()> {
-        let sql = format!("DROP DATABASE IF EXISTS `{}`", self.target.database);
-        self.execute("drop the test database", &sql).await
+        let on_cluster = self
+            .target
+            .cluster
+            .as_ref()
+            .map_or_else(String::new, |c| format!(" ON CLUSTER {c}"));
+        let sql = format!(
+            "DROP DATABASE IF EXISTS `{}`{on_cluster}",
+            self.target.database
+        );
+        self.execute("drop the test database", Mode::Ddl, &sql)
+            .await
     }
 
     /// Test seam: runs one statement as is.
     #[cfg(any(test, feature = "testing"))]
     pub async fn testing_execute(&self, sql: &str) -> Result<()> {
-        self.execute("run a test statement", sql).await
+        self.execute("run a test statement", Mode::Plain, sql).await
     }
-}
-
-fn check_columns(
-    server: &str,
-    table: &str,
-    expected: &[(&str, &str)],
-    found: Option<&BTreeMap<String, String>>,
-) -> Result<()> {
-    let want: BTreeMap<String, String> = expected
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.to_string()))
-        .collect();
-    let Some(found) = found else {
-        return Err(Error::SchemaMismatch {
-            server: server.to_string(),
-            detail: format!("table {table} is missing after it was created"),
-        });
-    };
-    if *found != want {
-        let show = |m: &BTreeMap<String, String>| {
-            m.iter()
-                .map(|(n, t)| format!("{n} {t}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        return Err(Error::SchemaMismatch {
-            server: server.to_string(),
-            detail: format!(
-                "table {table} has columns ({}), this spool expects ({})",
-                show(found),
-                show(&want)
-            ),
-        });
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -527,26 +622,37 @@ impl Catalog for ClickHouseCatalog {
         for r in rows {
             r.validate()?;
         }
-        let client = self.client().await?;
-        for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
+        self.ready().await?;
+        for chunk in statements(rows) {
             match fence {
                 None => {
-                    let mut q = client.query_raw(&self.tables.index_values(chunk));
-                    if self.target.async_insert {
-                        q = q
-                            .with_setting("async_insert", "1")
-                            .with_setting("wait_for_async_insert", "1");
-                    }
-                    self.run("index packs", self.request_timeout, q.execute())
-                        .await?;
+                    let sql = self.tables.index_values(chunk);
+                    let async_insert = self.target.async_insert;
+                    self.on_replicas("index packs", Mode::Quorum, |c| {
+                        let sql = &sql;
+                        async move {
+                            let mut q = c.query_raw(sql);
+                            if async_insert {
+                                q = q
+                                    .with_setting("async_insert", "1")
+                                    .with_setting("wait_for_async_insert", "1");
+                            }
+                            q.execute().await
+                        }
+                    })
+                    .await?;
                 }
                 Some(g) => {
                     let sql = self.tables.index_fenced(chunk, g);
                     let done = self
-                        .run(
+                        .on_replicas_within(
                             "index packs (fenced)",
+                            Mode::QuorumConsistent,
                             g.config.fence_margin,
-                            client.query_raw(&sql).execute(),
+                            |c| {
+                                let sql = &sql;
+                                async move { c.query_raw(sql).execute().await }
+                            },
                         )
                         .await;
                     match done {
@@ -572,68 +678,57 @@ impl Catalog for ClickHouseCatalog {
 
     async fn get(&self, pack_id: &str) -> Result<Option<PackRow>> {
         check_pack_id(pack_id)?;
-        let client = self.client().await?;
+        self.ready().await?;
         let rows: Vec<ChPackRow> = self
-            .run(
+            .fetch_all(
                 "read a pack row",
-                self.request_timeout,
-                client
-                    .query_raw(&self.tables.select_pack(pack_id))
-                    .fetch_all::<ChPackRow>(),
+                Mode::Plain,
+                &self.tables.select_pack(pack_id),
             )
             .await?;
         Ok(rows.into_iter().next().map(PackRow::from))
     }
 
     async fn list_range(&self, from_ms: u64, to_ms: u64) -> Result<Vec<PackRow>> {
-        let client = self.client().await?;
+        self.ready().await?;
         let rows: Vec<ChPackRow> = self
-            .run(
+            .fetch_all(
                 "list pack rows by time",
-                self.request_timeout,
-                client
-                    .query_raw(&self.tables.select_range(from_ms, to_ms))
-                    .fetch_all::<ChPackRow>(),
+                Mode::Plain,
+                &self.tables.select_range(from_ms, to_ms),
             )
             .await?;
         Ok(rows.into_iter().map(PackRow::from).collect())
     }
 
     async fn count(&self) -> Result<u64> {
-        let client = self.client().await?;
-        self.run(
-            "count packs",
-            self.request_timeout,
-            client
-                .query_raw(&self.tables.select_count())
-                .fetch_one::<u64>(),
-        )
-        .await
+        self.ready().await?;
+        self.fetch_one("count packs", Mode::Plain, &self.tables.select_count())
+            .await
     }
 
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
         let (claims, mut now_ms) = self
-            .fetch_lease("read the lease head", &self.tables.lease_head(name))
+            .fetch_lease(
+                "read the lease head",
+                Mode::Consistent,
+                &self.tables.lease_head(name),
+            )
             .await?;
         if claims.is_empty() {
-            let client = self.client().await?;
             now_ms = self
-                .run(
-                    "read the server clock",
-                    self.request_timeout,
-                    client.query_raw(&Tables::select_now()).fetch_one::<u64>(),
-                )
+                .fetch_one("read the server clock", Mode::Plain, &Tables::select_now())
                 .await?;
         }
         Ok(LeaseHead { claims, now_ms })
     }
 
     async fn append_claim(&self, claim: &NewClaim) -> Result<()> {
-        let client = self.client().await?;
-        self.run(
+        self.ready().await?;
+        self.execute(
             "append a lease claim",
-            self.request_timeout,
-            client.query_raw(&self.tables.append_claim(claim)).execute(),
+            Mode::Quorum,
+            &self.tables.append_claim(claim),
         )
         .await
     }
@@ -642,6 +737,7 @@ impl Catalog for ClickHouseCatalog {
         Ok(self
             .fetch_lease(
                 "read back lease claims",
+                Mode::Consistent,
                 &self.tables.read_claims(name, term),
             )
             .await?
@@ -650,106 +746,46 @@ impl Catalog for ClickHouseCatalog {
 
     async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>> {
         Ok(self
-            .fetch_lease("read the lease log", &self.tables.lease_log(name))
+            .fetch_lease(
+                "read the lease log",
+                Mode::Plain,
+                &self.tables.lease_log(name),
+            )
             .await?
             .0)
     }
+
+    async fn trim_lease_log(&self) -> Result<u64> {
+        self.trim_lease_days().await
+    }
 }
 
-#[cfg(any(test, feature = "testing"))]
-impl ClickHouseCatalog {
-    /// Test seam: writes a schema-version row (to test refusals); see
-    /// [`crate::testing::set_schema_version`].
-    pub async fn testing_set_schema_version(&self, version: u32) -> Result<()> {
-        // The highest version row wins; tests only ever raise it.
-        self.ready().await?;
-        self.execute(
-            "write a schema version (test)",
-            &self.tables.insert_schema_version(version),
-        )
-        .await
-    }
+/// Most days (partitions) one index statement touches: the server refuses
+/// an insert block over `max_partitions_per_insert_block` (100).
+const MAX_DAYS_PER_STATEMENT: usize = 64;
 
-    /// Test seam: the catalog as a version-1 build made it; see
-    /// [`crate::testing::create_v1`].
-    pub async fn testing_create_v1(&self, rows: &[PackRow]) -> Result<()> {
-        let t = &self.tables;
-        self.execute("create the catalog database", &t.create_database())
-            .await?;
-        self.execute("create the schema-version table", &t.create_schema_table())
-            .await?;
-        self.execute("create the v1 packs table (test)", &t.v1_create_packs())
-            .await?;
-        self.execute("create the lease table", &t.create_lease())
-            .await?;
-        self.execute(
-            "write the v1 schema-version row (test)",
-            &t.insert_schema_version(1),
-        )
-        .await?;
-        if !rows.is_empty() {
-            self.execute("insert v1 rows (test)", &t.v1_insert(rows))
-                .await?;
+/// Splits rows into index statements of at most
+/// [`MAX_ROWS_PER_STATEMENT`] rows and [`MAX_DAYS_PER_STATEMENT`] creation
+/// days, in order.
+fn statements(rows: &[PackRow]) -> Vec<&[PackRow]> {
+    let mut out = Vec::new();
+    let (mut start, mut days) = (0, BTreeSet::new());
+    for (i, r) in rows.iter().enumerate() {
+        let day = r.created_at_ms / DAY_MS;
+        if i - start == MAX_ROWS_PER_STATEMENT
+            || (!days.contains(&day) && days.len() == MAX_DAYS_PER_STATEMENT)
+        {
+            out.push(&rows[start..i]);
+            start = i;
+            days.clear();
         }
-        Ok(())
+        days.insert(day);
     }
-
-    /// Test seam: the highest schema-version row (0: none), unchecked.
-    pub async fn testing_schema_version(&self) -> Result<u32> {
-        let client = &self.connect().await?.client;
-        self.run(
-            "read the schema version (test)",
-            self.request_timeout,
-            client
-                .query_raw(&self.tables.select_schema_version())
-                .fetch_one::<u32>(),
-        )
-        .await
+    if start < rows.len() {
+        out.push(&rows[start..]);
     }
+    out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bad_responses_are_classified() {
-        let s = "clickhouse://h:1/db?table_prefix=p_";
-        let bad = |m: &str| {
-            error_from_clickhouse(
-                s,
-                "count packs",
-                clickhouse::error::Error::BadResponse(m.into()),
-            )
-        };
-        let e = bad("Code: 193, e.displayText() = DB::Exception: Wrong password for user default, e.what() = DB::Exception");
-        assert!(matches!(e, Error::Auth { .. }) && !e.is_retryable(), "{e}");
-        assert!(e.to_string().contains(s) && e.to_string().contains("count packs"));
-        let e = bad(
-            "Code: 516. DB::Exception: default: Authentication failed. (AUTHENTICATION_FAILED)",
-        );
-        assert!(matches!(e, Error::Auth { .. }), "{e}");
-        let e = bad("401 Unauthorized");
-        assert!(matches!(e, Error::Auth { .. }), "{e}");
-        let e = bad("Code: 115, e.displayText() = DB::Exception: Unknown setting async_insert");
-        assert!(
-            matches!(e, Error::UnknownSetting { .. }) && !e.is_retryable(),
-            "{e}"
-        );
-        let e = bad("Code: 60, e.displayText() = DB::Exception: Table db.p_packs doesn't exist.");
-        assert!(
-            matches!(e, Error::SchemaMismatch { .. }) && !e.is_retryable(),
-            "{e}"
-        );
-        let e = bad("Code: 252, e.displayText() = DB::Exception: Too many parts (300)");
-        assert!(e.is_retryable(), "{e}");
-        let e = bad("Code: 62, e.displayText() = DB::Exception: Syntax error");
-        assert!(matches!(e, Error::Server { code: Some(62), .. }) && !e.is_retryable());
-        let e = bad("503 Service Unavailable");
-        assert!(e.is_retryable(), "{e}");
-        let e = bad("<html>bad gateway</html>");
-        assert!(e.is_retryable(), "{e}");
-        let e = bad("404 Not Found");
-        assert!(!e.is_retryable(), "{e}");
-    }
-}
+mod tests;

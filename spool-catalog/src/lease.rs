@@ -17,6 +17,9 @@ use uuid::Uuid;
 /// one-second clock), and room for the smallest fence margin (2 s) plus a
 /// renew interval of ttl/3 plus the clock's second: 2 + 1.67 + 1 < 5.
 pub const MIN_TTL: Duration = Duration::from_secs(5);
+/// The longest TTL accepted: far under [`crate::LEASE_LOG_RETENTION`], so
+/// the head of a name idle since the trim's cutoff has lapsed long ago.
+pub const MAX_TTL: Duration = Duration::from_secs(3_600);
 /// The default TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// The default fence margin: a fenced insert runs only while the lease has
@@ -89,14 +92,14 @@ impl LeaseConfig {
     }
 
     /// Refuses a config that breaks the safety margin: TTL and margin in
-    /// whole seconds, TTL ≥ 5 s, margin ≥ 2 s, renew interval in (0, ttl/3],
+    /// whole seconds, 5 s ≤ TTL ≤ 1 h, margin ≥ 2 s, renew interval in (0, ttl/3],
     /// and `fence_margin + renew_interval + 1 s < ttl`, so a holder renewing
     /// on time always has a fence that passes.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidConfig(m));
-        if !whole_seconds(self.ttl) || self.ttl < MIN_TTL {
+        if !whole_seconds(self.ttl) || self.ttl < MIN_TTL || self.ttl > MAX_TTL {
             return bad(format!(
-                "ttl {:?} must be whole seconds and at least {MIN_TTL:?} (the catalog clock has one-second resolution)",
+                "ttl {:?} must be whole seconds, at least {MIN_TTL:?} (the catalog clock has one-second resolution) and at most {MAX_TTL:?} (far under the lease log's one-day retention)",
                 self.ttl
             ));
         }
@@ -462,7 +465,13 @@ pub struct LeaseKeeper {
     foreign_since: Option<Instant>,
     /// Where [`LeaseKeeper::spawn`] publishes (the claim in flight too).
     publish: Option<tokio::sync::watch::Sender<LeaseState>>,
+    /// When the last trim of the lease log started, and its task.
+    trimmed_at: Option<Instant>,
+    trimming: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// The bound on one trim of the lease log.
+const TRIM_BOUND: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for LeaseKeeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -501,6 +510,8 @@ impl LeaseKeeper {
             ever_held: false,
             foreign_since: None,
             publish: None,
+            trimmed_at: None,
+            trimming: None,
         })
     }
 
@@ -667,6 +678,36 @@ impl LeaseKeeper {
         r
     }
 
+    /// While holding, starts a trim of the lease log
+    /// ([`Catalog::trim_lease_log`]) on its own task every
+    /// [`crate::LEASE_TRIM_INTERVAL`] (the first one at once): it never
+    /// delays a renewal, at most one runs at a time, and each is cut after
+    /// a minute. A failed trim is logged and tried again at the next interval.
+    fn trim_when_due(&mut self) {
+        if self.state.guard.is_none()
+            || self.trimming.as_ref().is_some_and(|h| !h.is_finished())
+            || self
+                .trimmed_at
+                .is_some_and(|t| t.elapsed() < crate::LEASE_TRIM_INTERVAL)
+        {
+            return;
+        }
+        self.trimmed_at = Some(Instant::now());
+        let catalog = self.catalog.clone();
+        self.trimming = Some(tokio::spawn(async move {
+            match tokio::time::timeout(TRIM_BOUND, catalog.trim_lease_log()).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => {
+                    tracing::info!(server = %catalog.server(), trimmed = n, "trimmed the lease log")
+                }
+                Ok(Err(e)) => tracing::warn!("could not trim the lease log: {e}"),
+                Err(_) => {
+                    tracing::warn!(server = %catalog.server(), "trimming the lease log took over {TRIM_BOUND:?}; cut")
+                }
+            }
+        }));
+    }
+
     /// Lets go: a tombstone if the lease is ours, then not held.
     pub async fn release(&mut self) -> Result<()> {
         if let Some(g) = self.state.guard.take() {
@@ -693,6 +734,7 @@ impl LeaseKeeper {
                         _ = stop2.notified() => break,
                     };
                     tx.send_replace(st);
+                    self.trim_when_due();
                     if self.state.latched {
                         // Nothing more to do: a latched keeper never claims again.
                         stop2.notified().await;
@@ -786,6 +828,58 @@ impl LeaseTask {
 mod tests {
     use super::*;
 
+    /// A holder's keeper trims the log as soon as it holds: claims older
+    /// than the retention go, each name's head term stays (the fake's
+    /// clock is moved two days on).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holders_keeper_trims_the_log_and_keeps_every_head() {
+        let fake = Arc::new(crate::MemoryCatalog::new());
+        let catalog: Arc<dyn Catalog> = fake.clone();
+        for term in 1..=3 {
+            catalog
+                .append_claim(&NewClaim {
+                    name: "other".into(),
+                    term,
+                    lease_id: Uuid::new_v4(),
+                    holder: "other pid 1".into(),
+                    ttl_ms: 30_000,
+                })
+                .await
+                .unwrap();
+        }
+        fake.advance_clock(Duration::from_secs(2 * 86_400));
+        let keeper = LeaseKeeper::new(
+            catalog.clone(),
+            "mine",
+            LeaseHolder::parse("me pid 2"),
+            LeaseConfig::new(Duration::from_secs(6)).unwrap(),
+        )
+        .unwrap();
+        let task = keeper.spawn();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let terms: Vec<u64> = catalog
+                .lease_log("other")
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.term)
+                .collect();
+            if terms == vec![3] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not trimmed: {terms:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(task.state().held());
+        assert_eq!(
+            catalog.lease_log("mine").await.unwrap().len(),
+            1,
+            "today's claim stays"
+        );
+        task.stop().await.unwrap();
+    }
+
     #[test]
     fn default_config_is_valid_and_documented_numbers_hold() {
         let c = LeaseConfig::default();
@@ -805,6 +899,7 @@ mod tests {
             (6, 3, 2, "at most ttl/3"),
             (6, 2, 3, "must be less than ttl"),
             (10, 3, 6, "must be less than ttl"),
+            (3_601, 1_200, 5, "at most 3600s"),
         ] {
             let c = LeaseConfig {
                 ttl: Duration::from_secs(ttl),

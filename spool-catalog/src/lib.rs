@@ -95,9 +95,62 @@
 //! refuses configs that break these rules. The local view of a holding is
 //! conservative: it ends at send time + ttl − 1 s ([`LeaseGuard::local_deadline`]).
 //!
-//! Assumptions: one ClickHouse server (or a cluster whose reads see
-//! completed inserts, e.g. one replica per client); clocks only matter on
-//! the server, since every time in the log comes from it.
+//! Assumptions: one ClickHouse server, or a replicated catalog (below);
+//! clocks only matter on the servers, since every time in the log comes
+//! from them.
+//!
+//! # Bounded tables (schema version 3)
+//!
+//! ClickHouse's tables are partitioned by UTC day: packs by creation day
+//! (a re-indexed pack lands in its first row's partition, where the
+//! `ReplacingMergeTree` collapses it; an index statement spans at most 64
+//! days), claims by claim day. A holder's keeper trims the log every
+//! [`LEASE_TRIM_INTERVAL`] ([`Catalog::trim_lease_log`]): days older than
+//! yesterday are dropped (`ALTER TABLE ... DROP PARTITION`, 18.16 and
+//! current releases alike), after a tombstone at the head term of every
+//! name idle since then has been written into today, so the log holds one
+//! to two days and no name ever loses its head term. Lease reads use no
+//! `FINAL` (the log is a plain `MergeTree`) and read one name's rows of
+//! those retained days (the primary key starts with `name`): bounded by
+//! the renewals of two days, whatever the catalog's age. Why that is safe:
+//! the claim algorithm needs the head term of a name; an active name's head
+//! is at most a renew interval old and never in a dropped day; an idle
+//! name's head is carried forward before its day goes, and has lapsed long
+//! before (a TTL is at most [`MAX_TTL`], an hour, far under the day), so
+//! the tombstone changes nobody's holding. Without the carry, a claimant
+//! who read the head just before the drop and one who read after it could
+//! both append a term that reads back alone. SQLite and the fake delete
+//! claims older than [`LEASE_LOG_RETENTION`] except each name's head.
+//!
+//! # Replicated catalog
+//!
+//! `clickhouse://H1:P1,H2:P2,H3:P3/DB?cluster=NAME` (or the configuration's
+//! `catalog.cluster`): the tables are `Replicated*MergeTree` created
+//! `ON CLUSTER NAME` (only when one is missing, so a catalog in place opens
+//! with a replica down). Every insert (index rows, claims, tombstones, the
+//! version row) carries `insert_quorum` (URL `insert_quorum=N`, default 2)
+//! and `insert_quorum_timeout` as HTTP parameters (18.16 refuses `INSERT
+//! ... SETTINGS`): `Ok` means the row is on a quorum of replicas, and only
+//! then does a pack leave its spool. Every read that decides a claim (the
+//! head, the read-back, the fence inside a fenced insert) carries
+//! `select_sequential_consistency=1`: it sees every confirmed claim, or
+//! fails on a replica that lacks one. So two claimants of one term cannot
+//! both read back alone (each claim is confirmed before its read-back, and
+//! each read-back sees every confirmed claim), and the fence sees the head
+//! a rival's claim needs confirmed. Without a quorum an insert fails
+//! (retryable: codes 285, 286, 319; the pack stays in its spool) and a
+//! claim fails closed (an error, never `Held`; a renewing holder lets go at
+//! its local deadline). A claim whose insert failed may still land once the
+//! replicas return (code 319: "unknown status"): it then lives out its TTL
+//! as a foreign claim, which costs one TTL of waiting, never a second
+//! holder. Clocks: each replica stamps with its own clock, so the fence's
+//! argument needs the replicas' clocks within the fence margin of each
+//! other (NTP does far better). The URL's hosts are tried in turn: a
+//! replica that refuses, stalls past the request timeout or answers that it
+//! cannot serve (no ZooKeeper, read-only, not in the quorum) is skipped,
+//! each at most once per call; the one that answers is tried first next
+//! time, and a request cut by its caller's deadline moves the preference
+//! on too.
 //!
 //! # Latch
 //!
@@ -183,7 +236,7 @@ pub use crate::holder::LeaseHolder;
 pub use crate::lease::{
     catalog_lease_name, node_lease_name, panic_message, LeaseClaim, LeaseConfig, LeaseGuard,
     LeaseHead, LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim,
-    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MIN_TTL,
+    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MAX_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;
@@ -192,11 +245,21 @@ pub use crate::row::PackRow;
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SqliteCatalog;
 pub use crate::target::{
-    CatalogUrl, ClickHouseTarget, DEFAULT_CLICKHOUSE_PORT, DEFAULT_TABLE_PREFIX,
+    CatalogUrl, ClickHouseTarget, DEFAULT_CLICKHOUSE_PORT, DEFAULT_INSERT_QUORUM,
+    DEFAULT_TABLE_PREFIX, MAX_REPLICAS,
 };
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// How far back the lease log keeps claims other than each name's head:
+/// ClickHouse drops whole days older than yesterday, so it keeps at least
+/// this and less than twice it.
+pub const LEASE_LOG_RETENTION: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// How often a holder's keeper trims the lease log
+/// ([`Catalog::trim_lease_log`]).
+pub const LEASE_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3_600);
 
 /// Most rows one index statement carries; larger batches are split (each
 /// statement fenced on its own).
@@ -242,6 +305,16 @@ pub trait Catalog: Send + Sync {
 
     /// The whole claim log of a name, by term (for operators and tests).
     async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>>;
+
+    /// Bounds the claim log: removes claims older than
+    /// [`LEASE_LOG_RETENTION`] (by the catalog clock) while keeping the head
+    /// term of every name, so that terms keep rising. A holder's keeper
+    /// calls it every [`LEASE_TRIM_INTERVAL`]. Returns how many days
+    /// (ClickHouse) or claims (SQLite, the fake) went. A backend without a
+    /// log of its own (a wrapper) keeps this default, which trims nothing.
+    async fn trim_lease_log(&self) -> Result<u64> {
+        Ok(0)
+    }
 
     /// Acquires `name` for `holder` with a new lease id.
     async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<LeaseClaim> {
@@ -400,6 +473,9 @@ pub mod testing {
         }
         async fn lease_log(&self, name: &str) -> crate::Result<Vec<crate::LeaseRecord>> {
             self.0.lease_log(name).await
+        }
+        async fn trim_lease_log(&self) -> crate::Result<u64> {
+            self.0.trim_lease_log().await
         }
     }
 

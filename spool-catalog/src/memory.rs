@@ -112,9 +112,11 @@ impl MemoryCatalog {
         match inner.schema_version {
             None => inner.schema_version = Some(SCHEMA_VERSION),
             Some(SCHEMA_VERSION) => {}
-            // The migration from version 1: its rows already read as
-            // version 2 (their ordinal is `Some`), only the label changes.
-            Some(1) => inner.schema_version = Some(SCHEMA_VERSION),
+            // The migrations from versions 1 and 2: version 1's rows
+            // already read as version 2 (their ordinal is `Some`), and
+            // version 3 only partitions ClickHouse's tables: the label
+            // changes.
+            Some(1 | 2) => inner.schema_version = Some(SCHEMA_VERSION),
             Some(found) => {
                 return Err(Error::SchemaVersion {
                     server: self.name.clone(),
@@ -238,6 +240,22 @@ impl Catalog for MemoryCatalog {
                 .collect();
             v.sort_by_key(|c| (c.term, c.lease_id));
             Ok(v)
+        })
+    }
+
+    async fn trim_lease_log(&self) -> Result<u64> {
+        self.with("trim the lease log", |inner, now| {
+            let cutoff = now.saturating_sub(crate::LEASE_LOG_RETENTION.as_millis() as u64);
+            let mut heads = std::collections::HashMap::new();
+            for c in &inner.lease {
+                let t = heads.entry(c.name.clone()).or_insert(c.term);
+                *t = (*t).max(c.term);
+            }
+            let before = inner.lease.len();
+            inner
+                .lease
+                .retain(|c| c.acquired_at_ms >= cutoff || heads.get(&c.name) == Some(&c.term));
+            Ok((before - inner.lease.len()) as u64)
         })
     }
 }

@@ -22,6 +22,10 @@ pub(crate) const PACK_VALUE_COLUMNS: &str = "pack_id, object_key, store_id, sha2
 /// a fenced index insert whose fence was shut.
 pub(crate) const FENCE_SHUT_CODE: u32 = 395;
 
+/// The lease columns in table order.
+pub(crate) const LEASE_COLUMNS: &str =
+    "name, term, lease_id, holder, acquired_at_ms, expires_at_ms";
+
 /// The pack columns in table order.
 pub(crate) const PACK_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
 
@@ -89,16 +93,63 @@ fn literals(r: &PackRow, ordinal: &str) -> String {
     )
 }
 
-/// Table names of one catalog.
+/// The packs table's partition: the UTC day of the pack's creation, so
+/// that a re-indexed pack lands in the partition of its first row (a
+/// `ReplacingMergeTree` collapses rows only within one partition) and
+/// inserts of one day's packs touch one partition.
+pub(crate) const PACKS_PARTITION: &str = "intDiv(created_at_ms, 86400000)";
+
+/// The lease table's partition: the UTC day of the claim, by the catalog
+/// clock; whole days are dropped by [`Tables::drop_lease_partition`].
+pub(crate) const LEASE_PARTITION: &str = "intDiv(acquired_at_ms, 86400000)";
+
+/// One day in milliseconds: the width of a partition.
+pub(crate) const DAY_MS: u64 = 86_400_000;
+
+/// What the packs table is renamed to when an unpartitioned one (schema
+/// version 2 and before) is replaced by the partitioned layout; its rows
+/// are copied over and it is kept for the operator to drop.
+pub(crate) const UNPARTITIONED: &str = "_unpartitioned";
+
+/// The name a partitioned table is built under before it is swapped in.
+pub(crate) const PARTITIONED_NEW: &str = "_partitioned_new";
+
+/// Table names of one catalog, and the cluster its tables are replicated
+/// on (`None`: one server).
 #[derive(Clone, Debug)]
 pub(crate) struct Tables {
     pub(crate) database: String,
     pub(crate) prefix: String,
+    pub(crate) cluster: Option<String>,
 }
 
 impl Tables {
     fn t(&self, name: &str) -> String {
         format!("`{}`.`{}{}`", self.database, self.prefix, name)
+    }
+
+    /// ` ON CLUSTER name` when replicated, else nothing.
+    fn on_cluster(&self) -> String {
+        self.cluster
+            .as_ref()
+            .map_or_else(String::new, |c| format!(" ON CLUSTER {c}"))
+    }
+
+    /// The engine of table `name` (unprefixed): `kind(args)` on one server,
+    /// `Replicated<kind>('/clickhouse/tables/{shard}/DB/TABLE', '{replica}',
+    /// args)` on a cluster (the `shard` and `replica` macros are each
+    /// server's own).
+    fn engine(&self, name: &str, kind: &str, args: &str) -> String {
+        match &self.cluster {
+            None => format!("{kind}({args})"),
+            Some(_) => {
+                let sep = if args.is_empty() { "" } else { ", " };
+                format!(
+                    "Replicated{kind}('/clickhouse/tables/{{shard}}/{}/{}{name}', '{{replica}}'{sep}{args})",
+                    self.database, self.prefix
+                )
+            }
+        }
     }
     pub(crate) fn packs_name(&self) -> String {
         format!("{}packs", self.prefix)
@@ -117,17 +168,29 @@ impl Tables {
     }
 
     pub(crate) fn create_database(&self) -> String {
-        format!("CREATE DATABASE IF NOT EXISTS `{}`", self.database)
+        format!(
+            "CREATE DATABASE IF NOT EXISTS `{}`{}",
+            self.database,
+            self.on_cluster()
+        )
     }
 
     pub(crate) fn create_schema_table(&self) -> String {
         format!(
-            "CREATE TABLE IF NOT EXISTS {} (version UInt32, installed_at_ms UInt64) ENGINE = MergeTree() ORDER BY version",
-            self.schema()
+            "CREATE TABLE IF NOT EXISTS {}{} (version UInt32, installed_at_ms UInt64) ENGINE = {} ORDER BY version",
+            self.schema(),
+            self.on_cluster(),
+            self.engine("schema_version", "MergeTree", "")
         )
     }
 
     pub(crate) fn create_packs(&self) -> String {
+        self.create_packs_named("packs")
+    }
+
+    /// The packs table under `name` (unprefixed): `packs`, or the name it
+    /// is built under before a swap.
+    fn create_packs_named(&self, name: &str) -> String {
         let cols: Vec<String> = PACKS_SCHEMA
             .iter()
             .map(|(n, t)| match *n {
@@ -136,22 +199,127 @@ impl Tables {
             })
             .collect();
         format!(
-            "CREATE TABLE IF NOT EXISTS {} ({}) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id",
-            self.packs(),
-            cols.join(", ")
+            "CREATE TABLE IF NOT EXISTS {}{} ({}) ENGINE = {} PARTITION BY {PACKS_PARTITION} ORDER BY pack_id",
+            self.t(name),
+            self.on_cluster(),
+            cols.join(", "),
+            self.engine(name, "ReplacingMergeTree", "indexed_at_ms"),
         )
     }
 
     pub(crate) fn create_lease(&self) -> String {
+        self.create_lease_named("lease")
+    }
+
+    fn create_lease_named(&self, name: &str) -> String {
         let cols: Vec<String> = LEASE_SCHEMA
             .iter()
             .map(|(n, t)| format!("{n} {t}"))
             .collect();
         format!(
-            "CREATE TABLE IF NOT EXISTS {} ({}) ENGINE = MergeTree() ORDER BY (name, term, lease_id)",
-            self.lease(),
-            cols.join(", ")
+            "CREATE TABLE IF NOT EXISTS {}{} ({}) ENGINE = {} PARTITION BY {LEASE_PARTITION} ORDER BY (name, term, lease_id)",
+            self.t(name),
+            self.on_cluster(),
+            cols.join(", "),
+            self.engine(name, "MergeTree", ""),
         )
+    }
+
+    /// Every table of this catalog with its engine and partition key
+    /// (empty when unpartitioned), from `system.tables` of the server
+    /// asked.
+    pub(crate) fn select_tables(&self) -> String {
+        format!(
+            "SELECT name, engine, partition_key FROM system.tables WHERE database = {} AND startsWith(name, {})",
+            quote(&self.database),
+            quote(&self.prefix)
+        )
+    }
+
+    /// `<prefix><table>` built partitioned under its new name, before the
+    /// swap (`table` is `packs` or `lease`).
+    pub(crate) fn create_partitioned_new(&self, table: &str) -> String {
+        let name = format!("{table}{PARTITIONED_NEW}");
+        match table {
+            "packs" => self.create_packs_named(&name),
+            _ => self.create_lease_named(&name),
+        }
+    }
+
+    /// The swap: the unpartitioned table steps aside (kept, renamed) and
+    /// the partitioned one takes its name, in one statement.
+    pub(crate) fn swap_partitioned_in(&self, table: &str) -> String {
+        format!(
+            "RENAME TABLE {} TO {}, {} TO {}",
+            self.t(table),
+            self.t(&format!("{table}{UNPARTITIONED}")),
+            self.t(&format!("{table}{PARTITIONED_NEW}")),
+            self.t(table)
+        )
+    }
+
+    /// Drops a partitioned table left under its new name by a swap that
+    /// another process won.
+    pub(crate) fn drop_partitioned_new(&self, table: &str) -> String {
+        format!(
+            "DROP TABLE IF EXISTS {}",
+            self.t(&format!("{table}{PARTITIONED_NEW}"))
+        )
+    }
+
+    /// Copies every row of the unpartitioned packs table into the
+    /// partitioned one. Repeating it is harmless: a pack's rows are
+    /// collapsed into one by the `ReplacingMergeTree` (same partition,
+    /// same `pack_id`), and reads use `FINAL`.
+    pub(crate) fn copy_unpartitioned_packs(&self) -> String {
+        format!(
+            "INSERT INTO {} ({PACK_COLUMNS}) SELECT {PACK_COLUMNS} FROM {}",
+            self.packs(),
+            self.t(&format!("packs{UNPARTITIONED}"))
+        )
+    }
+
+    /// Copies the head of every lease name (the claims at its highest
+    /// term) from the unpartitioned lease table into the partitioned one
+    /// before it is swapped in, so that a live holding stays live and terms
+    /// keep rising. Older claims stay in the renamed table.
+    pub(crate) fn copy_lease_heads_to_new(&self) -> String {
+        format!(
+            "INSERT INTO {new} ({LEASE_COLUMNS}) SELECT {LEASE_COLUMNS} FROM {old} WHERE (name, term) IN (SELECT name, max(term) FROM {old} GROUP BY name)",
+            new = self.t(&format!("lease{PARTITIONED_NEW}")),
+            old = self.lease(),
+        )
+    }
+
+    /// The lease table's active partitions (`system.parts` of the server
+    /// asked; each a UTC day number).
+    pub(crate) fn select_lease_partitions(&self) -> String {
+        format!(
+            "SELECT DISTINCT partition FROM system.parts WHERE database = {} AND table = {} AND active ORDER BY partition",
+            quote(&self.database),
+            quote(&self.lease_name())
+        )
+    }
+
+    /// Before old partitions are dropped: a tombstone (expired at once,
+    /// stamped now, so in today's partition) at the head term of every
+    /// name whose newest claim is older than `cutoff_ms`, so that no name
+    /// loses its head term and a claimant goes on from it. Only names idle
+    /// since `cutoff_ms` qualify, and their head lapsed long ago (a TTL is
+    /// at most [`crate::MAX_TTL`], the cutoff a day back): a tombstone
+    /// changes nobody's holding.
+    pub(crate) fn carry_idle_lease_heads(&self, cutoff_ms: u64) -> String {
+        format!(
+            "INSERT INTO {lease} ({LEASE_COLUMNS}) SELECT name, max(term), argMax(lease_id, term), argMax(holder, term), {NOW_MS}, {NOW_MS} FROM {lease} GROUP BY name HAVING max(acquired_at_ms) < {cutoff_ms}",
+            lease = self.lease()
+        )
+    }
+
+    /// Drops one day of the lease log (the caller checked `day` is a
+    /// number). On a replicated table the drop goes to every replica
+    /// through the replication log.
+    pub(crate) fn drop_lease_partition(&self, day: u64) -> String {
+        format!("ALTER TABLE {} DROP PARTITION {day}", self.lease())
     }
 
     /// The migration from schema version 1: `ordinal` becomes nullable
@@ -182,6 +350,16 @@ impl Tables {
         format!(
             "CREATE TABLE IF NOT EXISTS {} (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal UInt32, created_at_ms UInt64, indexed_at_ms UInt64) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id",
             self.packs()
+        )
+    }
+
+    /// Versions 1 and 2's lease table, frozen (unpartitioned): the
+    /// migration tests create it.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn v2_create_lease(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (name String, term UInt64, lease_id UUID, holder String, acquired_at_ms UInt64, expires_at_ms UInt64) ENGINE = MergeTree() ORDER BY (name, term, lease_id)",
+            self.lease()
         )
     }
 
@@ -361,7 +539,7 @@ impl Tables {
     /// One claim, stamped by the server clock.
     pub(crate) fn append_claim(&self, c: &NewClaim) -> String {
         format!(
-            "INSERT INTO {} (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT {}, {}, toUUID({}), {}, {NOW_MS}, {NOW_MS} + {}",
+            "INSERT INTO {} ({LEASE_COLUMNS}) SELECT {}, {}, toUUID({}), {}, {NOW_MS}, {NOW_MS} + {}",
             self.lease(),
             quote(&c.name),
             c.term,
@@ -403,6 +581,7 @@ mod tests {
         Tables {
             database: "spooldb".into(),
             prefix: "p_".into(),
+            cluster: None,
         }
     }
 
@@ -460,7 +639,7 @@ mod tests {
         );
         assert_eq!(
             t.create_packs(),
-            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64 DEFAULT toUInt64(now()) * 1000) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id"
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64 DEFAULT toUInt64(now()) * 1000) ENGINE = ReplacingMergeTree(indexed_at_ms) PARTITION BY intDiv(created_at_ms, 86400000) ORDER BY pack_id"
         );
         assert_eq!(
             t.set_indexed_at_default(),
@@ -472,7 +651,7 @@ mod tests {
         );
         assert_eq!(
             t.create_lease(),
-            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_lease` (name String, term UInt64, lease_id UUID, holder String, acquired_at_ms UInt64, expires_at_ms UInt64) ENGINE = MergeTree() ORDER BY (name, term, lease_id)"
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_lease` (name String, term UInt64, lease_id UUID, holder String, acquired_at_ms UInt64, expires_at_ms UInt64) ENGINE = MergeTree() PARTITION BY intDiv(acquired_at_ms, 86400000) ORDER BY (name, term, lease_id)"
         );
         assert_eq!(
             t.insert_schema_version(1),
@@ -481,6 +660,66 @@ mod tests {
         assert_eq!(
             t.select_columns(),
             "SELECT table, name, type, default_kind, default_expression FROM system.columns WHERE database = 'spooldb' AND table IN ('p_packs', 'p_lease')"
+        );
+    }
+
+    #[test]
+    fn golden_schema_on_a_cluster() {
+        let t = Tables {
+            cluster: Some("spool_cluster".into()),
+            ..tables()
+        };
+        assert_eq!(
+            t.create_database(),
+            "CREATE DATABASE IF NOT EXISTS `spooldb` ON CLUSTER spool_cluster"
+        );
+        assert_eq!(
+            t.create_schema_table(),
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_schema_version` ON CLUSTER spool_cluster (version UInt32, installed_at_ms UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/spooldb/p_schema_version', '{replica}') ORDER BY version"
+        );
+        assert!(t.create_packs().ends_with(") ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/spooldb/p_packs', '{replica}', indexed_at_ms) PARTITION BY intDiv(created_at_ms, 86400000) ORDER BY pack_id"), "{}", t.create_packs());
+        assert!(t.create_packs().starts_with(
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` ON CLUSTER spool_cluster ("
+        ));
+        assert!(t.create_lease().ends_with(") ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/spooldb/p_lease', '{replica}') PARTITION BY intDiv(acquired_at_ms, 86400000) ORDER BY (name, term, lease_id)"), "{}", t.create_lease());
+    }
+
+    #[test]
+    fn golden_partitioning_and_trim() {
+        let t = tables();
+        assert_eq!(
+            t.select_tables(),
+            "SELECT name, engine, partition_key FROM system.tables WHERE database = 'spooldb' AND startsWith(name, 'p_')"
+        );
+        assert!(t
+            .create_partitioned_new("packs")
+            .starts_with("CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs_partitioned_new` ("));
+        assert!(t
+            .create_partitioned_new("lease")
+            .starts_with("CREATE TABLE IF NOT EXISTS `spooldb`.`p_lease_partitioned_new` ("));
+        assert_eq!(
+            t.swap_partitioned_in("lease"),
+            "RENAME TABLE `spooldb`.`p_lease` TO `spooldb`.`p_lease_unpartitioned`, `spooldb`.`p_lease_partitioned_new` TO `spooldb`.`p_lease`"
+        );
+        assert_eq!(
+            t.copy_lease_heads_to_new(),
+            "INSERT INTO `spooldb`.`p_lease_partitioned_new` (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT name, term, lease_id, holder, acquired_at_ms, expires_at_ms FROM `spooldb`.`p_lease` WHERE (name, term) IN (SELECT name, max(term) FROM `spooldb`.`p_lease` GROUP BY name)"
+        );
+        assert_eq!(
+            t.copy_unpartitioned_packs(),
+            format!("INSERT INTO `spooldb`.`p_packs` ({PACK_COLUMNS}) SELECT {PACK_COLUMNS} FROM `spooldb`.`p_packs_unpartitioned`")
+        );
+        assert_eq!(
+            t.carry_idle_lease_heads(86_400_000),
+            "INSERT INTO `spooldb`.`p_lease` (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT name, max(term), argMax(lease_id, term), argMax(holder, term), toUInt64(now()) * 1000, toUInt64(now()) * 1000 FROM `spooldb`.`p_lease` GROUP BY name HAVING max(acquired_at_ms) < 86400000"
+        );
+        assert_eq!(
+            t.drop_lease_partition(20791),
+            "ALTER TABLE `spooldb`.`p_lease` DROP PARTITION 20791"
+        );
+        assert_eq!(
+            t.select_lease_partitions(),
+            "SELECT DISTINCT partition FROM system.parts WHERE database = 'spooldb' AND table = 'p_lease' AND active ORDER BY partition"
         );
     }
 

@@ -68,6 +68,7 @@ struct Statements {
     head: String,
     claims: String,
     log: String,
+    trim: String,
 }
 
 impl Statements {
@@ -106,6 +107,10 @@ impl Statements {
         );
         let log =
             format!("SELECT {lcols} FROM \"{lease}\" WHERE name = ?1 ORDER BY term, lease_id");
+        // Claims older than ?1 ms before now go, but never a name's head term.
+        let trim = format!(
+            "DELETE FROM \"{lease}\" WHERE acquired_at_ms < {NOW_MS} - ?1 AND term < (SELECT max(term) FROM \"{lease}\" AS l WHERE l.name = \"{lease}\".name)"
+        );
         Statements {
             schema,
             packs,
@@ -119,6 +124,7 @@ impl Statements {
             head,
             claims,
             log,
+            trim,
         }
     }
 }
@@ -609,6 +615,15 @@ impl Catalog for SqliteCatalog {
                 .collect::<rusqlite::Result<Vec<_>>>()
                 .purpose("read the lease log")?;
             Ok(v)
+        })
+        .await
+    }
+
+    async fn trim_lease_log(&self) -> Result<u64> {
+        let keep = crate::LEASE_LOG_RETENTION.as_millis() as i64;
+        self.call("trim the lease log", move |c, s| {
+            let n = c.execute(&s.trim, [keep]).purpose("trim the lease log")?;
+            Ok(n as u64)
         })
         .await
     }

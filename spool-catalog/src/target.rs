@@ -12,7 +12,7 @@ pub const DEFAULT_CLICKHOUSE_PORT: u16 = 8123;
 /// A parsed catalog URL.
 #[derive(Clone, PartialEq, Eq)]
 pub enum CatalogUrl {
-    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?table_prefix=P&user=U&password=W&async_insert=1]`
+    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/DATABASE[?table_prefix=P&user=U&password=W&async_insert=1&cluster=NAME&insert_quorum=N]`
     ClickHouse(ClickHouseTarget),
     /// `sqlite:///ABS/PATH.db[?table_prefix=P]`
     Sqlite {
@@ -29,13 +29,17 @@ pub enum CatalogUrl {
     },
 }
 
+/// Most replicas one URL may name.
+pub const MAX_REPLICAS: usize = 16;
+
 /// Where a ClickHouse catalog lives.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClickHouseTarget {
-    /// Host name or address.
-    pub host: String,
-    /// HTTP port.
-    pub port: u16,
+    /// The servers (host name or address, HTTP port), in the URL's order:
+    /// one, or several replicas of one cluster, tried in turn when one
+    /// refuses, stalls or answers that it cannot serve (the catalog's
+    /// failover).
+    pub hosts: Vec<(String, u16)>,
     /// Database holding the tables.
     pub database: String,
     /// Prefix of every table name.
@@ -51,18 +55,33 @@ pub struct ClickHouseTarget {
     /// Servers before 22.1 do not have these settings: the catalog refuses
     /// them at connect ([`crate::Error::NotSupportedByServer`]).
     pub async_insert: bool,
+    /// URL parameter `cluster=NAME` (or the configuration's
+    /// `catalog.cluster`): the tables are `Replicated*MergeTree` created
+    /// `ON CLUSTER NAME`, inserts wait for a quorum of replicas and reads
+    /// that decide a lease claim are sequentially consistent. `None`: one
+    /// server.
+    pub cluster: Option<String>,
+    /// URL parameter `insert_quorum=N` (default 2 with a cluster, refused
+    /// without one): how many replicas must have a row before an insert
+    /// returns. A pack leaves the spool only once its row is confirmed.
+    pub insert_quorum: u32,
 }
+
+/// The quorum of a clustered catalog unless the URL says otherwise: two
+/// replicas, a majority of the recommended three.
+pub const DEFAULT_INSERT_QUORUM: u32 = 2;
 
 impl std::fmt::Debug for ClickHouseTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the password.
         f.debug_struct("ClickHouseTarget")
-            .field("host", &self.host)
-            .field("port", &self.port)
+            .field("hosts", &self.hosts)
             .field("database", &self.database)
             .field("table_prefix", &self.table_prefix)
             .field("user", &self.user)
             .field("async_insert", &self.async_insert)
+            .field("cluster", &self.cluster)
+            .field("insert_quorum", &self.insert_quorum)
             .finish_non_exhaustive()
     }
 }
@@ -74,18 +93,30 @@ impl std::fmt::Debug for CatalogUrl {
 }
 
 impl ClickHouseTarget {
-    /// `clickhouse://HOST:PORT/DATABASE?table_prefix=P`: the server as
-    /// messages and the catalog key name it (credentials removed).
+    /// `clickhouse://HOST:PORT[,HOST:PORT...]/DATABASE?table_prefix=P`: the
+    /// catalog as messages and the catalog key name it (credentials
+    /// removed; one host reads as it always did).
     pub fn redacted(&self) -> String {
         format!(
-            "clickhouse://{}:{}/{}?table_prefix={}",
-            self.host, self.port, self.database, self.table_prefix
+            "clickhouse://{}/{}?table_prefix={}",
+            self.authority(),
+            self.database,
+            self.table_prefix
         )
     }
 
-    /// The HTTP endpoint the client talks to.
-    pub fn http_url(&self) -> String {
-        format!("http://{}:{}", self.host, self.port)
+    /// `HOST:PORT[,HOST:PORT...]`, in the URL's order.
+    pub fn authority(&self) -> String {
+        let all: Vec<String> = self.hosts.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+        all.join(",")
+    }
+
+    /// The HTTP endpoint of each server, in the URL's order.
+    pub fn http_urls(&self) -> Vec<String> {
+        self.hosts
+            .iter()
+            .map(|(h, p)| format!("http://{h}:{p}"))
+            .collect()
     }
 }
 
@@ -114,7 +145,8 @@ impl CatalogUrl {
     /// Parses a catalog URL. Unknown query parameters are refused, so a
     /// typo never silently falls back to a default.
     pub fn parse(input: &str) -> Result<CatalogUrl> {
-        let parsed = url::Url::parse(input).map_err(|e| Error::InvalidUrl {
+        let (first, others) = split_hosts(input)?;
+        let parsed = url::Url::parse(&first).map_err(|e| Error::InvalidUrl {
             url: crate::redact::mask_url(input),
             reason: format!(
                 "{e}; expected clickhouse://HOST:PORT/DATABASE, sqlite:///ABS/PATH.db or memory://"
@@ -129,6 +161,8 @@ impl CatalogUrl {
         let mut user = (!parsed.username().is_empty()).then(|| decode(parsed.username()));
         let mut password = parsed.password().map(decode);
         let mut async_insert = false;
+        let mut cluster = None;
+        let mut insert_quorum = None;
         for (k, v) in parsed.query_pairs() {
             match k.as_ref() {
                 "table_prefix" => table_prefix = v.into_owned(),
@@ -143,13 +177,22 @@ impl CatalogUrl {
                         }
                     }
                 }
+                "cluster" if parsed.scheme() == "clickhouse" => {
+                    check_ident(&shown, "cluster", &v, false)?;
+                    cluster = Some(v.into_owned());
+                }
+                "insert_quorum" if parsed.scheme() == "clickhouse" => {
+                    insert_quorum = Some(v.parse::<u32>().ok().filter(|q| (1..=MAX_REPLICAS as u32).contains(q)).ok_or_else(|| {
+                        invalid(format!("insert_quorum={v:?}: expected a number of replicas from 1 to {MAX_REPLICAS}"))
+                    })?);
+                }
                 "user" if parsed.scheme() == "clickhouse" => user = Some(v.into_owned()),
                 "password" if parsed.scheme() == "clickhouse" => password = Some(v.into_owned()),
                 other => {
                     return Err(invalid(format!(
                         "unknown parameter {other:?} (known: table_prefix{})",
                         if parsed.scheme() == "clickhouse" {
-                            ", user, password, async_insert"
+                            ", user, password, async_insert, cluster, insert_quorum"
                         } else {
                             ""
                         }
@@ -166,6 +209,33 @@ impl CatalogUrl {
                     .ok_or_else(|| invalid("no host".into()))?
                     .to_string();
                 let port = parsed.port().unwrap_or(DEFAULT_CLICKHOUSE_PORT);
+                let mut hosts = vec![(host, port)];
+                for other in &others {
+                    let u = url::Url::parse(&format!("clickhouse://{other}/"))
+                        .ok()
+                        .filter(|u| u.host_str().is_some_and(|h| !h.is_empty()))
+                        .ok_or_else(|| {
+                            invalid(format!("replica {other:?} is not HOST or HOST:PORT"))
+                        })?;
+                    let h = (
+                        u.host_str().unwrap_or_default().to_string(),
+                        u.port().unwrap_or(DEFAULT_CLICKHOUSE_PORT),
+                    );
+                    if hosts.contains(&h) {
+                        return Err(invalid(format!("replica {}:{} is named twice", h.0, h.1)));
+                    }
+                    hosts.push(h);
+                }
+                let insert_quorum = match (&cluster, insert_quorum) {
+                    (Some(_), q) => q.unwrap_or(DEFAULT_INSERT_QUORUM),
+                    (None, None) => 1,
+                    (None, Some(_)) => {
+                        return Err(invalid(
+                            "insert_quorum needs a cluster (cluster=NAME, or catalog.cluster)"
+                                .into(),
+                        ))
+                    }
+                };
                 let database = parsed.path().trim_start_matches('/');
                 let database = if database.is_empty() {
                     "default"
@@ -174,15 +244,19 @@ impl CatalogUrl {
                 };
                 check_ident(&shown, "database", database, false)?;
                 Ok(CatalogUrl::ClickHouse(ClickHouseTarget {
-                    host,
-                    port,
+                    hosts,
                     database: database.to_string(),
                     table_prefix,
                     user,
                     password,
                     async_insert,
+                    cluster,
+                    insert_quorum,
                 }))
             }
+            _ if !others.is_empty() => Err(invalid(
+                "only a clickhouse:// URL may name several hosts".into(),
+            )),
             "sqlite" => {
                 if parsed.host_str().is_some_and(|h| !h.is_empty()) {
                     return Err(invalid(
@@ -210,6 +284,41 @@ impl CatalogUrl {
             }
             other => Err(invalid(format!(
                 "unknown scheme {other:?}; expected clickhouse, sqlite or memory"
+            ))),
+        }
+    }
+
+    /// `url` with the cluster `cluster` (the configuration's
+    /// `catalog.cluster`) as its `cluster=` parameter, for opening the
+    /// catalog; the catalog key keeps hashing `url` as spelled, so setting
+    /// the cluster in the configuration moves no spool directory. Refused
+    /// for a catalog that is not ClickHouse, and when the URL names
+    /// another cluster.
+    pub fn with_cluster(url: &str, cluster: &str) -> Result<String> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: crate::redact::mask_url(url),
+            reason,
+        };
+        match CatalogUrl::parse(url)? {
+            CatalogUrl::ClickHouse(t) => match t.cluster.as_deref() {
+                Some(c) if c == cluster => Ok(url.to_string()),
+                Some(c) => Err(invalid(format!(
+                    "the URL names the cluster {c:?} and catalog.cluster {cluster:?}; name one"
+                ))),
+                None => {
+                    check_ident(&crate::redact::mask_url(url), "cluster", cluster, false)?;
+                    let (base, fragment) = url.split_once('#').map_or((url, ""), |(b, f)| (b, f));
+                    let sep = if base.contains('?') { '&' } else { '?' };
+                    let fragment = if fragment.is_empty() {
+                        String::new()
+                    } else {
+                        format!("#{fragment}")
+                    };
+                    Ok(format!("{base}{sep}cluster={cluster}{fragment}"))
+                }
+            },
+            _ => Err(invalid(format!(
+                "catalog.cluster {cluster:?} needs a clickhouse:// catalog"
             ))),
         }
     }
@@ -245,6 +354,37 @@ impl CatalogUrl {
     }
 }
 
+/// Splits `scheme://[userinfo@]h1[:p1],h2[:p2],.../rest` into the URL with
+/// its first host only (which `url` parses) and the other hosts as
+/// written. A URL with one host comes back as it is.
+fn split_hosts(input: &str) -> Result<(String, Vec<String>)> {
+    let Some((scheme, rest)) = input.split_once("://") else {
+        return Ok((input.to_string(), Vec::new()));
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => authority.split_at(at + 1),
+        None => ("", authority),
+    };
+    let mut all = hosts.split(',');
+    let first = all.next().unwrap_or_default();
+    let others: Vec<String> = all.map(str::to_string).collect();
+    if others.len() + 1 > MAX_REPLICAS {
+        return Err(Error::InvalidUrl {
+            url: crate::redact::mask_url(input),
+            reason: format!("{} hosts; at most {MAX_REPLICAS}", others.len() + 1),
+        });
+    }
+    if others.iter().any(String::is_empty) || (first.is_empty() && !others.is_empty()) {
+        return Err(Error::InvalidUrl {
+            url: crate::redact::mask_url(input),
+            reason: "an empty host in the list (HOST:PORT,HOST:PORT,...)".into(),
+        });
+    }
+    Ok((format!("{scheme}://{userinfo}{first}{tail}"), others))
+}
+
 fn decode(s: &str) -> String {
     url::form_urlencoded::parse(format!("x={s}").as_bytes())
         .next()
@@ -265,8 +405,7 @@ mod tests {
         let CatalogUrl::ClickHouse(t) = &u else {
             panic!("{u:?}")
         };
-        assert_eq!(t.host, "ch.example");
-        assert_eq!(t.port, 9123);
+        assert_eq!(t.hosts, vec![("ch.example".to_string(), 9123)]);
         assert_eq!(t.database, "spooldb");
         assert_eq!(t.table_prefix, "p_");
         assert_eq!(t.user.as_deref(), Some("u"));
@@ -285,7 +424,8 @@ mod tests {
         let CatalogUrl::ClickHouse(t) = &u else {
             panic!()
         };
-        assert_eq!((t.port, t.database.as_str()), (8123, "default"));
+        assert_eq!((t.hosts[0].1, t.database.as_str()), (8123, "default"));
+        assert_eq!((t.cluster.as_deref(), t.insert_quorum), (None, 1));
         assert_eq!(t.table_prefix, "spool_");
         assert_eq!(
             (t.user.as_deref(), t.password.as_deref()),
@@ -310,6 +450,103 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown parameter \"async_insert\""), "{e}");
+    }
+
+    #[test]
+    fn several_replicas_a_cluster_and_its_quorum() {
+        let u = CatalogUrl::parse(
+            "clickhouse://u:pw@h1:8123,h2,10.0.0.3:9123/db?cluster=spool_cluster&table_prefix=p_",
+        )
+        .unwrap();
+        let CatalogUrl::ClickHouse(t) = &u else {
+            panic!("{u:?}")
+        };
+        assert_eq!(
+            t.hosts,
+            vec![
+                ("h1".to_string(), 8123),
+                ("h2".to_string(), 8123),
+                ("10.0.0.3".to_string(), 9123)
+            ]
+        );
+        assert_eq!(
+            (
+                t.user.as_deref(),
+                t.password.as_deref(),
+                t.database.as_str()
+            ),
+            (Some("u"), Some("pw"), "db")
+        );
+        assert_eq!(t.cluster.as_deref(), Some("spool_cluster"));
+        assert_eq!(t.insert_quorum, DEFAULT_INSERT_QUORUM);
+        assert_eq!(
+            u.redacted(),
+            "clickhouse://h1:8123,h2:8123,10.0.0.3:9123/db?table_prefix=p_"
+        );
+        assert_eq!(
+            t.http_urls(),
+            vec!["http://h1:8123", "http://h2:8123", "http://10.0.0.3:9123"]
+        );
+        assert!(!format!("{u:?} {t:?}").contains("pw\""));
+        let u = CatalogUrl::parse("clickhouse://a,b/db?cluster=c&insert_quorum=3").unwrap();
+        let CatalogUrl::ClickHouse(t) = &u else {
+            panic!("{u:?}")
+        };
+        assert_eq!(t.insert_quorum, 3);
+        // One host reads as it always did (the catalog key hashes this).
+        assert_eq!(
+            CatalogUrl::parse("clickhouse://h:8123/db")
+                .unwrap()
+                .redacted(),
+            "clickhouse://h:8123/db?table_prefix=spool_"
+        );
+        for (url, needle) in [
+            ("clickhouse://h1,,h3/db", "empty host"),
+            ("clickhouse://h1,/db", "empty host"),
+            ("clickhouse://h1,h1:8123/db", "named twice"),
+            ("clickhouse://h1,h2:x/db", "replica \"h2:x\""),
+            ("clickhouse://h/db?insert_quorum=2", "needs a cluster"),
+            (
+                "clickhouse://h/db?cluster=c&insert_quorum=0",
+                "insert_quorum=\"0\"",
+            ),
+            ("clickhouse://h/db?cluster=a-b", "cluster \"a-b\""),
+            ("sqlite://a,b/x.db", "several hosts"),
+        ] {
+            let e = CatalogUrl::parse(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+        }
+        let many: Vec<String> = (0..=MAX_REPLICAS).map(|i| format!("h{i}")).collect();
+        let e = CatalogUrl::parse(&format!("clickhouse://{}/db", many.join(",")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 16"), "{e}");
+    }
+
+    #[test]
+    fn the_configured_cluster_joins_the_url_once() {
+        assert_eq!(
+            CatalogUrl::with_cluster("clickhouse://h1,h2/db", "c1").unwrap(),
+            "clickhouse://h1,h2/db?cluster=c1"
+        );
+        assert_eq!(
+            CatalogUrl::with_cluster("clickhouse://h/db?table_prefix=p_", "c1").unwrap(),
+            "clickhouse://h/db?table_prefix=p_&cluster=c1"
+        );
+        assert_eq!(
+            CatalogUrl::with_cluster("clickhouse://h/db?cluster=c1", "c1").unwrap(),
+            "clickhouse://h/db?cluster=c1"
+        );
+        for (url, cluster, needle) in [
+            ("clickhouse://h/db?cluster=c2", "c1", "name one"),
+            ("sqlite:///x.db", "c1", "needs a clickhouse://"),
+            ("clickhouse://u:hunter2@h/db", "a.b", "cluster \"a.b\""),
+        ] {
+            let e = CatalogUrl::with_cluster(url, cluster)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle) && !e.contains("hunter2"), "{url}: {e}");
+        }
     }
 
     #[test]

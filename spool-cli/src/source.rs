@@ -69,6 +69,12 @@ impl CatalogArgs {
 /// The catalog URL `cfg` names (`destination.catalog`, else the embedded
 /// one under `spool.root`); a usage error when none does.
 pub fn catalog_url(cfg: &Config) -> Result<String> {
+    if cfg.catalog_url().is_ok() {
+        // with `catalog.cluster` joined, as the service opens it
+        return cfg
+            .catalog_open_url()
+            .map_err(|e| coded(ExitCode::Usage, e.to_string()));
+    }
     cfg.catalog_url().map_err(|_| {
         coded(
             ExitCode::Usage,

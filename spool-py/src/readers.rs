@@ -234,7 +234,7 @@ pub fn fetch(
     }
     let cfg = crate::config::load(py, config, &args)?;
     let (catalog_url, store_url) = cfg
-        .catalog_url()
+        .catalog_open_url()
         .and_then(|c| Ok((c, cfg.store_url()?)))
         .map_err(|e| errors::config(py, format!("fetch(): {e}")))?;
     let store = spool_upload::Store::from_url(&store_url, &cfg.client())

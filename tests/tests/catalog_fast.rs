@@ -234,6 +234,12 @@ mod clickhouse_faults {
             .respond_with(version_answer("18.16.1"))
             .mount(&server)
             .await;
+        // No table yet (an empty RowBinary answer).
+        Mock::given(method("POST"))
+            .and(body_string_contains("FROM system.tables"))
+            .respond_with(ResponseTemplate::new(200))
+            .mount(&server)
+            .await;
         Mock::given(method("POST"))
             .and(body_string_contains("CREATE DATABASE"))
             .respond_with(ResponseTemplate::new(500).set_body_string(

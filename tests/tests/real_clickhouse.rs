@@ -249,6 +249,162 @@ async fn dyn_catalog_from_url_is_send_and_sync() {
     .await
 }
 
+/// The frozen DDL of schema version 2 (unpartitioned tables), for the
+/// migration test.
+fn v2_catalog(db: &str) -> Vec<String> {
+    vec![
+        format!("CREATE DATABASE IF NOT EXISTS `{db}`"),
+        format!("CREATE TABLE `{db}`.`spool_schema_version` (version UInt32, installed_at_ms UInt64) ENGINE = MergeTree() ORDER BY version"),
+        format!("CREATE TABLE `{db}`.`spool_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64 DEFAULT toUInt64(now()) * 1000) ENGINE = ReplacingMergeTree(indexed_at_ms) ORDER BY pack_id"),
+        format!("CREATE TABLE `{db}`.`spool_lease` (name String, term UInt64, lease_id UUID, holder String, acquired_at_ms UInt64, expires_at_ms UInt64) ENGINE = MergeTree() ORDER BY (name, term, lease_id)"),
+        format!("INSERT INTO `{db}`.`spool_schema_version` (version, installed_at_ms) SELECT 2, toUInt64(now()) * 1000"),
+    ]
+}
+
+/// A version-2 catalog (unpartitioned tables, packs over several days, a
+/// live lease holder with a long log) is migrated in place by the first
+/// open: both tables come out partitioned by day, every pack row reads
+/// back, the holder still holds (its renewal goes on at the next term, a
+/// rival is told it is busy), the old tables stay beside them, and a
+/// second open changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_catalog_is_partitioned_in_place_keeping_rows_and_the_holder() {
+    with_db(|_fx, url| async move {
+        let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&url).unwrap() else {
+            unreachable!()
+        };
+        let db = t.database.clone();
+        let admin = ClickHouseCatalog::new(t);
+        for sql in v2_catalog(&db) {
+            admin.testing_execute(&sql).await.unwrap();
+        }
+        // Three days of packs, two rows for one of them (a re-index).
+        let day = 86_400_000u64;
+        let rows: Vec<_> = (0..6).map(|n| suite::row(n, 1_795_000_000_000 + (n % 3) * day)).collect();
+        let old = spool_catalog::open(&url).unwrap();
+        // Written as a version-2 build would: plain VALUES into the old table.
+        for r in rows.iter().chain([&rows[0]]) {
+            admin
+                .testing_execute(&format!(
+                    "INSERT INTO `{db}`.`spool_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms) VALUES ('{}', '{}', 'default', '{}', {}, {}, 'h', 1, 'r0-0badcafe', NULL, {})",
+                    r.pack_id, r.object_key, r.sha256, r.bytes, r.records, r.created_at_ms
+                ))
+                .await
+                .unwrap();
+        }
+        // A holder with a long log: terms 1..=40, the head live for a minute.
+        let id = "0e3c1a52-6e7a-4c1e-9a7e-1b2c3d4e5f60";
+        admin
+            .testing_execute(&format!(
+                "INSERT INTO `{db}`.`spool_lease` SELECT 'k/node1', number + 1, toUUID('{id}'), 'node1 pid 1', toUInt64(now()) * 1000 - 1000 * (40 - number), if(number = 39, toUInt64(now()) * 1000 + 60000, 0) FROM system.numbers LIMIT 40"
+            ))
+            .await
+            .unwrap();
+        old.ensure_schema().await.unwrap();
+        let tables = spool_tests::servers::clickhouse_sql(
+            &url,
+            &format!("SELECT name, partition_key FROM system.tables WHERE database = '{db}' ORDER BY name FORMAT TSV"),
+        );
+        assert_eq!(
+            tables,
+            "spool_lease\tintDiv(acquired_at_ms, 86400000)\nspool_lease_unpartitioned\t\nspool_packs\tintDiv(created_at_ms, 86400000)\nspool_packs_unpartitioned\t\nspool_schema_version\t\n"
+        );
+        assert_eq!(old.count().await.unwrap(), 6);
+        for r in &rows {
+            let got = old.get(&r.pack_id).await.unwrap().unwrap();
+            assert_eq!((&got.sha256, got.created_at_ms), (&r.sha256, r.created_at_ms));
+        }
+        assert_eq!(old.list_range(0, u64::MAX).await.unwrap().len(), 6);
+        let parts = spool_tests::servers::clickhouse_sql(
+            &url,
+            &format!("SELECT count(DISTINCT partition) FROM system.parts WHERE database = '{db}' AND table = 'spool_packs' AND active FORMAT TSV"),
+        );
+        assert_eq!(parts.trim(), "3", "one partition per day");
+        // The head came over: the holder is still live, a rival is busy.
+        let head = old.read_lease_head("k/node1").await.unwrap();
+        assert_eq!(head.term(), 40);
+        assert_eq!(head.live_holder().map(|h| h.holder.as_str()), Some("node1 pid 1"));
+        let rival = old
+            .acquire("k/node1", "node2 pid 2", &suite::short_lease())
+            .await
+            .unwrap();
+        assert!(matches!(rival, spool_catalog::LeaseClaim::Busy { term: 40, .. }), "{rival:?}");
+        assert_eq!(
+            spool_catalog::testing::schema_version(&url).await.unwrap(),
+            spool_catalog::SCHEMA_VERSION
+        );
+        // A second open (another process) changes nothing.
+        let again = spool_catalog::open(&url).unwrap();
+        again.ensure_schema().await.unwrap();
+        assert_eq!(again.count().await.unwrap(), 6);
+        assert_eq!(again.read_lease_head("k/node1").await.unwrap().term(), 40);
+    })
+    .await
+}
+
+/// The lease log is bounded: days older than yesterday are dropped, but
+/// never a name's head term (an idle name's head is carried into today as
+/// a tombstone, so the next claim goes on from it); recent days and live
+/// holdings are untouched; a trim with nothing old does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trimming_the_lease_log_drops_old_days_and_keeps_every_head() {
+    with_db(|fx, url| async move {
+        let CatalogUrl::ClickHouse(t) = CatalogUrl::parse(&url).unwrap() else {
+            unreachable!()
+        };
+        let db = t.database.clone();
+        let c = &fx.catalog;
+        c.ensure_schema().await.unwrap();
+        assert_eq!(c.trim_lease_log().await.unwrap(), 0, "nothing old yet");
+        let admin = ClickHouseCatalog::new(t);
+        let day = 86_400_000u64;
+        // "idle": terms 1..=5, five and four days ago, never since.
+        // "busy": terms 1..=3 three days ago, 4 yesterday, 5 live now.
+        let claim = |name: &str, term: u64, ago_ms: u64, ttl_ms: u64| {
+            format!(
+                "INSERT INTO `{db}`.`spool_lease` SELECT '{name}', {term}, generateUUIDv4(), '{name} pid {term}', toUInt64(now()) * 1000 - {ago_ms}, toUInt64(now()) * 1000 - {ago_ms} + {ttl_ms}"
+            )
+        };
+        for (name, term, ago) in [
+            ("idle", 1, 5 * day),
+            ("idle", 2, 5 * day),
+            ("idle", 3, 4 * day),
+            ("idle", 4, 4 * day),
+            ("idle", 5, 4 * day),
+            ("busy", 1, 3 * day),
+            ("busy", 2, 3 * day),
+            ("busy", 3, 3 * day),
+            ("busy", 4, day + 3_600_000),
+        ] {
+            admin.testing_execute(&claim(name, term, ago, 30_000)).await.unwrap();
+        }
+        let busy = c.acquire("busy", "busy pid 5", &suite::short_lease()).await.unwrap();
+        let spool_catalog::LeaseClaim::Held(g) = busy else {
+            panic!("{busy:?}")
+        };
+        assert_eq!(g.term, 5);
+        let dropped = c.trim_lease_log().await.unwrap();
+        assert!((3..=4).contains(&dropped), "days 5, 4 and 3 back (and 2 when yesterday is more than a day back): {dropped}");
+        let busy_log: Vec<u64> = c.lease_log("busy").await.unwrap().iter().map(|r| r.term).collect();
+        assert_eq!(busy_log, vec![4, 5], "yesterday and today stay");
+        let idle_log = c.lease_log("idle").await.unwrap();
+        assert_eq!(idle_log.len(), 1, "{idle_log:?}");
+        assert_eq!(idle_log[0].term, 5, "the head term was carried");
+        assert_eq!(idle_log[0].expires_at_ms, idle_log[0].acquired_at_ms, "as a tombstone");
+        // The holding is untouched: its renewal and its fence go on.
+        let spool_catalog::LeaseClaim::Held(g2) = c.renew(&g).await.unwrap() else {
+            panic!("renewal after the trim")
+        };
+        assert_eq!(g2.term, 6);
+        c.index(&[suite::row(1, 1_000)], Some(&g2)).await.unwrap();
+        // The idle name's next claim goes on from its head.
+        let next = c.acquire("idle", "new pid 9", &suite::short_lease()).await.unwrap();
+        assert!(matches!(next, spool_catalog::LeaseClaim::Held(ref h) if h.term == 6), "{next:?}");
+        assert_eq!(c.trim_lease_log().await.unwrap(), 0, "a second trim finds nothing old");
+    })
+    .await
+}
+
 mod serial {
     //! Lease timing in real seconds against the real server.
     use super::*;

@@ -24,6 +24,7 @@ class _ConfigKeys(TypedDict, total=False):
     mode: Literal["0700", "0750", "0770"]
     group: str
     catalog_request_timeout: _Secs
+    catalog_cluster: str
     store_id: str
     lease_scope: Literal["node", "catalog"]
     lease_node_name: str

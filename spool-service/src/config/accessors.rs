@@ -56,6 +56,19 @@ impl super::Config {
         ))
     }
 
+    /// The catalog URL to open: [`Config::catalog_url`] with
+    /// `catalog.cluster` joined as its `cluster=` parameter
+    /// ([`spool_catalog::CatalogUrl::with_cluster`]); the catalog key still
+    /// hashes [`Config::catalog_url`].
+    pub fn catalog_open_url(&self) -> Result<String, ConfigError> {
+        let url = self.catalog_url()?;
+        match keys::CATALOG_CLUSTER.get(self) {
+            None => Ok(url),
+            Some(c) => spool_catalog::CatalogUrl::with_cluster(&url, &c)
+                .map_err(|e| ConfigError(format!("catalog.cluster: {e}"))),
+        }
+    }
+
     /// The destination its packs go to (credentials removed from the
     /// catalog URL: the key hashes it without them anyway).
     pub fn destination(&self) -> Result<Destination, ConfigError> {
@@ -165,7 +178,7 @@ impl super::Config {
         super::create_local_destination(&store_url, &catalog_url, &self.access()?)?;
         let store = Store::from_url(&store_url, &self.client())?;
         let catalog = spool_catalog::open_with_timeout(
-            &catalog_url,
+            &self.catalog_open_url()?,
             keys::CATALOG_REQUEST_TIMEOUT.get(self),
         )?;
         let service = self.service_config(store, catalog)?;

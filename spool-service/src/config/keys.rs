@@ -220,6 +220,16 @@ pub const CATALOG_REQUEST_TIMEOUT: Setting<Duration> = Setting::new(Key {
     help: "bound on one catalog statement (connect, send, answer); every call is also cut by the enclosing flush or stop",
 });
 
+/// `catalog.cluster` (SPOOL_CATALOG_CLUSTER).
+pub const CATALOG_CLUSTER: Setting<Option<String>> = Setting::new(Key {
+    name: "catalog.cluster",
+    env: "SPOOL_CATALOG_CLUSTER",
+    flag: None,
+    kind: Kind::Name,
+    default: None,
+    help: "ClickHouse cluster the catalog's tables are replicated on (Replicated*MergeTree, ON CLUSTER; inserts confirmed by a quorum of replicas); not part of the catalog key",
+});
+
 /// `destination.store` (SPOOL_STORE).
 pub const STORE: Setting<Option<String>> = Setting::new(Key {
     name: "destination.store",
@@ -555,6 +565,7 @@ pub const KEYS: &[&Key] = &[
     &GROUP.key,
     &CATALOG.key,
     &CATALOG_REQUEST_TIMEOUT.key,
+    &CATALOG_CLUSTER.key,
     &STORE.key,
     &STORE_ID.key,
     &LEASE_SCOPE.key,

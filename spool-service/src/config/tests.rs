@@ -263,6 +263,7 @@ fn every_setting_reads_its_default() {
     );
     let _ = (
         keys::UNHEALTHY_AFTER.get(&c),
+        keys::CATALOG_CLUSTER.get(&c),
         keys::METRICS_ADDR.get(&c),
         keys::METRICS_LINGER.get(&c),
     );
@@ -356,4 +357,74 @@ fn a_duration_is_shown_as_it_reads_back() {
         "0.0015s"
     );
     assert_eq!(parse_value(k, "90s", &source).unwrap().to_string(), "90s");
+}
+
+#[test]
+fn the_catalog_cluster_comes_from_set_the_file_or_the_environment_and_joins_the_opened_url() {
+    let url = "clickhouse://h1:8123,h2:8123,h3:8123/spool";
+    let base = [("SPOOL_CATALOG", url), ("SPOOL_STORE", "s3://b/p")];
+    // Unset: the URL opens as given.
+    let c = load(None, &base, Vec::new()).unwrap();
+    assert_eq!(keys::CATALOG_CLUSTER.get(&c), None);
+    assert_eq!(c.catalog_open_url().unwrap(), url);
+    // The file, the environment over it, --set over both.
+    let file = "[catalog]\ncluster = \"from_file\"\n";
+    let c = load(Some(file), &base, Vec::new()).unwrap();
+    assert_eq!(
+        c.catalog_open_url().unwrap(),
+        format!("{url}?cluster=from_file")
+    );
+    assert!(matches!(
+        c.source(&keys::CATALOG_CLUSTER.key),
+        Some(Source::File(_))
+    ));
+    let env = [
+        ("SPOOL_CATALOG", url),
+        ("SPOOL_STORE", "s3://b/p"),
+        ("SPOOL_CATALOG_CLUSTER", "from_env"),
+    ];
+    let c = load(Some(file), &env, Vec::new()).unwrap();
+    assert_eq!(keys::CATALOG_CLUSTER.get(&c).as_deref(), Some("from_env"));
+    let set = FlagValue::from_set("catalog.cluster=from_set").unwrap();
+    let c = load(Some(file), &env, vec![set]).unwrap();
+    assert_eq!(
+        c.catalog_open_url().unwrap(),
+        format!("{url}?cluster=from_set")
+    );
+    // The catalog key hashes the URL as given, with or without a cluster.
+    let plain = load(None, &base, Vec::new()).unwrap();
+    assert_eq!(
+        c.destination().unwrap().catalog_key().unwrap(),
+        plain.destination().unwrap().catalog_key().unwrap()
+    );
+    // A cluster for a catalog that cannot have one, or a second name.
+    let e = load(
+        None,
+        &[
+            ("SPOOL_CATALOG", "sqlite:///x.db"),
+            ("SPOOL_CATALOG_CLUSTER", "c"),
+        ],
+        Vec::new(),
+    )
+    .unwrap()
+    .catalog_open_url()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("catalog.cluster") && e.contains("clickhouse://"),
+        "{e}"
+    );
+    let e = load(
+        None,
+        &[
+            ("SPOOL_CATALOG", "clickhouse://h/db?cluster=a"),
+            ("SPOOL_CATALOG_CLUSTER", "b"),
+        ],
+        Vec::new(),
+    )
+    .unwrap()
+    .catalog_open_url()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("name one"), "{e}");
 }

@@ -61,6 +61,7 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
             ),
             ("SPOOL_TEST_AZURE_CONTAINER".into(), container.clone()),
         ],
+        pid_file: None,
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {

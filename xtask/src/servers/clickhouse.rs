@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,35 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
 /// password-less `default` user allowed from each one's /24 too.
 pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<ServerProcess> {
     install_if_missing()?;
+    let http_port = free_port()?;
+    let mut tcp_port = free_port()?;
+    while tcp_port == http_port {
+        tcp_port = free_port()?;
+    }
+    let (process, dir) = launch(root, name, extra_hosts, (http_port, tcp_port), "")?;
+    let d = dir.display();
+    // `process` is dropped (SIGTERM) if the wait fails.
+    wait_ready(http_port, Duration::from_secs(30)).with_context(|| {
+        format!("clickhouse-server did not come up; see {d}/log/clickhouse-server.err.log and {d}/log/stdout.log")
+    })?;
+    eprintln!(
+        "xtask: clickhouse-server up on 127.0.0.1:{http_port} (native {tcp_port}), data in {d}"
+    );
+    Ok(process)
+}
+
+/// Writes a fresh `<root>/target/xtask/<name>/` (config.xml with
+/// `extra_config` spliced into its `<yandex>`, users.xml) and starts
+/// clickhouse-server on it, its pid written to `clickhouse.pid` there,
+/// without waiting for it to answer. Returns the process (which also
+/// stops a server restarted from the same pid file) and the directory.
+pub fn launch(
+    root: &Path,
+    name: &str,
+    extra_hosts: &[String],
+    (http_port, tcp_port): (u16, u16),
+    extra_config: &str,
+) -> Result<(ServerProcess, PathBuf)> {
     let dir = root.join("target/xtask").join(name);
     // A previous run's data would only slow the start and may hold a
     // different schema; every run starts from nothing.
@@ -50,11 +80,6 @@ pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<Serve
     for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
         std::fs::create_dir_all(dir.join(sub))
             .with_context(|| format!("could not create {}", dir.join(sub).display()))?;
-    }
-    let http_port = free_port()?;
-    let mut tcp_port = free_port()?;
-    while tcp_port == http_port {
-        tcp_port = free_port()?;
     }
     let d = dir.display();
     let listen: String = std::iter::once("127.0.0.1")
@@ -90,7 +115,7 @@ pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<Serve
     <default_database>default</default_database>
     <timezone>UTC</timezone>
     <mlock_executable>false</mlock_executable>
-</yandex>
+{extra_config}</yandex>
 "#
     );
     let users = format!(
@@ -130,6 +155,7 @@ pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<Serve
     std::fs::write(dir.join("config.xml"), config)?;
     std::fs::write(dir.join("users.xml"), users)?;
     let log = std::fs::File::create(dir.join("log/stdout.log"))?;
+    let pid_file = dir.join("clickhouse.pid");
     let child = Command::new(SERVER)
         .arg(format!("--config-file={d}/config.xml"))
         .current_dir(&dir)
@@ -138,6 +164,10 @@ pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<Serve
         .stderr(log)
         .spawn()
         .with_context(|| format!("could not start {SERVER}"))?;
+    // The server writes no pid file outside daemon mode: this one is ours
+    // (and a test's that starts the server again).
+    std::fs::write(&pid_file, child.id().to_string())
+        .with_context(|| format!("could not write {}", pid_file.display()))?;
     let process = ServerProcess {
         name: "clickhouse",
         child,
@@ -151,18 +181,16 @@ pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<Serve
                 format!("http://127.0.0.1:{http_port}"),
             ),
         ],
+        pid_file: Some(super::PidFile {
+            path: pid_file,
+            program: "clickhouse-server",
+        }),
     };
-    // `process` is dropped (SIGTERM) if the wait fails.
-    wait_ready(http_port, Duration::from_secs(30)).with_context(|| {
-        format!("clickhouse-server did not come up; see {d}/log/clickhouse-server.err.log and {d}/log/stdout.log")
-    })?;
-    eprintln!(
-        "xtask: clickhouse-server up on 127.0.0.1:{http_port} (native {tcp_port}), data in {d}"
-    );
-    Ok(process)
+    Ok((process, dir))
 }
 
-fn install_if_missing() -> Result<()> {
+/// Installs Debian's clickhouse-server when it is missing.
+pub fn install_if_missing() -> Result<()> {
     if Path::new(SERVER).exists() {
         return Ok(());
     }
@@ -183,7 +211,7 @@ fn install_if_missing() -> Result<()> {
 }
 
 /// Polls `SELECT 1` over plain HTTP until it answers `1`.
-fn wait_ready(port: u16, within: Duration) -> Result<()> {
+pub fn wait_ready(port: u16, within: Duration) -> Result<()> {
     let deadline = Instant::now() + within;
     loop {
         if select_one(port).unwrap_or(false) {

@@ -70,6 +70,7 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
             ("GOOGLE_BASE_URL".into(), endpoint.clone()),
             ("GOOGLE_SERVICE_ACCOUNT_KEY".into(), key.into()),
         ],
+        pid_file: None,
     };
     // From here on, a failure drops `process`, which stops the server.
     wait_until("fake-gcs-server", &endpoint, &log_path, || {

@@ -6,7 +6,9 @@ pub mod azurite;
 pub mod clickhouse;
 pub mod gcs;
 pub mod moto;
+pub mod replicas;
 pub mod s3s;
+pub mod zookeeper;
 
 use crate::run;
 use anyhow::{Context, Result};
@@ -24,6 +26,19 @@ pub struct ServerProcess {
     pub child: Child,
     /// Environment variables the tests read to reach it.
     pub env: Vec<(String, String)>,
+    /// Where the server writes its pid when it has one: a test that killed
+    /// the server and started it again from its config leaves the new
+    /// process there, and the drop stops that one too.
+    pub pid_file: Option<PidFile>,
+}
+
+/// A server's pid file, and what the command line of the process it names
+/// contains (a pid file may outlive its process, and a pid be reused).
+pub struct PidFile {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// E.g. `clickhouse-server`.
+    pub program: &'static str,
 }
 
 impl ServerProcess {
@@ -38,6 +53,15 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        if let Some(restarted) = self
+            .pid_file
+            .as_ref()
+            .and_then(|f| Some((std::fs::read_to_string(&f.path).ok()?, f.program)))
+            .and_then(|(p, program)| Some((p.trim().parse::<u32>().ok()?, program)))
+            .filter(|(p, _)| *p != self.child.id())
+        {
+            stop_pid(restarted.0, restarted.1, self.name);
+        }
         let pid = self.child.id().to_string();
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &pid])
@@ -59,6 +83,32 @@ impl Drop for ServerProcess {
     }
 }
 
+/// SIGTERM to `pid` (a server restarted by a test, no child of ours), then
+/// SIGKILL after 5 s, when it is still alive.
+fn stop_pid(pid: u32, program: &str, name: &str) {
+    // Only a live process of that server (a pid file may outlive it).
+    let alive = || {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(program))
+    };
+    if !alive() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if alive() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    eprintln!("xtask: stopped {name} (restarted as pid {pid})");
+}
+
 /// Every real server the `real_*` tests need.
 pub struct Servers {
     processes: Vec<ServerProcess>,
@@ -67,14 +117,23 @@ pub struct Servers {
 impl Servers {
     /// Installs (if missing) and starts every server.
     pub fn start(root: &Path) -> Result<Servers> {
-        // Started in order; on a failure the ones already up are dropped
-        // (and so stopped) with the partly built vector.
-        let processes = vec![
+        // The replicated catalog (a JVM and three servers) starts on its
+        // own thread beside the others, so it adds little to the start.
+        // On a failure the ones already up are dropped (and so stopped)
+        // with the partly built vector, and the thread's when it ends.
+        let at = root.to_path_buf();
+        let replicated = std::thread::spawn(move || replicas::start(&at));
+        let mut processes = vec![
             clickhouse::start(root)?,
             moto::start(root)?,
             azurite::start(root)?,
             gcs::start(root)?,
         ];
+        let replicated = replicated
+            .join()
+            .map_err(|_| anyhow::anyhow!("starting the replicated ClickHouse panicked"))?
+            .context("starting ZooKeeper and the ClickHouse replicas")?;
+        processes.extend(replicated);
         Ok(Servers { processes })
     }
 

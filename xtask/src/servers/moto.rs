@@ -56,6 +56,7 @@ pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
             ("AWS_SECRET_ACCESS_KEY".into(), "spool-test".into()),
             ("AWS_BUCKET".into(), bucket.clone()),
         ],
+        pid_file: None,
     };
     // From here on, a failure drops `process`, which stops the server.
     wait_until(

@@ -64,6 +64,7 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
             ),
             ("SPOOL_BENCH_S3S_KEY".into(), KEY.into()),
         ],
+        pid_file: None,
     };
     // From here on, a failure drops `process`, which stops the server.
     wait_until(

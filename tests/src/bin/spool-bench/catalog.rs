@@ -139,10 +139,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         bail!("SPOOL_TEST_CLICKHOUSE_URL is not a clickhouse:// URL: {base}");
     };
     t.database = format!("spool_bench_{}", std::process::id());
-    let url = format!("clickhouse://{}:{}/{}", t.host, t.port, t.database);
+    let url = format!("clickhouse://{}/{}", t.authority(), t.database);
     let admin = ClickHouseCatalog::new(t.clone());
     let ch = spool_catalog::open(&url)?;
-    let (host, port, db) = (t.host.clone(), t.port, t.database.clone());
+    let (host, port, db) = (t.hosts[0].0.clone(), t.hosts[0].1, t.database.clone());
     let result = (|| -> Result<()> {
         rt.block_on(ch.ensure_schema())?;
         let table = format!("`{db}`.`spool_packs`");

@@ -103,7 +103,7 @@ impl Db {
         };
         t.database = format!("spool_bench_{tag}_{}", std::process::id());
         Ok(Db {
-            url: format!("clickhouse://{}:{}/{}", t.host, t.port, t.database),
+            url: format!("clickhouse://{}/{}", t.authority(), t.database),
             database: t.database.clone(),
             admin: ClickHouseCatalog::new(t),
         })

@@ -1,0 +1,329 @@
+//! The replicated catalog against the three ClickHouse 18.16 replicas and
+//! ZooKeeper that `cargo xtask test` starts (`SPOOL_TEST_CLICKHOUSE_REPLICAS`,
+//! `_CLUSTER`, `_REPLICA_CONFIGS`): tables created `ON CLUSTER` as
+//! replicated; indexing with any one replica killed, and no confirmed row
+//! lost when one dies; with two down an insert fails and a lease claim
+//! fails closed; the URL's failover past a host that refuses or stalls. The tests
+//! kill and stall the shared replicas, so they run one at a time (module
+//! `serial`); each heals the replicas and drops its database, pass or fail.
+#![forbid(unsafe_code)]
+
+use spool_catalog::{LeaseClaim, PackRow};
+use spool_tests::catalog_suite as suite;
+use spool_tests::servers::{clickhouse_sql, try_clickhouse_sql, Replicas};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Heals the replicas and drops the test database on every replica when a
+/// test ends, pass or fail.
+struct Cleanup<'a> {
+    replicas: &'a Replicas,
+    admin: spool_catalog::ClickHouseCatalog,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        // never a second panic while a failed test unwinds
+        let healed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.replicas.heal()));
+        if healed.is_err() {
+            eprintln!("could not heal the replicas");
+            return;
+        }
+        if let Err(e) = self.rt.block_on(self.admin.testing_drop_database()) {
+            eprintln!("could not drop the test database: {e}");
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The replicas (healed), a fresh database's URL, and its cleanup.
+fn setup(replicas: &Replicas) -> (String, Cleanup<'_>) {
+    replicas.heal();
+    let (url, admin) = replicas.fresh();
+    (
+        url,
+        Cleanup {
+            replicas,
+            admin,
+            rt: runtime(),
+        },
+    )
+}
+
+/// `count` rows created at distinct times from `from`.
+fn rows(from: u64, count: u64) -> Vec<PackRow> {
+    (from..from + count)
+        .map(|n| suite::row(n, 1_795_000_000_000 + n))
+        .collect()
+}
+
+/// The pack ids replica `i` holds (its own rows, no quorum asked).
+fn ids_on(replicas: &Replicas, url: &str, i: usize) -> Option<Vec<String>> {
+    let db = spool_catalog::CatalogUrl::parse(url)
+        .unwrap()
+        .database()
+        .to_string();
+    match try_clickhouse_sql(
+        &replicas.only(url, i),
+        &format!("SELECT DISTINCT pack_id FROM `{db}`.`spool_packs` ORDER BY pack_id FORMAT TSV"),
+    ) {
+        Ok((200, body)) => Some(body.lines().map(str::to_string).collect()),
+        _ => None,
+    }
+}
+
+mod serial {
+    use super::*;
+
+    /// The tables are created once, `ON CLUSTER`, as replicated and
+    /// partitioned on every replica; a row indexed through one replica
+    /// (confirmed by the quorum) is on the others.
+    #[test]
+    fn tables_are_created_on_cluster_as_replicated_on_every_replica() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let catalog = spool_catalog::open(&url).unwrap();
+        let batch = rows(0, 5);
+        cleanup.rt.block_on(catalog.index(&batch, None)).unwrap();
+        let db = spool_catalog::CatalogUrl::parse(&url)
+            .unwrap()
+            .database()
+            .to_string();
+        for i in 0..replicas.len() {
+            let tables = clickhouse_sql(
+                &replicas.only(&url, i),
+                &format!("SELECT name, engine, partition_key FROM system.tables WHERE database = '{db}' ORDER BY name FORMAT TSV"),
+            );
+            assert_eq!(
+                tables,
+                "spool_lease\tReplicatedMergeTree\tintDiv(acquired_at_ms, 86400000)\nspool_packs\tReplicatedReplacingMergeTree\tintDiv(created_at_ms, 86400000)\nspool_schema_version\tReplicatedMergeTree\t\n",
+                "replica {i}"
+            );
+        }
+        // Confirmed on a quorum of two at once; on all three soon after.
+        let on_now = (0..replicas.len())
+            .filter(|i| ids_on(&replicas, &url, *i).is_some_and(|v| v.len() == 5))
+            .count();
+        assert!(on_now >= 2, "a confirmed row is on {on_now} replicas");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while (0..replicas.len()).any(|i| ids_on(&replicas, &url, i).map(|v| v.len()) != Some(5)) {
+            assert!(
+                Instant::now() < deadline,
+                "rows did not reach every replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// With any one replica killed, indexing goes on (the catalog fails
+    /// over past it), and after each batch every confirmed row is on both
+    /// live replicas; then killing any one replica loses no confirmed row:
+    /// the two others hold every one.
+    #[test]
+    fn indexing_goes_on_with_any_one_replica_killed_and_no_confirmed_row_is_lost() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let catalog = spool_catalog::open_with_timeout(&url, Duration::from_secs(5)).unwrap();
+        cleanup.rt.block_on(catalog.ensure_schema()).unwrap();
+        let mut confirmed: Vec<String> = Vec::new();
+        for victim in 0..replicas.len() {
+            replicas.kill(victim);
+            let batch = rows(100 * victim as u64, 20);
+            let started = Instant::now();
+            cleanup
+                .rt
+                .block_on(catalog.index(&batch, None))
+                .unwrap_or_else(|e| panic!("replica {victim} down: {e}"));
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{:?}",
+                started.elapsed()
+            );
+            confirmed.extend(batch.iter().map(|r| r.pack_id.clone()));
+            confirmed.sort();
+            for live in (0..replicas.len()).filter(|i| *i != victim) {
+                let held = ids_on(&replicas, &url, live).unwrap();
+                assert!(
+                    batch.iter().all(|r| held.contains(&r.pack_id)),
+                    "replica {live} lacks a row confirmed while {victim} was down"
+                );
+            }
+            replicas.restart(victim);
+        }
+        // Every replica catches up; then no single death loses a row.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (0..replicas.len()).any(|i| ids_on(&replicas, &url, i).as_ref() != Some(&confirmed)) {
+            assert!(Instant::now() < deadline, "replicas did not catch up");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for victim in 0..replicas.len() {
+            replicas.kill(victim);
+            for live in (0..replicas.len()).filter(|i| *i != victim) {
+                assert_eq!(ids_on(&replicas, &url, live).as_ref(), Some(&confirmed));
+            }
+            let count = cleanup.rt.block_on(catalog.count()).unwrap();
+            assert_eq!(count, confirmed.len() as u64, "read through the failover");
+            replicas.restart(victim);
+        }
+    }
+
+    /// With two of three replicas down the quorum cannot be had: an index
+    /// insert fails (retryable: the pack stays in its spool) and a lease
+    /// claim and a renewal fail closed (an error, never `Held`), each within
+    /// a bound; a row of the failed insert is never read as confirmed. Once
+    /// the replicas are back, both go through.
+    #[test]
+    fn with_two_replicas_down_an_insert_fails_and_a_lease_claim_fails_closed() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let catalog = spool_catalog::open_with_timeout(&url, Duration::from_secs(3)).unwrap();
+        let rt = &cleanup.rt;
+        rt.block_on(catalog.ensure_schema()).unwrap();
+        let cfg = suite::short_lease();
+        let held = rt
+            .block_on(catalog.acquire("node-a", "a pid 1", &cfg))
+            .unwrap();
+        let LeaseClaim::Held(guard) = held else {
+            panic!("{held:?}")
+        };
+        replicas.kill(1);
+        replicas.kill(2);
+        let started = Instant::now();
+        let e = rt
+            .block_on(catalog.index(&rows(0, 3), None))
+            .expect_err("an insert without its quorum");
+        assert!(e.is_retryable(), "{e}");
+        let claim = rt.block_on(catalog.acquire("node-b", "b pid 2", &cfg));
+        assert!(
+            !matches!(claim, Ok(LeaseClaim::Held(_))),
+            "a claim without its quorum: {claim:?}"
+        );
+        let renewal = rt.block_on(catalog.renew(&guard));
+        assert!(
+            !matches!(renewal, Ok(LeaseClaim::Held(_))),
+            "a renewal without its quorum: {renewal:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "bounded: {:?}",
+            started.elapsed()
+        );
+        // Sequentially consistent, the survivor shows no unconfirmed row.
+        let db = spool_catalog::CatalogUrl::parse(&url)
+            .unwrap()
+            .database()
+            .to_string();
+        let consistent = try_clickhouse_sql(
+            &replicas.only(&url, 0),
+            &format!(
+                "SELECT count() FROM `{db}`.`spool_packs` SETTINGS select_sequential_consistency = 1 FORMAT TSV"
+            ),
+        )
+        .unwrap();
+        assert!(
+            consistent.0 != 200 || consistent.1.trim() == "0",
+            "an unconfirmed row read as confirmed: {consistent:?}"
+        );
+        replicas.heal();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match rt.block_on(catalog.index(&rows(0, 3), None)) {
+                Ok(()) => break,
+                Err(e) => assert!(Instant::now() < deadline, "after healing: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // The claim that failed may land once the quorum is back (code 319
+        // says its status is unknown): then it lives out its TTL as
+        // anyone's foreign claim, and the next acquisition follows it.
+        let deadline = Instant::now() + cfg.ttl + Duration::from_secs(15);
+        loop {
+            match rt.block_on(catalog.acquire("node-b", "b pid 2", &cfg)) {
+                Ok(LeaseClaim::Held(_)) => break,
+                other => assert!(Instant::now() < deadline, "after healing: {other:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The URL's first host refuses connections, or accepts and never
+    /// answers: the catalog moves on to the next (the stall costs one
+    /// request timeout, once), and later calls go straight to a live one.
+    #[test]
+    fn the_url_fails_over_past_a_host_that_refuses_or_stalls() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let rt = &cleanup.rt;
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed_port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent_port = silent.local_addr().unwrap().port();
+        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = held.clone();
+        std::thread::spawn(move || {
+            for s in silent.incoming().flatten() {
+                keep.lock().unwrap().push(s);
+            }
+        });
+        let authority = |url: &str| {
+            url.split("://")
+                .nth(1)
+                .unwrap()
+                .split('/')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        let all = authority(&url);
+        for (first, what) in [(closed_port, "refuses"), (silent_port, "stalls")] {
+            let with_first = url.replacen(&all, &format!("127.0.0.1:{first},{all}"), 1);
+            let catalog =
+                spool_catalog::open_with_timeout(&with_first, Duration::from_secs(2)).unwrap();
+            let started = Instant::now();
+            rt.block_on(catalog.index(&rows(first as u64, 2), None))
+                .unwrap_or_else(|e| panic!("first host {what}: {e}"));
+            assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "{what}: {:?}",
+                started.elapsed()
+            );
+            let started = Instant::now();
+            let n = rt.block_on(catalog.count()).unwrap();
+            assert!(n >= 2, "{n}");
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "{what}: the next call goes straight to a live replica ({:?})",
+                started.elapsed()
+            );
+        }
+        // A stalled replica (SIGSTOP) first in line: the same.
+        replicas.stall(0);
+        let catalog = spool_catalog::open_with_timeout(&url, Duration::from_secs(2)).unwrap();
+        let started = Instant::now();
+        rt.block_on(catalog.count()).unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{:?}",
+            started.elapsed()
+        );
+        replicas.resume(0);
+    }
+}

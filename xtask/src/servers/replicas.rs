@@ -1,0 +1,100 @@
+//! Three ClickHouse 18.16 replicas of one shard and a ZooKeeper on
+//! loopback: the replicated catalog of the `real_replicated` tests.
+//!
+//! ZooKeeper (`zookeeper.rs`) and the three servers (`clickhouse.rs`'s
+//! `launch`, each under `target/xtask/clickhouse-rN/`) are started at once
+//! and then waited for, so the group costs about one JVM start. Each
+//! replica's config adds the cluster [`CLUSTER`] (one shard, the three
+//! native ports, `internal_replication`), its `shard`/`replica` macros,
+//! its own `interserver_http_port` on 127.0.0.1, the ZooKeeper node (3 s
+//! sessions, so a killed replica counts as gone within seconds), the
+//! `ON CLUSTER` DDL queue, and small background pools (2 threads each).
+//!
+//! Environment for the tests: `SPOOL_TEST_CLICKHOUSE_REPLICAS`
+//! (`clickhouse://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/default`),
+//! `SPOOL_TEST_CLICKHOUSE_CLUSTER`, and
+//! `SPOOL_TEST_CLICKHOUSE_REPLICA_CONFIGS` (the three `config.xml` paths,
+//! comma-separated; each server's pid is in `clickhouse.pid` beside its
+//! config), so a test can kill a replica and start it again.
+
+use super::clickhouse::{install_if_missing, launch, wait_ready};
+use super::zookeeper;
+use super::{free_port, ServerProcess};
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::time::Duration;
+
+/// The cluster's name in every replica's `<remote_servers>`.
+pub const CLUSTER: &str = "spool_test";
+
+/// How many replicas the group runs.
+pub const REPLICAS: usize = 3;
+
+/// Starts ZooKeeper and the replicas, and waits for all of them.
+pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
+    let began = std::time::Instant::now();
+    install_if_missing()?;
+    let zk = zookeeper::launch(root, "zookeeper")?;
+    let mut ports: Vec<u16> = Vec::new();
+    while ports.len() < 3 * REPLICAS {
+        let p = free_port()?;
+        if !ports.contains(&p) && p != zk.port {
+            ports.push(p);
+        }
+    }
+    let (http, rest) = ports.split_at(REPLICAS);
+    let (tcp, inter) = rest.split_at(REPLICAS);
+    let shard: String = tcp
+        .iter()
+        .map(|p| format!("<replica><host>127.0.0.1</host><port>{p}</port></replica>"))
+        .collect();
+    let mut processes = vec![zk.process];
+    let mut configs = Vec::new();
+    for i in 0..REPLICAS {
+        let extra = format!(
+            "    <interserver_http_port>{}</interserver_http_port>\n    <interserver_http_host>127.0.0.1</interserver_http_host>\n    <zookeeper><node><host>127.0.0.1</host><port>{}</port></node><session_timeout_ms>3000</session_timeout_ms></zookeeper>\n    <remote_servers><{CLUSTER}><shard><internal_replication>true</internal_replication>{shard}</shard></{CLUSTER}></remote_servers>\n    <macros><shard>01</shard><replica>r{}</replica></macros>\n    <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>\n    <background_pool_size>2</background_pool_size>\n    <background_schedule_pool_size>2</background_schedule_pool_size>\n",
+            inter[i],
+            zk.port,
+            i + 1
+        );
+        let (mut process, dir) = launch(
+            root,
+            &format!("clickhouse-r{}", i + 1),
+            &[],
+            (http[i], tcp[i]),
+            &extra,
+        )?;
+        process.name = "clickhouse replica";
+        process.env.clear();
+        processes.push(process);
+        configs.push(dir.join("config.xml").display().to_string());
+    }
+    zookeeper::wait(root, "zookeeper", zk.port)?;
+    for (i, port) in http.iter().enumerate() {
+        wait_ready(*port, Duration::from_secs(30)).with_context(|| {
+            format!(
+                "clickhouse replica r{} did not come up; see target/xtask/clickhouse-r{}/log",
+                i + 1,
+                i + 1
+            )
+        })?;
+    }
+    let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let env = &mut processes[0].env;
+    env.push((
+        "SPOOL_TEST_CLICKHOUSE_REPLICAS".into(),
+        format!("clickhouse://{}/default", hosts.join(",")),
+    ));
+    env.push(("SPOOL_TEST_CLICKHOUSE_CLUSTER".into(), CLUSTER.into()));
+    env.push((
+        "SPOOL_TEST_CLICKHOUSE_REPLICA_CONFIGS".into(),
+        configs.join(","),
+    ));
+    eprintln!(
+        "xtask: ZooKeeper on 127.0.0.1:{} and {REPLICAS} ClickHouse replicas of cluster {CLUSTER} on {}, up in {:.1} s",
+        zk.port,
+        hosts.join(", "),
+        began.elapsed().as_secs_f64()
+    );
+    Ok(processes)
+}
