@@ -62,6 +62,9 @@ pub struct HandOffCounts {
     pub refused: u64,
 }
 
+/// A pack to confirm to its owner: its ordinal and id.
+type Confirmable = (Option<u32>, PackId);
+
 /// One owner as a step read it.
 struct Looked {
     dir: PathBuf,
@@ -79,7 +82,7 @@ pub(crate) struct Shipper {
     /// Refs refused, with why: never shipped, reported once.
     refused: HashMap<PathBuf, String>,
     /// Packs indexed whose owners are not told yet, by owner.
-    to_confirm: HashMap<PathBuf, Vec<(Option<u32>, PackId)>>,
+    to_confirm: HashMap<PathBuf, Vec<Confirmable>>,
     /// Owners whose confirmations could not be written (reported once).
     confirm_failing: HashSet<PathBuf>,
     counts: HandOffCounts,
@@ -234,7 +237,7 @@ impl Shipper {
         if self.to_confirm.is_empty() {
             return;
         }
-        let todo: Vec<(PathBuf, Vec<(Option<u32>, PackId)>)> = self.to_confirm.drain().collect();
+        let todo: Vec<(PathBuf, Vec<Confirmable>)> = self.to_confirm.drain().collect();
         let results = blocking(move || {
             todo.into_iter()
                 .map(|(dir, packs)| {

@@ -91,9 +91,9 @@ fn run(
     let mut owners: HashMap<PathBuf, Watched> = HashMap::new();
     while !stop.load(Ordering::SeqCst) {
         while let Ok(dir) = rx.try_recv() {
-            if !owners.contains_key(&dir) {
-                let w = start_watching(watch, &dir);
-                owners.insert(dir, w);
+            if let std::collections::hash_map::Entry::Vacant(slot) = owners.entry(dir) {
+                let w = start_watching(watch, slot.key());
+                slot.insert(w);
             }
         }
         let changes = match watch.wait(Duration::from_secs(60)) {

@@ -35,10 +35,14 @@ impl Server {
     /// The server of a `clickhouse://HOST:PORT/...` URL.
     pub fn from_url(url: &str) -> Result<Server> {
         match CatalogUrl::parse(url)? {
-            CatalogUrl::ClickHouse(t) => Ok(Server {
-                host: t.host,
-                port: t.port,
-            }),
+            CatalogUrl::ClickHouse(t) => {
+                let (host, port) = t
+                    .hosts
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| anyhow::anyhow!("{url} names no host"))?;
+                Ok(Server { host, port })
+            }
             _ => bail!("{url} is not a clickhouse:// URL"),
         }
     }
