@@ -330,10 +330,7 @@ fn catalog_down_leaves_packs_owed_and_flush_says_so() {
     // the index call's own error, not a refusal of the destination
     let snap = svc.snapshot();
     let last = snap.last_error.clone().unwrap_or_default();
-    assert!(
-        last.contains("(owed, indexed again next cycle)"),
-        "{snap:?}"
-    );
+    assert!(last.contains("owed, indexed again next cycle"), "{snap:?}");
     assert_eq!(snap.destination_refused, None, "{snap:?}");
     fx.catalog.set_reachable(true);
     assert!(svc.flush(Duration::from_secs(20)).unwrap());
@@ -369,8 +366,8 @@ fn deferred_counts_the_own_packs_a_cycle_left() {
     }
 }
 
-/// An upload that fails with a 500 is that pack's error (the snapshot's
-/// last error names it), never a refusal of the whole destination.
+/// An upload that fails with a 500 is that pack's failure, never a
+/// refusal of the whole destination.
 #[test]
 fn a_failed_upload_is_its_packs_error_not_a_refusal_of_the_destination() {
     let fx = Fixture::new();
@@ -386,8 +383,8 @@ fn a_failed_upload_is_its_packs_error_not_a_refusal_of_the_destination() {
     assert!(svc.flush(Duration::from_millis(800)).is_err());
     let snap = svc.snapshot();
     svc.stop().unwrap();
-    let last = snap.last_error.clone().unwrap_or_default();
-    assert!(last.contains("upload of"), "{snap:?}");
+    // (the last error may be the flush's cut, which came after)
+    assert!(snap.upload_failures > 0, "{snap:?}");
     assert_eq!(snap.destination_refused, None, "{snap:?}");
     assert_eq!(files(own.dir(), "ready"), 1);
 }
