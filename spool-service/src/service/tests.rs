@@ -327,6 +327,11 @@ fn catalog_down_leaves_packs_owed_and_flush_says_so() {
     let msg = err.to_string();
     assert!(msg.contains("2 pack(s) uploaded but not indexed"), "{msg}");
     assert_eq!(files(own.dir(), "ready"), 2, "owed packs keep their files");
+    // the index call's own error, not a refusal of the destination
+    let snap = svc.snapshot();
+    let last = snap.last_error.clone().unwrap_or_default();
+    assert!(last.contains("owed, indexed again next cycle"), "{snap:?}");
+    assert_eq!(snap.destination_refused, None, "{snap:?}");
     fx.catalog.set_reachable(true);
     assert!(svc.flush(Duration::from_secs(20)).unwrap());
     assert_eq!(files(own.dir(), "ready"), 0);
@@ -359,6 +364,29 @@ fn deferred_counts_the_own_packs_a_cycle_left() {
         let expect = if refused { (0, 3) } else { (3, 0) };
         assert_eq!((snap.indexed, snap.deferred), expect, "{snap:?}");
     }
+}
+
+/// An upload that fails with a 500 is that pack's failure, never a
+/// refusal of the whole destination.
+#[test]
+fn a_failed_upload_is_its_packs_error_not_a_refusal_of_the_destination() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 1);
+    fx.store
+        .script(Rule::new(Op::Put, Action::Fail(Injected::Status(500))));
+    let mut c = fx.config(own.dir());
+    c.adopt = false;
+    c.poll_interval = Duration::from_secs(60);
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(svc.flush(Duration::from_millis(800)).is_err());
+    let snap = svc.snapshot();
+    svc.stop().unwrap();
+    // (the last error may be the flush's cut, which came after)
+    assert!(snap.upload_failures > 0, "{snap:?}");
+    assert_eq!(snap.destination_refused, None, "{snap:?}");
+    assert_eq!(files(own.dir(), "ready"), 1);
 }
 
 /// The service's Debug names its directory and whether it runs.

@@ -111,9 +111,12 @@ const SCOPES: &[Scope] = &[
     Scope {
         krate: "spool-service",
         files: &[
+            // a glob without `/**` matches no file of a directory below
             "spool-service/src/adoption*",
+            "spool-service/src/adoption/*",
             "spool-service/src/service*",
             "spool-service/src/drain*",
+            "spool-service/src/drain/*",
         ],
         exclude: &[],
     },
