@@ -1,11 +1,10 @@
-#![forbid(unsafe_code)]
-
 //! The hand-off, black-box through the `spool` binary: a live sink-only
 //! producer (`spool produce` in the layout, no `--serve`) is shipped by the
 //! node's daemon (`spool run`) while it lives, and removes each pack itself
 //! once its row is confirmed; with no daemon it ships by exiting; killed
 //! mid-stream its directory is adopted and nothing is lost or shipped
 //! twice.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
