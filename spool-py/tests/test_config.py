@@ -91,7 +91,8 @@ def test_every_key_is_an_argument_refused_with_its_name_and_what_is_allowed(root
     assert {"root", "rank", "store", "catalog", "lease_ttl", "poll_interval",
             "upload_max_workers", "client_allow_http", "max_bytes"} <= set(names)
     for name, key in spool.CONFIG_KEYS:
-        if name in ("root", "store", "catalog", "store_id"):
+        # "not-a-value" is a valid plain name: those keys are refused below
+        if name in ("root", "store", "catalog", "store_id", "catalog_cluster", "lease_node_name"):
             continue
         with pytest.raises(spool.ConfigError) as e:
             spool.Engine(root=str(root), **{name: "not-a-value"})
@@ -101,8 +102,10 @@ def test_every_key_is_an_argument_refused_with_its_name_and_what_is_allowed(root
         spool.Engine(root=str(root), lease_ttl=1)
     with pytest.raises(ValueError, match=r"lease\.ttl \(argument lease_ttl\): a list is not allowed"):
         spool.Engine(root=str(root), lease_ttl=[30])
-    with pytest.raises(ValueError, match=r"store_id \(argument store_id\).*not a plain name"):
-        spool.Engine(root=str(root), store_id="a b")
+    for name, key in (("store_id", "store_id"), ("catalog_cluster", "catalog.cluster"),
+                      ("lease_node_name", "lease.node_name")):
+        with pytest.raises(ValueError, match=rf"{key} \(argument {name}\).*not a plain name"):
+            spool.Engine(root=str(root), **{name: "a b"})
     with pytest.raises(ValueError, match=r"unknown option\(s\) lease_tll; the options are .*lease_ttl"):
         spool.Engine(root=str(root), lease_tll=30)
     # Values are spelled as in the file: numbers, or strings with units.
