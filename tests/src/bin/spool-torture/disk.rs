@@ -106,6 +106,8 @@ pub struct DiskFigures {
     /// Of them, made by `mount -o remount,ro` (the rest: a stacked
     /// read-only bind, the remount being refused as busy).
     pub ro_remounts: u64,
+    /// Windows skipped: the read-only bind stayed busy for a second.
+    pub ro_busy: u64,
     /// Full-disk windows (the ballast filled the tmpfs).
     pub full_windows: u64,
     /// Lines producers logged with ENOSPC (`os error 28`): stages refused.
@@ -126,6 +128,7 @@ impl DiskFigures {
     pub fn add(&mut self, o: &DiskFigures) {
         self.ro_windows += o.ro_windows;
         self.ro_remounts += o.ro_remounts;
+        self.ro_busy += o.ro_busy;
         self.full_windows += o.full_windows;
         self.enospc += o.enospc;
         self.erofs += o.erofs;
@@ -137,13 +140,14 @@ impl DiskFigures {
     /// The summary's part.
     pub fn line(&self) -> String {
         format!(
-            "enospc {} erofs {} (producer log lines; refused exits {}) ro_windows {} (remount {}, ro bind {}) full_windows {} daemon_disk_errors {} (daemons refused at start {})",
+            "enospc {} erofs {} (producer log lines; refused exits {}) ro_windows {} (remount {}, ro bind {}, skipped busy {}) full_windows {} daemon_disk_errors {} (daemons refused at start {})",
             self.enospc,
             self.erofs,
             self.refused_exits,
             self.ro_windows,
             self.ro_remounts,
             self.ro_windows - self.ro_remounts,
+            self.ro_busy,
             self.full_windows,
             self.daemon_errors,
             self.refused_starts
@@ -254,12 +258,17 @@ impl Disk {
             self.full_until = Some(now + Duration::from_secs_f64(rng.between(0.5, 4.0)));
         }
         if self.read_only_enabled && self.read_only.is_none() && rng.chance(0.025) {
-            let how = self.read_only_now()?;
-            self.figures.ro_windows += 1;
-            if how == ReadOnly::Remount {
-                self.figures.ro_remounts += 1;
+            match self.read_only_now()? {
+                Some(how) => {
+                    self.figures.ro_windows += 1;
+                    if how == ReadOnly::Remount {
+                        self.figures.ro_remounts += 1;
+                    }
+                    let until = now + Duration::from_secs_f64(rng.between(0.5, 3.0));
+                    self.read_only = Some((how, until));
+                }
+                None => self.figures.ro_busy += 1,
             }
-            self.read_only = Some((how, now + Duration::from_secs_f64(rng.between(0.5, 3.0))));
         }
         Ok(())
     }
@@ -286,25 +295,43 @@ impl Disk {
     }
 
     /// Makes the spool read-only: a remount if the kernel allows it, else
-    /// a read-only bind stacked on the mount point.
-    fn read_only_now(&self) -> Result<ReadOnly> {
+    /// a read-only bind stacked on the mount point. `None` when neither
+    /// could be had (the window is skipped and counted).
+    fn read_only_now(&self) -> Result<Option<ReadOnly>> {
         if sh(Command::new("mount")
             .args(["-o", "remount,ro"])
             .arg(&self.mount))?
         {
-            return Ok(ReadOnly::Remount);
+            return Ok(Some(ReadOnly::Remount));
         }
-        if sh(Command::new("mount")
-            .args(["--bind", "-o", "ro"])
+        // The bind in two steps, so a refused second step leaves no
+        // read-write bind behind: making a mount read-only is refused
+        // (EBUSY) while a file is open for writing through it, which a
+        // stage opening a file through the fresh bind in between does for
+        // milliseconds; a few tries find a gap.
+        if !sh(Command::new("mount")
+            .arg("--bind")
             .arg(&self.mount)
             .arg(&self.mount))?
         {
-            return Ok(ReadOnly::Bind);
+            bail!("mount --bind {0} {0} failed", self.mount.display());
         }
-        bail!(
-            "cannot make {} read-only (remount,ro and a read-only bind both failed)",
-            self.mount.display()
-        )
+        for _ in 0..20 {
+            if sh(Command::new("mount")
+                .args(["-o", "remount,bind,ro"])
+                .arg(&self.mount))?
+            {
+                return Ok(Some(ReadOnly::Bind));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !sh(Command::new("umount").arg("-l").arg(&self.mount))? {
+            bail!(
+                "cannot make {} read-only and cannot undo its bind (umount -l failed)",
+                self.mount.display()
+            );
+        }
+        Ok(None)
     }
 
     /// Ends a read-only window made `how`.
