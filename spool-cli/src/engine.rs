@@ -45,7 +45,14 @@ pub fn start(
     config.sinks = sinks;
     let engine = Engine::start(config)
         .with_context(|| format!("cannot start the service under {}", root.display()))?;
-    tracing::info!(dir = %engine.dir().display(), rank = keys::RANK.get(cfg), "claimed {} and started its service", engine.dir().display());
+    match engine.ship() {
+        spool_service::Ship::Itself => {
+            tracing::info!(dir = %engine.dir().display(), rank = keys::RANK.get(cfg), "claimed {} and started its service", engine.dir().display())
+        }
+        spool_service::Ship::Daemon => {
+            tracing::info!(dir = %engine.dir().display(), rank = keys::RANK.get(cfg), "claimed {}; its packs are handed off to the node's daemon (service.ship = daemon)", engine.dir().display())
+        }
+    }
     Ok(engine)
 }
 

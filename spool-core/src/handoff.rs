@@ -164,6 +164,13 @@ impl Spool {
         touch(&refs.join(ref_name(ordinal, id)))
     }
 
+    /// How many packs the owner consented to and has not removed yet
+    /// (confirmed or not): its refs.
+    pub fn consented_packs(&self) -> Result<usize, Error> {
+        let names = names_in(&self.dir().join(REFS_DIR))?;
+        Ok(names.iter().filter(|n| parse_ref_name(n).is_some()).count())
+    }
+
     /// The owner removes every consented pack the daemon confirmed, then
     /// its ref (step 4). Returns how many packs it removed.
     pub fn release_confirmed(&self) -> Result<usize, Error> {

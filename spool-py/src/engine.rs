@@ -235,10 +235,23 @@ impl Engine {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             guard
                 .as_ref()
-                .map(|e| (e.flush(timeout), e.service().snapshot()))
+                .map(|e| (e.flush(timeout), e.service().map(|s| s.snapshot())))
         });
         let Some((result, snap)) = result else {
             return Err(self.cell.closed_error(py));
+        };
+        let Some(snap) = snap else {
+            // shipped by the node's daemon (service.ship = "daemon")
+            return match result {
+                Ok(drained) => Ok(drained.into_pyobject(py)?.to_owned().into_any().unbind()),
+                Err(err @ spool_service::Error::HandOffTimeout { waiting, .. }) => {
+                    let cls = py.import("spool._types")?.getattr("Undrained")?;
+                    Ok(cls
+                        .call1((waiting as u64, 0u64, 0u64, None::<String>, err.to_string()))?
+                        .unbind())
+                }
+                Err(err) => Err(errors::service(py, &err)),
+            };
         };
         let undrained = |ready: u64, owed: u64, message: String| -> PyResult<Py<PyAny>> {
             let cls = py.import("spool._types")?.getattr("Undrained")?;
@@ -278,8 +291,12 @@ impl Engine {
         let Some(engine) = guard.as_ref() else {
             return Err(self.cell.closed_error(py));
         };
-        let s = engine.service().snapshot();
         let d = PyDict::new(py);
+        d.set_item("ship", engine.ship().as_str())?;
+        let Some(service) = engine.service() else {
+            return Ok(d); // shipped by the node's daemon: no service here
+        };
+        let s = service.snapshot();
         d.set_item("staged", s.staged)?;
         d.set_item("uploaded", s.uploaded)?;
         d.set_item("indexed", s.indexed)?;

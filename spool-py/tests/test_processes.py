@@ -249,3 +249,49 @@ def test_a_live_sink_claim_producer_is_shipped_by_the_daemon_while_it_lives(root
             child.wait()
         daemon.terminate()
         daemon.wait(timeout=10)
+
+def test_an_engine_with_ship_daemon_hands_off_and_its_flush_waits_for_the_daemon(root):
+    # Engine(ship="daemon") starts no service: its flush waits for the
+    # node's daemon (Undrained while none runs), then returns True once the
+    # daemon shipped every pack and the engine removed them.
+    child = python(
+        """
+        import sys, spool
+        with spool.Engine(root=sys.argv[1], ship="daemon") as engine:
+            assert engine.snapshot() == {"ship": "daemon"}, engine.snapshot()
+            sink = engine.sink(seal_records=1)
+            for i in range(10):
+                sink.write(b"rec-%08d" % i)
+            sink.flush(timeout=10)
+            r = engine.flush(timeout=0.5)
+            print("without", bool(r), getattr(r, "ready", None), flush=True)
+            sys.stdin.readline()
+            print("with", engine.flush(timeout=30) is True, flush=True)
+        print("closed", flush=True)
+        """,
+        root,
+        stdin=subprocess.PIPE,
+    )
+    daemon = None
+    try:
+        line = child.stdout.readline().split()
+        assert line == ["without", "False", "10"], (line, child.stderr.read() if not line else "")
+        assert not (root / ".catalog.db").exists() or not list(
+            spool.Catalog(f"sqlite://{root}/.catalog.db").ls()), "the engine shipped by itself"
+        daemon = subprocess.Popen([spool_bin(), "run", "--spool-root", str(root)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().split() == ["with", "True"]
+        assert child.stdout.readline().split() == ["closed"]
+        assert child.wait(timeout=30) == 0, child.stderr.read()
+        rows = spool.Catalog(f"sqlite://{root}/.catalog.db").ls()
+        assert len(rows) == 10
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=10)
+

@@ -42,12 +42,31 @@
 //!    directory is dead, and the next service adopts what was staged.
 //!
 //! Dropping an engine without [`Engine::close`] closes it (errors logged).
+//!
+//! # Shipping by the node's daemon ([`Ship::Daemon`], `service.ship = "daemon"`)
+//!
+//! An engine can leave uploading and indexing to the node's shipper (the
+//! `spool run` holding the node's adopter lease on the same spool root,
+//! `crate::handoff`): it claims its directory and opens its sinks as
+//! above, but starts no service; every sink hands its packs off
+//! ([`SinkConfig::hand_off`]) and removes each one once the shipper
+//! confirmed its row. The process then holds no runtime, no upload worker,
+//! no store or catalog connection and sends no insert: a node of 8 ranks
+//! has one uploader and one index stream (the daemon's), at the price of a
+//! hop (a ref, an inotify wake, a confirmation) on each pack's way and of
+//! depending on that daemon. With none running the packs wait in the
+//! directory (`spool status` says so) and are adopted once the process
+//! exits, as a sink-only producer's. [`Engine::flush`] then waits for the
+//! confirmations, and [`Engine::close`] (step 2) waits for them within
+//! `close_flush_timeout` while they come, giving up after a second without
+//! one: what is left goes with the directory to the daemon's adoption.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use spool_core::sink::{Sink, SinkConfig};
+use spool_core::{Spool, SpoolConfig};
 use spool_lock::{Claim, LockMode};
 
 use crate::{Error, ServiceConfig, StorageService};
@@ -70,6 +89,29 @@ pub struct EngineConfig {
     pub sinks: Vec<SinkConfig>,
     /// How long [`Engine::close`] lets the service drain before stopping it.
     pub close_flush_timeout: Duration,
+    /// Who uploads and indexes the packs (`service.ship`).
+    pub ship: Ship,
+}
+
+/// Who uploads and indexes an engine's packs (`service.ship`; the module
+/// doc says the trade).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Ship {
+    /// The engine's own service (`"self"`, the default).
+    #[default]
+    Itself,
+    /// The node's daemon, through the hand-off (`"daemon"`).
+    Daemon,
+}
+
+impl Ship {
+    /// The value `service.ship` takes for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ship::Itself => "self",
+            Ship::Daemon => "daemon",
+        }
+    }
 }
 
 impl EngineConfig {
@@ -82,6 +124,7 @@ impl EngineConfig {
             service,
             sinks: vec![SinkConfig::default()],
             close_flush_timeout: Duration::from_secs(30),
+            ship: Ship::Itself,
         }
     }
 }
@@ -109,12 +152,17 @@ pub struct CloseReport {
 pub struct Engine {
     dir: PathBuf,
     claim: Option<Claim>,
+    /// The directory's one spool (every sink stages through it); `None`
+    /// once closing.
+    spool: Option<Arc<Spool>>,
+    /// The service (`Ship::Itself` only).
     service: Option<StorageService>,
     sinks: Vec<Arc<Sink>>,
     /// The lock options and registry every sink is opened with.
     lock: spool_lock::LockOptions,
     registry: Arc<spool_core::registry::Registry>,
     close_flush_timeout: Duration,
+    ship: Ship,
 }
 
 impl Engine {
@@ -128,6 +176,7 @@ impl Engine {
             mut service,
             sinks,
             close_flush_timeout,
+            ship,
         } = config;
         let key = service.destination.catalog_key()?;
         let claim = spool_core::layout::claim_rank_dir(&spool_root, &key, rank, &service.lock)?;
@@ -145,8 +194,20 @@ impl Engine {
         let lock = service.lock.clone();
         let registry = service.registry.clone();
 
-        let mut svc = match StorageService::new(service).and_then(|mut s| s.start().map(|()| s)) {
-            Ok(svc) => svc,
+        let started = match ship {
+            Ship::Itself => StorageService::new(service)
+                .and_then(|mut s| s.start().map(|()| s))
+                .map(|svc| {
+                    let spool = svc
+                        .spool()
+                        .cloned()
+                        .expect("a started service has its spool");
+                    (Some(svc), spool)
+                }),
+            Ship::Daemon => hand_off_spool(&dir, &service).map(|spool| (None, spool)),
+        };
+        let (mut svc, spool) = match started {
+            Ok(started) => started,
             Err(err) => {
                 tracing::warn!(dir = %dir.display(), "service on {} did not start: {err}; releasing the claim", dir.display());
                 release_claim(claim, &dir);
@@ -155,14 +216,11 @@ impl Engine {
         };
 
         let mut opened = Vec::with_capacity(sinks.len());
-        let spool = svc
-            .spool()
-            .cloned()
-            .expect("a started service has its spool");
         for (index, mut cfg) in sinks.into_iter().enumerate() {
             cfg.spool.lock_mode = LockMode::HeldByCaller;
             cfg.spool.lock = lock.clone();
             cfg.registry = registry.clone();
+            cfg.hand_off |= ship == Ship::Daemon;
             match Sink::start(spool.clone(), cfg) {
                 Ok(sink) => opened.push(Arc::new(sink)),
                 Err(err) => {
@@ -171,8 +229,11 @@ impl Engine {
                         let _ = sink.release();
                     }
                     drop(opened);
-                    let _ = svc.stop();
+                    if let Some(svc) = svc.as_mut() {
+                        let _ = svc.stop();
+                    }
                     drop(svc);
+                    drop(spool);
                     release_claim(claim, &dir);
                     return Err(Error::Sink {
                         dir,
@@ -185,7 +246,9 @@ impl Engine {
         Ok(Engine {
             dir,
             claim: Some(claim),
-            service: Some(svc),
+            spool: Some(spool),
+            service: svc,
+            ship,
             sinks: opened,
             lock,
             registry,
@@ -200,11 +263,11 @@ impl Engine {
     /// this engine with the same worker ordinal is still attached (two sinks
     /// would share one registry slot), and once the engine is closing.
     pub fn open_sink(&mut self, mut config: SinkConfig) -> Result<Arc<Sink>, Error> {
-        if self.service.is_none() {
+        let Some(spool) = self.spool.clone() else {
             return Err(Error::NotRunning {
                 dir: self.dir.clone(),
             });
-        }
+        };
         if let Some(other) = self
             .sinks
             .iter()
@@ -223,13 +286,9 @@ impl Engine {
         config.spool.lock_mode = LockMode::HeldByCaller;
         config.spool.lock = self.lock.clone();
         config.registry = self.registry.clone();
+        config.hand_off |= self.ship == Ship::Daemon;
         let index = self.sinks.len();
         // The directory's one spool (one budget for every sink).
-        let spool = self
-            .service
-            .as_ref()
-            .and_then(|svc| svc.spool().cloned())
-            .expect("a running engine's service has its spool");
         let sink = Sink::start(spool, config).map_err(|err| Error::Sink {
             dir: self.dir.clone(),
             index,
@@ -251,16 +310,22 @@ impl Engine {
         &self.sinks
     }
 
-    /// The running service (its flush, snapshot).
-    pub fn service(&self) -> &StorageService {
-        self.service
-            .as_ref()
-            .expect("the service lives until the engine closes")
+    /// The running service (its flush, snapshot); `None` when the node's
+    /// daemon ships ([`Ship::Daemon`]).
+    pub fn service(&self) -> Option<&StorageService> {
+        self.service.as_ref()
+    }
+
+    /// Who ships this engine's packs.
+    pub fn ship(&self) -> Ship {
+        self.ship
     }
 
     /// Flushes every sink, then the service, within `timeout` in all:
     /// `Ok(true)` when everything written before the call is uploaded and
-    /// indexed (drained).
+    /// indexed (drained). With [`Ship::Daemon`], waits until the node's
+    /// shipper confirmed every pack handed off and the sinks removed them
+    /// ([`Error::HandOffTimeout`] when it did not in time).
     pub fn flush(&self, timeout: Duration) -> Result<bool, Error> {
         let deadline = std::time::Instant::now() + timeout;
         for sink in &self.sinks {
@@ -268,7 +333,32 @@ impl Engine {
             sink.flush(left)?;
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        self.service().flush(left)
+        match (&self.service, &self.spool) {
+            (Some(svc), _) => svc.flush(left),
+            (None, Some(spool)) => self.wait_confirmed(spool, timeout, deadline),
+            (None, None) => Err(Error::NotRunning {
+                dir: self.dir.clone(),
+            }),
+        }
+    }
+
+    /// Waits until no pack of `spool` is handed off and unconfirmed,
+    /// removing the confirmed ones itself (as the sinks' confirmation
+    /// threads do), looking every few milliseconds (in this process only).
+    fn wait_confirmed(
+        &self,
+        spool: &Spool,
+        timeout: Duration,
+        deadline: std::time::Instant,
+    ) -> Result<bool, Error> {
+        match wait_confirmed(spool, deadline, None)? {
+            0 => Ok(true),
+            waiting => Err(Error::HandOffTimeout {
+                dir: self.dir.clone(),
+                timeout,
+                waiting,
+            }),
+        }
     }
 
     /// Releases in the reverse order of [`Engine::start`]: seal the sinks,
@@ -291,6 +381,20 @@ impl Engine {
         }
         self.sinks.clear(); // their staging threads end here
         let mut drained = false;
+        if let (None, Some(spool)) = (&self.service, self.spool.take()) {
+            // Shipping through the daemon: wait for the confirmations while
+            // they come; what is left goes with the directory to adoption.
+            let deadline = std::time::Instant::now() + self.close_flush_timeout;
+            match wait_confirmed(&spool, deadline, Some(STALLED_HAND_OFF)) {
+                Ok(0) => {
+                    drained = spool
+                        .scan(&std::sync::atomic::AtomicBool::new(false))
+                        .is_ok_and(|packs| packs.is_empty())
+                }
+                Ok(_) => {}
+                Err(err) => problems.push(format!("hand-off: {err}")),
+            }
+        }
         if let Some(mut svc) = self.service.take() {
             match svc.flush(self.close_flush_timeout) {
                 Ok(d) => drained = d,
@@ -328,13 +432,58 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        if self.claim.is_some() || self.service.is_some() {
+        if self.claim.is_some() || self.spool.is_some() {
             let report = self.close_inner();
             if !report.problems.is_empty() {
                 tracing::warn!(dir = %report.dir.display(), "engine on {} closed on drop: {}", report.dir.display(), report.problems.join("; "));
             }
         }
     }
+}
+
+/// How long [`Engine::close`] waits for a confirmation before it leaves
+/// what is still handed off to adoption (no daemon runs, or it is stuck).
+const STALLED_HAND_OFF: Duration = Duration::from_secs(1);
+
+/// Removes the packs of `spool` the node's shipper confirmed, until none is
+/// handed off and unconfirmed, `deadline` passes, or (`stalled`) that long
+/// passes without a confirmation. Returns how many are still waiting.
+fn wait_confirmed(
+    spool: &Spool,
+    deadline: std::time::Instant,
+    stalled: Option<Duration>,
+) -> Result<usize, Error> {
+    let mut last_progress = std::time::Instant::now();
+    loop {
+        if spool.release_confirmed()? > 0 {
+            last_progress = std::time::Instant::now();
+        }
+        let waiting = spool.consented_packs()?;
+        let now = std::time::Instant::now();
+        if waiting == 0
+            || now >= deadline
+            || stalled.is_some_and(|s| now.duration_since(last_progress) >= s)
+        {
+            return Ok(waiting);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The spool of an engine shipping through the node's daemon: its fresh
+/// claimed directory opened as the service would open it (the caller holds
+/// the claim; dead siblings count against the budget).
+fn hand_off_spool(dir: &Path, service: &ServiceConfig) -> Result<Arc<Spool>, Error> {
+    let spool = Spool::open(
+        dir,
+        &SpoolConfig {
+            lock_mode: LockMode::HeldByCaller,
+            lock: service.lock.clone(),
+            max_bytes: service.max_bytes,
+            charge_dead_siblings: service.max_bytes.is_some(),
+        },
+    )?;
+    Ok(Arc::new(spool))
 }
 
 /// Releases `claim`, removing the directory if empty; logs a failure.

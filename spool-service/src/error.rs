@@ -92,6 +92,22 @@ pub enum Error {
         /// The catalog or store call in flight at the deadline, if any.
         waiting_on: Option<String>,
     },
+    /// A flush of an engine shipping through the node's daemon did not see
+    /// every handed-off pack confirmed by its deadline.
+    #[error(
+        "flush of {dir} did not finish within {timeout:?}: {waiting} handed-off pack(s) not \
+         confirmed yet by the node's shipper (a `spool run` on this spool root holding the \
+         node's adopter lease); with none running they wait here safely and ship once it runs \
+         or once this process exits (`spool status` says which)"
+    )]
+    HandOffTimeout {
+        /// The engine's directory.
+        dir: PathBuf,
+        /// The flush's timeout.
+        timeout: Duration,
+        /// Packs handed off and not confirmed yet.
+        waiting: usize,
+    },
     /// The service loop (or its lease keeper) panicked: the service does no
     /// more work. Stop it and start a new one (the daemon exits 10 so its
     /// supervisor restarts it).

@@ -23,11 +23,13 @@
 //!
 //! A ref that names no valid pack (a symlink, a directory, a file that
 //! fails validation, a pack changed after consent) is refused: reported
-//! once, never shipped, left with its owner (adoption quarantines it when
+//! once (a few in full per owner and step, the rest of a flood in one
+//! line), never shipped, left with its owner (adoption quarantines it when
 //! the owner is gone); it never holds up another pack or owner. A
-//! confirmation that cannot be written (a read-only filesystem, EACCES) is
-//! reported once per owner and tried again every step; the pack is not
-//! shipped again meanwhile, and stays with its owner.
+//! confirmation that cannot be written (a read-only filesystem, EACCES, a
+//! file where `_shipped/` should be) is reported once per owner and tried
+//! again with the service's retry backoff; the pack is not shipped again
+//! meanwhile, and stays with its owner.
 
 mod watch;
 
@@ -46,6 +48,9 @@ use crate::drain::{Drain, Job, PackOutcome, Source};
 use crate::offload::blocking;
 
 pub(crate) use watch::RefWatch;
+
+/// Refusals reported in full per owner and step; the rest are counted.
+const REPORTED_REFUSALS: usize = 3;
 
 /// What the shipper counts (the snapshot's hand-off figures).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +86,8 @@ pub(crate) struct Shipper {
     served: HashSet<PathBuf>,
     /// Refs refused, with why: never shipped, reported once.
     refused: HashMap<PathBuf, String>,
+    /// Refusals of this step not reported yet, by owner.
+    unreported: HashMap<PathBuf, Vec<PathBuf>>,
     /// Packs indexed whose owners are not told yet, by owner.
     to_confirm: HashMap<PathBuf, Vec<Confirmable>>,
     /// Owners whose confirmations could not be written (reported once).
@@ -98,6 +105,7 @@ impl Shipper {
             watch: RefWatch::start(key_dir, registry),
             served: HashSet::new(),
             refused: HashMap::new(),
+            unreported: HashMap::new(),
             to_confirm: HashMap::new(),
             confirm_failing: HashSet::new(),
             counts: HandOffCounts::default(),
@@ -191,8 +199,11 @@ impl Shipper {
                 }
             }
         }
+        self.report_refusals();
         self.queue(drain.take_confirmable());
         self.tell_owners(drain).await;
+        // confirmations that could not be written are tried again soon
+        failed |= !self.to_confirm.is_empty();
         let dirs: Vec<PathBuf> = live.into_iter().collect();
         let key = self.key_dir.clone();
         blocking(move || {
@@ -211,14 +222,38 @@ impl Shipper {
         failed
     }
 
-    /// Refuses `ref_path` for `why`, reporting it once.
+    /// Refuses `ref_path` for `why`, once; reported at the end of the step
+    /// ([`Shipper::report_refusals`]).
     fn refuse(&mut self, ref_path: PathBuf, why: String) {
         if self.refused.contains_key(&ref_path) {
             return;
         }
-        tracing::warn!(dir = %self.key_dir.display(), "refusing the hand-off of {}: {why}; not shipped, left with its owner (adopted, and set aside, once the owner is gone)", ref_path.display());
         self.counts.refused += 1;
+        let owner = ref_path
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.key_dir)
+            .to_path_buf();
+        self.unreported
+            .entry(owner)
+            .or_default()
+            .push(ref_path.clone());
         self.refused.insert(ref_path, why);
+    }
+
+    /// Reports the step's refusals: each in full up to
+    /// [`REPORTED_REFUSALS`] per owner, the rest of an owner's in one line,
+    /// so a flood of bad refs is a few lines, not one per ref.
+    fn report_refusals(&mut self) {
+        for (owner, refs) in std::mem::take(&mut self.unreported) {
+            for r in refs.iter().take(REPORTED_REFUSALS) {
+                let why = self.refused.get(r).map_or("", String::as_str);
+                tracing::warn!(dir = %owner.display(), "refusing the hand-off of {}: {why}; not shipped, left with its owner (adopted, and set aside, once the owner is gone)", r.display());
+            }
+            if refs.len() > REPORTED_REFUSALS {
+                tracing::warn!(dir = %owner.display(), "refusing the hand-off of {} more ref(s) of {} (not shipped, left with its owner); the first ones above say why", refs.len() - REPORTED_REFUSALS, owner.display());
+            }
+        }
     }
 
     fn queue(&mut self, indexed: Vec<Job>) {

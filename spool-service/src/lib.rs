@@ -172,7 +172,7 @@ mod service;
 mod snapshot;
 
 pub use config::ServiceConfig;
-pub use engine::{CloseReport, Engine, EngineConfig};
+pub use engine::{CloseReport, Engine, EngineConfig, Ship};
 pub use error::Error;
 pub use handoff::HandOffCounts;
 pub use service::{check_rank_dir, CycleOutcome, StorageService};

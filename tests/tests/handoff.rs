@@ -39,6 +39,16 @@ fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Adds the ids `ids` reports to `staged` until it holds `n`.
+fn await_ids(ids: &Receiver<String>, staged: &mut BTreeSet<String>, n: usize) {
+    while staged.len() < n {
+        let id = ids
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the producer reports each pack");
+        staged.insert(id);
+    }
+}
+
 /// The daemon, `spool run` on `root`, polling only every 60 s: whatever
 /// it ships sooner it learnt of from the kernel, not a poll. It probes
 /// live siblings again every second (a dead producer is adopted soon).
@@ -54,6 +64,44 @@ fn daemon(root: &Path) -> KillOnDrop {
             .spawn()
             .expect("spawn spool run"),
     )
+}
+
+/// The daemon of [`daemon`], its stderr (its log) written to `log`.
+fn daemon_logging(root: &Path, log: &Path) -> KillOnDrop {
+    std::fs::create_dir_all(root).unwrap();
+    KillOnDrop(
+        spool()
+            .args(["run", "--poll-interval", "60", "--recheck-interval", "1"])
+            .arg("--spool-root")
+            .arg(root)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("spawn spool run"),
+    )
+}
+
+/// The catalog key's directory under `root` (the one directory that is
+/// not the embedded store).
+fn key_dir(root: &Path) -> PathBuf {
+    std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir() && !p.ends_with(".store"))
+        .expect("a catalog key directory")
+}
+
+/// The rank directory of the one producer under `root` that consented to
+/// a pack.
+fn owner_dir(root: &Path) -> PathBuf {
+    std::fs::read_dir(key_dir(root))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("_refs").is_dir())
+        .expect("a producer's rank directory")
 }
 
 /// A sink-only producer in the layout under `root`: `packs` packs
@@ -114,12 +162,7 @@ fn a_live_sink_only_producer_is_shipped_by_the_daemon_while_it_lives() {
     let started = Instant::now();
     let (mut prod, ids) = producer(&root, 40, "0.05");
     let mut staged = BTreeSet::new();
-    while staged.len() < 40 {
-        let id = ids
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the producer reports each pack");
-        staged.insert(id);
-    }
+    await_ids(&ids, &mut staged, 40);
     wait_for("every pack indexed", Duration::from_secs(30), || {
         indexed_ids(&root).is_superset(&staged)
     });
@@ -182,6 +225,189 @@ fn without_a_daemon_a_hand_off_producer_ships_by_exiting() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// An embedded engine told to ship through the daemon (`service.ship =
+/// "daemon"`) starts no service of its own: with no daemon its packs wait
+/// in its directory, consented and unindexed, while it lives; once a daemon
+/// starts they are shipped and the engine removes them itself, and its
+/// close (it waits for confirmations while they come) ends drained, exit 0.
+/// `spool run` refuses the key: it is the daemon.
+#[test]
+fn an_engine_set_to_ship_by_the_daemon_hands_its_packs_off_and_ships_nothing_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    std::fs::create_dir_all(&root).unwrap();
+    let mut prod = KillOnDrop(
+        spool()
+            .args(["produce", "--serve", "--set", "service.ship=daemon"])
+            .args(["--packs", "5", "--hold", "--spool-root"])
+            .arg(&root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn spool produce --serve"),
+    );
+    let ids = lines(prod.stdout.take().unwrap());
+    let mut staged = BTreeSet::new();
+    await_ids(&ids, &mut staged, 5);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(ready_under(&root).len(), 5, "the engine shipped by itself");
+    assert!(
+        indexed_ids(&root).is_empty(),
+        "the engine indexed by itself"
+    );
+    let refs = walk(&root)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "ref"))
+        .count();
+    assert_eq!(refs, 5, "every staged pack is consented");
+
+    let _daemon = daemon(&root);
+    wait_for("every pack indexed", Duration::from_secs(30), || {
+        indexed_ids(&root) == staged
+    });
+    wait_for(
+        "every pack released by the engine",
+        Duration::from_secs(10),
+        || ready_under(&root).is_empty(),
+    );
+    assert!(prod.try_wait().unwrap().is_none(), "the producer exited");
+    kill(Pid::from_raw(prod.id() as i32), Signal::SIGTERM).unwrap();
+    let status = prod.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut prod.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains("handed off to the node's daemon"),
+        "the producer does not say who ships: {stderr}"
+    );
+
+    let out = output(
+        spool()
+            .args([
+                "run",
+                "--once",
+                "--set",
+                "service.ship=daemon",
+                "--spool-root",
+            ])
+            .arg(&root),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("spool run is that daemon"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// A daemon that cannot write its confirmations (the owner's
+/// `_shipped/<rank>/` is immutable, `chattr +i`, as root, which permission
+/// bits do not stop; else mode 0555) says so once, ships nothing twice,
+/// leaves the packs with their owner, and confirms them once it can.
+#[test]
+fn a_daemon_that_cannot_confirm_says_so_once_and_confirms_once_it_can() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let log = tmp.path().join("daemon.log");
+    let (mut prod, ids) = producer(&root, 3, "0.01");
+    let mut staged = BTreeSet::new();
+    await_ids(&ids, &mut staged, 3);
+    let rank_dir = owner_dir(&root);
+    let shipped = key_dir(&root)
+        .join("_shipped")
+        .join(rank_dir.file_name().unwrap());
+    assert!(shipped.is_dir(), "the owner watches {}", shipped.display());
+    let root_user = nix::unistd::geteuid().is_root();
+    let lock_down = |on: bool| {
+        if root_user {
+            let flag = if on { "+i" } else { "-i" };
+            let ok = std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(&shipped)
+                .status()
+                .expect("chattr (e2fsprogs)");
+            assert!(ok.success(), "chattr {flag} {}", shipped.display());
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = if on { 0o555 } else { 0o755 };
+            std::fs::set_permissions(&shipped, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    };
+    lock_down(true);
+    let _daemon = daemon_logging(&root, &log);
+    wait_for("every pack indexed", Duration::from_secs(30), || {
+        indexed_ids(&root) == staged
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        ready_under(&root).len(),
+        3,
+        "a pack left its owner unconfirmed"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        said.matches("cannot confirm").count(),
+        1,
+        "not said exactly once: {said}"
+    );
+    assert!(said.contains("_shipped"), "the error names no path: {said}");
+    lock_down(false);
+    wait_for(
+        "the packs confirmed and released by their owner",
+        Duration::from_secs(40),
+        || ready_under(&root).is_empty(),
+    );
+    assert_eq!(indexed_ids(&root), staged);
+    assert!(prod.try_wait().unwrap().is_none(), "the producer exited");
+    prod.kill().unwrap();
+    prod.wait().unwrap();
+}
+
+/// A live owner whose `_refs/` holds 100 000 refs naming nothing
+/// shippable (badly named, or naming packs that do not exist) stalls no
+/// one: another owner's packs and its own real ones are shipped promptly,
+/// and the daemon's log says a few lines, not one per ref.
+#[test]
+fn a_flood_of_bad_refs_stalls_no_owner_and_is_reported_in_a_few_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let log = tmp.path().join("daemon.log");
+    let (mut flooder, flooder_ids) = producer(&root, 2, "0.01");
+    let mut staged = BTreeSet::new();
+    await_ids(&flooder_ids, &mut staged, 2);
+    let refs = owner_dir(&root).join("_refs");
+    for i in 0..50_000u32 {
+        std::fs::write(refs.join(format!("junk-{i}.ref")), b"").unwrap();
+        std::fs::write(
+            refs.join(format!("{:032x}.ref", 0xdead_0000_u64 + u64::from(i))),
+            b"",
+        )
+        .unwrap();
+    }
+    let _daemon = daemon_logging(&root, &log);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (mut other, other_ids) = producer(&root, 5, "0.05");
+    await_ids(&other_ids, &mut staged, 7);
+    wait_for("every real pack indexed", Duration::from_secs(30), || {
+        indexed_ids(&root) == staged
+    });
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(20), "shipping took {took:?}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    let lines = said.lines().filter(|l| l.contains("refusing")).count();
+    assert!(
+        (1..=10).contains(&lines),
+        "{lines} lines of refusals for 50 000 bad names: {}",
+        said.lines().take(20).collect::<Vec<_>>().join("\n")
+    );
+    assert!(said.contains("49997 more ref(s)"), "{said}");
+    for p in [&mut flooder, &mut other] {
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+}
+
 /// Every path under `root`.
 fn walk(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -211,9 +437,7 @@ fn a_producer_killed_mid_hand_off_is_adopted_and_loses_nothing() {
     std::thread::sleep(Duration::from_millis(500));
     let (mut prod, ids) = producer(&root, 1000, "0.02");
     let mut staged = BTreeSet::new();
-    while staged.len() < 30 {
-        staged.insert(ids.recv_timeout(Duration::from_secs(30)).expect("a pack"));
-    }
+    await_ids(&ids, &mut staged, 30);
     wait_for("some packs shipped", Duration::from_secs(30), || {
         !indexed_ids(&root).is_empty()
     });

@@ -450,15 +450,45 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
 /// program) that are not on `PATH`, with apt-get.
 fn install_missing(programs: &[&str]) -> Result<()> {
     let missing: Vec<&str> = programs.iter().copied().filter(|p| !on_path(p)).collect();
-    if missing.is_empty() {
+    apt_install(&missing, || programs.iter().all(|p| on_path(p)))
+}
+
+/// Installs Debian `packages` with apt-get unless `present()` says they
+/// are there, one install at a time: servers start on threads of their
+/// own, and two apt-gets at once fail on apt's lock. `present` is asked
+/// again once the turn comes (another thread may have installed them).
+pub fn apt_install(packages: &[&str], present: impl Fn() -> bool) -> Result<()> {
+    static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if packages.is_empty() || present() {
         return Ok(());
     }
-    eprintln!("xtask: installing {missing:?} with apt-get");
-    run(Command::new("apt-get").arg("update"))?;
+    let _turn = APT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if present() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {packages:?} with apt-get");
+    // another apt (unattended-upgrades on a fresh machine) may hold dpkg's lock
+    let wait = ["-o", "DPkg::Lock::Timeout=300"];
+    run(Command::new("apt-get").args(wait).arg("update"))?;
     run(Command::new("apt-get")
+        .args(wait)
         .args(["install", "-y", "--no-install-recommends"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    if !present() {
+        bail!("apt-get installed {packages:?} but what they provide is still missing");
+    }
+    Ok(())
+}
+
+/// Whether Debian package `pkg` is installed.
+pub fn dpkg_installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .is_ok_and(|o| o.stdout.ends_with(b"install ok installed"))
 }
 
 fn on_path(prog: &str) -> bool {

@@ -266,10 +266,11 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         match crate::engine::destination_line(&cfg) {
             Ok(line) => eprintln!(
                 "spool produce: {} {line}",
-                if args.serve {
-                    "shipping to"
-                } else {
-                    "staging for"
+                match (args.serve, keys::SHIP.get(&cfg)) {
+                    (true, spool_service::Ship::Itself) => "shipping to",
+                    (true, spool_service::Ship::Daemon) =>
+                        "engine with its packs handed off to the node's daemon (service.ship = daemon), staging for",
+                    (false, _) => "staging for",
                 }
             ),
             Err(err) => return usage(&crate::exit::message_of(&err)),

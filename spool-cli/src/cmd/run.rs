@@ -93,6 +93,15 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 args.progress_interval
             ))
         })?;
+    if keys::SHIP.get(&cfg) == spool_service::Ship::Daemon {
+        return Err(ConfigError(
+            "service.ship = \"daemon\" is for producers' engines (they hand their packs to the \
+             node's `spool run`); spool run is that daemon and ships itself: leave the key out \
+             (or set it to \"self\") for spool run"
+                .into(),
+        )
+        .into());
+    }
     // Before any thread: every thread inherits the blocked mask.
     let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
     let status = metrics::shared();
@@ -137,7 +146,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     // the snapshot is that of a service that has looked at nothing yet.
     let mut published = 0;
     let end = loop {
-        let snap = engine.service().snapshot();
+        let snap = service(&engine).snapshot();
         let unhealthy = health.judge(&snap);
         {
             let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
@@ -208,9 +217,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         // Woken at the end of each cycle, so a drain is seen the moment it
         // is done; at the latest after 100 ms for a signal, the timeout,
         // progress and health.
-        published = engine
-            .service()
-            .wait_published(published, Duration::from_millis(100));
+        published = service(&engine).wait_published(published, Duration::from_millis(100));
     };
     if let Some(p) = progress.take() {
         p.finish();
@@ -359,9 +366,17 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
+/// The service of `spool run`'s engine (it ships itself: `service.ship =
+/// "daemon"` is refused before the engine starts).
+fn service(engine: &spool_service::Engine) -> &spool_service::StorageService {
+    engine
+        .service()
+        .expect("spool run's engine ships itself, so it has a service")
+}
+
 /// Stops the service and releases the claim; the last snapshot first.
 fn close(engine: spool_service::Engine) -> Snapshot {
-    let snap = engine.service().snapshot();
+    let snap = service(&engine).snapshot();
     let report = engine.close();
     for p in &report.problems {
         tracing::warn!(dir = %report.dir.display(), "closing {}: {p}", report.dir.display());

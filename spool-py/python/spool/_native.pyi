@@ -36,6 +36,7 @@ class _ConfigKeys(TypedDict, total=False):
     adoption_slice: _Secs
     index_batch: int
     index_linger: _Secs
+    ship: Literal["self", "daemon"]
     pipeline_depth: int
     stop_flush_timeout: _Secs
     once_timeout: _Secs
@@ -152,9 +153,12 @@ class Engine:
         options (those of ``Sink.open`` but ``max_bytes`` and
         ``allow_shared_filesystem``, which are the engine's)."""
     def flush(self, timeout: float = 30.0) -> Union[Literal[True], Undrained]:
-        """True when drained, else the owed figures."""
+        """True when drained, else the owed figures (with ``ship="daemon"``:
+        True once the daemon confirmed every pack, else ``Undrained`` whose
+        ``ready`` counts the packs still waiting)."""
     def snapshot(self) -> Dict[str, Any]:
-        """The service's snapshot."""
+        """The service's snapshot, with ``ship``; only ``{"ship": "daemon"}``
+        when the node's daemon ships (``ship="daemon"``: no service here)."""
     def close(self) -> Optional[Dict[str, Any]]:
         """Releases in reverse; what happened (None if already closed)."""
     @property

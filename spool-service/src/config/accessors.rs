@@ -188,6 +188,7 @@ impl super::Config {
             service,
             sinks: Vec::new(),
             close_flush_timeout,
+            ship: keys::SHIP.get(self),
         })
     }
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use spool_catalog::LeaseScope;
 
+use crate::Ship;
+
 use super::kind::{Kind, Value};
 use super::Config;
 
@@ -127,6 +129,7 @@ setting_value!(Duration, Value::Secs(d) => *d);
 setting_value!(u64, Value::Count(n) | Value::Bytes(n) => *n);
 setting_value!(bool, Value::Bool(b) => *b);
 setting_value!(LeaseScope, Value::Scope(s) => *s);
+setting_value!(Ship, Value::Ship(s) => *s);
 setting_value!(PathBuf, Value::Path(p) => p.clone());
 setting_value!(String, Value::Text(t) => t.clone());
 setting_value!(SocketAddr, Value::Addr(a) => *a);
@@ -354,6 +357,16 @@ pub const INDEX_LINGER: Setting<Duration> = Setting::new(Key {
     help: "how long an index batch waits for more uploads to land (it also closes at index_batch, and at once when none is in flight)",
 });
 
+/// `service.ship` (SPOOL_SHIP).
+pub const SHIP: Setting<Ship> = Setting::new(Key {
+    name: "service.ship",
+    env: "SPOOL_SHIP",
+    flag: None,
+    kind: Kind::Ship,
+    default: Some("self"),
+    help: "who uploads and indexes an embedded engine's packs: self (its own service), or daemon (it hands them to the node's `spool run` and removes each once its row is confirmed: one uploader and one index stream per node; with none running they wait)",
+});
+
 /// `service.pipeline_depth` (SPOOL_PIPELINE_DEPTH).
 pub const PIPELINE_DEPTH: Setting<u64> = Setting::new(Key {
     name: "service.pipeline_depth",
@@ -578,6 +591,7 @@ pub const KEYS: &[&Key] = &[
     &ADOPTION_SLICE.key,
     &INDEX_BATCH.key,
     &INDEX_LINGER.key,
+    &SHIP.key,
     &PIPELINE_DEPTH.key,
     &STOP_FLUSH_TIMEOUT.key,
     &ONCE_TIMEOUT.key,

@@ -40,6 +40,8 @@ pub enum Kind {
     Bool,
     /// `node` or `catalog`.
     LeaseScope,
+    /// `self` or `daemon`.
+    Ship,
     /// `IP:PORT`.
     Addr,
     /// A spool access mode: `"0700"`, `"0750"` or `"0770"`.
@@ -74,6 +76,7 @@ impl Kind {
             ),
             Kind::Bool => "true or false".into(),
             Kind::LeaseScope => "node or catalog".into(),
+            Kind::Ship => "self or daemon".into(),
             Kind::Addr => "a socket address IP:PORT, e.g. 127.0.0.1:9464".into(),
             Kind::AccessMode => "\"0700\" (private), \"0750\" (the group reads) or \"0770\" (the group also adopts)".into(),
             Kind::Group => "a group name of this host (see /etc/group) or a numeric gid".into(),
@@ -116,6 +119,8 @@ pub enum Value {
     Bool(bool),
     /// A lease scope.
     Scope(LeaseScope),
+    /// Who ships.
+    Ship(crate::Ship),
     /// An address.
     Addr(SocketAddr),
 }
@@ -132,6 +137,7 @@ impl fmt::Display for Value {
             Value::Bool(b) => write!(f, "{b}"),
             Value::Scope(LeaseScope::Node) => f.write_str("node"),
             Value::Scope(LeaseScope::Catalog) => f.write_str("catalog"),
+            Value::Ship(s) => f.write_str(s.as_str()),
             Value::Addr(a) => write!(f, "{a}"),
         }
     }
@@ -223,6 +229,11 @@ pub fn parse_value(k: &Key, raw: &str, source: &Source) -> Result<Value, ConfigE
         Kind::LeaseScope => {
             Value::Scope(LeaseScope::parse(raw_t).map_err(|_| bad("is not a lease scope"))?)
         }
+        Kind::Ship => Value::Ship(match raw_t.to_ascii_lowercase().as_str() {
+            "self" => crate::Ship::Itself,
+            "daemon" => crate::Ship::Daemon,
+            _ => return Err(bad("is not who ships")),
+        }),
         Kind::Addr => Value::Addr(
             raw_t
                 .parse()

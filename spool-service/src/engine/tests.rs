@@ -7,7 +7,7 @@ use spool_catalog::Catalog;
 use spool_core::sink::{AdmissionPolicy, SinkConfig};
 use spool_upload::testing::{Action, Injected, Op, Rule};
 
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Engine, EngineConfig, Ship};
 use crate::service::tests::Fixture;
 use crate::Error;
 
@@ -30,6 +30,7 @@ fn engine_config(fx: &Fixture, sinks: Vec<SinkConfig>) -> EngineConfig {
         service,
         sinks,
         close_flush_timeout: Duration::from_secs(10),
+        ship: Ship::Itself,
     }
 }
 
@@ -61,7 +62,7 @@ fn start_claims_then_starts_the_service_then_opens_sinks_held_by_caller() {
     assert!(name.starts_with("r3-"), "{name}");
     assert!(spool_lock::held_by_this_process(&dir).unwrap());
     // The service runs on it (its loop registered a reader) ...
-    assert_eq!(engine.service().dir(), dir);
+    assert_eq!(engine.service().unwrap().dir(), dir);
     assert_eq!(registry.readers(), 1);
     // ... and both sinks publish into the service's registry.
     assert_eq!(engine.sinks().len(), 2);
@@ -259,7 +260,7 @@ fn two_sinks_of_an_engine_share_one_budget_for_their_directory() {
     });
     assert_eq!(ready(&dir), 10, "the budget is filled, never passed");
     assert!(full.load(std::sync::atomic::Ordering::SeqCst) > 0);
-    let spool = engine.service().spool().unwrap().clone();
+    let spool = engine.service().unwrap().spool().unwrap().clone();
     assert!(spool.usage().used() <= budget, "{:?}", spool.usage());
     let told = engine
         .sinks()
@@ -312,5 +313,86 @@ fn open_sink_adds_a_sink_the_close_seals_and_refuses_a_second_on_one_ordinal() {
             Err(spool_core::Error::SinkReleased { .. })
         ),
         "a sink handed out is released by the close"
+    );
+}
+
+/// The packs of `dir` consented to the node's shipper, as `(ordinal, id)`.
+fn consented(dir: &std::path::Path) -> Vec<(Option<u32>, spool_core::PackId)> {
+    std::fs::read_dir(dir.join(spool_core::spool::REFS_DIR))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| spool_core::handoff::parse_ref_name(e.file_name().to_str()?))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_engine_shipping_by_the_daemon_starts_no_service_and_waits_for_confirmations() {
+    let fx = Fixture::new();
+    let mut cfg = engine_config(&fx, vec![sink()]);
+    cfg.ship = Ship::Daemon;
+    let registry = cfg.service.registry.clone();
+    let engine = Engine::start(cfg).unwrap();
+    let dir = engine.dir().to_path_buf();
+    assert!(engine.service().is_none(), "no service of its own");
+    assert_eq!(registry.readers(), 0, "no service loop reads the registry");
+    for i in 0..3 {
+        engine.sinks()[0]
+            .write(format!("record {i}").as_bytes())
+            .unwrap();
+    }
+    // Not shipped by itself: a flush waits for the daemon and says so.
+    let err = engine.flush(Duration::from_millis(300)).unwrap_err();
+    assert!(
+        matches!(err, Error::HandOffTimeout { waiting: 3, .. }),
+        "{err}"
+    );
+    assert_eq!(ready(&dir), 3);
+    assert_eq!(
+        crate::service::tests::block_on(fx.catalog.count()).unwrap(),
+        0
+    );
+    assert_eq!(crate::service::tests::block_on(fx.objects()), 0);
+    // The node's shipper confirms two: they leave, the third waits.
+    let packs = consented(&dir);
+    assert_eq!(packs.len(), 3, "every staged pack is consented");
+    spool_core::handoff::confirm(&dir, &packs[..2]).unwrap();
+    assert!(engine.flush(Duration::from_millis(300)).is_err());
+    assert_eq!(ready(&dir), 1, "the confirmed packs are removed");
+    spool_core::handoff::confirm(&dir, &packs[2..]).unwrap();
+    assert!(engine.flush(Duration::from_secs(5)).unwrap());
+    assert_eq!(ready(&dir), 0);
+    let report = engine.close();
+    assert!(
+        report.sealed && report.drained && report.removed && report.problems.is_empty(),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn an_engine_shipping_by_the_daemon_leaves_unconfirmed_packs_to_adoption_after_a_stalled_second() {
+    let fx = Fixture::new();
+    let mut cfg = engine_config(&fx, vec![sink()]);
+    cfg.ship = Ship::Daemon;
+    cfg.close_flush_timeout = Duration::from_secs(30);
+    let engine = Engine::start(cfg).unwrap();
+    let dir = engine.dir().to_path_buf();
+    engine.sinks()[0].write(b"one").unwrap();
+    let started = std::time::Instant::now();
+    let report = engine.close();
+    let took = started.elapsed();
+    assert!(
+        report.sealed && !report.drained && !report.removed,
+        "{report:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "close waited {took:?} with no daemon (it gives up after a second without a confirmation)"
+    );
+    assert_eq!(ready(&dir), 1, "the pack stays, for adoption");
+    assert!(
+        !spool_lock::held_by_this_process(&dir).unwrap(),
+        "the directory is let go of: a dead sibling to adopt"
     );
 }

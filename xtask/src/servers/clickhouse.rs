@@ -13,7 +13,6 @@
 //! [`super::ServerProcess`] stops it with SIGTERM on drop.
 
 use super::{free_port, ServerProcess};
-use crate::run;
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -191,23 +190,7 @@ pub fn launch(
 
 /// Installs Debian's clickhouse-server when it is missing.
 pub fn install_if_missing() -> Result<()> {
-    if Path::new(SERVER).exists() {
-        return Ok(());
-    }
-    eprintln!("xtask: {SERVER} is missing; installing Debian's clickhouse-server");
-    run(Command::new("apt-get").arg("update"))?;
-    run(Command::new("apt-get")
-        .args([
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "clickhouse-server",
-        ])
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    if !Path::new(SERVER).exists() {
-        bail!("apt-get installed clickhouse-server but {SERVER} is still missing");
-    }
-    Ok(())
+    crate::apt_install(&["clickhouse-server"], || Path::new(SERVER).exists())
 }
 
 /// Polls `SELECT 1` over plain HTTP until it answers `1`.

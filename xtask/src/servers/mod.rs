@@ -183,14 +183,9 @@ pub fn python_venv(venv: &Path, packages: &[&str], what: &str) -> Result<()> {
         // Debian's python3 lacks ensurepip until python3-venv is installed.
         eprintln!("xtask: {python} -m venv failed; installing python3-venv with apt-get");
         let _ = std::fs::remove_dir_all(venv);
-        run(Command::new("apt-get").arg("update"))?;
-        run(Command::new("apt-get").args([
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "python3-venv",
-            "python3-pip",
-        ]))?;
+        crate::apt_install(&["python3-venv", "python3-pip"], || {
+            crate::dpkg_installed("python3-venv") && crate::dpkg_installed("python3-pip")
+        })?;
         run(Command::new(&python).args(["-m", "venv"]).arg(venv))?;
     }
     run(Command::new(venv.join("bin/pip"))

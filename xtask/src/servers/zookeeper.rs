@@ -11,8 +11,7 @@
 //! `imok`. [`super::ServerProcess`] stops it on drop.
 
 use super::{free_port, spawn_logged, wait_until, ServerProcess};
-use crate::run;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -88,16 +87,5 @@ fn ruok(port: u16) -> std::io::Result<bool> {
 }
 
 fn install_if_missing() -> Result<()> {
-    if Path::new(ZK_SERVER).exists() {
-        return Ok(());
-    }
-    eprintln!("xtask: {ZK_SERVER} is missing; installing Debian's zookeeper");
-    run(Command::new("apt-get").arg("update"))?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", "--no-install-recommends", "zookeeper"])
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    if !Path::new(ZK_SERVER).exists() {
-        bail!("apt-get installed zookeeper but {ZK_SERVER} is still missing");
-    }
-    Ok(())
+    crate::apt_install(&["zookeeper"], || Path::new(ZK_SERVER).exists())
 }

@@ -26,13 +26,15 @@ pub struct HostReport {
 }
 
 /// `spool-fleet host --first I --count C --ranks R --rate P --scratch DIR
-/// --catalog URL --store URL --phase-seed S --drain-timeout SECS [--set KEY=VALUE]...`
+/// --catalog URL --store URL --phase-seed S --drain-timeout SECS --ship self|daemon
+/// [--set KEY=VALUE]...`
 pub fn main(args: &[String]) -> Result<()> {
     let mut it = args.iter();
     let (mut first, mut count, mut ranks, mut rate) = (None, None, None, None);
     let (mut scratch, mut catalog, mut store, mut seed, mut drain) =
         (None, None, None, 0u64, 120u64);
     let mut settings = Vec::new();
+    let mut mode = RankMode::Engine;
     while let Some(a) = it.next() {
         match a.as_str() {
             "--first" => first = Some(value(&mut it, a)?.parse::<usize>()?),
@@ -45,6 +47,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "--phase-seed" => seed = value(&mut it, a)?.parse()?,
             "--drain-timeout" => drain = value(&mut it, a)?.parse()?,
             "--set" => settings.push(value(&mut it, a)?),
+            "--ship" => mode = RankMode::parse(&value(&mut it, a)?)?,
             other => bail!("host: unknown option {other}"),
         }
     }
@@ -80,7 +83,7 @@ pub fn main(args: &[String]) -> Result<()> {
             catalog_url: catalog_url.clone(),
             store_url: store_url.clone(),
             settings: settings.clone(),
-            mode: RankMode::Engine,
+            mode,
         };
         nodes.push(Node::start(spec, &catalog, phase(seed, id))?);
     }

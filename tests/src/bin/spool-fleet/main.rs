@@ -9,8 +9,8 @@
 //! ```text
 //! spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K]
 //!     [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL]
-//!     [--set KEY=VALUE]... [--drain-timeout SECS] [--json FILE] [--keep]
-//!     [--server-pid PID]
+//!     [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS]
+//!     [--json FILE] [--keep] [--server-pid PID]
 //! spool-fleet host ...      (internal: one host process)
 //! ```
 //!
@@ -63,7 +63,7 @@ fn main() -> Result<()> {
         }
         Some("host") => host::main(&args[1..]),
         _ => {
-            eprintln!("usage: spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL] [--set KEY=VALUE]... [--drain-timeout SECS] [--json FILE] [--keep] [--server-pid PID]");
+            eprintln!("usage: spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL] [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS] [--json FILE] [--keep] [--server-pid PID]");
             std::process::exit(2);
         }
     }

@@ -2,10 +2,12 @@
 //! name (`lease.node_name`), its daemon (an engine with no sink, as `spool
 //! run` is) and its ranks, each producing packs at the set rate.
 //!
-//! Ranks are embedded engines today ([`RankMode::Engine`]: each rank's own
+//! Ranks are embedded engines ([`RankMode::Engine`]: each rank's own
 //! service uploads and indexes its packs and competes for the node's
-//! adopter lease). A rank that hands its packs to the node's daemon is the
-//! other mode a node will run; [`Node::start`] is where it plugs in.
+//! adopter lease), or engines that hand their packs to the node's daemon
+//! ([`RankMode::HandOff`], `service.ship = "daemon"`): the daemon, holding
+//! the node's lease, uploads and indexes for every rank, so the node sends
+//! one stream of inserts.
 //!
 //! Every pack a rank sealed is logged (its id, one line, one `write`) to
 //! `<scratch>/logs/node-<i>.log` once the sink's flush says it is staged:
@@ -26,13 +28,35 @@ use serde::{Deserialize, Serialize};
 use spool_catalog::Catalog;
 use spool_core::sink::SinkConfig;
 use spool_service::config::{Config, FlagValue};
-use spool_service::{Engine, EngineConfig};
+use spool_service::{Engine, EngineConfig, Ship};
 
-/// How a rank ships its packs.
+/// How a rank ships its packs (`--ship`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RankMode {
-    /// An embedded engine: the rank's own service uploads and indexes.
+    /// An embedded engine: the rank's own service uploads and indexes
+    /// (`self`).
     Engine,
+    /// An engine handing its packs to the node's daemon (`daemon`).
+    HandOff,
+}
+
+impl RankMode {
+    /// `self` or `daemon`, as `--ship` takes it.
+    pub fn parse(s: &str) -> Result<RankMode> {
+        match s {
+            "self" => Ok(RankMode::Engine),
+            "daemon" => Ok(RankMode::HandOff),
+            other => anyhow::bail!("--ship {other:?}: expected self or daemon"),
+        }
+    }
+
+    /// As `--ship` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RankMode::Engine => "self",
+            RankMode::HandOff => "daemon",
+        }
+    }
 }
 
 /// Records per pack, and their size: packs of about 4 KiB.
@@ -94,12 +118,20 @@ impl NodeSpec {
         Ok(Config::load_with(None, &flags, &none)?)
     }
 
-    fn engine(&self, rank: usize, catalog: &Arc<dyn Catalog>, sink: bool) -> Result<Engine> {
+    /// The engine of `rank`: with a sink shipping as `sink` says, else (the
+    /// daemon) none, shipping itself.
+    fn engine(
+        &self,
+        rank: usize,
+        catalog: &Arc<dyn Catalog>,
+        sink: Option<Ship>,
+    ) -> Result<Engine> {
         let mut ec: EngineConfig = self.config(rank)?.engine_config(Duration::from_secs(60))?;
+        ec.ship = sink.unwrap_or(Ship::Itself);
         ec.service.catalog = catalog.clone();
         // thousands of engines share two cores: one worker each
         ec.service.runtime_workers = 1;
-        if sink {
+        if sink.is_some() {
             ec.sinks = vec![SinkConfig {
                 seal_records: RECORDS_PER_PACK,
                 seal_age: Duration::from_secs(3600),
@@ -153,12 +185,14 @@ impl Node {
     /// Starts the daemon, then each rank, then the producer thread.
     pub fn start(spec: NodeSpec, catalog: &Arc<dyn Catalog>, phase: f64) -> Result<Node> {
         std::fs::create_dir_all(spec.root())?;
-        let daemon = spec.engine(spec.ranks, catalog, false)?;
-        let ranks = match spec.mode {
-            RankMode::Engine => (0..spec.ranks)
-                .map(|r| spec.engine(r, catalog, true))
-                .collect::<Result<Vec<_>>>()?,
+        let daemon = spec.engine(spec.ranks, catalog, None)?;
+        let ship = match spec.mode {
+            RankMode::Engine => Ship::Itself,
+            RankMode::HandOff => Ship::Daemon,
         };
+        let ranks = (0..spec.ranks)
+            .map(|r| spec.engine(r, catalog, Some(ship)))
+            .collect::<Result<Vec<_>>>()?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -82,7 +82,7 @@ pub struct Run {
 /// Everything a run reports.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
-    /// `N x R at P/s for M min, K killed`.
+    /// `N x R at P/s for M min, K killed, ranks ship self|daemon`.
     pub shape: String,
     /// Nodes.
     pub nodes: usize,
@@ -183,8 +183,13 @@ impl Report {
         let whole = (run.startup_secs + run.window_secs + run.drain_secs).max(1e-9);
         Report {
             shape: format!(
-                "{} nodes x {} ranks at {}/s for {} min, {} killed",
-                o.nodes, o.ranks, o.rate, o.minutes, o.kill
+                "{} nodes x {} ranks at {}/s for {} min, {} killed, ranks ship {}",
+                o.nodes,
+                o.ranks,
+                o.rate,
+                o.minutes,
+                o.kill,
+                o.ship.as_str()
             ),
             nodes: o.nodes,
             ranks: o.ranks,

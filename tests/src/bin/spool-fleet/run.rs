@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 
 use crate::host::HostReport;
+use crate::node::RankMode;
 use crate::report::{Report, Sampled};
 use crate::server::Server;
 use crate::value;
@@ -46,6 +47,8 @@ pub struct Options {
     pub clickhouse: String,
     /// `KEY=VALUE` settings for every engine.
     pub settings: Vec<String>,
+    /// How ranks ship (`--ship self|daemon`).
+    pub ship: RankMode,
     /// How long a node may take to drain after production stops.
     pub drain_timeout: Duration,
     /// Where to append the report as one JSON line.
@@ -71,6 +74,7 @@ impl Options {
             scratch: PathBuf::from("target/fleet"),
             clickhouse: std::env::var("SPOOL_TEST_CLICKHOUSE_URL").unwrap_or_default(),
             settings: Vec::new(),
+            ship: RankMode::Engine,
             drain_timeout: Duration::from_secs(120),
             json: None,
             keep: false,
@@ -90,6 +94,7 @@ impl Options {
                 "--scratch" => o.scratch = PathBuf::from(value(&mut it, a)?),
                 "--clickhouse" => o.clickhouse = value(&mut it, a)?,
                 "--set" => o.settings.push(value(&mut it, a)?),
+                "--ship" => o.ship = RankMode::parse(&value(&mut it, a)?)?,
                 "--drain-timeout" => {
                     o.drain_timeout = Duration::from_secs(value(&mut it, a)?.parse()?)
                 }
@@ -183,7 +188,8 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
             .arg(&scratch)
             .args(["--catalog", &catalog_url, "--store", &store_url])
             .args(["--phase-seed", &o.seed.to_string()])
-            .args(["--drain-timeout", &o.drain_timeout.as_secs().to_string()]);
+            .args(["--drain-timeout", &o.drain_timeout.as_secs().to_string()])
+            .args(["--ship", o.ship.as_str()]);
         for s in &o.settings {
             cmd.args(["--set", s]);
         }
