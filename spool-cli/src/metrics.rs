@@ -211,6 +211,18 @@ impl Collector for SnapshotCollector {
             "Consent refs refused (no valid pack behind them).",
             s.hand_off.refused,
         )?;
+        gauge(
+            e,
+            "handed_off_last_lag_milliseconds",
+            "Consent to confirmation of the last handed-off pack confirmed.",
+            s.hand_off.last_lag_ms as i64,
+        )?;
+        gauge(
+            e,
+            "handed_off_max_lag_milliseconds",
+            "The longest consent-to-confirmation lag of a handed-off pack so far.",
+            s.hand_off.max_lag_ms as i64,
+        )?;
         counter(
             e,
             "cycles",

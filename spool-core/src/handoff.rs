@@ -10,6 +10,7 @@
 //! <key>/<rank>/_refs/<id>.ref                 consent (the owner's; empty)
 //! <key>/<rank>/_refs/w<k>.<id>.ref            consent for w<k>/<id>.ready
 //! <key>/_shipped/<rank>/<ref name>            confirmation (the daemon's; empty)
+//! <key>/_shipped/.shipper                      the serving daemon's rank directory name
 //! ```
 //!
 //! A ref's name says which pack it consents to (its ordinal and id), so a
@@ -67,6 +68,49 @@ use crate::Error;
 /// The directory beside the rank directories (under the catalog key) that
 /// holds the daemon's confirmations, one subdirectory per owner.
 pub const SHIPPED_DIR: &str = "_shipped";
+
+/// The file under `<key>/_shipped/` that names the rank directory of the
+/// daemon serving the owners under the key (one line: its name), for
+/// operators (`spool status`, `spool lock owner`); whoever reads it checks
+/// that directory is live, since a killed daemon leaves it behind.
+pub const SHIPPER_FILE: &str = ".shipper";
+
+/// The daemon of `own_dir` records that it serves the owners beside it
+/// (written whole: a temp file renamed over the last).
+pub fn record_shipper(own_dir: &Path) -> Result<(), Error> {
+    let Some(key_dir) = own_dir.parent() else {
+        return Ok(());
+    };
+    let shipped = key_dir.join(SHIPPED_DIR);
+    make_dir(&shipped)?;
+    let name = own_dir.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = shipped.join(format!("{SHIPPER_FILE}.{}", std::process::id()));
+    std::fs::write(&tmp, format!("{name}\n")).map_err(|e| Error::io("write", &tmp, e))?;
+    let to = shipped.join(SHIPPER_FILE);
+    std::fs::rename(&tmp, &to).map_err(|e| Error::io("rename", &to, e))
+}
+
+/// The daemon of `own_dir` no longer serves: its record goes (if it is
+/// still the one recorded), and `_shipped/` with it once empty.
+pub fn forget_shipper(own_dir: &Path) {
+    let Some(key_dir) = own_dir.parent() else {
+        return;
+    };
+    if shipper_of(key_dir).as_deref() == Some(own_dir) {
+        let shipped = key_dir.join(SHIPPED_DIR);
+        let _ = std::fs::remove_file(shipped.join(SHIPPER_FILE));
+        let _ = std::fs::remove_dir(&shipped);
+    }
+}
+
+/// The rank directory the last daemon to serve the owners under `key_dir`
+/// recorded, if any (not checked to be live).
+pub fn shipper_of(key_dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(key_dir.join(SHIPPED_DIR).join(SHIPPER_FILE)).ok()?;
+    let name = text.lines().next()?.trim();
+    let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
+    plain.then(|| key_dir.join(name))
+}
 
 /// The name of the ref consenting to pack `id` (under `w<ordinal>/` when
 /// set).
@@ -394,8 +438,8 @@ pub fn collect_orphaned_confirmations(key_dir: &Path) -> Result<usize, Error> {
     let shipped = key_dir.join(SHIPPED_DIR);
     let mut removed = 0;
     for name in names_in(&shipped)? {
-        if key_dir.join(&name).exists() {
-            continue;
+        if name.starts_with('.') || key_dir.join(&name).exists() {
+            continue; // the shipper's record (or its temp file), or a live owner's
         }
         let dir = shipped.join(&name);
         for marker in names_in(&dir)? {

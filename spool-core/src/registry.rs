@@ -12,8 +12,8 @@
 //! service reads every ordinal of its id ([`Registry::points_of`]).
 //!
 //! A point is concrete, not a handle to somewhere else: it holds the sink's
-//! sealed-pack counter, its last sealed pack id and `sealed_on_release`
-//! ([`Publication`]). Until a publisher writes it the point is **unbacked**
+//! staged-pack counter and its last staged pack id ([`Publication`]),
+//! which a sink reopened on the slot carries on. Until a publisher writes it the point is **unbacked**
 //! ([`PublicationPoint::read`] returns `None`).
 //!
 //! # Convergence
@@ -62,8 +62,7 @@
 //! catches both.
 //!
 //! The sink (crate::sink) publishes after a pack's stage has published the
-//! file *and* fsynced its directory, so a woken reader's scan sees the pack,
-//! and again after `sealed_on_release` is set.
+//! file *and* fsynced its directory, so a woken reader's scan sees the pack.
 //!
 //! # Why `Mutex`, not `RwLock`
 //!
@@ -113,8 +112,6 @@ pub struct Publication {
     pub staged_packs: u64,
     /// The id of the last pack staged, if any.
     pub last_pack: Option<PackId>,
-    /// True only after a release whose flush went through.
-    pub sealed_on_release: bool,
 }
 
 /// One slot's publication point. Created unbacked by whichever side comes
@@ -408,7 +405,6 @@ mod tests {
         Publication {
             staged_packs: n,
             last_pack: Some(PackId([n as u8; 16])),
-            sealed_on_release: false,
         }
     }
 

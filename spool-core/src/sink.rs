@@ -35,10 +35,8 @@
 //!   [`Registry`]: at open (attached, the count
 //!   carried on from an earlier sink of the same slot), after each staged
 //!   pack — after the stage returned, i.e. after the `.ready` link *and* the
-//!   directory fsync, so a woken reader's scan sees the pack — and after
-//!   `sealed_on_release` is set. Publications are made under the sink's
-//!   state lock, so a late pack publication can never overwrite the
-//!   release's `sealed_on_release = true`.
+//!   directory fsync, so a woken reader's scan sees the pack. Publications
+//!   are made under the sink's state lock, so they are in staging order.
 //!
 //! # Worker ordinals
 //!
@@ -320,7 +318,6 @@ impl Shared {
             Publication {
                 staged_packs: state.slot_count,
                 last_pack: state.last_pack,
-                sealed_on_release: state.sealed_on_release,
             },
         );
     }
@@ -612,7 +609,7 @@ impl Sink {
     }
 
     /// Stops admission, then flushes within `release_flush_timeout`. On
-    /// success `sealed_on_release` becomes true and is published; on failure
+    /// success `sealed_on_release` becomes true; on failure
     /// it stays false, the error says what was left, and the release may be
     /// retried. A sink already sealed on release returns `Ok` at once.
     pub fn release(&self) -> Result<(), Error> {
@@ -630,7 +627,6 @@ impl Sink {
             Ok(()) => {
                 let mut state = lock(&shared.state);
                 state.sealed_on_release = true;
-                shared.publish(&state);
                 tracing::debug!(dir = %shared.id.display(), "sink for {} sealed on release", shared.id.display());
                 Ok(())
             }

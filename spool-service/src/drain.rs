@@ -65,7 +65,8 @@ pub(crate) struct DrainParts {
     /// At most this many packs of one run out of their spool and not yet in
     /// the catalog.
     pub(crate) pipeline_depth: usize,
-    /// How long an index batch waits for more uploads to land.
+    /// How long an index batch waits for more uploads to land, and the
+    /// least spacing of two index calls that are not full batches.
     pub(crate) index_linger: Duration,
     /// Catalog scope: every index call is fenced by the lease, and nothing
     /// moves without it.
@@ -98,6 +99,9 @@ pub(crate) struct Drain {
     summaries: HashMap<PackId, PackSummary>,
     /// Handed-off packs indexed whose owners are not yet told.
     confirmable: Vec<Job>,
+    /// When the last index call started (across runs): the next one that
+    /// is not a full batch waits until `index_linger` after it.
+    last_index: Option<std::time::Instant>,
     counters: Counters,
     inflight: InFlight,
 }
@@ -119,6 +123,7 @@ impl Drain {
             backlog: Vec::new(),
             summaries: HashMap::new(),
             confirmable: Vec::new(),
+            last_index: None,
             counters: Counters::new(p.progress),
             inflight: p.inflight,
         }

@@ -65,6 +65,11 @@ pub struct HandOffCounts {
     pub confirmed: u64,
     /// Refs refused (reported once each).
     pub refused: u64,
+    /// Consent to confirmation of the last pack confirmed (its ref's age
+    /// when its confirmation was written), milliseconds.
+    pub last_lag_ms: u64,
+    /// The longest such lag so far, milliseconds.
+    pub max_lag_ms: u64,
 }
 
 /// A pack to confirm to its owner: its ordinal and id.
@@ -92,6 +97,8 @@ pub(crate) struct Shipper {
     to_confirm: HashMap<PathBuf, Vec<Confirmable>>,
     /// Owners whose confirmations could not be written (reported once).
     confirm_failing: HashSet<PathBuf>,
+    /// Whether `<key>/_shipped/.shipper` names this service.
+    recorded: bool,
     counts: HandOffCounts,
 }
 
@@ -108,6 +115,7 @@ impl Shipper {
             unreported: HashMap::new(),
             to_confirm: HashMap::new(),
             confirm_failing: HashSet::new(),
+            recorded: false,
             counts: HandOffCounts::default(),
         }
     }
@@ -127,6 +135,14 @@ impl Shipper {
     /// directory under the key).
     pub(crate) fn rescans_for(&self, dir: &Path) -> bool {
         dir == self.key_dir
+    }
+
+    /// This service no longer serves (it does not hold the node's lease):
+    /// its record as the node's shipper goes.
+    pub(crate) fn stand_down(&mut self) {
+        if std::mem::take(&mut self.recorded) {
+            handoff::forget_shipper(&self.own_dir);
+        }
     }
 
     /// One hand-off step (see the module doc) over every live owner
@@ -181,6 +197,15 @@ impl Shipper {
         if full {
             self.served.retain(|d| live.contains(d));
             self.counts.owners = self.served.len() as u64;
+        }
+        if !self.recorded && !self.served.is_empty() {
+            // operators read who serves the owners (`spool status`)
+            match handoff::record_shipper(&self.own_dir) {
+                Ok(()) => self.recorded = true,
+                Err(e) => {
+                    tracing::debug!(dir = %self.own_dir.display(), "recording the node's shipper: {e}")
+                }
+            }
         }
         self.counts.waiting = waiting;
         let mut failed = false;
@@ -276,7 +301,7 @@ impl Shipper {
         let results = blocking(move || {
             todo.into_iter()
                 .map(|(dir, packs)| {
-                    let r = handoff::confirm(&dir, &packs);
+                    let r = handoff::confirm(&dir, &packs).map(|()| lags(&dir, &packs));
                     (dir, packs, r)
                 })
                 .collect::<Vec<_>>()
@@ -285,9 +310,13 @@ impl Shipper {
         .unwrap_or_default();
         for (dir, packs, r) in results {
             match r {
-                Ok(()) => {
+                Ok(lags) => {
                     self.counts.confirmed += packs.len() as u64;
                     self.confirm_failing.remove(&dir);
+                    for lag in lags {
+                        self.counts.last_lag_ms = lag;
+                        self.counts.max_lag_ms = self.counts.max_lag_ms.max(lag);
+                    }
                 }
                 Err(e) => {
                     if self.confirm_failing.insert(dir.clone()) {
@@ -304,6 +333,27 @@ impl Shipper {
             }
         }
     }
+}
+
+impl Drop for Shipper {
+    fn drop(&mut self) {
+        self.stand_down();
+    }
+}
+
+/// How long ago (ms) the owner of `dir` consented to each of `packs`: its
+/// ref's age (a ref the owner already removed counts nothing).
+fn lags(dir: &Path, packs: &[Confirmable]) -> Vec<u64> {
+    let refs = dir.join(spool_core::spool::REFS_DIR);
+    packs
+        .iter()
+        .filter_map(|(ordinal, id)| {
+            let made = std::fs::symlink_metadata(refs.join(handoff::ref_name(*ordinal, *id)))
+                .and_then(|m| m.modified())
+                .ok()?;
+            Some(made.elapsed().unwrap_or_default().as_millis() as u64)
+        })
+        .collect()
 }
 
 /// The ref consenting to `pack` of `dir`.

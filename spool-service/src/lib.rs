@@ -26,7 +26,8 @@
 //!   once (a corrupt one is quarantined, never uploaded), upload with
 //!   `max_workers` at once within `max_in_flight_bytes`, index in batches
 //!   (closing at `index_batch`, after `index_linger`, or at once when no
-//!   upload is in flight; fenced in catalog scope) or owe them, remove what
+//!   upload is in flight, but never sooner than `index_linger` after the
+//!   last call unless full; fenced in catalog scope) or owe them, remove what
 //!   is indexed; at most `pipeline_depth` packs out and not indexed. A
 //!   non-retryable failure renames the pack `<id>.rejected`; a retryable one
 //!   stops new uploads and counts toward the backoff. Then reconcile, then

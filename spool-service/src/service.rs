@@ -882,6 +882,7 @@ impl Core {
         };
         let lease = self.drain.lease_state();
         if !lease.as_ref().is_some_and(|s| s.held() && !s.latched) {
+            shipper.stand_down();
             return false;
         }
         let only = if std::mem::take(&mut self.rescan_owners) {

@@ -351,6 +351,29 @@ fn a_daemon_that_cannot_confirm_says_so_once_and_confirms_once_it_can() {
         "not said exactly once: {said}"
     );
     assert!(said.contains("_shipped"), "the error names no path: {said}");
+    // Operators see who serves the waiting packs: status and lock owner
+    // name the daemon.
+    let daemon_pid = u64::from(_daemon.id());
+    let out = output(spool().args(["status", "--json"]).arg(&root));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v["rank_dirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == serde_json::json!(rank_dir))
+        .expect("the producer's row")
+        .clone();
+    assert_eq!(row["served_by"]["pid"], daemon_pid, "{row}");
+    assert_eq!(row["served_by"]["live"], true, "{row}");
+    assert!(
+        row["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&format!("spool run pid {daemon_pid}"))),
+        "{row}"
+    );
+    let out = output(spool().args(["lock", "owner", "--json"]).arg(&rank_dir));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["served_by"]["pid"], daemon_pid, "{v}");
     lock_down(false);
     wait_for(
         "the packs confirmed and released by their owner",

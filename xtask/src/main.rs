@@ -85,74 +85,129 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
         (false, true) => (false, true),
         _ => (true, true),
     };
-    if !has("--no-lint") {
-        run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-        run(cargo().args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--locked",
-            "--",
-            "-D",
-            "warnings",
-        ]))?;
+    let mut steps = Steps::default();
+    let result = test_steps(root, (fast, real, !has("--no-lint")), &mut steps);
+    steps.print();
+    result
+}
+
+/// The steps of `cargo xtask test`, each timed into `steps`.
+fn test_steps(
+    root: &Path,
+    (fast, real, lint): (bool, bool, bool),
+    steps: &mut Steps,
+) -> Result<()> {
+    // A fresh machine downloads the servers (apt, pip, npm) while the
+    // fast tier compiles and runs; they start only for the real tier.
+    let installing = real.then(|| {
+        let at = root.to_path_buf();
+        std::thread::spawn(move || servers::Servers::install(&at))
+    });
+    if lint {
+        steps.time("fmt", || {
+            run(cargo().args(["fmt", "--all", "--", "--check"]))
+        })?;
+        steps.time("clippy", || {
+            run(cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ]))
+        })?;
     }
     if fast {
         // The durability tests read the order of fsync and unlink calls
         // with Debian's strace (tests/tests/durability.rs).
         install_missing(&["strace"])?;
-        run(cargo().env("SPOOL_REQUIRE_STRACE", "1").args([
-            "nextest",
-            "run",
-            "--workspace",
-            "--locked",
-            "--profile",
-            "ci",
-            "--no-tests=warn",
-            "-E",
-            "not binary(/^real_/)",
-        ]))?;
-        python_tests(root, "not real", &[])?;
+        steps.time("fast tier (build and run)", || {
+            run(nextest_ci("not binary(/^real_/)").env("SPOOL_REQUIRE_STRACE", "1"))
+        })?;
+        steps.time("pytest (build and run)", || {
+            python_tests(root, "not real", &[])
+        })?;
         // a short seeded crash torture (RELIABILITY.md): real processes
         // on a file:// store and an SQLite catalog
-        torture::ci(root)?;
+        steps.time("crash torture", || torture::ci(root))?;
         // the same with a spool that fills up and turns read-only (root)
-        torture::ci_disk(root)?;
+        steps.time("disk torture", || torture::ci_disk(root))?;
     }
     if real {
         // Build first, so server start-up is not counted against a cold compile.
-        run(cargo().args(["nextest", "run", "--workspace", "--locked", "--no-run"]))?;
-        let servers = servers::Servers::start(root)?;
-        let mut cmd = cargo();
-        cmd.args([
-            "nextest",
-            "run",
-            "--workspace",
-            "--locked",
-            "--profile",
-            "ci",
-            "--no-tests=warn",
-            "-E",
-            "binary(/^real_/)",
-        ]);
+        steps.time("real tier build", || {
+            run(cargo().args(["nextest", "run", "--workspace", "--locked", "--no-run"]))
+        })?;
+        steps.time("server installs (left after the fast tier)", || {
+            installing
+                .expect("started when real")
+                .join()
+                .map_err(|_| anyhow::anyhow!("installing the servers panicked"))?
+                .context("installing the test servers")
+        })?;
+        let servers = steps.time("server start", || servers::Servers::start(root))?;
+        let mut cmd = nextest_ci("binary(/^real_/)");
         cmd.env("SPOOL_REQUIRE_SERVERS", "1");
         for (k, v) in servers.env() {
             cmd.env(k, v);
         }
-        let result = run(&mut cmd)
-            .and_then(|()| python_tests(root, "real", &servers.env()))
+        let result = steps
+            .time("real tier", || run(&mut cmd))
+            .and_then(|()| steps.time("real pytest", || python_tests(root, "real", &servers.env())))
             // a short fault torture (RELIABILITY.md) on these servers
-            .and_then(|()| torture::ci_faults(root, &servers.env()))
+            .and_then(|()| steps.time("fault torture", || torture::ci_faults(root, &servers.env())))
             // the fleet simulator's short pass (BENCHMARKS.md "Fleet")
-            .and_then(|()| fleet::ci(root, &servers.env()));
+            .and_then(|()| steps.time("fleet pass", || fleet::ci(root, &servers.env())));
         drop(servers); // stops every server, whatever `result` is
         result?;
         // a short two-node lease pass (RELIABILITY.md "Two nodes, one
         // lease"; root only, skipped saying why otherwise): network
         // namespaces and a ClickHouse of its own
-        torture::ci_lease_netns(root)?;
+        steps.time("two-node lease pass", || torture::ci_lease_netns(root))?;
     }
     Ok(())
+}
+
+/// `cargo nextest run` of the workspace's tests that `filter` selects,
+/// with the `ci` profile.
+fn nextest_ci(filter: &str) -> Command {
+    let mut cmd = cargo();
+    cmd.args([
+        "nextest",
+        "run",
+        "--workspace",
+        "--locked",
+        "--profile",
+        "ci",
+    ])
+    .args(["--no-tests=warn", "-E", filter]);
+    cmd
+}
+
+/// The wall time of each step of `cargo xtask test`, printed at the end
+/// (also after a failure): where CI's minutes go.
+#[derive(Default)]
+struct Steps(Vec<(&'static str, std::time::Duration)>);
+
+impl Steps {
+    /// Runs `f`, recording how long it took under `name`.
+    fn time<T>(&mut self, name: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let t = std::time::Instant::now();
+        let r = f();
+        self.0.push((name, t.elapsed()));
+        r
+    }
+
+    fn print(&self) {
+        let total: std::time::Duration = self.0.iter().map(|(_, d)| *d).sum();
+        eprintln!("xtask: test steps (wall time):");
+        for (name, d) in &self.0 {
+            eprintln!("xtask:   {:>7.1} s  {name}", d.as_secs_f64());
+        }
+        eprintln!("xtask:   {:>7.1} s  in all", total.as_secs_f64());
+    }
 }
 
 /// The cargo target directory (`CARGO_TARGET_DIR`, else `ROOT/target`).

@@ -131,6 +131,13 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
         Some(Purpose::Blocked(why)) => (Some("blocked".to_owned()), Some(why.clone())),
         Some(Purpose::Unknown(s)) => (Some(format!("unknown: {s}")), None),
     };
+    // A live owner that handed packs off is served by the node's shipper.
+    let served_by = if status.held && dir.join(spool_core::spool::REFS_DIR).is_dir() {
+        dir.parent()
+            .map_or(serde_json::Value::Null, super::status::shipper_json)
+    } else {
+        serde_json::Value::Null
+    };
     let mut out = std::io::stdout().lock();
     if json {
         let value = serde_json::json!({
@@ -142,6 +149,7 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
             "blocked": blocked,
             "lock_file_replaced": status.lock_file_replaced,
             "lock_file_present": status.lock_file_present,
+            "served_by": served_by,
         });
         writeln!(out, "{value}").map_err(crate::exit::stdout_error)?;
     } else {
@@ -176,6 +184,15 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
             format!("{}: not held (no lock file)", dir.display())
         };
         writeln!(out, "{line}").map_err(crate::exit::stdout_error)?;
+        if served_by["live"] == serde_json::json!(true) {
+            writeln!(
+                out,
+                "{}: its handed-off packs are shipped by {}",
+                dir.display(),
+                super::status::shipper_text(&served_by)
+            )
+            .map_err(crate::exit::stdout_error)?;
+        }
     }
     out.flush().map_err(crate::exit::stdout_error)?;
     Ok(ExitCode::Ok)

@@ -472,13 +472,7 @@ pub fn snapshot_json(s: &Snapshot) -> Value {
         "adopted_spools": s.adopted_spools,
         "adopted_packs": s.adopted_packs,
         "adoption_owed": s.adoption_owed,
-        "hand_off": {
-            "owners": s.hand_off.owners,
-            "waiting": s.hand_off.waiting,
-            "shipped": s.hand_off.shipped,
-            "confirmed": s.hand_off.confirmed,
-            "refused": s.hand_off.refused,
-        },
+        "hand_off": hand_off_json(&s.hand_off),
         "live_siblings": s.live_siblings,
         "blocked_siblings": s.blocked_siblings,
         "sibling_bytes": s.sibling_bytes,
@@ -690,13 +684,7 @@ impl Progress {
                             "live_siblings": s.live_siblings,
                             "blocked_siblings": s.blocked_siblings.len(),
                             "adoption_owed": s.adoption_owed,
-                "hand_off": {
-                    "owners": s.hand_off.owners,
-                    "waiting": s.hand_off.waiting,
-                    "shipped": s.hand_off.shipped,
-                    "confirmed": s.hand_off.confirmed,
-                    "refused": s.hand_off.refused,
-                },
+                "hand_off": hand_off_json(&s.hand_off),
                         })
             );
         } else {
@@ -715,6 +703,19 @@ impl Progress {
             b.finish_and_clear();
         }
     }
+}
+
+/// The hand-off figures of a snapshot (run's JSON events and summary).
+fn hand_off_json(h: &spool_service::HandOffCounts) -> Value {
+    json!({
+        "owners": h.owners,
+        "waiting": h.waiting,
+        "shipped": h.shipped,
+        "confirmed": h.confirmed,
+        "refused": h.refused,
+        "last_lag_ms": h.last_lag_ms,
+        "max_lag_ms": h.max_lag_ms,
+    })
 }
 
 #[cfg(test)]

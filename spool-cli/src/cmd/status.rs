@@ -214,6 +214,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let c = inspect(d).unwrap_or_default();
         let bytes = c.ready.1 + c.open.1 + c.quarantined.1 + c.rejected.1;
         let hand_off = hand_off_json(d);
+        let served_by = served_by_json(d, &owner, &hand_off);
         let reason = unreadable.or_else(|| {
             owner["purpose"]
                 .as_str()
@@ -221,7 +222,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .filter(|_| owner["state"] == "blocked")
                 .map(|r| r.trim().to_owned())
                 .or_else(|| held_shared_text(&owner))
-                .or_else(|| hand_off_text(&owner, &hand_off))
+                .or_else(|| hand_off_text(&owner, &hand_off, &served_by))
         });
         rows.push(json!({
             "key": key,
@@ -236,6 +237,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "bytes": bytes,
             "detail": counts_json(&c),
             "hand_off": hand_off,
+            "served_by": served_by,
         }));
     }
     if args.json {
@@ -279,8 +281,44 @@ fn hand_off_json(dir: &Path) -> Value {
     }
 }
 
+/// The daemon serving a live owner that handed packs off, as
+/// [`shipper_json`] says it; `null` for any other directory.
+fn served_by_json(dir: &Path, owner: &Value, hand_off: &Value) -> Value {
+    if owner["state"] != "live" || hand_off.is_null() {
+        return Value::Null;
+    }
+    dir.parent().map_or(Value::Null, shipper_json)
+}
+
+/// The node's shipper for the owners under `key_dir` (the daemon
+/// `spool_core::handoff::shipper_of` names): its rank directory, whether
+/// it is live, and its owner record's host and pid; `null` when no daemon
+/// ever served there.
+pub(crate) fn shipper_json(key_dir: &Path) -> Value {
+    let Some(dir) = spool_core::handoff::shipper_of(key_dir) else {
+        return Value::Null;
+    };
+    let owner = owner_json(&dir).unwrap_or(Value::Null);
+    json!({
+        "dir": dir,
+        "live": owner["state"] == "live",
+        "host": owner["host"],
+        "pid": owner["pid"],
+    })
+}
+
+/// `spool run pid P on host H (DIR)`, the shipper [`shipper_json`] names.
+pub(crate) fn shipper_text(shipper: &Value) -> String {
+    format!(
+        "spool run pid {} on host {} ({})",
+        shipper["pid"],
+        shipper["host"].as_str().unwrap_or("?"),
+        shipper["dir"].as_str().unwrap_or("?")
+    )
+}
+
 /// Why a live owner's handed-off packs are still there.
-fn hand_off_text(owner: &Value, hand_off: &Value) -> Option<String> {
+fn hand_off_text(owner: &Value, hand_off: &Value, served_by: &Value) -> Option<String> {
     if owner["state"] != "live" {
         return None;
     }
@@ -288,10 +326,16 @@ fn hand_off_text(owner: &Value, hand_off: &Value) -> Option<String> {
     let confirmed = hand_off["confirmed"].as_u64().unwrap_or(0);
     let refused = hand_off["refused"].as_array().map_or(0, Vec::len);
     let mut parts = Vec::new();
-    if waiting > 0 {
+    if waiting > 0 && served_by["live"] == json!(true) {
+        parts.push(format!(
+            "{waiting} handed-off pack(s) being shipped by the node's shipper, {}",
+            shipper_text(served_by)
+        ));
+    } else if waiting > 0 {
         parts.push(format!(
             "{waiting} handed-off pack(s) waiting for the node's shipper (a `spool run` holding \
-             the node's adopter lease; with none they ship when the producer exits)"
+             the node's adopter lease; none serves now: they ship when one starts, or when the \
+             producer exits)"
         ));
     }
     if confirmed > 0 {

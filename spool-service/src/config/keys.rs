@@ -354,7 +354,7 @@ pub const INDEX_LINGER: Setting<Duration> = Setting::new(Key {
     flag: None,
     kind: SECS0,
     default: Some("50ms"),
-    help: "how long an index batch waits for more uploads to land (it also closes at index_batch, and at once when none is in flight)",
+    help: "how long an index batch waits for more uploads to land (it also closes at index_batch, and at once when none is in flight); also the least spacing of two index calls that are not full batches",
 });
 
 /// `service.ship` (SPOOL_SHIP).

@@ -59,7 +59,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use spool_catalog::{LeaseGuard, PackRow};
 use spool_core::{PackId, PackSummary, ReadyPack, Spool};
@@ -157,6 +157,11 @@ impl Drain {
         let depth = self.pipeline_depth.max(1);
         let batch_max = self.index_batch.max(1);
         let linger = self.index_linger;
+        // An adoption step is a piece of a backlog: its batches go as they
+        // close. Own packs and hand-offs come as a trickle: paced.
+        let paced = !jobs
+            .iter()
+            .any(|j| matches!(j.home(), Home::Spool(s) if !Arc::ptr_eq(s, &self.own)));
         let store = self.uploader.store().description().to_string();
         let server = self.catalog.server();
         let started = Instant::now();
@@ -189,15 +194,16 @@ impl Drain {
             self.feed_validation(&mut st, small_workers, flag);
             let limits = (workers, small_workers);
             self.start_uploads(&mut st, limits, depth, cfg.max_in_flight_bytes, bound);
-            let linger_due = st.uploaded_since.map(|t| t + linger);
-            let close = st.uploaded.len() >= batch_max
-                || st.uploads.is_empty()
-                || linger_due.is_some_and(|d| Instant::now() >= d);
-            if close && st.indexing.is_empty() && !st.uploaded.is_empty() && !st.index_halted {
+            let index_due = self.index_due(&st, (batch_max, depth), linger, paced);
+            if index_due.is_some_and(|d| Instant::now() >= d)
+                && st.indexing.is_empty()
+                && !st.index_halted
+            {
                 self.start_index(&mut st, batch_max, bound);
             }
+            let index_due = self.index_due(&st, (batch_max, depth), linger, paced);
             self.show_waiting(&st, &store, &server);
-            if st.idle() {
+            if st.idle() && (st.uploaded.is_empty() || st.index_halted) {
                 // Nothing in flight and nothing could start: what was
                 // uploaded and cannot be indexed now is owed.
                 for job in std::mem::take(&mut st.uploaded) {
@@ -205,7 +211,7 @@ impl Drain {
                 }
                 break;
             }
-            let linger_armed = linger_due.filter(|_| st.indexing.is_empty() && !st.index_halted);
+            let linger_armed = index_due.filter(|_| st.indexing.is_empty() && !st.index_halted);
             let linger_sleep = async move {
                 match linger_armed {
                     Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
@@ -251,6 +257,38 @@ impl Drain {
             ));
         }
         st.done
+    }
+
+    /// When the uploaded packs' batch may go to the catalog (`None`: none
+    /// is uploaded): at once when full, or when the pipeline is at its
+    /// depth (no upload may start until packs are indexed); else at once
+    /// when no upload is in flight (nothing more is coming soon), or
+    /// `linger` after the oldest landed; and never sooner than `linger`
+    /// after the last index call when `paced`, so a steady trickle of
+    /// packs makes at most one insert per `linger` (the node's shipper
+    /// serving many owners included) without capping a backlog's
+    /// throughput.
+    fn index_due(
+        &self,
+        st: &Stages,
+        limits: (usize, usize),
+        linger: Duration,
+        paced: bool,
+    ) -> Option<Instant> {
+        let (batch_max, depth) = limits;
+        let since = st.uploaded_since.filter(|_| !st.uploaded.is_empty())?;
+        if st.uploaded.len() >= batch_max || st.unindexed() >= depth {
+            return Some(since);
+        }
+        let landed = if st.uploads.is_empty() {
+            since
+        } else {
+            since + linger
+        };
+        Some(match self.last_index.filter(|_| paced) {
+            Some(last) => landed.max(last + linger),
+            None => landed,
+        })
     }
 
     /// Starts validating the next jobs while fewer than `ahead` are
@@ -487,6 +525,7 @@ impl Drain {
         let rows: Vec<PackRow> = batch.iter().filter_map(|j| j.row().cloned()).collect();
         st.indexing_packs = batch.len();
         st.indexing_since = Some(Instant::now());
+        self.last_index = st.indexing_since;
         let (catalog, bound) = (self.catalog.clone(), bound.clone());
         st.indexing.spawn(async move {
             spool_core::seams::kill_point("before_index");

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 const AZURITE: &str = "azurite@3.37.0";
 const CREATE_CONTAINER: &str = include_str!("azurite-create-container.js");
 
-/// Installs Azurite if missing and starts its blob service.
-pub fn start(root: &Path) -> Result<ServerProcess> {
+/// Installs Azurite into `target/xtask/azurite` if missing; returns its
+/// blob service's binary.
+pub fn install(root: &Path) -> Result<std::path::PathBuf> {
     let dir = root.join("target/xtask/azurite");
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let bin = dir.join("node_modules/.bin/azurite-blob");
@@ -39,6 +40,13 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
         ]))
         .context("installing Azurite with npm (needs node, npm and the npm registry)")?;
     }
+    Ok(bin)
+}
+
+/// Installs Azurite if missing and starts its blob service.
+pub fn start(root: &Path) -> Result<ServerProcess> {
+    let bin = install(root)?;
+    let dir = root.join("target/xtask/azurite");
     let script = dir.join("create-container.js");
     std::fs::write(&script, CREATE_CONTAINER)
         .with_context(|| format!("could not write {}", script.display()))?;

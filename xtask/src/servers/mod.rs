@@ -137,6 +137,20 @@ impl Servers {
         Ok(Servers { processes })
     }
 
+    /// Installs what [`Servers::start`] runs and is missing (Debian's
+    /// ClickHouse and ZooKeeper, moto, Azurite, fake-gcs-server), starting
+    /// nothing: `cargo xtask test` does it on a thread of its own while
+    /// the fast tier builds and runs, so a fresh machine's downloads
+    /// overlap the compile.
+    pub fn install(root: &Path) -> Result<()> {
+        clickhouse::install_if_missing()?;
+        zookeeper::install_if_missing()?;
+        moto::install(root)?;
+        azurite::install(root)?;
+        gcs::install(root)?;
+        Ok(())
+    }
+
     /// The environment the tests read to reach the servers.
     pub fn env(&self) -> Vec<(String, String)> {
         self.processes

@@ -26,14 +26,20 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
     start_in(root, "moto")
 }
 
-/// [`start`] logging under `<root>/target/xtask/<name>` (the torture's
-/// own, beside a server `cargo xtask servers up` may run).
-pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
+/// Installs moto into its virtualenv if missing; returns its server.
+pub fn install(root: &Path) -> Result<std::path::PathBuf> {
     let venv = root.join("target/xtask/moto-venv");
     let server = venv.join("bin/moto_server");
     if !server.exists() {
         python_venv(&venv, &[MOTO, "flask", "flask-cors"], "moto")?;
     }
+    Ok(server)
+}
+
+/// [`start`] logging under `<root>/target/xtask/<name>` (the torture's
+/// own, beside a server `cargo xtask servers up` may run).
+pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
+    let server = install(root)?;
     let dir = root.join("target/xtask").join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let port = free_port()?;

@@ -86,6 +86,7 @@ fn ruok(port: u16) -> std::io::Result<bool> {
     Ok(out == "imok")
 }
 
-fn install_if_missing() -> Result<()> {
+/// Installs Debian's zookeeper when it is missing.
+pub fn install_if_missing() -> Result<()> {
     crate::apt_install(&["zookeeper"], || Path::new(ZK_SERVER).exists())
 }

@@ -452,11 +452,12 @@ fn no_cut() -> Bound {
     )
 }
 
-/// A batch closes at once when no upload is in flight, however
-/// long the linger, and the pipeline goes on: with two packs out at a time
+/// A batch closes at once when the pipeline is at its depth, however long
+/// the linger, and the pipeline goes on: with two packs out at a time
 /// (`pipeline_depth` 2), each pair is indexed the moment its uploads end,
 /// which frees the depth for the next pair, so one run indexes all six
-/// (nothing is left owed or not done for a later cycle).
+/// (nothing is left owed or not done for a later cycle), the pacing of
+/// index calls (a second's linger here) costing a backlog nothing.
 #[test]
 fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
     let fx = Fixture::new();
@@ -465,7 +466,7 @@ fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
     let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
     p.pipeline_depth = 2;
     p.index_batch = 64;
-    p.index_linger = Duration::from_secs(30);
+    p.index_linger = Duration::from_secs(1);
     let mut path = Drain::new(p);
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
@@ -482,6 +483,50 @@ fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
     assert!(path.owed() == 0);
+}
+
+/// A steady trickle makes at most one index call per `index_linger`: a
+/// lone pack after a quiet spell is indexed at once, one landing right
+/// after a call waits for the linger since that call, and after a quiet
+/// linger a pack goes at once again.
+#[test]
+fn index_calls_are_spaced_by_the_linger_unless_the_batch_is_full() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
+    let linger = Duration::from_millis(1500);
+    p.index_linger = linger;
+    let mut path = Drain::new(p);
+    let never = Arc::new(AtomicBool::new(false));
+    let one_pack = |path: &mut Drain| {
+        stage(own.dir(), 1);
+        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+        let jobs = jobs_of(path, packs);
+        let t = Instant::now();
+        let done = block_on(path.run(jobs, &no_cut(), &never));
+        assert_eq!(outcome_names(&done), ["Indexed"]);
+        t.elapsed()
+    };
+    let first = one_pack(&mut path);
+    assert!(
+        first < Duration::from_secs(1),
+        "a lone pack waited {first:?}"
+    );
+    let started = Instant::now();
+    let second = one_pack(&mut path);
+    assert!(
+        first + second >= linger - Duration::from_millis(50),
+        "two index calls {:?} apart, under the {linger:?} linger",
+        first + second
+    );
+    std::thread::sleep(linger);
+    let third = one_pack(&mut path);
+    assert!(
+        third < Duration::from_secs(1),
+        "after a quiet linger a pack waited {third:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(block_on(fx.catalog.count()).unwrap(), 3);
 }
 
 /// Only a corrupt pack is quarantined. A pack the pipeline cannot
