@@ -11,8 +11,10 @@
 //! 2. List the owners to look at: every rank directory under the key
 //!    (a full rescan: at start, on the poll interval, when a new directory
 //!    appears, after the watch overflowed), or only those the watch saw
-//!    change. Each must be live (its lock held by another process): a dead
-//!    one is adoption's, a held one this service's own.
+//!    change. Each must be live: its lock held by another process, or by a
+//!    claim this process keeps (an engine of the same process that ships
+//!    by the daemon); a dead one is adoption's, one this process is
+//!    adopting is too, and the own directory is the service's.
 //! 3. Read what each consented to (never following a symlink, never
 //!    outside its directory), leaving out what is owed, waiting for its
 //!    confirmation, or refused before; run all of it through the drain in
@@ -229,21 +231,21 @@ impl Shipper {
         self.tell_owners(drain).await;
         // confirmations that could not be written are tried again soon
         failed |= !self.to_confirm.is_empty();
-        let dirs: Vec<PathBuf> = live.into_iter().collect();
-        let key = self.key_dir.clone();
-        blocking(move || {
-            for d in dirs {
-                if let Err(e) = handoff::collect_confirmations(&d) {
-                    tracing::debug!(dir = %d.display(), "collecting confirmations: {e}");
-                }
-            }
-            if full {
-                if let Err(e) = handoff::collect_orphaned_confirmations(&key) {
-                    tracing::debug!(dir = %key.display(), "collecting orphaned confirmations: {e}");
-                }
+        per_owner(live.into_iter().map(|d| (d, ())), |d, ()| {
+            if let Err(e) = handoff::collect_confirmations(d) {
+                tracing::debug!(dir = %d.display(), "collecting confirmations: {e}");
             }
         })
         .await;
+        if full {
+            let key = self.key_dir.clone();
+            blocking(move || {
+                if let Err(e) = handoff::collect_orphaned_confirmations(&key) {
+                    tracing::debug!(dir = %key.display(), "collecting orphaned confirmations: {e}");
+                }
+            })
+            .await;
+        }
         failed
     }
 
@@ -298,16 +300,10 @@ impl Shipper {
             return;
         }
         let todo: Vec<(PathBuf, Vec<Confirmable>)> = self.to_confirm.drain().collect();
-        let results = blocking(move || {
-            todo.into_iter()
-                .map(|(dir, packs)| {
-                    let r = handoff::confirm(&dir, &packs).map(|()| lags(&dir, &packs));
-                    (dir, packs, r)
-                })
-                .collect::<Vec<_>>()
+        let results = per_owner(todo, |dir, packs| {
+            handoff::confirm(dir, packs).map(|()| lags(dir, packs))
         })
-        .await
-        .unwrap_or_default();
+        .await;
         for (dir, packs, r) in results {
             match r {
                 Ok(lags) => {
@@ -339,6 +335,38 @@ impl Drop for Shipper {
     fn drop(&mut self) {
         self.stand_down();
     }
+}
+
+/// Runs `f` for each owner's directory and its item, the owners at once on
+/// the blocking pool (each confirmation or collection ends in an fsync of
+/// its own directory: done one owner after the other they would add up).
+async fn per_owner<I, T, F>(
+    items: impl IntoIterator<Item = (PathBuf, I)>,
+    f: F,
+) -> Vec<(PathBuf, I, T)>
+where
+    I: Send + 'static,
+    T: Send + 'static,
+    F: Fn(&Path, &I) -> T + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    let mut set = tokio::task::JoinSet::new();
+    for (dir, item) in items {
+        let f = f.clone();
+        set.spawn_blocking(move || {
+            let out = f(&dir, &item);
+            (dir, item, out)
+        });
+    }
+    let mut done = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok(v) => done.push(v),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {} // the runtime is shutting down
+        }
+    }
+    done
 }
 
 /// How long ago (ms) the owner of `dir` consented to each of `packs`: its
@@ -380,8 +408,11 @@ fn look(key: &Path, own: &Path, only: Option<&HashSet<PathBuf>>) -> Vec<Looked> 
         let Ok(probe) = siblings::probe(&dir) else {
             continue;
         };
-        if probe.owner() != Owner::Live {
-            continue; // dead: adoption's; held here: this service's
+        if !matches!(
+            probe.owner(),
+            Owner::Live | Owner::HeldHere { adopting: false }
+        ) {
+            continue; // dead, or being adopted: adoption's
         }
         let producer = probe.status.record.as_ref().and_then(|r| r.producer());
         match handoff::list_consented(&dir) {

@@ -396,3 +396,32 @@ fn an_engine_shipping_by_the_daemon_leaves_unconfirmed_packs_to_adoption_after_a
         "the directory is let go of: a dead sibling to adopt"
     );
 }
+
+/// In one process, an engine shipping by itself (the node's daemon, here
+/// holding the node's lease) ships the packs another engine of the same
+/// process hands off: a claim this process keeps is served like another
+/// process's, and the hand-off engine's flush sees them confirmed.
+#[test]
+fn the_daemon_ships_a_hand_off_engine_of_its_own_process() {
+    let fx = Fixture::new();
+    let mut daemon = engine_config(&fx, Vec::new());
+    daemon.service.adopt = true;
+    daemon.rank = 8;
+    let registry = daemon.service.registry.clone();
+    let daemon = Engine::start(daemon).unwrap();
+    let mut rank = engine_config(&fx, vec![sink()]);
+    rank.ship = Ship::Daemon;
+    rank.service.registry = registry;
+    let rank = Engine::start(rank).unwrap();
+    for i in 0..3 {
+        rank.sinks()[0]
+            .write(format!("record {i}").as_bytes())
+            .unwrap();
+    }
+    assert!(rank.flush(Duration::from_secs(20)).unwrap(), "not shipped");
+    assert_eq!(ready(rank.dir()), 0);
+    assert_eq!(crate::service::tests::block_on(fx.catalog.count()).unwrap(), 3);
+    let report = rank.close();
+    assert!(report.drained && report.removed, "{report:?}");
+    daemon.close();
+}

@@ -238,7 +238,10 @@ impl Node {
         let mut problems = Vec::new();
         for r in std::mem::take(&mut self.ranks) {
             let rep = r.close();
-            if !rep.drained || !rep.problems.is_empty() {
+            // A hand-off rank leaves what its daemon has not confirmed yet
+            // to that daemon's adoption: not drained, and no problem.
+            let undrained = !rep.drained && self.spec.mode == RankMode::Engine;
+            if undrained || !rep.problems.is_empty() {
                 problems.push(format!(
                     "rank {}: drained {} {:?}",
                     rep.dir.display(),
