@@ -213,6 +213,12 @@ impl Collector for SnapshotCollector {
         )?;
         gauge(
             e,
+            "index_pace_milliseconds",
+            "The index linger in force: service.index_linger, longer while the catalog pushes back.",
+            s.index_pace.as_millis() as i64,
+        )?;
+        gauge(
+            e,
             "handed_off_last_lag_milliseconds",
             "Consent to confirmation of the last handed-off pack confirmed.",
             s.hand_off.last_lag_ms as i64,

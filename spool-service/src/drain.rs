@@ -50,6 +50,14 @@ pub(crate) use counters::{Counters, Progress};
 pub use job::PackOutcome;
 pub(crate) use job::{Home, Job, Source};
 
+/// The longest the index linger grows to while the catalog pushes back.
+pub(crate) const MAX_PACE: Duration = Duration::from_secs(5);
+
+/// An index call that took longer than this was slowed by the catalog
+/// (ClickHouse delays an insert into a partition with too many active
+/// parts by up to a second): the pace grows as on a failure.
+pub(crate) const SLOW_INDEX: Duration = Duration::from_millis(500);
+
 /// How a [`Drain`] is put together (see `StorageService::start`).
 pub(crate) struct DrainParts {
     /// The uploader (its store and limits).
@@ -100,8 +108,12 @@ pub(crate) struct Drain {
     /// Handed-off packs indexed whose owners are not yet told.
     confirmable: Vec<Job>,
     /// When the last index call started (across runs): the next one that
-    /// is not a full batch waits until `index_linger` after it.
+    /// is not a full batch waits until `pace` after it.
     last_index: Option<std::time::Instant>,
+    /// The linger in force: `index_linger`, doubled (up to [`MAX_PACE`])
+    /// each time the catalog pushes back, halved back toward it on each
+    /// quick answer (see `drain/pipeline.rs`).
+    pace: Duration,
     counters: Counters,
     inflight: InFlight,
 }
@@ -124,9 +136,16 @@ impl Drain {
             summaries: HashMap::new(),
             confirmable: Vec::new(),
             last_index: None,
+            pace: p.index_linger,
             counters: Counters::new(p.progress),
             inflight: p.inflight,
         }
+    }
+
+    /// The index linger in force (the snapshot's `index_pace`): the
+    /// configured one, or longer while the catalog pushes back.
+    pub(crate) fn pace(&self) -> Duration {
+        self.pace
     }
 
     /// The own directory's spool.

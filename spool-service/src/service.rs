@@ -1003,6 +1003,7 @@ impl Core {
             uploaded: c.uploaded(),
             indexed: c.indexed(),
             pending_index: self.drain.owed() as u64,
+            index_pace: self.drain.pace(),
             upload_failures: c.upload_failures(),
             cancelled_uploads: c.cancelled_uploads(),
             deferred: self.own_left as u64,

@@ -67,6 +67,9 @@ pub struct Snapshot {
     /// good): what it said. Uploads to it back off; every pack stays ready;
     /// cleared once one lands (or a claim is answered) again.
     pub destination_refused: Option<String>,
+    /// The index linger in force: `index_linger`, or longer (up to 5 s)
+    /// while the catalog pushes back (failed or slow index calls).
+    pub index_pace: std::time::Duration,
     /// The service loop (or its lease keeper) panicked: the message. The
     /// service does no more work and let go of every adopted sibling;
     /// restart it (`spool run` exits 10).

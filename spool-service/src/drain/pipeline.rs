@@ -66,7 +66,7 @@ use spool_core::{PackId, PackSummary, ReadyPack, Spool};
 use spool_upload::{UploadItem, UploadResult, SMALL_PACK_BYTES};
 use tokio::task::JoinSet;
 
-use super::{Drain, Home, Job, PackOutcome};
+use super::{Drain, Home, Job, PackOutcome, MAX_PACE, SLOW_INDEX};
 use crate::adoption::Cause;
 use crate::bound::{human, Bound, Cut};
 
@@ -156,7 +156,6 @@ impl Drain {
         let small_workers = cfg.small_pack_workers.max(workers);
         let depth = self.pipeline_depth.max(1);
         let batch_max = self.index_batch.max(1);
-        let linger = self.index_linger;
         // An adoption step is a piece of a backlog: its batches go as they
         // close. Own packs and hand-offs come as a trickle: paced.
         let paced = !jobs
@@ -194,14 +193,14 @@ impl Drain {
             self.feed_validation(&mut st, small_workers, flag);
             let limits = (workers, small_workers);
             self.start_uploads(&mut st, limits, depth, cfg.max_in_flight_bytes, bound);
-            let index_due = self.index_due(&st, (batch_max, depth), linger, paced);
+            let index_due = self.index_due(&st, (batch_max, depth), paced);
             if index_due.is_some_and(|d| Instant::now() >= d)
                 && st.indexing.is_empty()
                 && !st.index_halted
             {
                 self.start_index(&mut st, batch_max, bound);
             }
-            let index_due = self.index_due(&st, (batch_max, depth), linger, paced);
+            let index_due = self.index_due(&st, (batch_max, depth), paced);
             self.show_waiting(&st, &store, &server);
             if st.idle() && (st.uploaded.is_empty() || st.index_halted) {
                 // Nothing in flight and nothing could start: what was
@@ -262,19 +261,15 @@ impl Drain {
     /// When the uploaded packs' batch may go to the catalog (`None`: none
     /// is uploaded): at once when full, or when the pipeline is at its
     /// depth (no upload may start until packs are indexed); else at once
-    /// when no upload is in flight (nothing more is coming soon), or
-    /// `linger` after the oldest landed; and never sooner than `linger`
-    /// after the last index call when `paced`, so a steady trickle of
-    /// packs makes at most one insert per `linger` (the node's shipper
+    /// when no upload is in flight (nothing more is coming soon), or the
+    /// linger in force (`pace`: `index_linger`, longer while the catalog
+    /// pushes back) after the oldest landed; and never sooner than the
+    /// linger after the last index call when `paced`, so a steady trickle
+    /// of packs makes at most one insert per linger (the node's shipper
     /// serving many owners included) without capping a backlog's
     /// throughput.
-    fn index_due(
-        &self,
-        st: &Stages,
-        limits: (usize, usize),
-        linger: Duration,
-        paced: bool,
-    ) -> Option<Instant> {
+    fn index_due(&self, st: &Stages, limits: (usize, usize), paced: bool) -> Option<Instant> {
+        let linger = self.pace;
         let (batch_max, depth) = limits;
         let since = st.uploaded_since.filter(|_| !st.uploaded.is_empty())?;
         if st.uploaded.len() >= batch_max || st.unindexed() >= depth {
@@ -537,7 +532,8 @@ impl Drain {
     /// The catalog's answer to one batch: indexed (then removed) or owed.
     fn index_done(&mut self, st: &mut Stages, (batch, answer): Indexed, server: &str) {
         st.indexing_packs = 0;
-        st.indexing_since = None;
+        let took = st.indexing_since.take().map(|t| t.elapsed());
+        self.adapt_pace(matches!(answer, Ok(Ok(()))) && took.is_some_and(|t| t < SLOW_INDEX));
         let what = format!("indexing {} pack(s)", batch.len());
         let why = match answer {
             Ok(Ok(())) => {
@@ -578,6 +574,26 @@ impl Drain {
         st.uploads_halted = true;
         for job in batch {
             self.owe(st, job);
+        }
+    }
+
+    /// Adapts the linger in force to the catalog's last answer: back
+    /// toward `index_linger` (halved) after a quick one, doubled (up to
+    /// [`MAX_PACE`]) after a failure or a slow one, so a server that pushes
+    /// back (too many parts, a delayed insert, a timeout) gets fewer,
+    /// larger inserts until it keeps up again.
+    fn adapt_pace(&mut self, quick: bool) {
+        let was = self.pace;
+        self.pace = if quick {
+            (self.pace / 2).max(self.index_linger)
+        } else {
+            let ceiling = MAX_PACE.max(self.index_linger);
+            (self.pace.max(Duration::from_millis(10)) * 2)
+                .min(ceiling)
+                .max(self.index_linger)
+        };
+        if self.pace > was {
+            tracing::info!(dir = %self.own.dir().display(), "the catalog pushes back: index calls at most one per {:?} for now (index_linger {:?})", self.pace, self.index_linger);
         }
     }
 

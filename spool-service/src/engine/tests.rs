@@ -420,7 +420,10 @@ fn the_daemon_ships_a_hand_off_engine_of_its_own_process() {
     }
     assert!(rank.flush(Duration::from_secs(20)).unwrap(), "not shipped");
     assert_eq!(ready(rank.dir()), 0);
-    assert_eq!(crate::service::tests::block_on(fx.catalog.count()).unwrap(), 3);
+    assert_eq!(
+        crate::service::tests::block_on(fx.catalog.count()).unwrap(),
+        3
+    );
     let report = rank.close();
     assert!(report.drained && report.removed, "{report:?}");
     daemon.close();

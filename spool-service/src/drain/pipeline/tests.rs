@@ -529,6 +529,38 @@ fn index_calls_are_spaced_by_the_linger_unless_the_batch_is_full() {
     assert_eq!(block_on(fx.catalog.count()).unwrap(), 3);
 }
 
+/// A catalog that pushes back (here an index call held for 800 ms, as a
+/// ClickHouse delays inserts into a partition with too many parts)
+/// doubles the linger in force; a quick answer brings it back to
+/// `index_linger`.
+#[test]
+fn a_slow_catalog_lengthens_the_linger_and_quick_answers_bring_it_back() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let linger = Duration::from_millis(20);
+    let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_linger = linger);
+    assert_eq!(path.pace(), linger);
+    let never = Arc::new(AtomicBool::new(false));
+    let mut one_pack = |path: &mut Drain| {
+        stage(own.dir(), 1);
+        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+        let done = block_on(path.run(jobs_of(path, packs), &no_cut(), &never));
+        assert_eq!(outcome_names(&done), ["Indexed"]);
+    };
+    let opener = {
+        let catalog = catalog.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(800));
+            catalog.set_open(true);
+        })
+    };
+    one_pack(&mut path);
+    opener.join().unwrap();
+    assert_eq!(path.pace(), linger * 2, "a slow index call lengthens it");
+    one_pack(&mut path);
+    assert_eq!(path.pace(), linger, "a quick one brings it back");
+}
+
 /// Only a corrupt pack is quarantined. A pack the pipeline cannot
 /// read for another reason (here a directory where its file was: EISDIR)
 /// is reported and left where it is, not renamed `.quarantined`; the valid
