@@ -541,7 +541,7 @@ fn a_slow_catalog_lengthens_the_linger_and_quick_answers_bring_it_back() {
     let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_linger = linger);
     assert_eq!(path.pace(), linger);
     let never = Arc::new(AtomicBool::new(false));
-    let mut one_pack = |path: &mut Drain| {
+    let one_pack = |path: &mut Drain| {
         stage(own.dir(), 1);
         let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
         let done = block_on(path.run(jobs_of(path, packs), &no_cut(), &never));
