@@ -97,10 +97,17 @@ pub fn forget_shipper(own_dir: &Path) {
         return;
     };
     if shipper_of(key_dir).as_deref() == Some(own_dir) {
-        let shipped = key_dir.join(SHIPPED_DIR);
-        let _ = std::fs::remove_file(shipped.join(SHIPPER_FILE));
-        let _ = std::fs::remove_dir(&shipped);
+        clear_shipper(key_dir);
     }
+}
+
+/// Removes the record of the owners' shipper under `key_dir`, whoever it
+/// names (the lease holder serving no owner clears one a killed daemon
+/// left), and `_shipped/` with it once empty.
+pub fn clear_shipper(key_dir: &Path) {
+    let shipped = key_dir.join(SHIPPED_DIR);
+    let _ = std::fs::remove_file(shipped.join(SHIPPER_FILE));
+    let _ = std::fs::remove_dir(&shipped);
 }
 
 /// The rank directory the last daemon to serve the owners under `key_dir`

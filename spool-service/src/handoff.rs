@@ -199,6 +199,13 @@ impl Shipper {
         if full {
             self.served.retain(|d| live.contains(d));
             self.counts.owners = self.served.len() as u64;
+            if self.served.is_empty()
+                && (self.recorded || handoff::shipper_of(&self.key_dir).is_some())
+            {
+                // no owner to serve: no record (a killed daemon's included)
+                self.recorded = false;
+                handoff::clear_shipper(&self.key_dir);
+            }
         }
         if !self.recorded && !self.served.is_empty() {
             // operators read who serves the owners (`spool status`)

@@ -539,6 +539,9 @@ impl Run {
         let mut n = 0;
         for key in read_dir(&self.root) {
             for rank in read_dir(&key) {
+                if rank.ends_with(spool_core::handoff::SHIPPED_DIR) {
+                    continue; // the daemons' confirmations, not a rank directory
+                }
                 let mut files = Vec::new();
                 walk_files(&rank, &mut files);
                 if files.iter().any(|f| !f.ends_with(".owner.lock")) {
