@@ -192,6 +192,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let mut rows = Vec::new();
+    let mut shippers = std::collections::HashMap::new();
     for (key, d) in &dirs {
         // One directory this user cannot read (another user's) is a row
         // saying so, never the end of the listing.
@@ -214,7 +215,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let c = inspect(d).unwrap_or_default();
         let bytes = c.ready.1 + c.open.1 + c.quarantined.1 + c.rejected.1;
         let hand_off = hand_off_json(d);
-        let served_by = served_by_json(d, &owner, &hand_off);
+        let served_by = served_by_json(d, &owner, &hand_off, &mut shippers);
         let reason = unreadable.or_else(|| {
             owner["purpose"]
                 .as_str()
@@ -282,12 +283,24 @@ fn hand_off_json(dir: &Path) -> Value {
 }
 
 /// The daemon serving a live owner that handed packs off, as
-/// [`shipper_json`] says it; `null` for any other directory.
-fn served_by_json(dir: &Path, owner: &Value, hand_off: &Value) -> Value {
+/// [`shipper_json`] says it (read once per catalog key into `shippers`);
+/// `null` for any other directory.
+fn served_by_json(
+    dir: &Path,
+    owner: &Value,
+    hand_off: &Value,
+    shippers: &mut std::collections::HashMap<PathBuf, Value>,
+) -> Value {
     if owner["state"] != "live" || hand_off.is_null() {
         return Value::Null;
     }
-    dir.parent().map_or(Value::Null, shipper_json)
+    let Some(key_dir) = dir.parent() else {
+        return Value::Null;
+    };
+    shippers
+        .entry(key_dir.to_path_buf())
+        .or_insert_with(|| shipper_json(key_dir))
+        .clone()
 }
 
 /// The node's shipper for the owners under `key_dir` (the daemon
