@@ -50,8 +50,9 @@
 //! `crate::handoff`): it claims its directory and opens its sinks as
 //! above, but starts no service; every sink hands its packs off
 //! ([`SinkConfig::hand_off`]) and removes each one once the shipper
-//! confirmed its row. The process then holds no runtime, no upload worker,
-//! no store or catalog connection and sends no insert: a node of 8 ranks
+//! confirmed its row. The process then runs no runtime and no upload worker
+//! and makes no store or catalog call (the configuration still builds their
+//! clients; an embedded SQLite catalog's file is opened): a node of 8 ranks
 //! has one uploader and one index stream (the daemon's), at the price of a
 //! hop (a ref, an inotify wake, a confirmation) on each pack's way and of
 //! depending on that daemon. With none running the packs wait in the
