@@ -23,7 +23,7 @@ pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     let debug = args.iter().any(|a| a == "--debug");
     let args: Vec<&String> = args.iter().filter(|a| *a != "--debug").collect();
     let bin = build(root, !debug)?;
-    let clickhouse = servers::clickhouse::start_in(root, "fleet-clickhouse")?;
+    let clickhouse = servers::clickhouse::start_on(root, "fleet-clickhouse", &[])?;
     let url = clickhouse
         .var("SPOOL_TEST_CLICKHOUSE_URL")
         .context("the ClickHouse set-up names no SPOOL_TEST_CLICKHOUSE_URL")?
@@ -60,22 +60,14 @@ pub fn ci(root: &Path, env: &[(String, String)]) -> Result<()> {
     run(&mut cmd).context("the fleet simulator's short pass failed (its report is above)")
 }
 
-/// Builds `spool-fleet` (with `--release` when `release`) and returns its path.
+/// Builds `spool-fleet` (with `--release` when `release`; else as the
+/// tests' build does, [`crate::build_tests`]) and returns its path.
 fn build(root: &Path, release: bool) -> Result<std::path::PathBuf> {
-    let mut b = cargo();
-    b.args([
-        "build",
-        "--locked",
-        "-p",
-        "spool-tests",
-        "--bin",
-        "spool-fleet",
-    ]);
-    if release {
-        b.arg("--release");
+    if !release {
+        crate::build_tests()?;
+        return Ok(target_dir(root).join("debug/spool-fleet"));
     }
-    run(&mut b)?;
-    Ok(target_dir(root)
-        .join(if release { "release" } else { "debug" })
-        .join("spool-fleet"))
+    let release_build = ["build", "--locked", "--release", "-p", "spool-tests"];
+    run(cargo().args(release_build).args(["--bin", "spool-fleet"]))?;
+    Ok(target_dir(root).join("release/spool-fleet"))
 }

@@ -11,7 +11,6 @@
 
 use anyhow::{bail, Context, Result};
 use std::path::Path;
-use std::process::Command;
 
 use crate::{cargo, run};
 
@@ -52,14 +51,7 @@ pub fn fuzz(root: &Path, args: &[String]) -> Result<()> {
     if targets.is_empty() {
         targets = TARGETS.iter().map(|t| t.to_string()).collect();
     }
-    if Command::new("cargo")
-        .args(["fuzz", "--version"])
-        .output()
-        .map_or(true, |o| !o.status.success())
-    {
-        eprintln!("xtask: installing cargo-fuzz from crates.io");
-        run(cargo().args(["install", "--locked", "cargo-fuzz"]))?;
-    }
+    crate::cargo_install("fuzz", "cargo-fuzz")?;
     let fuzz_dir = root.join("fuzz");
     let target_dir = root.join("target/fuzz");
     let fuzz_cmd = || {

@@ -1,8 +1,9 @@
 //! Project automation. `cargo xtask test` is the one test command (README,
 //! `.ci/run`); `cargo xtask bench` runs the benchmarks behind BENCHMARKS.md.
 //!
-//! `test` runs, in order: `cargo fmt --check`, `cargo clippy -D warnings`,
-//! the fast tier (every test binary not named `real_*`, on fakes, and a
+//! `test` runs, in order: `cargo fmt --check`, the fast tier's build,
+//! `cargo clippy -D warnings` in the background (beside the fast tier's
+//! tests), the fast tier (every test binary not named `real_*`, on fakes, and a
 //! short seeded crash torture, `cargo xtask torture`, and as root a short
 //! disk torture, `cargo xtask torture --disk`), then the
 //! real-server tier: it installs what is missing (Debian packages, Python
@@ -73,6 +74,16 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Installs `krate` from crates.io unless `cargo SUBCOMMAND --version` runs.
+pub fn cargo_install(subcommand: &str, krate: &str) -> Result<()> {
+    let has = cargo().args([subcommand, "--version"]).output();
+    if !has.is_ok_and(|o| o.status.success()) {
+        eprintln!("xtask: installing {krate} from crates.io");
+        run(cargo().args(["install", "--locked", krate]))?;
+    }
+    Ok(())
+}
+
 /// `cargo`, as the one running xtask.
 pub fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
@@ -80,11 +91,8 @@ pub fn cargo() -> Command {
 
 fn test(root: &Path, args: &[String]) -> Result<()> {
     let has = |flag: &str| args.iter().any(|a| a == flag);
-    let (fast, real) = match (has("--fast-only"), has("--real-only")) {
-        (true, false) => (true, false),
-        (false, true) => (false, true),
-        _ => (true, true),
-    };
+    // `--fast-only`: no real-server tier; `--real-only`: no fast tier
+    let (fast, real) = (!has("--real-only"), !has("--fast-only"));
     let mut steps = Steps::default();
     let result = test_steps(root, (fast, real, !has("--no-lint")), &mut steps);
     steps.print();
@@ -107,39 +115,39 @@ fn test_steps(
         steps.time("fmt", || {
             run(cargo().args(["fmt", "--all", "--", "--check"]))
         })?;
-        steps.time("clippy", || {
-            run(cargo().args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--locked",
-                "--",
-                "-D",
-                "warnings",
-            ]))
-        })?;
     }
     if fast {
         // The durability tests read the order of fsync and unlink calls
         // with Debian's strace (tests/tests/durability.rs).
         install_missing(&["strace"])?;
-        steps.time("fast tier (build and run)", || {
+        steps.time("fast tier build", build_tests)?;
+    }
+    // clippy's check build shares nothing with the tests' build; it runs
+    // beside the fast tier's tests, which mostly wait (liveness bounds,
+    // TTLs), at the lowest CPU priority and in a target directory of its
+    // own so it holds no lock a test or the next step needs.
+    let clippy = lint.then(|| Clippy::start(root)).transpose()?;
+    if fast {
+        steps.time("fast tier run", || {
             run(nextest_ci("not binary(/^real_/)").env("SPOOL_REQUIRE_STRACE", "1"))
         })?;
+    }
+    if let Some(clippy) = clippy {
+        steps.time("clippy (what is left of it)", || clippy.finish())?;
+    }
+    if fast {
         steps.time("pytest (build and run)", || {
             python_tests(root, "not real", &[])
         })?;
         // a short seeded crash torture (RELIABILITY.md): real processes
         // on a file:// store and an SQLite catalog
-        steps.time("crash torture", || torture::ci(root))?;
+        steps.time("crash torture", || torture::ci(root, "ci", &[]))?;
         // the same with a spool that fills up and turns read-only (root)
-        steps.time("disk torture", || torture::ci_disk(root))?;
+        steps.time("disk torture", || torture::ci(root, "ci-disk", &[]))?;
     }
     if real {
         // Build first, so server start-up is not counted against a cold compile.
-        steps.time("real tier build", || {
-            run(cargo().args(["nextest", "run", "--workspace", "--locked", "--no-run"]))
-        })?;
+        steps.time("real tier build", build_tests)?;
         steps.time("server installs (left after the fast tier)", || {
             installing
                 .expect("started when real")
@@ -157,7 +165,11 @@ fn test_steps(
             .time("real tier", || run(&mut cmd))
             .and_then(|()| steps.time("real pytest", || python_tests(root, "real", &servers.env())))
             // a short fault torture (RELIABILITY.md) on these servers
-            .and_then(|()| steps.time("fault torture", || torture::ci_faults(root, &servers.env())))
+            .and_then(|()| {
+                steps.time("fault torture", || {
+                    torture::ci(root, "ci-faults", &servers.env())
+                })
+            })
             // the fleet simulator's short pass (BENCHMARKS.md "Fleet")
             .and_then(|()| steps.time("fleet pass", || fleet::ci(root, &servers.env())));
         drop(servers); // stops every server, whatever `result` is
@@ -165,9 +177,75 @@ fn test_steps(
         // a short two-node lease pass (RELIABILITY.md "Two nodes, one
         // lease"; root only, skipped saying why otherwise): network
         // namespaces and a ClickHouse of its own
-        steps.time("two-node lease pass", || torture::ci_lease_netns(root))?;
+        steps.time("two-node lease pass", || {
+            torture::ci(root, "ci-lease-netns", &[])
+        })?;
     }
     Ok(())
+}
+
+/// Builds every test binary and helper binary (`spool`, `spool-torture`,
+/// `spool-with-seams`, `fault-proxy`, `spool-fleet`, ...) exactly as the
+/// fast tier's `cargo nextest run` does: one feature resolution, so the
+/// torture and fleet passes reuse the tests' build instead of compiling
+/// the workspace again with the features of a narrower package set.
+pub fn build_tests() -> Result<()> {
+    run(cargo().args(["nextest", "run", "--workspace", "--locked", "--no-run"]))
+}
+
+/// `cargo clippy --workspace --all-targets -D warnings`, running in the
+/// background (`nice -n 19`, `TARGET/clippy`) with its output kept in
+/// `TARGET/clippy.log` until [`Clippy::finish`] prints it.
+struct Clippy(std::process::Child, PathBuf);
+
+impl Clippy {
+    fn start(root: &Path) -> Result<Clippy> {
+        let target = target_dir(root);
+        std::fs::create_dir_all(&target)?;
+        let log = target.join("clippy.log");
+        let out = std::fs::File::create(&log)?;
+        let mut cmd = Command::new("nice");
+        cmd.args(["-n", "19"])
+            .arg(cargo().get_program())
+            .args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .env("CARGO_TARGET_DIR", target.join("clippy"))
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        eprintln!(
+            "xtask: $ {cmd:?} (in the background, output in {})",
+            log.display()
+        );
+        Ok(Clippy(
+            cmd.spawn().context("could not start cargo clippy")?,
+            log,
+        ))
+    }
+
+    /// Waits for clippy, prints its output, fails when it did.
+    fn finish(mut self) -> Result<()> {
+        let status = self.0.wait()?;
+        eprint!("{}", std::fs::read_to_string(&self.1).unwrap_or_default());
+        if !status.success() {
+            bail!("cargo clippy failed: {status} (its output is above)");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Clippy {
+    /// A step before [`Clippy::finish`] failed: clippy is not left running.
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// `cargo nextest run` of the workspace's tests that `filter` selects,
@@ -230,22 +308,18 @@ fn python_test_venv(root: &Path) -> Result<PathBuf> {
     let stamp = venv.join(".spool-test-packages");
     let want = PY_TEST_PACKAGES.join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
-        if venv.join("bin/pip").exists() {
-            run(Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "--disable-pip-version-check"])
-                .args(PY_TEST_PACKAGES))
-            .with_context(|| format!("installing the test packages into {}", venv.display()))?;
-        } else {
-            let _ = std::fs::remove_dir_all(&venv);
-            servers::python_venv(
-                &venv,
-                PY_TEST_PACKAGES,
-                "maturin, pytest, pandas, pyarrow and mypy",
-            )?;
-        }
+        // `python -m venv` keeps what an existing virtualenv holds
+        let what = "maturin, pytest, pandas, pyarrow and mypy";
+        servers::python_venv(&venv, PY_TEST_PACKAGES, what)?;
         std::fs::write(&stamp, &want)?;
     }
     Ok(venv)
+}
+
+/// `PATH` with the virtualenv's `bin` first.
+fn venv_path(venv: &Path) -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{path}", venv.join("bin").display())
 }
 
 /// The Python binding's tests (`spool-py/tests`, pytest) in the
@@ -261,11 +335,7 @@ fn python_tests(root: &Path, markers: &str, env: &[(String, String)]) -> Result<
     let target = target_dir(root);
     let venv = python_test_venv(root)?;
     install_missing(&["bindfs"])?;
-    let path = format!(
-        "{}:{}",
-        venv.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = venv_path(&venv);
     // The path a user takes (`pip install ./spool-py`, maturin as the PEP
     // 517 backend of pyproject.toml), with the venv's maturin instead of a
     // download and the dev profile, so it reuses the workspace's build.
@@ -314,36 +384,26 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
     }
 }
 
-/// Which servers a benchmark case needs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Needs {
-    Nothing,
-    Moto,
-    ClickHouse,
-    Both,
-    /// s3s-fs and ClickHouse.
-    S3s,
-}
-
-/// The benchmark cases of `tests/src/bin/spool-bench`, by group, each run
-/// in its own process with freshly started servers (moto keeps every object
+/// The benchmark cases of `tests/src/bin/spool-bench`, by group, with the
+/// servers each needs (`moto`, `clickhouse`, `s3s`: s3s-fs), each run in
+/// its own process with freshly started servers (moto keeps every object
 /// in memory, so it is restarted between heavy runs).
-const BENCH_CASES: &[(&str, &str, Needs)] = &[
-    ("core", "core", Needs::Nothing),
-    ("upload", "upload-s3-large", Needs::Moto),
-    ("upload", "upload-s3-small", Needs::Moto),
-    ("upload", "upload-file", Needs::Nothing),
-    ("upload", "upload-s3-parts", Needs::Moto),
-    ("catalog", "catalog", Needs::ClickHouse),
-    ("service", "service-drain-small", Needs::Both),
-    ("service", "service-drain-large", Needs::Both),
-    ("service", "service-drain-tiny", Needs::Both),
-    ("service", "service-latency", Needs::Both),
-    ("service", "service-drain-rss", Needs::Nothing),
-    ("s3s", "service-drain-s3s-16k", Needs::S3s),
-    ("s3s", "service-drain-s3s-1m", Needs::S3s),
-    ("s3s", "service-drain-s3s-16m", Needs::S3s),
-    ("python", "python", Needs::Nothing),
+const BENCH_CASES: &[(&str, &str, &[&str])] = &[
+    ("core", "core", &[]),
+    ("upload", "upload-s3-large", &["moto"]),
+    ("upload", "upload-s3-small", &["moto"]),
+    ("upload", "upload-file", &[]),
+    ("upload", "upload-s3-parts", &["moto"]),
+    ("catalog", "catalog", &["clickhouse"]),
+    ("service", "service-drain-small", &["clickhouse", "moto"]),
+    ("service", "service-drain-large", &["clickhouse", "moto"]),
+    ("service", "service-drain-tiny", &["clickhouse", "moto"]),
+    ("service", "service-latency", &["clickhouse", "moto"]),
+    ("service", "service-drain-rss", &[]),
+    ("s3s", "service-drain-s3s-16k", &["clickhouse", "s3s"]),
+    ("s3s", "service-drain-s3s-1m", &["clickhouse", "s3s"]),
+    ("s3s", "service-drain-s3s-16m", &["clickhouse", "s3s"]),
+    ("python", "python", &[]),
 ];
 
 /// `cargo xtask bench [--quick] [GROUP|CASE...]`: builds `spool-bench` with
@@ -389,12 +449,9 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     let partial = groups
         .iter()
         .any(|g| !BENCH_CASES.iter().any(|(group, _, _)| group == g));
+    let needs = |server: &str| cases.iter().any(|(_, _, n)| n.contains(&server));
     let mut missing = Vec::new();
-    if cases
-        .iter()
-        .any(|(_, _, n)| matches!(n, Needs::Moto | Needs::Both | Needs::S3s))
-        && !on_path("rclone")
-    {
+    if (needs("moto") || needs("s3s")) && !on_path("rclone") {
         missing.push("rclone");
     }
     if cases.iter().any(|(g, _, _)| *g == "core") && !on_path("openssl") {
@@ -402,7 +459,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     }
     install_missing(&missing)?;
     // the s3s-fs drains run the `spool` command itself (`spool run --once`)
-    let needs_cli = cases.iter().any(|(_, _, n)| *n == Needs::S3s);
+    let needs_cli = needs("s3s");
     let mut build = cargo();
     build.args(["build", "--release", "--locked", "-p", "spool-tests"]);
     build.args(["--bin", "spool-bench"]);
@@ -424,14 +481,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
                 "spool-py/Cargo.toml",
             ])
             .env("VIRTUAL_ENV", &venv)
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    venv.join("bin").display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            ))?;
+            .env("PATH", venv_path(&venv)))?;
         Some(venv.join("bin/python"))
     } else {
         None
@@ -446,26 +496,18 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     let outcome = (|| -> Result<()> {
         for (_, case, needs) in &cases {
             let mut servers = Vec::new();
-            let mut pids = Vec::new();
-            if matches!(needs, Needs::ClickHouse | Needs::Both | Needs::S3s) {
-                let clickhouse = servers::clickhouse::start(root)?;
-                pids.push(("SPOOL_BENCH_CLICKHOUSE_PID", clickhouse.child.id()));
-                servers.push(clickhouse);
-            }
-            if matches!(needs, Needs::Moto | Needs::Both) {
-                let moto = servers::moto::start(root)?;
-                pids.push(("SPOOL_BENCH_MOTO_PID", moto.child.id()));
-                servers.push(moto);
-            }
-            if *needs == Needs::S3s {
-                let s3s = servers::s3s::start(root)?;
-                pids.push(("SPOOL_BENCH_S3S_PID", s3s.child.id()));
-                servers.push(s3s);
+            for server in *needs {
+                let started = match *server {
+                    "clickhouse" => servers::clickhouse::start(root)?,
+                    "moto" => servers::moto::start(root)?,
+                    _ => servers::s3s::start(root)?,
+                };
+                servers.push((server.to_uppercase(), started));
             }
             let mut cmd = Command::new(&bin);
             // The drains report the servers' CPU time from /proc/PID/stat.
-            for (k, pid) in &pids {
-                cmd.env(k, pid.to_string());
+            for (name, s) in &servers {
+                cmd.env(format!("SPOOL_BENCH_{name}_PID"), s.child.id().to_string());
             }
             cmd.arg("run");
             if quick {
@@ -476,7 +518,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
                 .arg("--results")
                 .arg(&results)
                 .arg(case);
-            for (k, v) in servers.iter().flat_map(|s| s.env.iter()) {
+            for (k, v) in servers.iter().flat_map(|(_, s)| s.env.iter()) {
                 cmd.env(k, v);
             }
             if let Some(python) = &python {

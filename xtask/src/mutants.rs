@@ -14,14 +14,7 @@ use crate::{cargo, run, target_dir};
 
 /// `cargo xtask mutants ARGS` (the binary's options).
 pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
-    if Command::new("cargo")
-        .args(["mutants", "--version"])
-        .output()
-        .map_or(true, |o| !o.status.success())
-    {
-        eprintln!("xtask: installing cargo-mutants from crates.io");
-        run(cargo().args(["install", "--locked", "cargo-mutants"]))?;
-    }
+    crate::cargo_install("mutants", "cargo-mutants")?;
     let lock = args
         .windows(2)
         .take_while(|w| w[0] != "--")

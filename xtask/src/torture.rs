@@ -23,10 +23,11 @@ use std::process::Command;
 const CLICKHOUSE_DIR: &str = "lease-netns-clickhouse-";
 
 /// Builds `spool` and the test helper binaries (`spool-with-seams`,
-/// `fault-proxy`, `spool-torture`); returns the torture's command, with
-/// this xtask's path in its environment.
+/// `fault-proxy`, `spool-torture`) as the tests' build does
+/// ([`crate::build_tests`]); returns the torture's command, with this
+/// xtask's path in its environment.
 fn build(root: &Path) -> Result<Command> {
-    crate::run(crate::cargo().args(["build", "-p", "spool-cli", "-p", "spool-tests", "--bins"]))?;
+    crate::build_tests()?;
     let mut cmd = Command::new(crate::target_dir(root).join("debug/spool-torture"));
     cmd.env(
         "SPOOL_TORTURE_XTASK",
@@ -51,7 +52,7 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
     }
     if !netns && given("--catalog", "clickhouse") && unset("SPOOL_TEST_CLICKHOUSE_HTTP") {
         started.push(
-            servers::clickhouse::start_in(root, "torture-clickhouse").context(
+            servers::clickhouse::start_on(root, "torture-clickhouse", &[]).context(
                 "starting ClickHouse for --catalog clickhouse (or run `cargo xtask servers up` \
                  and export the SPOOL_TEST_CLICKHOUSE_* it prints)",
             )?,
@@ -63,28 +64,13 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
     crate::run(cmd.args(args))
 }
 
-/// CI's short crash pass (`cargo xtask test`, after the fast tier).
-pub fn ci(root: &Path) -> Result<()> {
-    crate::run(build(root)?.arg("ci"))
-}
-
-/// CI's short disk pass (root; skipped, saying why, otherwise).
-pub fn ci_disk(root: &Path) -> Result<()> {
-    crate::run(build(root)?.arg("ci-disk"))
-}
-
-/// CI's short fault pass, on the real tier's `servers`.
-pub fn ci_faults(root: &Path, servers: &[(String, String)]) -> Result<()> {
-    let mut cmd = build(root)?;
-    cmd.arg("ci-faults")
-        .envs(servers.iter().map(|(k, v)| (k, v)));
-    crate::run(&mut cmd)
-}
-
-/// CI's short two-node lease pass (root and network namespaces; skipped,
+/// One of CI's short passes (`cargo xtask test`): `ci` (crash, after the
+/// fast tier), `ci-disk` (root; skipped, saying why, otherwise),
+/// `ci-faults` (on the real tier's servers, their variables in `env`),
+/// `ci-lease-netns` (two nodes: root and network namespaces; skipped,
 /// saying why, otherwise).
-pub fn ci_lease_netns(root: &Path) -> Result<()> {
-    crate::run(build(root)?.arg("ci-lease-netns"))
+pub fn ci(root: &Path, pass: &str, env: &[(String, String)]) -> Result<()> {
+    crate::run(build(root)?.arg(pass).envs(env.iter().map(|(k, v)| (k, v))))
 }
 
 /// `xtask servers clickhouse --listen ADDR`: a ClickHouse of a two-node
@@ -93,17 +79,14 @@ pub fn ci_lease_netns(root: &Path) -> Result<()> {
 /// `servers up`, stops it and removes its state when stdin closes. State
 /// that a killed earlier pass left is removed first.
 pub fn own_clickhouse(root: &Path, args: &[String]) -> Result<()> {
-    let [flag, addr] = args else {
+    let ["--listen", addr] = args.iter().map(String::as_str).collect::<Vec<_>>()[..] else {
         bail!("usage: xtask servers clickhouse --listen ADDR");
     };
-    if flag != "--listen" {
-        bail!("usage: xtask servers clickhouse --listen ADDR");
-    }
     let dir = root.join("target/xtask");
     sweep_stale(&dir);
     let name = format!("{CLICKHOUSE_DIR}{}", std::process::id());
     let state = RemoveOnDrop(dir.join(&name));
-    let ch = servers::clickhouse::start_on(root, &name, std::slice::from_ref(addr))?;
+    let ch = servers::clickhouse::start_on(root, &name, &[addr.to_string()])?;
     for (k, v) in &ch.env {
         println!("export {k}='{v}'");
     }

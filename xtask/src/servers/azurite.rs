@@ -13,13 +13,12 @@
 //! (`http://127.0.0.1:PORT/devstoreaccount1`), `SPOOL_TEST_AZURE_CONTAINER`;
 //! the account is the emulator's well-known `devstoreaccount1` and key.
 
-use super::{free_port, spawn_logged, ServerProcess};
+use super::{free_port, spawn_logged, wait_until, ServerProcess};
 use crate::run;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 const AZURITE: &str = "azurite@3.37.0";
 const CREATE_CONTAINER: &str = include_str!("azurite-create-container.js");
@@ -71,16 +70,10 @@ pub fn start(root: &Path) -> Result<ServerProcess> {
         ],
         pid_file: None,
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!(
-                "Azurite did not listen on port {port} within 30 s; see {}/azurite.log",
-                dir.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let log = dir.join("azurite.log");
+    wait_until("Azurite", &format!("127.0.0.1:{port}"), &log, || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })?;
     run(Command::new("node")
         .arg(&script)
         .arg(port.to_string())

@@ -13,31 +13,27 @@
 //! [`super::ServerProcess`] stops it with SIGTERM on drop.
 
 use super::{free_port, ServerProcess};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SERVER: &str = "/usr/sbin/clickhouse-server";
 
 /// Installs ClickHouse if missing and starts it under `<root>/target/xtask/clickhouse`.
 pub fn start(root: &Path) -> Result<ServerProcess> {
-    start_in(root, "clickhouse")
+    start_on(root, "clickhouse", &[])
 }
 
 /// [`start`] with its state under `<root>/target/xtask/<name>` (the
-/// torture's own, so it never clears the directory of a server that
-/// `cargo xtask servers up` runs beside it).
-pub fn start_in(root: &Path, name: &str) -> Result<ServerProcess> {
-    start_on(root, name, &[])
-}
-
-/// [`start_in`] listening also on each of `extra_hosts` (addresses of this
-/// host, e.g. a bridge's that network namespaces reach), with the
-/// password-less `default` user allowed from each one's /24 too.
+/// torture's or the fleet's own, so it never clears the directory of a
+/// server that `cargo xtask servers up` runs beside it), listening also on
+/// each of `extra_hosts` (addresses of this host, e.g. a bridge's that
+/// network namespaces reach), with the password-less `default` user
+/// allowed from each one's /24 too.
 pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<ServerProcess> {
     install_if_missing()?;
     let http_port = free_port()?;
@@ -48,9 +44,7 @@ pub fn start_on(root: &Path, name: &str, extra_hosts: &[String]) -> Result<Serve
     let (process, dir) = launch(root, name, extra_hosts, (http_port, tcp_port), "")?;
     let d = dir.display();
     // `process` is dropped (SIGTERM) if the wait fails.
-    wait_ready(http_port, Duration::from_secs(30)).with_context(|| {
-        format!("clickhouse-server did not come up; see {d}/log/clickhouse-server.err.log and {d}/log/stdout.log")
-    })?;
+    wait_ready(http_port, &dir)?;
     eprintln!(
         "xtask: clickhouse-server up on 127.0.0.1:{http_port} (native {tcp_port}), data in {d}"
     );
@@ -193,18 +187,13 @@ pub fn install_if_missing() -> Result<()> {
     crate::apt_install(&["clickhouse-server"], || Path::new(SERVER).exists())
 }
 
-/// Polls `SELECT 1` over plain HTTP until it answers `1`.
-pub fn wait_ready(port: u16, within: Duration) -> Result<()> {
-    let deadline = Instant::now() + within;
-    loop {
-        if select_one(port).unwrap_or(false) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("no answer to SELECT 1 on 127.0.0.1:{port} within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Polls `SELECT 1` over plain HTTP until it answers `1`, failing after
+/// 30 s naming the server's log directory `dir/log`.
+pub fn wait_ready(port: u16, dir: &Path) -> Result<()> {
+    let addr = format!("127.0.0.1:{port}");
+    super::wait_until("clickhouse-server", &addr, &dir.join("log"), || {
+        select_one(port).unwrap_or(false)
+    })
 }
 
 fn select_one(port: u16) -> std::io::Result<bool> {

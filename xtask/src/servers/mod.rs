@@ -53,60 +53,49 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        if let Some(restarted) = self
+        if let Some((pid, program)) = self
             .pid_file
             .as_ref()
             .and_then(|f| Some((std::fs::read_to_string(&f.path).ok()?, f.program)))
             .and_then(|(p, program)| Some((p.trim().parse::<u32>().ok()?, program)))
             .filter(|(p, _)| *p != self.child.id())
         {
-            stop_pid(restarted.0, restarted.1, self.name);
-        }
-        let pid = self.child.id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                eprintln!("xtask: stopped {}", self.name);
-                return;
+            // restarted by a test: no child of ours, so alive while /proc
+            // shows that server under its pid (a pid file may outlive it)
+            let alive = || {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(program))
+            };
+            if alive() {
+                stop(pid, alive);
+                eprintln!("xtask: stopped {} (restarted as pid {pid})", self.name);
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = &mut self.child;
+        let stopped = stop(child.id(), || matches!(child.try_wait(), Ok(None)));
         eprintln!(
-            "xtask: killed {} (SIGTERM not obeyed within 5 s)",
+            "xtask: {} {}",
+            if stopped { "stopped" } else { "killed" },
             self.name
         );
+        let _ = self.child.wait();
     }
 }
 
-/// SIGTERM to `pid` (a server restarted by a test, no child of ours), then
-/// SIGKILL after 5 s, when it is still alive.
-fn stop_pid(pid: u32, program: &str, name: &str) {
-    // Only a live process of that server (a pid file may outlive it).
-    let alive = || {
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(program))
-    };
-    if !alive() {
-        return;
-    }
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
+/// SIGTERM to `pid`, then SIGKILL if it is still `alive` 5 s later;
+/// whether SIGTERM was obeyed.
+fn stop(pid: u32, mut alive: impl FnMut() -> bool) -> bool {
+    let signal = |sig: &str| Command::new("kill").args([sig, &pid.to_string()]).status();
+    let _ = signal("-TERM");
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    if alive() {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
+    let obeyed = !alive();
+    if !obeyed {
+        let _ = signal("-KILL");
     }
-    eprintln!("xtask: stopped {name} (restarted as pid {pid})");
+    obeyed
 }
 
 /// Every real server the `real_*` tests need.

@@ -20,9 +20,8 @@
 use super::clickhouse::{install_if_missing, launch, wait_ready};
 use super::zookeeper;
 use super::{free_port, ServerProcess};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::Path;
-use std::time::Duration;
 
 /// The cluster's name in every replica's `<remote_servers>`.
 pub const CLUSTER: &str = "spool_test";
@@ -71,13 +70,10 @@ pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
     }
     zookeeper::wait(root, "zookeeper", zk.port)?;
     for (i, port) in http.iter().enumerate() {
-        wait_ready(*port, Duration::from_secs(30)).with_context(|| {
-            format!(
-                "clickhouse replica r{} did not come up; see target/xtask/clickhouse-r{}/log",
-                i + 1,
-                i + 1
-            )
-        })?;
+        wait_ready(
+            *port,
+            &root.join(format!("target/xtask/clickhouse-r{}", i + 1)),
+        )?;
     }
     let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let env = &mut processes[0].env;
