@@ -79,6 +79,12 @@ struct Shared {
     /// owner's directory: its owner removes each once the shipper confirmed
     /// its row, so each must be indexed ([`Board::handed_off_gone`]).
     handed_off_gone: Vec<(String, String)>,
+    /// Packs (`.ready`) seen released by a live owner after their
+    /// confirmation, and how many of them while a fault window was open.
+    handed_off: BTreeSet<String>,
+    handed_off_in_faults: u64,
+    /// A fault window is open on some proxy (set by the scheduler).
+    fault_open: bool,
 }
 
 impl Owner {
@@ -153,6 +159,11 @@ impl Board {
         self.lock().handed_off_gone.clone()
     }
 
+    /// Whether a fault window is open (the scheduler says, each tick).
+    pub fn set_fault_open(&self, open: bool) {
+        self.lock().fault_open = open;
+    }
+
     /// What producers reported durable: pack id → (sha256, process).
     pub fn durable(&self) -> BTreeMap<String, (String, usize)> {
         self.lock().durable.clone()
@@ -166,6 +177,8 @@ impl Board {
         figures.live_touched = s.live_touched;
         figures.rows_before_object = s.early_rows.len() as u64;
         figures.adoptions_swept = s.adoptions_swept;
+        figures.handed_off = s.handed_off.len() as u64;
+        figures.handed_off_in_faults = s.handed_off_in_faults;
         figures.duplicates += s.duplicates;
         s.problems.clone()
     }
@@ -247,6 +260,18 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
             }
             let mut touched = Vec::new();
             let mut handed_off = Vec::new();
+            if let (Some(now), true) = (&now, o.check_lost) {
+                // only the owner creates files in its directory, and only
+                // of its own kinds: a confirmation (or a renamed file) in
+                // it is someone else's
+                touched.extend(now.keys().filter(|n| !owners_kind(n)).map(|n| {
+                    format!(
+                        "{} appeared: not a file its owner makes (a confirmation belongs under <key>/{}/)",
+                        dir.join(n).display(),
+                        spool_core::handoff::SHIPPED_DIR
+                    )
+                }));
+            }
             if let Some(before) = &o.last {
                 match &now {
                     None if o.check_lost => {
@@ -265,11 +290,16 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                                 None if is_open && !o.paused => {}
                                 // a sink-only owner hands off: it removes a
                                 // pack (then its ref) once confirmed
-                                None if o.check_lost && handed_off_id(name).is_some() => handed_off
-                                    .push((
+                                None if o.check_lost && handed_off_id(name).is_some() => {
+                                    if let Some(early) = unconfirmed_release(&dir, name) {
+                                        touched.push(early);
+                                    }
+                                    handed_off.push((
                                         handed_off_id(name).unwrap_or_default(),
                                         format!("{} disappeared", dir.join(name).display()),
-                                    )),
+                                        name.extension().is_some_and(|e| e == "ready"),
+                                    ))
+                                }
                                 None if o.check_lost || is_open => touched
                                     .push(format!("{} disappeared", dir.join(name).display())),
                                 None => {}
@@ -289,11 +319,13 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
             if died {
                 o.live = false;
             }
-            s.handed_off_gone.extend(
-                handed_off
-                    .into_iter()
-                    .map(|(id, seen)| (id, format!("live directory of #{i} {what}: {seen}"))),
-            );
+            for (id, seen, ready) in handed_off {
+                if ready && !died && s.handed_off.insert(id.clone()) && s.fault_open {
+                    s.handed_off_in_faults += 1;
+                }
+                s.handed_off_gone
+                    .push((id, format!("live directory of #{i} {what}: {seen}")));
+            }
             if died {
                 continue;
             }
@@ -324,6 +356,51 @@ fn handed_off_id(name: &Path) -> Option<String> {
     spool_core::handoff::parse_ref_name(file)
         .filter(|_| in_refs)
         .map(|(_, id)| id.to_hex())
+}
+
+/// Whether `name` (relative to a live owner's directory) is a file its
+/// owner makes: its lock file, a pack or a stage in flight (at the top or
+/// under `w<k>/`), or a ref under `_refs/`.
+pub(crate) fn owners_kind(name: &Path) -> bool {
+    use spool_core::spool::{file_kind, parse_ordinal_dir, FileKind, REFS_DIR};
+    let parts: Vec<&str> = name.iter().filter_map(|c| c.to_str()).collect();
+    let pack = |f: &str| matches!(file_kind(f), Some((FileKind::Ready | FileKind::Open, _)));
+    match parts.as_slice() {
+        [".owner.lock"] => true,
+        [f] => pack(f),
+        [w, f] if parse_ordinal_dir(w).is_some() => pack(f),
+        [refs, f] if *refs == REFS_DIR => spool_core::handoff::parse_ref_name(f).is_some(),
+        _ => false,
+    }
+}
+
+/// A pack `name` gone from live owner `dir` while its ref is still there
+/// and no confirmation of it exists: removed before the shipper confirmed
+/// it (by someone else, or by its owner breaking the hand-off's rule).
+///
+/// Sound without a snapshot of both: the pack was seen gone (by the
+/// digest) before the confirmation is looked for, and the ref is looked
+/// for after that. The protocol orders confirmation < pack removed < ref
+/// removed < confirmation collected, so a ref still there now means the
+/// confirmation was still there when looked for.
+pub(crate) fn unconfirmed_release(dir: &Path, name: &Path) -> Option<String> {
+    use spool_core::handoff::{confirmations_dir, ref_name};
+    let file = name.file_name()?.to_str()?;
+    let id = spool_core::PackId::from_hex(file.strip_suffix(".ready")?).ok()?;
+    let ordinal = match name.parent().and_then(Path::to_str) {
+        Some("") | None => None,
+        Some(w) => Some(spool_core::spool::parse_ordinal_dir(w)?),
+    };
+    let r = ref_name(ordinal, id);
+    let confirmed = confirmations_dir(dir).join(&r).exists();
+    let consented = dir.join(spool_core::spool::REFS_DIR).join(&r).exists();
+    (consented && !confirmed).then(|| {
+        format!(
+            "{} disappeared while its ref was there and no confirmation of it was in {}: removed before its confirmation",
+            dir.join(name).display(),
+            confirmations_dir(dir).display()
+        )
+    })
 }
 
 /// Looks at every dead owner's directory every 5 ms until `stop` (names
