@@ -775,10 +775,12 @@ impl Run {
     }
 
     /// Starts a daemon; `may_arm`: maybe armed at a service's kill point
-    /// (the run's first daemon, likely its first shipper, always at one of
-    /// the shipper's hand-off steps; later ones 60 %, half of those there).
+    /// (the run's first two daemons, its likely first shippers, at the
+    /// shipper's two hand-off steps, one each, the order the seed's; later
+    /// ones 60 %, half of those at one of the shipper's).
     fn spawn_daemon(&mut self, may_arm: bool) -> Result<()> {
-        let first = !self.procs.iter().any(|p| p.kind == Kind::Daemon);
+        let nth = self.procs.iter().filter(|p| p.kind == Kind::Daemon).count();
+        let first = nth < 2;
         let shipper: Vec<&str> = HAND_OFF_POINTS
             .iter()
             .filter(|p| !OWNER_POINTS.contains(p))
@@ -790,7 +792,9 @@ impl Run {
             .copied()
             .collect();
         let kill_at = (may_arm && (first || self.rng.chance(0.6))).then(|| {
-            let point = if first || self.rng.chance(0.5) {
+            let point = if first {
+                shipper[(nth + self.seed as usize) % shipper.len()]
+            } else if self.rng.chance(0.5) {
                 *self.rng.pick(&shipper)
             } else {
                 *self.rng.pick(&service)

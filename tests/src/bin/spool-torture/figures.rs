@@ -57,6 +57,10 @@ pub struct Figures {
     pub handed_off: u64,
     /// Of those, the ones seen while a fault window was open.
     pub handed_off_in_faults: u64,
+    /// Refs (consents) seen published by live owners.
+    pub refs_published: u64,
+    /// Of those, the ones seen while a fault window was open.
+    pub refs_in_faults: u64,
     /// Daemons that latched and exited 7 (fault runs only): a lease holder
     /// whose renewals the faults cut was deposed, and a foreign lease
     /// outlived 2 × TTL. Restarted like any dead daemon.
@@ -82,6 +86,8 @@ impl Figures {
         self.adoptions_swept += o.adoptions_swept;
         self.handed_off += o.handed_off;
         self.handed_off_in_faults += o.handed_off_in_faults;
+        self.refs_published += o.refs_published;
+        self.refs_in_faults += o.refs_in_faults;
         if let Some(d) = &o.disk {
             self.disk.get_or_insert_with(Default::default).add(d);
         }
@@ -134,7 +140,7 @@ impl Figures {
             .as_ref()
             .map_or(String::new(), |d| format!(" {}", d.line()));
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} hand_off (packs released once confirmed {}, {} of them in a fault window; kill points: {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} hand_off (refs published {}, {} in a fault window; packs released once confirmed {}, {} in a fault window; kill points: {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -148,6 +154,8 @@ impl Figures {
             self.rows_before_object,
             self.unreported,
             self.adoptions_swept,
+            self.refs_published,
+            self.refs_in_faults,
             self.handed_off,
             self.handed_off_in_faults,
             hand_off.join(", "),

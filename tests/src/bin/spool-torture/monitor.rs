@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::destination::{Catalog, StoreAt};
 use crate::figures::Figures;
 use crate::{hex, opens, walk_files};
+use spool_core::spool::REFS_DIR;
 
 /// A digest of one file of a live directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +61,8 @@ pub struct Owner {
     watch: opens::Watch,
     /// Dead and its directory gone (or the rule reported): no more looks.
     settled: bool,
+    /// Its packs (`[w<k>/]<id>.ready`) at the last hand-off look.
+    ready_seen: BTreeSet<PathBuf>,
 }
 
 /// What [`Board`] holds.
@@ -83,6 +86,10 @@ struct Shared {
     /// confirmation, and how many of them while a fault window was open.
     handed_off: BTreeSet<String>,
     handed_off_in_faults: u64,
+    /// Refs seen appear in live owners' directories (consents), and how
+    /// many of them while a fault window was open.
+    refs_published: u64,
+    refs_in_faults: u64,
     /// A fault window is open on some proxy (set by the scheduler).
     fault_open: bool,
 }
@@ -179,6 +186,8 @@ impl Board {
         figures.adoptions_swept = s.adoptions_swept;
         figures.handed_off = s.handed_off.len() as u64;
         figures.handed_off_in_faults = s.handed_off_in_faults;
+        figures.refs_published = s.refs_published;
+        figures.refs_in_faults = s.refs_in_faults;
         figures.duplicates += s.duplicates;
         s.problems.clone()
     }
@@ -290,16 +299,12 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                                 None if is_open && !o.paused => {}
                                 // a sink-only owner hands off: it removes a
                                 // pack (then its ref) once confirmed
-                                None if o.check_lost && handed_off_id(name).is_some() => {
-                                    if let Some(early) = unconfirmed_release(&dir, name) {
-                                        touched.push(early);
-                                    }
-                                    handed_off.push((
+                                None if o.check_lost && handed_off_id(name).is_some() => handed_off
+                                    .push((
                                         handed_off_id(name).unwrap_or_default(),
                                         format!("{} disappeared", dir.join(name).display()),
                                         name.extension().is_some_and(|e| e == "ready"),
-                                    ))
-                                }
+                                    )),
                                 None if o.check_lost || is_open => touched
                                     .push(format!("{} disappeared", dir.join(name).display())),
                                 None => {}
@@ -308,6 +313,14 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                     }
                 }
             }
+            // consents published since the last digest
+            let refs = match (&o.last, &now) {
+                (Some(before), Some(now)) => now
+                    .keys()
+                    .filter(|n| !before.contains_key(*n) && n.starts_with(REFS_DIR))
+                    .count() as u64,
+                _ => 0,
+            };
             let (pid, what) = (o.pid, o.what.clone());
             if now.is_some() {
                 o.last = now;
@@ -318,6 +331,10 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
             let died = !touched.is_empty() && !process_alive(pid);
             if died {
                 o.live = false;
+            }
+            s.refs_published += refs;
+            if s.fault_open {
+                s.refs_in_faults += refs;
             }
             for (id, seen, ready) in handed_off {
                 if ready && !died && s.handed_off.insert(id.clone()) && s.fault_open {
@@ -374,16 +391,22 @@ pub(crate) fn owners_kind(name: &Path) -> bool {
     }
 }
 
-/// A pack `name` gone from live owner `dir` while its ref is still there
-/// and no confirmation of it exists: removed before the shipper confirmed
-/// it (by someone else, or by its owner breaking the hand-off's rule).
+/// A pack `name` seen gone from live owner `dir` by `seen_gone` that was
+/// removed before the shipper confirmed it (by someone else, or by its
+/// owner breaking the hand-off's rule): its confirmation was made after
+/// `seen_gone` (its mtime, which the kernel's coarse clock never puts
+/// later than the truth), or there is none while its ref is still there.
 ///
-/// Sound without a snapshot of both: the pack was seen gone (by the
-/// digest) before the confirmation is looked for, and the ref is looked
-/// for after that. The protocol orders confirmation < pack removed < ref
-/// removed < confirmation collected, so a ref still there now means the
+/// Sound without a snapshot of both: the pack was seen gone before the
+/// confirmation is looked for, and the ref is looked for after that. The
+/// protocol orders confirmation < pack removed < ref removed <
+/// confirmation collected, so a ref still there now means the
 /// confirmation was still there when looked for.
-pub(crate) fn unconfirmed_release(dir: &Path, name: &Path) -> Option<String> {
+pub(crate) fn unconfirmed_release(
+    dir: &Path,
+    name: &Path,
+    seen_gone: std::time::SystemTime,
+) -> Option<String> {
     use spool_core::handoff::{confirmations_dir, ref_name};
     let file = name.file_name()?.to_str()?;
     let id = spool_core::PackId::from_hex(file.strip_suffix(".ready")?).ok()?;
@@ -392,24 +415,109 @@ pub(crate) fn unconfirmed_release(dir: &Path, name: &Path) -> Option<String> {
         Some(w) => Some(spool_core::spool::parse_ordinal_dir(w)?),
     };
     let r = ref_name(ordinal, id);
-    let confirmed = confirmations_dir(dir).join(&r).exists();
-    let consented = dir.join(spool_core::spool::REFS_DIR).join(&r).exists();
-    (consented && !confirmed).then(|| {
-        format!(
-            "{} disappeared while its ref was there and no confirmation of it was in {}: removed before its confirmation",
-            dir.join(name).display(),
+    let confirmation = confirmations_dir(dir).join(&r);
+    let made = std::fs::symlink_metadata(&confirmation).map(|m| m.modified());
+    let early = match made {
+        Ok(Ok(made)) if made > seen_gone => format!(
+            "its confirmation {} was made {:?} after the pack was seen gone",
+            confirmation.display(),
+            made.duration_since(seen_gone).unwrap_or_default()
+        ),
+        Ok(_) => return None,
+        Err(_) if dir.join(spool_core::spool::REFS_DIR).join(&r).exists() => format!(
+            "its ref is still there and no confirmation of it is in {}",
             confirmations_dir(dir).display()
-        )
-    })
+        ),
+        Err(_) => return None,
+    };
+    Some(format!(
+        "{} disappeared before its confirmation: {early}",
+        dir.join(name).display()
+    ))
 }
 
 /// Looks at every dead owner's directory every 5 ms until `stop` (names
-/// only, so a look is cheap and an adoption's drain is seen mid-way).
+/// only, so a look is cheap and an adoption's drain is seen mid-way), and
+/// at every live sink-only owner's packs ([`watch_hand_offs`]).
 pub fn watch_adoptions(shared: &Board, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         watch_dead(shared);
+        watch_hand_offs(shared);
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// One look at the packs of every live sink-only owner (names only): a
+/// pack gone since the last look must have been confirmed before it went
+/// ([`unconfirmed_release`]).
+fn watch_hand_offs(shared: &Board) {
+    let live: Vec<(usize, PathBuf)> = shared
+        .lock()
+        .owners
+        .iter()
+        .filter(|(_, o)| o.live && o.check_lost)
+        .filter_map(|(i, o)| o.dir.clone().map(|d| (*i, d)))
+        .collect();
+    for (i, dir) in live {
+        let now = ready_names(&dir);
+        let listed = std::time::SystemTime::now();
+        let gone: Vec<PathBuf> = {
+            let mut s = shared.lock();
+            let Some(o) = s.owners.get_mut(&i) else {
+                continue;
+            };
+            let before = std::mem::replace(&mut o.ready_seen, now);
+            before
+                .into_iter()
+                .filter(|n| !o.ready_seen.contains(n))
+                .collect()
+        };
+        let early: Vec<String> = gone
+            .iter()
+            .filter_map(|n| unconfirmed_release(&dir, n, listed))
+            .collect();
+        if early.is_empty() {
+            continue;
+        }
+        let mut s = shared.lock();
+        let Some(o) = s.owners.get_mut(&i) else {
+            continue;
+        };
+        // signalled meanwhile, or dead by itself (adopted): not a live
+        // owner's directory any more
+        if !o.live || !process_alive(o.pid) {
+            continue;
+        }
+        let (pid, what) = (o.pid, o.what.clone());
+        s.live_touched += early.len() as u64;
+        for e in early {
+            s.problems.push(format!(
+                "live directory of #{i} {what} (pid {pid}, alive): {e}"
+            ));
+        }
+    }
+}
+
+/// The packs of `dir` (`<id>.ready` and `w<k>/<id>.ready`), relative.
+fn ready_names(dir: &Path) -> BTreeSet<PathBuf> {
+    use spool_core::spool::{file_kind, parse_ordinal_dir, FileKind};
+    let mut out = BTreeSet::new();
+    let ready = |n: &str| matches!(file_kind(n), Some((FileKind::Ready, _)));
+    for p in crate::read_dir(dir) {
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if ready(name) {
+            out.insert(PathBuf::from(name));
+        } else if parse_ordinal_dir(name).is_some() {
+            for q in crate::read_dir(&p) {
+                if let Some(f) = q.file_name().and_then(|n| n.to_str()).filter(|f| ready(f)) {
+                    out.insert(Path::new(name).join(f));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// One look at every dead owner's directory (names only): once an

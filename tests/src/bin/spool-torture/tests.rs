@@ -208,16 +208,27 @@ fn a_pack_gone_with_its_ref_there_and_no_confirmation_was_released_early() {
     let r = spool_core::handoff::ref_name(Some(2), id);
     std::fs::create_dir_all(dir.join("_refs")).unwrap();
     std::fs::write(dir.join("_refs").join(&r), b"").unwrap();
+    let long_ago = std::time::SystemTime::UNIX_EPOCH;
+    let now = std::time::SystemTime::now() + Duration::from_secs(1);
     // consented, not confirmed, gone: removed before its confirmation
-    let early = monitor::unconfirmed_release(&dir, Path::new(&name));
-    assert!(early.is_some_and(|e| e.contains("before its confirmation")));
-    // confirmed: its owner may remove it
+    let early = monitor::unconfirmed_release(&dir, Path::new(&name), now);
+    assert!(early.is_some_and(|e| e.contains("ref is still there")));
+    // confirmed before it was seen gone: its owner may remove it
     let confirmations = spool_core::handoff::confirmations_dir(&dir);
     std::fs::create_dir_all(&confirmations).unwrap();
     std::fs::write(confirmations.join(&r), b"").unwrap();
-    assert_eq!(monitor::unconfirmed_release(&dir, Path::new(&name)), None);
-    // its ref gone too: released whole, nothing to say
+    assert_eq!(
+        monitor::unconfirmed_release(&dir, Path::new(&name), now),
+        None
+    );
+    // confirmed only after it was seen gone: removed before
+    let early = monitor::unconfirmed_release(&dir, Path::new(&name), long_ago);
+    assert!(early.is_some_and(|e| e.contains("after the pack was seen gone")));
+    // its ref gone too, no confirmation: released whole, nothing to say
     std::fs::remove_file(confirmations.join(&r)).unwrap();
     std::fs::remove_file(dir.join("_refs").join(&r)).unwrap();
-    assert_eq!(monitor::unconfirmed_release(&dir, Path::new(&name)), None);
+    assert_eq!(
+        monitor::unconfirmed_release(&dir, Path::new(&name), now),
+        None
+    );
 }
