@@ -47,6 +47,10 @@
 //! keeps one row per pack id). Between 3 and 4 the owner holds a confirmed
 //! pack: it removes it on its next look, or adoption does.
 //!
+//! The crash torture kills each side at each step (spool-core's `seams`:
+//! `after_consent`, `before_confirm`, `after_confirm`, `before_release`,
+//! `after_release`).
+//!
 //! # What each side may touch
 //!
 //! | | owner's directory | `_shipped/<rank>/` |
@@ -245,8 +249,14 @@ impl Spool {
             });
             names.push(name);
         }
+        if !packs.is_empty() {
+            crate::seams::kill_point("before_release");
+        }
         if let Some((path, e)) = self.remove_all(&packs).into_iter().next() {
             return Err(Error::io("remove confirmed pack", path, io_of(e)));
+        }
+        if !packs.is_empty() {
+            crate::seams::kill_point("after_release");
         }
         for name in &names {
             unlink(&refs.join(name))?;
@@ -407,12 +417,19 @@ pub fn list_consented(rank_dir: &Path) -> Result<Consents, Error> {
 /// confirmed (step 3): one confirmation each, then one fsync of their
 /// directory.
 pub fn confirm(rank_dir: &Path, packs: &[(Option<u32>, PackId)]) -> Result<(), Error> {
+    if !packs.is_empty() {
+        crate::seams::kill_point("before_confirm");
+    }
     let dir = confirmations_dir(rank_dir);
     make_dir(&dir)?;
     for (ordinal, id) in packs {
         touch(&dir.join(ref_name(*ordinal, *id)))?;
     }
-    crate::spool::fsync_dir(&dir)
+    crate::spool::fsync_dir(&dir)?;
+    if !packs.is_empty() {
+        crate::seams::kill_point("after_confirm");
+    }
+    Ok(())
 }
 
 /// The daemon removes the confirmations of `rank_dir` whose ref is gone

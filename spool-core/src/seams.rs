@@ -23,7 +23,20 @@
 //! - `remove_dir`: a drained directory's lock file is unlinked, the
 //!   directory not yet removed (spool-lock's `release_and_remove_if_empty`);
 //! - `lease_claim`: a lease claim is appended, not yet read back
-//!   (spool-catalog's lease).
+//!   (spool-catalog's lease);
+//! - `before_confirm`: the node's shipper holds packs of a live owner whose
+//!   rows the catalog confirmed, their confirmations not yet written
+//!   (`handoff::confirm`, in the daemon);
+//! - `after_confirm`: those confirmations are written and their directory
+//!   fsynced, the owner not yet told by its watch (`handoff::confirm`);
+//! - `after_consent`: a hand-off owner staged a pack and created its ref,
+//!   the stage not yet reported to the sink's callers (the sink's thread);
+//! - `before_release`: a hand-off owner read confirmations of packs it
+//!   still holds, none of them removed yet (`Spool::release_confirmed`);
+//! - `after_release`: it removed those packs, their refs not yet.
+//!
+//! The last three are passed only by a live sink-only owner that hands its
+//! packs off ([`OWNER_POINTS`]); the others by a service.
 
 use crate::Error;
 
@@ -35,6 +48,24 @@ pub const KILL_POINTS: &[&str] = &[
     "after_index",
     "remove_dir",
     "lease_claim",
+    "before_confirm",
+    "after_confirm",
+    "after_consent",
+    "before_release",
+    "after_release",
+];
+
+/// The kill points only a hand-off owner (a sink-only producer handing its
+/// packs to the node's shipper) passes; a service passes the others.
+pub const OWNER_POINTS: &[&str] = &["after_consent", "before_release", "after_release"];
+
+/// The kill points of the hand-off's steps, the owner's and the shipper's.
+pub const HAND_OFF_POINTS: &[&str] = &[
+    "before_confirm",
+    "after_confirm",
+    "after_consent",
+    "before_release",
+    "after_release",
 ];
 
 #[cfg(any(test, feature = "testing"))]
@@ -125,5 +156,13 @@ mod tests {
         kill_point("remove_dir");
         *armed::KILL_AT.lock().unwrap() = None;
         kill_point("remove_dir");
+    }
+
+    #[test]
+    fn the_owner_and_hand_off_points_are_kill_points() {
+        for p in OWNER_POINTS.iter().chain(HAND_OFF_POINTS) {
+            assert!(KILL_POINTS.contains(p), "{p}");
+        }
+        assert!(OWNER_POINTS.iter().all(|p| HAND_OFF_POINTS.contains(p)));
     }
 }

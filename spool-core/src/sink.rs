@@ -747,8 +747,11 @@ fn stager(shared: &Shared) {
             if result.is_ok() && config.hand_off {
                 // the pack is durable: consent (a consent lost to a crash
                 // only leaves the pack to adoption)
-                if let Err(err) = shared.target.consent(config.ordinal, id) {
-                    tracing::warn!(dir = %shared.id.display(), "consenting to the hand-off of pack {} failed (it ships when this producer exits): {err}", id.to_hex());
+                match shared.target.consent(config.ordinal, id) {
+                    Ok(()) => crate::seams::kill_point("after_consent"),
+                    Err(err) => {
+                        tracing::warn!(dir = %shared.id.display(), "consenting to the hand-off of pack {} failed (it ships when this producer exits): {err}", id.to_hex());
+                    }
                 }
             }
             state = lock(&shared.state);

@@ -33,7 +33,7 @@
 //! rejected pack is a failure: none is injected).
 
 use anyhow::{Context, Result};
-use spool_core::seams::KILL_POINTS;
+use spool_core::seams::{HAND_OFF_POINTS, KILL_POINTS, OWNER_POINTS};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -410,6 +410,7 @@ impl Run {
         for p in &mut self.proxies {
             p.tick(true)?;
         }
+        self.shared.set_fault_open(false);
         // the drain has room and a writable spool
         if let Some(d) = &mut self.disk {
             d.tick(&mut self.rng, true)?;
@@ -430,6 +431,9 @@ impl Run {
             let name = format!("{} {kind}", self.proxies[k].name);
             *self.figures.faults_by.entry(name).or_default() += 1;
         }
+        // hand-offs the monitor sees meanwhile ran through the window
+        self.shared
+            .set_fault_open(self.proxies.iter().any(faults::FaultProxy::busy));
         Ok(())
     }
 
@@ -770,9 +774,31 @@ impl Run {
         }
     }
 
+    /// Starts a daemon; `may_arm`: maybe armed at a service's kill point
+    /// (the run's first two daemons, its likely first shippers, at the
+    /// shipper's two hand-off steps, one each, the order the seed's; later
+    /// ones 60 %, half of those at one of the shipper's).
     fn spawn_daemon(&mut self, may_arm: bool) -> Result<()> {
-        let kill_at = (may_arm && self.rng.chance(0.6)).then(|| {
-            let point = *self.rng.pick(KILL_POINTS);
+        let nth = self.procs.iter().filter(|p| p.kind == Kind::Daemon).count();
+        let first = nth < 2;
+        let shipper: Vec<&str> = HAND_OFF_POINTS
+            .iter()
+            .filter(|p| !OWNER_POINTS.contains(p))
+            .copied()
+            .collect();
+        let service: Vec<&str> = KILL_POINTS
+            .iter()
+            .filter(|p| !HAND_OFF_POINTS.contains(p))
+            .copied()
+            .collect();
+        let kill_at = (may_arm && (first || self.rng.chance(0.6))).then(|| {
+            let point = if first {
+                shipper[(nth + self.seed as usize) % shipper.len()]
+            } else if self.rng.chance(0.5) {
+                *self.rng.pick(&shipper)
+            } else {
+                *self.rng.pick(&service)
+            };
             format!("{point}:{}", 1 + self.rng.below(3))
         });
         let mut cmd = Command::new(&self.bin);
@@ -807,8 +833,22 @@ impl Run {
         let mut kill_at = None;
         let mut release = None;
         if kind == Kind::Engine && self.rng.chance(0.4) {
-            let point = *self.rng.pick(KILL_POINTS);
+            // a service's points (an engine holding the node's lease is
+            // its shipper too)
+            let service: Vec<&str> = KILL_POINTS
+                .iter()
+                .filter(|p| !OWNER_POINTS.contains(p))
+                .copied()
+                .collect();
+            let point = *self.rng.pick(&service);
             let k = format!("{point}:{}", 1 + self.rng.below(4));
+            cmd.args(["--kill-at", &k]);
+            kill_at = Some(k);
+        }
+        // a live sink-only owner hands its packs off: its own steps
+        if matches!(kind, Kind::Holder | Kind::SinkOnly) && self.rng.chance(0.5) {
+            let point = *self.rng.pick(OWNER_POINTS);
+            let k = format!("{point}:{}", 1 + self.rng.below(3));
             cmd.args(["--kill-at", &k]);
             kill_at = Some(k);
         }

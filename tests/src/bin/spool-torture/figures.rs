@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use spool_core::seams::HAND_OFF_POINTS;
+
 use crate::{disk, ENGINE_TIMEOUT, OVERRUN_BOUND, STOP_BOUND};
 
 /// The figures of runs, summed.
@@ -50,6 +52,15 @@ pub struct Figures {
     /// adopter removed a ready pack; [`opens`]): each had to leave no
     /// `.open` behind.
     pub adoptions_swept: u64,
+    /// Packs seen released by a live sink-only owner once the node's
+    /// shipper confirmed them (the hand-off done end to end).
+    pub handed_off: u64,
+    /// Of those, the ones seen while a fault window was open.
+    pub handed_off_in_faults: u64,
+    /// Refs (consents) seen published by live owners.
+    pub refs_published: u64,
+    /// Of those, the ones seen while a fault window was open.
+    pub refs_in_faults: u64,
     /// Daemons that latched and exited 7 (fault runs only): a lease holder
     /// whose renewals the faults cut was deposed, and a foreign lease
     /// outlived 2 × TTL. Restarted like any dead daemon.
@@ -73,6 +84,10 @@ impl Figures {
         self.unreported += o.unreported;
         self.latched += o.latched;
         self.adoptions_swept += o.adoptions_swept;
+        self.handed_off += o.handed_off;
+        self.handed_off_in_faults += o.handed_off_in_faults;
+        self.refs_published += o.refs_published;
+        self.refs_in_faults += o.refs_in_faults;
         if let Some(d) = &o.disk {
             self.disk.get_or_insert_with(Default::default).add(d);
         }
@@ -115,12 +130,17 @@ impl Figures {
                 by(&self.requests_hit)
             )
         };
+        // the hand-off's points, each said even when not reached
+        let hand_off: Vec<String> = HAND_OFF_POINTS
+            .iter()
+            .map(|p| format!("{p} {}", self.points.get(*p).copied().unwrap_or(0)))
+            .collect();
         let disk = self
             .disk
             .as_ref()
             .map_or(String::new(), |d| format!(" {}", d.line()));
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} hand_off (refs published {}, {} in a fault window; packs released once confirmed {}, {} in a fault window; kill points: {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -134,6 +154,11 @@ impl Figures {
             self.rows_before_object,
             self.unreported,
             self.adoptions_swept,
+            self.refs_published,
+            self.refs_in_faults,
+            self.handed_off,
+            self.handed_off_in_faults,
+            hand_off.join(", "),
             self.latched,
             self.longest_overrun.as_secs_f64(),
             self.longest_close.as_secs_f64(),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::destination::{Catalog, StoreAt};
 use crate::figures::Figures;
 use crate::{hex, opens, walk_files};
+use spool_core::spool::REFS_DIR;
 
 /// A digest of one file of a live directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +61,8 @@ pub struct Owner {
     watch: opens::Watch,
     /// Dead and its directory gone (or the rule reported): no more looks.
     settled: bool,
+    /// Its packs (`[w<k>/]<id>.ready`) at the last hand-off look.
+    ready_seen: BTreeSet<PathBuf>,
 }
 
 /// What [`Board`] holds.
@@ -79,6 +82,16 @@ struct Shared {
     /// owner's directory: its owner removes each once the shipper confirmed
     /// its row, so each must be indexed ([`Board::handed_off_gone`]).
     handed_off_gone: Vec<(String, String)>,
+    /// Packs (`.ready`) seen released by a live owner after their
+    /// confirmation, and how many of them while a fault window was open.
+    handed_off: BTreeSet<String>,
+    handed_off_in_faults: u64,
+    /// Refs seen appear in live owners' directories (consents), and how
+    /// many of them while a fault window was open.
+    refs_published: u64,
+    refs_in_faults: u64,
+    /// A fault window is open on some proxy (set by the scheduler).
+    fault_open: bool,
 }
 
 impl Owner {
@@ -153,6 +166,11 @@ impl Board {
         self.lock().handed_off_gone.clone()
     }
 
+    /// Whether a fault window is open (the scheduler says, each tick).
+    pub fn set_fault_open(&self, open: bool) {
+        self.lock().fault_open = open;
+    }
+
     /// What producers reported durable: pack id → (sha256, process).
     pub fn durable(&self) -> BTreeMap<String, (String, usize)> {
         self.lock().durable.clone()
@@ -166,6 +184,10 @@ impl Board {
         figures.live_touched = s.live_touched;
         figures.rows_before_object = s.early_rows.len() as u64;
         figures.adoptions_swept = s.adoptions_swept;
+        figures.handed_off = s.handed_off.len() as u64;
+        figures.handed_off_in_faults = s.handed_off_in_faults;
+        figures.refs_published = s.refs_published;
+        figures.refs_in_faults = s.refs_in_faults;
         figures.duplicates += s.duplicates;
         s.problems.clone()
     }
@@ -247,6 +269,18 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
             }
             let mut touched = Vec::new();
             let mut handed_off = Vec::new();
+            if let (Some(now), true) = (&now, o.check_lost) {
+                // only the owner creates files in its directory, and only
+                // of its own kinds: a confirmation (or a renamed file) in
+                // it is someone else's
+                touched.extend(now.keys().filter(|n| !owners_kind(n)).map(|n| {
+                    format!(
+                        "{} appeared: not a file its owner makes (a confirmation belongs under <key>/{}/)",
+                        dir.join(n).display(),
+                        spool_core::handoff::SHIPPED_DIR
+                    )
+                }));
+            }
             if let Some(before) = &o.last {
                 match &now {
                     None if o.check_lost => {
@@ -269,6 +303,7 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                                     .push((
                                         handed_off_id(name).unwrap_or_default(),
                                         format!("{} disappeared", dir.join(name).display()),
+                                        name.extension().is_some_and(|e| e == "ready"),
                                     )),
                                 None if o.check_lost || is_open => touched
                                     .push(format!("{} disappeared", dir.join(name).display())),
@@ -278,6 +313,14 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                     }
                 }
             }
+            // consents published since the last digest
+            let refs = match (&o.last, &now) {
+                (Some(before), Some(now)) => now
+                    .keys()
+                    .filter(|n| !before.contains_key(*n) && n.starts_with(REFS_DIR))
+                    .count() as u64,
+                _ => 0,
+            };
             let (pid, what) = (o.pid, o.what.clone());
             if now.is_some() {
                 o.last = now;
@@ -289,11 +332,17 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
             if died {
                 o.live = false;
             }
-            s.handed_off_gone.extend(
-                handed_off
-                    .into_iter()
-                    .map(|(id, seen)| (id, format!("live directory of #{i} {what}: {seen}"))),
-            );
+            s.refs_published += refs;
+            if s.fault_open {
+                s.refs_in_faults += refs;
+            }
+            for (id, seen, ready) in handed_off {
+                if ready && !died && s.handed_off.insert(id.clone()) && s.fault_open {
+                    s.handed_off_in_faults += 1;
+                }
+                s.handed_off_gone
+                    .push((id, format!("live directory of #{i} {what}: {seen}")));
+            }
             if died {
                 continue;
             }
@@ -326,13 +375,149 @@ fn handed_off_id(name: &Path) -> Option<String> {
         .map(|(_, id)| id.to_hex())
 }
 
+/// Whether `name` (relative to a live owner's directory) is a file its
+/// owner makes: its lock file, a pack or a stage in flight (at the top or
+/// under `w<k>/`), or a ref under `_refs/`.
+pub(crate) fn owners_kind(name: &Path) -> bool {
+    use spool_core::spool::{file_kind, parse_ordinal_dir, FileKind, REFS_DIR};
+    let parts: Vec<&str> = name.iter().filter_map(|c| c.to_str()).collect();
+    let pack = |f: &str| matches!(file_kind(f), Some((FileKind::Ready | FileKind::Open, _)));
+    match parts.as_slice() {
+        [".owner.lock"] => true,
+        [f] => pack(f),
+        [w, f] if parse_ordinal_dir(w).is_some() => pack(f),
+        [refs, f] if *refs == REFS_DIR => spool_core::handoff::parse_ref_name(f).is_some(),
+        _ => false,
+    }
+}
+
+/// A pack `name` seen gone from live owner `dir` by `seen_gone` that was
+/// removed before the shipper confirmed it (by someone else, or by its
+/// owner breaking the hand-off's rule): its confirmation was made after
+/// `seen_gone` (its mtime, which the kernel's coarse clock never puts
+/// later than the truth), or there is none while its ref is still there.
+///
+/// Sound without a snapshot of both: the pack was seen gone before the
+/// confirmation is looked for, and the ref is looked for after that. The
+/// protocol orders confirmation < pack removed < ref removed <
+/// confirmation collected, so a ref still there now means the
+/// confirmation was still there when looked for.
+pub(crate) fn unconfirmed_release(
+    dir: &Path,
+    name: &Path,
+    seen_gone: std::time::SystemTime,
+) -> Option<String> {
+    use spool_core::handoff::{confirmations_dir, ref_name};
+    let file = name.file_name()?.to_str()?;
+    let id = spool_core::PackId::from_hex(file.strip_suffix(".ready")?).ok()?;
+    let ordinal = match name.parent().and_then(Path::to_str) {
+        Some("") | None => None,
+        Some(w) => Some(spool_core::spool::parse_ordinal_dir(w)?),
+    };
+    let r = ref_name(ordinal, id);
+    let confirmation = confirmations_dir(dir).join(&r);
+    let made = std::fs::symlink_metadata(&confirmation).map(|m| m.modified());
+    let early = match made {
+        Ok(Ok(made)) if made > seen_gone => format!(
+            "its confirmation {} was made {:?} after the pack was seen gone",
+            confirmation.display(),
+            made.duration_since(seen_gone).unwrap_or_default()
+        ),
+        Ok(_) => return None,
+        Err(_) if dir.join(spool_core::spool::REFS_DIR).join(&r).exists() => format!(
+            "its ref is still there and no confirmation of it is in {}",
+            confirmations_dir(dir).display()
+        ),
+        Err(_) => return None,
+    };
+    Some(format!(
+        "{} disappeared before its confirmation: {early}",
+        dir.join(name).display()
+    ))
+}
+
 /// Looks at every dead owner's directory every 5 ms until `stop` (names
-/// only, so a look is cheap and an adoption's drain is seen mid-way).
+/// only, so a look is cheap and an adoption's drain is seen mid-way), and
+/// at every live sink-only owner's packs ([`watch_hand_offs`]).
 pub fn watch_adoptions(shared: &Board, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         watch_dead(shared);
+        watch_hand_offs(shared);
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// One look at the packs of every live sink-only owner (names only): a
+/// pack gone since the last look must have been confirmed before it went
+/// ([`unconfirmed_release`]).
+fn watch_hand_offs(shared: &Board) {
+    let live: Vec<(usize, PathBuf)> = shared
+        .lock()
+        .owners
+        .iter()
+        .filter(|(_, o)| o.live && o.check_lost)
+        .filter_map(|(i, o)| o.dir.clone().map(|d| (*i, d)))
+        .collect();
+    for (i, dir) in live {
+        let now = ready_names(&dir);
+        let listed = std::time::SystemTime::now();
+        let gone: Vec<PathBuf> = {
+            let mut s = shared.lock();
+            let Some(o) = s.owners.get_mut(&i) else {
+                continue;
+            };
+            let before = std::mem::replace(&mut o.ready_seen, now);
+            before
+                .into_iter()
+                .filter(|n| !o.ready_seen.contains(n))
+                .collect()
+        };
+        let early: Vec<String> = gone
+            .iter()
+            .filter_map(|n| unconfirmed_release(&dir, n, listed))
+            .collect();
+        if early.is_empty() {
+            continue;
+        }
+        let mut s = shared.lock();
+        let Some(o) = s.owners.get_mut(&i) else {
+            continue;
+        };
+        // signalled meanwhile, or dead by itself (adopted): not a live
+        // owner's directory any more
+        if !o.live || !process_alive(o.pid) {
+            continue;
+        }
+        let (pid, what) = (o.pid, o.what.clone());
+        s.live_touched += early.len() as u64;
+        for e in early {
+            s.problems.push(format!(
+                "live directory of #{i} {what} (pid {pid}, alive): {e}"
+            ));
+        }
+    }
+}
+
+/// The packs of `dir` (`<id>.ready` and `w<k>/<id>.ready`), relative.
+fn ready_names(dir: &Path) -> BTreeSet<PathBuf> {
+    use spool_core::spool::{file_kind, parse_ordinal_dir, FileKind};
+    let mut out = BTreeSet::new();
+    let ready = |n: &str| matches!(file_kind(n), Some((FileKind::Ready, _)));
+    for p in crate::read_dir(dir) {
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if ready(name) {
+            out.insert(PathBuf::from(name));
+        } else if parse_ordinal_dir(name).is_some() {
+            for q in crate::read_dir(&p) {
+                if let Some(f) = q.file_name().and_then(|n| n.to_str()).filter(|f| ready(f)) {
+                    out.insert(Path::new(name).join(f));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// One look at every dead owner's directory (names only): once an

@@ -1,5 +1,5 @@
 //! Unit tests of the torture: its RNG, the pack checksum, addresses, the
-//! seed of the day, the `.open` rule.
+//! seed of the day, the `.open` rule, the hand-off checks of live owners.
 
 use super::*;
 
@@ -172,4 +172,63 @@ fn a_look_reads_the_record_pid_and_the_stages_in_subdirectories() {
     assert_eq!(l.ready, [PathBuf::from("a.ready")].into_iter().collect());
     assert_eq!(l.open, vec![PathBuf::from("w1/.b.0000abcd.open")]);
     assert_eq!(opens::look(&dir), None);
+}
+
+#[test]
+fn a_live_owners_directory_holds_only_files_of_its_own_kinds() {
+    let id = spool_core::PackId::generate();
+    for own in [
+        ".owner.lock".to_string(),
+        format!("{id}.ready"),
+        format!("w3/{id}.ready"),
+        format!(".{id}.0123abcd.open"),
+        format!("_refs/{id}.ref"),
+        format!("_refs/w3.{id}.ref"),
+    ] {
+        assert!(monitor::owners_kind(Path::new(&own)), "{own}");
+    }
+    for other in [
+        format!("_shipped/{id}.ref"),
+        format!("{id}.ref"),
+        format!("_refs/{id}.ready"),
+        format!("{id}.ready.tmp"),
+        format!("{id}.quarantined"),
+        format!("x/{id}.ready"),
+    ] {
+        assert!(!monitor::owners_kind(Path::new(&other)), "{other}");
+    }
+}
+
+#[test]
+fn a_pack_gone_with_its_ref_there_and_no_confirmation_was_released_early() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r0-00000001");
+    let id = spool_core::PackId::generate();
+    let name = format!("w2/{id}.ready");
+    let r = spool_core::handoff::ref_name(Some(2), id);
+    std::fs::create_dir_all(dir.join("_refs")).unwrap();
+    std::fs::write(dir.join("_refs").join(&r), b"").unwrap();
+    let long_ago = std::time::SystemTime::UNIX_EPOCH;
+    let now = std::time::SystemTime::now() + Duration::from_secs(1);
+    // consented, not confirmed, gone: removed before its confirmation
+    let early = monitor::unconfirmed_release(&dir, Path::new(&name), now);
+    assert!(early.is_some_and(|e| e.contains("ref is still there")));
+    // confirmed before it was seen gone: its owner may remove it
+    let confirmations = spool_core::handoff::confirmations_dir(&dir);
+    std::fs::create_dir_all(&confirmations).unwrap();
+    std::fs::write(confirmations.join(&r), b"").unwrap();
+    assert_eq!(
+        monitor::unconfirmed_release(&dir, Path::new(&name), now),
+        None
+    );
+    // confirmed only after it was seen gone: removed before
+    let early = monitor::unconfirmed_release(&dir, Path::new(&name), long_ago);
+    assert!(early.is_some_and(|e| e.contains("after the pack was seen gone")));
+    // its ref gone too, no confirmation: released whole, nothing to say
+    std::fs::remove_file(confirmations.join(&r)).unwrap();
+    std::fs::remove_file(dir.join("_refs").join(&r)).unwrap();
+    assert_eq!(
+        monitor::unconfirmed_release(&dir, Path::new(&name), now),
+        None
+    );
 }
