@@ -399,6 +399,11 @@ const BENCH_CASES: &[(&str, &str, &[&str])] = &[
     ("service", "service-drain-large", &["clickhouse", "moto"]),
     ("service", "service-drain-tiny", &["clickhouse", "moto"]),
     ("service", "service-latency", &["clickhouse", "moto"]),
+    (
+        "service",
+        "service-handoff-latency",
+        &["clickhouse", "moto"],
+    ),
     ("service", "service-drain-rss", &[]),
     ("s3s", "service-drain-s3s-16k", &["clickhouse", "s3s"]),
     ("s3s", "service-drain-s3s-1m", &["clickhouse", "s3s"]),
@@ -458,14 +463,10 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         missing.push("openssl");
     }
     install_missing(&missing)?;
-    // the s3s-fs drains run the `spool` command itself (`spool run --once`)
-    let needs_cli = needs("s3s");
+    // the s3s-fs drains and the hand-off's daemon run the `spool` command
     let mut build = cargo();
     build.args(["build", "--release", "--locked", "-p", "spool-tests"]);
-    build.args(["--bin", "spool-bench"]);
-    if needs_cli {
-        build.args(["-p", "spool-cli", "--bin", "spool"]);
-    }
+    build.args(["--bin", "spool-bench", "-p", "spool-cli", "--bin", "spool"]);
     run(&mut build)?;
     let bin = target_dir(root).join("release/spool-bench");
     // The python case runs spool-py/bench/bench.py in the test virtualenv
@@ -524,9 +525,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
             if let Some(python) = &python {
                 cmd.env("SPOOL_BENCH_PYTHON", python);
             }
-            if needs_cli {
-                cmd.env("SPOOL_BENCH_SPOOL", target_dir(root).join("release/spool"));
-            }
+            cmd.env("SPOOL_BENCH_SPOOL", target_dir(root).join("release/spool"));
             let r = run(&mut cmd);
             drop(servers); // stopped before the next case starts fresh ones
             r?;

@@ -188,6 +188,46 @@ fn construction_refuses_a_directory_outside_its_destinations_key() {
     StorageService::new(fx.config(own.dir())).unwrap();
 }
 
+/// A service that took its own directory (`LockMode::Take`) lets go of it
+/// on stop and removes it once it is empty: nothing is left behind.
+#[test]
+fn a_service_that_took_its_directory_removes_it_on_stop_once_empty() {
+    let fx = Fixture::new();
+    let dir = fx
+        .root
+        .join(fx.dest.catalog_key().unwrap())
+        .join("r0-deadbeef");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = fx.config(&dir);
+    c.lock_mode = LockMode::Take;
+    let mut svc = StorageService::new(c).unwrap();
+    svc.start().unwrap();
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    assert!(dir.join(spool_lock::LOCK_FILE_NAME).exists(), "taken");
+    svc.stop().unwrap();
+    assert!(!dir.exists(), "{} left behind on stop", dir.display());
+}
+
+/// Each cycle publishes a snapshot, and [`StorageService::wait_published`]
+/// counts them: a follower (`spool run --once`) wakes at a cycle's end.
+#[test]
+fn every_cycle_publishes_and_a_follower_counts_them() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let mut svc = StorageService::new(fx.config(own.dir())).unwrap();
+    svc.start().unwrap();
+    let first = svc.wait_published(0, Duration::from_secs(10));
+    assert!(first >= 1, "no publication within 10 s");
+    stage(own.dir(), 1);
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
+    let after = svc.wait_published(first, Duration::from_secs(10));
+    assert!(
+        after > first,
+        "the flush's cycle published nothing: {after}"
+    );
+    svc.stop().unwrap();
+}
+
 #[test]
 fn own_packs_are_uploaded_indexed_and_removed_by_flush() {
     let fx = Fixture::new();
@@ -956,7 +996,8 @@ mod serial {
 
     /// In catalog scope a foreign lease that outlives 2 x TTL
     /// latches the service though it never held the lease (a second single
-    /// publisher is a misconfiguration).
+    /// publisher is a misconfiguration); a flush of the latched service
+    /// returns `false` at once.
     #[test]
     fn catalog_scope_latches_on_a_foreign_lease_it_never_held() {
         let fx = Fixture::new();
@@ -974,6 +1015,11 @@ mod serial {
             svc.snapshot()
         );
         let snap = svc.snapshot();
+        // latched, a flush gives up at once: nothing ships without the lease
+        stage(own.dir(), 1);
+        let t = Instant::now();
+        assert!(!svc.flush(Duration::from_secs(5)).unwrap());
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         svc.stop().unwrap();
         assert_eq!(
             snap.lease_holder.as_ref().map(|h| h.as_str()),

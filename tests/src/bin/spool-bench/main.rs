@@ -21,6 +21,8 @@
 //! `service-drain-large`, `service-drain-tiny` (end-to-end drain vs
 //! `rclone move`, and CPU seconds per GiB against rclone's),
 //! `service-latency` (seal-to-indexed with and without the registry),
+//! `service-handoff-latency` (seal to row readable across processes: a
+//! live sink-only producer handing off to a `spool run` daemon),
 //! `service-drain-s3s-16k`, `service-drain-s3s-1m`, `service-drain-s3s-16m`
 //! (`spool run --once` of a dead producer's backlog into s3s-fs against
 //! `rclone copy --transfers 8`, wall and CPU of each side and server).
@@ -28,6 +30,7 @@
 
 mod catalog;
 mod core;
+mod handoff;
 mod null_store;
 mod python;
 mod report;
@@ -247,6 +250,7 @@ fn run(args: &[String]) -> Result<()> {
             "service-drain-large" => service::drain(&ctx, service::Shape::Large)?,
             "service-drain-tiny" => service::drain(&ctx, service::Shape::Tiny)?,
             "service-latency" => service::latency(&ctx)?,
+            "service-handoff-latency" => handoff::latency(&ctx)?,
             "service-drain-rss" => service::drain_rss(&ctx)?,
             "service-drain-s3s-16k" => s3s::drain(&ctx, s3s::Shape::Tiny)?,
             "service-drain-s3s-1m" => s3s::drain(&ctx, s3s::Shape::Small)?,

@@ -409,7 +409,11 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
 /// case's ClickHouse database, each pair after the same random idle gap as
 /// the sealed packs get (a request after an idle gap costs about twice one
 /// back to back here); the time of each.
-fn latency_floor(ctx: &Ctx, db: &Db, k: usize) -> Result<(Vec<Duration>, Vec<Duration>)> {
+pub(crate) fn latency_floor(
+    ctx: &Ctx,
+    db: &Db,
+    k: usize,
+) -> Result<(Vec<Duration>, Vec<Duration>)> {
     let dir = ctx.dir("latency-floor")?;
     let client = ClientConfig {
         allow_http: true,
@@ -448,6 +452,25 @@ fn latency_floor(ctx: &Ctx, db: &Db, k: usize) -> Result<(Vec<Duration>, Vec<Dur
     Ok((puts, inserts))
 }
 
+/// A sink in `dir` (its lock held by the caller) that seals only when
+/// flushed, publishing to `registry`, handing its packs off when
+/// `hand_off`: the latency cases' producer.
+pub(crate) fn timed_sink(dir: &Path, registry: Arc<Registry>, hand_off: bool) -> Result<Sink> {
+    Ok(Sink::open(
+        dir,
+        SinkConfig {
+            spool: SpoolConfig {
+                lock_mode: LockMode::HeldByCaller,
+                ..SpoolConfig::default()
+            },
+            seal_age: Duration::from_secs(3600),
+            registry,
+            hand_off,
+            ..SinkConfig::default()
+        },
+    )?)
+}
+
 /// Each pack's seal-to-indexed time, and the part of it that was the
 /// sink's own flush (seal, fsync, link, directory fsync).
 fn latency_run(
@@ -472,18 +495,7 @@ fn latency_run(
     cfg.poll_interval = Duration::from_secs(1);
     let mut svc = StorageService::new(cfg)?;
     svc.start()?;
-    let sink = Sink::open(
-        own.dir(),
-        SinkConfig {
-            spool: SpoolConfig {
-                lock_mode: LockMode::HeldByCaller,
-                ..SpoolConfig::default()
-            },
-            seal_age: Duration::from_secs(3600),
-            registry: sink_registry,
-            ..SinkConfig::default()
-        },
-    )?;
+    let sink = timed_sink(own.dir(), sink_registry, false)?;
     let wait = |cond: &dyn Fn() -> bool, what: &str| -> Result<()> {
         let t = Instant::now();
         while !cond() {
