@@ -2,8 +2,10 @@
 //! against a ClickHouse of its own. This side only orchestrates: it builds
 //! the binary (`--release`), starts Debian's ClickHouse 18.16 under
 //! `target/xtask/fleet-clickhouse/` (the `real_*` tests' set-up,
-//! `servers::clickhouse`), runs `spool-fleet run` with the arguments given
-//! and the server's URL, prints its report and stops the server.
+//! `servers::clickhouse`) — or, with `--replicas N`, ZooKeeper and N
+//! replicas of one shard (`servers::replicas`) with `catalog.cluster` set
+//! for every engine —, runs `spool-fleet run` with the arguments given
+//! and the server's URL, prints its report and stops the servers.
 //!
 //! [`ci`] is the short pass of `cargo xtask test` (the real-server tier):
 //! 20 nodes x 4 ranks for 30 s, one node SIGKILLed and restarted, on the
@@ -17,26 +19,59 @@ use anyhow::{Context, Result};
 
 use crate::{cargo, run, servers, target_dir};
 
-/// `cargo xtask fleet [--debug] ARGS...` (ARGS as `spool-fleet run` takes
-/// them: `--nodes N --ranks R --rate P --minutes M [--kill K] ...`).
+/// `cargo xtask fleet [--debug] [--replicas N] ARGS...` (ARGS as
+/// `spool-fleet run` takes them: `--nodes N --ranks R --rate P --minutes M
+/// [--kill K] ...`).
 pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     let debug = args.iter().any(|a| a == "--debug");
-    let args: Vec<&String> = args.iter().filter(|a| *a != "--debug").collect();
+    let replicas = args
+        .windows(2)
+        .find(|w| w[0] == "--replicas")
+        .map(|w| w[1].parse::<usize>().ok().filter(|n| (2..=9).contains(n)))
+        .map(|n| n.context("--replicas takes a number of replicas, 2 to 9"))
+        .transpose()?;
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--debug" => {}
+            "--replicas" => drop(it.next()),
+            _ => rest.push(a),
+        }
+    }
     let bin = build(root, !debug)?;
-    let clickhouse = servers::clickhouse::start_on(root, "fleet-clickhouse", &[])?;
-    let url = clickhouse
-        .var("SPOOL_TEST_CLICKHOUSE_URL")
-        .context("the ClickHouse set-up names no SPOOL_TEST_CLICKHOUSE_URL")?
-        .to_string();
+    // one server, or ZooKeeper and N replicas of one shard whose catalog
+    // tables are replicated `ON CLUSTER` (a row confirmed on a quorum of 2)
+    let (servers, url, cluster) = match replicas {
+        None => {
+            let ch = servers::clickhouse::start_on(root, "fleet-clickhouse", &[])?;
+            let url = ch.var("SPOOL_TEST_CLICKHOUSE_URL").map(str::to_string);
+            (vec![ch], url, None)
+        }
+        Some(n) => {
+            let group = servers::replicas::start_n(root, n)?;
+            let url = group[0]
+                .var("SPOOL_TEST_CLICKHOUSE_REPLICAS")
+                .map(str::to_string);
+            (group, url, Some(servers::replicas::CLUSTER))
+        }
+    };
+    let url = url.context("the ClickHouse set-up names no catalog URL")?;
+    // the (first) ClickHouse server's pid: the report gives its CPU time
+    let server = servers.iter().find(|s| s.name.starts_with("clickhouse"));
     let mut cmd = Command::new(&bin);
-    cmd.arg("run")
-        .args(["--clickhouse", &url])
-        .args(["--server-pid", &clickhouse.child.id().to_string()])
-        .arg("--scratch")
+    cmd.arg("run").args(["--clickhouse", &url]);
+    if let Some(s) = server {
+        cmd.args(["--server-pid", &s.child.id().to_string()]);
+    }
+    if let Some(cluster) = cluster {
+        cmd.args(["--set", &format!("catalog.cluster={cluster}")]);
+    }
+    cmd.arg("--scratch")
         .arg(target_dir(root).join("fleet-data"))
-        .args(args);
+        .args(rest);
     let r = run(&mut cmd);
-    drop(clickhouse);
+    drop(servers);
     r
 }
 

@@ -26,30 +26,36 @@ use std::path::Path;
 /// The cluster's name in every replica's `<remote_servers>`.
 pub const CLUSTER: &str = "spool_test";
 
-/// How many replicas the group runs.
+/// How many replicas the tests' group runs.
 pub const REPLICAS: usize = 3;
 
-/// Starts ZooKeeper and the replicas, and waits for all of them.
+/// Starts ZooKeeper and [`REPLICAS`] replicas, and waits for all of them.
 pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
+    start_n(root, REPLICAS)
+}
+
+/// [`start`] with `replicas` replicas of the one shard (the fleet
+/// simulator's `--replicas N`).
+pub fn start_n(root: &Path, replicas: usize) -> Result<Vec<ServerProcess>> {
     let began = std::time::Instant::now();
     install_if_missing()?;
     let zk = zookeeper::launch(root, "zookeeper")?;
     let mut ports: Vec<u16> = Vec::new();
-    while ports.len() < 3 * REPLICAS {
+    while ports.len() < 3 * replicas {
         let p = free_port()?;
         if !ports.contains(&p) && p != zk.port {
             ports.push(p);
         }
     }
-    let (http, rest) = ports.split_at(REPLICAS);
-    let (tcp, inter) = rest.split_at(REPLICAS);
+    let (http, rest) = ports.split_at(replicas);
+    let (tcp, inter) = rest.split_at(replicas);
     let shard: String = tcp
         .iter()
         .map(|p| format!("<replica><host>127.0.0.1</host><port>{p}</port></replica>"))
         .collect();
     let mut processes = vec![zk.process];
     let mut configs = Vec::new();
-    for i in 0..REPLICAS {
+    for i in 0..replicas {
         let extra = format!(
             "    <interserver_http_port>{}</interserver_http_port>\n    <interserver_http_host>127.0.0.1</interserver_http_host>\n    <zookeeper><node><host>127.0.0.1</host><port>{}</port></node><session_timeout_ms>3000</session_timeout_ms></zookeeper>\n    <remote_servers><{CLUSTER}><shard><internal_replication>true</internal_replication>{shard}</shard></{CLUSTER}></remote_servers>\n    <macros><shard>01</shard><replica>r{}</replica></macros>\n    <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>\n    <background_pool_size>2</background_pool_size>\n    <background_schedule_pool_size>2</background_schedule_pool_size>\n",
             inter[i],
@@ -78,7 +84,7 @@ pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
     let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let env = &mut processes[0].env;
     env.push((
-        "SPOOL_TEST_CLICKHOUSE_REPLICAS".into(),
+        "SPOOL_TEST_CLICKHOUSE_replicas".into(),
         format!("clickhouse://{}/default", hosts.join(",")),
     ));
     env.push(("SPOOL_TEST_CLICKHOUSE_CLUSTER".into(), CLUSTER.into()));
@@ -87,7 +93,7 @@ pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
         configs.join(","),
     ));
     eprintln!(
-        "xtask: ZooKeeper on 127.0.0.1:{} and {REPLICAS} ClickHouse replicas of cluster {CLUSTER} on {}, up in {:.1} s",
+        "xtask: ZooKeeper on 127.0.0.1:{} and {replicas} ClickHouse replicas of cluster {CLUSTER} on {}, up in {:.1} s",
         zk.port,
         hosts.join(", "),
         began.elapsed().as_secs_f64()

@@ -144,7 +144,8 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let server = Server::from_url(&o.clickhouse)?;
     let version = server.version()?;
     let database = format!("fleet_{}", std::process::id());
-    server.query(&format!("CREATE DATABASE IF NOT EXISTS {database}"))?;
+    let create = format!("CREATE DATABASE IF NOT EXISTS {database}");
+    server.on_each(&create, Duration::from_secs(60))?;
     let catalog_url = server.catalog_url(&database);
     let scratch = std::path::absolute(&o.scratch)?;
     // Two runs on one scratch directory would clear each other's live
@@ -393,7 +394,7 @@ impl Leftovers {
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
         let drop = format!("DROP DATABASE IF EXISTS {}", self.database);
-        if let Err(e) = self.server.query_within(&drop, Duration::from_secs(10)) {
+        if let Err(e) = self.server.on_each(&drop, Duration::from_secs(10)) {
             eprintln!(
                 "spool-fleet: {} not dropped yet ({e:#}); the server goes on dropping it",
                 self.database

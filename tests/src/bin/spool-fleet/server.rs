@@ -24,32 +24,57 @@ pub const EVENTS: &[&str] = &[
     "Merge",
 ];
 
-/// One ClickHouse server, as a catalog URL names it.
+/// The ClickHouse server a catalog URL names first, and the other
+/// replicas it names (a replicated catalog: `clickhouse://H1,H2,H3/db`).
+/// Statements and counters go to the first (where the engines' inserts
+/// go while it answers); the run's database is made and dropped on each.
 #[derive(Debug, Clone)]
 pub struct Server {
     host: String,
     port: u16,
+    replicas: Vec<(String, u16)>,
 }
 
 impl Server {
-    /// The server of a `clickhouse://HOST:PORT/...` URL.
+    /// The servers of a `clickhouse://HOST:PORT[,HOST:PORT...]/...` URL.
     pub fn from_url(url: &str) -> Result<Server> {
         match CatalogUrl::parse(url)? {
             CatalogUrl::ClickHouse(t) => {
-                let (host, port) = t
-                    .hosts
-                    .first()
-                    .cloned()
+                let mut hosts = t.hosts.into_iter();
+                let (host, port) = hosts
+                    .next()
                     .ok_or_else(|| anyhow::anyhow!("{url} names no host"))?;
-                Ok(Server { host, port })
+                Ok(Server {
+                    host,
+                    port,
+                    replicas: hosts.collect(),
+                })
             }
             _ => bail!("{url} is not a clickhouse:// URL"),
         }
     }
 
-    /// `clickhouse://HOST:PORT/DATABASE`.
+    /// `clickhouse://HOST:PORT[,HOST:PORT...]/DATABASE`.
     pub fn catalog_url(&self, database: &str) -> String {
-        format!("clickhouse://{}:{}/{database}", self.host, self.port)
+        let hosts: Vec<String> = std::iter::once((&self.host, self.port))
+            .chain(self.replicas.iter().map(|(h, p)| (h, *p)))
+            .map(|(h, p)| format!("{h}:{p}"))
+            .collect();
+        format!("clickhouse://{}/{database}", hosts.join(","))
+    }
+
+    /// Runs `sql` on the first server and on each other replica.
+    pub fn on_each(&self, sql: &str, within: Duration) -> Result<()> {
+        self.query_within(sql, within)?;
+        for (host, port) in &self.replicas {
+            let replica = Server {
+                host: host.clone(),
+                port: *port,
+                replicas: Vec::new(),
+            };
+            replica.query_within(sql, within)?;
+        }
+        Ok(())
     }
 
     /// Runs one statement; returns the answer's body (TSV). Tried three
