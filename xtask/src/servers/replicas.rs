@@ -84,7 +84,7 @@ pub fn start_n(root: &Path, replicas: usize) -> Result<Vec<ServerProcess>> {
     let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let env = &mut processes[0].env;
     env.push((
-        "SPOOL_TEST_CLICKHOUSE_replicas".into(),
+        "SPOOL_TEST_CLICKHOUSE_REPLICAS".into(),
         format!("clickhouse://{}/default", hosts.join(",")),
     ));
     env.push(("SPOOL_TEST_CLICKHOUSE_CLUSTER".into(), CLUSTER.into()));
