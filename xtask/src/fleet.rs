@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::{cargo, run, servers, target_dir};
 
@@ -23,48 +23,47 @@ use crate::{cargo, run, servers, target_dir};
 /// `spool-fleet run` takes them: `--nodes N --ranks R --rate P --minutes M
 /// [--kill K] ...`).
 pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
-    let debug = args.iter().any(|a| a == "--debug");
-    let replicas = args
-        .windows(2)
-        .find(|w| w[0] == "--replicas")
-        .map(|w| w[1].parse::<usize>().ok().filter(|n| (2..=9).contains(n)))
-        .map(|n| n.context("--replicas takes a number of replicas, 2 to 9"))
-        .transpose()?;
-    let mut rest = Vec::new();
+    let (mut debug, mut replicas, mut rest) = (false, None, Vec::new());
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--debug" => {}
-            "--replicas" => drop(it.next()),
+            "--debug" => debug = true,
+            "--replicas" => {
+                let n = it.next().and_then(|n| n.parse::<usize>().ok());
+                let n = n.filter(|n| (2..=9).contains(n));
+                replicas = Some(n.context("--replicas takes a number of replicas, 2 to 9")?);
+            }
             _ => rest.push(a),
         }
     }
     let bin = build(root, !debug)?;
     // one server, or ZooKeeper and N replicas of one shard whose catalog
     // tables are replicated `ON CLUSTER` (a row confirmed on a quorum of 2)
-    let (servers, url, cluster) = match replicas {
-        None => {
-            let ch = servers::clickhouse::start_on(root, "fleet-clickhouse", &[])?;
-            let url = ch.var("SPOOL_TEST_CLICKHOUSE_URL").map(str::to_string);
-            (vec![ch], url, None)
-        }
-        Some(n) => {
-            let group = servers::replicas::start_n(root, n)?;
-            let url = group[0]
-                .var("SPOOL_TEST_CLICKHOUSE_REPLICAS")
-                .map(str::to_string);
-            (group, url, Some(servers::replicas::CLUSTER))
-        }
+    let (servers, url_var) = match replicas {
+        None => (
+            vec![servers::clickhouse::start_on(
+                root,
+                "fleet-clickhouse",
+                &[],
+            )?],
+            "SPOOL_TEST_CLICKHOUSE_URL",
+        ),
+        Some(n) => (
+            servers::replicas::start_n(root, n)?,
+            "SPOOL_TEST_CLICKHOUSE_REPLICAS",
+        ),
     };
-    let url = url.context("the ClickHouse set-up names no catalog URL")?;
+    let url = servers.iter().find_map(|s| s.var(url_var));
     // the (first) ClickHouse server's pid: the report gives its CPU time
     let server = servers.iter().find(|s| s.name.starts_with("clickhouse"));
+    let (Some(url), Some(server)) = (url, server) else {
+        bail!("the ClickHouse set-up names no catalog URL or server");
+    };
     let mut cmd = Command::new(&bin);
-    cmd.arg("run").args(["--clickhouse", &url]);
-    if let Some(s) = server {
-        cmd.args(["--server-pid", &s.child.id().to_string()]);
-    }
-    if let Some(cluster) = cluster {
+    cmd.arg("run").args(["--clickhouse", url]);
+    cmd.args(["--server-pid", &server.child.id().to_string()]);
+    if replicas.is_some() {
+        let cluster = servers::replicas::CLUSTER;
         cmd.args(["--set", &format!("catalog.cluster={cluster}")]);
     }
     cmd.arg("--scratch")
@@ -89,9 +88,7 @@ pub fn ci(root: &Path, env: &[(String, String)]) -> Result<()> {
         .args(["--set", "lease.ttl=5s"])
         .arg("--scratch")
         .arg(target_dir(root).join("fleet-ci"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     run(&mut cmd).context("the fleet simulator's short pass failed (its report is above)")
 }
 
