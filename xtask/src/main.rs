@@ -207,15 +207,7 @@ impl Clippy {
         let mut cmd = Command::new("nice");
         cmd.args(["-n", "19"])
             .arg(cargo().get_program())
-            .args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--locked",
-                "--",
-                "-D",
-                "warnings",
-            ])
+            .args("clippy --workspace --all-targets --locked -- -D warnings".split(' '))
             .env("CARGO_TARGET_DIR", target.join("clippy"))
             .stdout(out.try_clone()?)
             .stderr(out);
@@ -259,8 +251,8 @@ fn nextest_ci(filter: &str) -> Command {
         "--locked",
         "--profile",
         "ci",
-    ])
-    .args(["--no-tests=warn", "-E", filter]);
+    ]);
+    cmd.args(["--no-tests=warn", "-E", filter]);
     cmd
 }
 
@@ -384,38 +376,12 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
     }
 }
 
-/// The benchmark cases of `tests/src/bin/spool-bench`, by group, with the
-/// servers each needs (`moto`, `clickhouse`, `s3s`: s3s-fs), each run in
-/// its own process with freshly started servers (moto keeps every object
-/// in memory, so it is restarted between heavy runs).
-const BENCH_CASES: &[(&str, &str, &[&str])] = &[
-    ("core", "core", &[]),
-    ("upload", "upload-s3-large", &["moto"]),
-    ("upload", "upload-s3-small", &["moto"]),
-    ("upload", "upload-file", &[]),
-    ("upload", "upload-s3-parts", &["moto"]),
-    ("catalog", "catalog", &["clickhouse"]),
-    ("service", "service-drain-small", &["clickhouse", "moto"]),
-    ("service", "service-drain-large", &["clickhouse", "moto"]),
-    ("service", "service-drain-tiny", &["clickhouse", "moto"]),
-    ("service", "service-latency", &["clickhouse", "moto"]),
-    (
-        "service",
-        "service-handoff-latency",
-        &["clickhouse", "moto"],
-    ),
-    ("service", "service-drain-rss", &[]),
-    ("s3s", "service-drain-s3s-16k", &["clickhouse", "s3s"]),
-    ("s3s", "service-drain-s3s-1m", &["clickhouse", "s3s"]),
-    ("s3s", "service-drain-s3s-16m", &["clickhouse", "s3s"]),
-    ("python", "python", &[]),
-];
-
 /// `cargo xtask bench [--quick] [GROUP|CASE...]`: builds `spool-bench` with
 /// `--release`, installs the peers that are missing (rclone, openssl),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
 /// `service`, `s3s`, `python`; all by default; `python` first builds the extension
-/// with `--release` into the test virtualenv) with the servers it needs, prints a table
+/// with `--release` into the test virtualenv) with the servers it needs
+/// (`spool-bench plan` lists both), fresh for each case, prints a table
 /// per group, and writes the figures into BENCHMARKS.md (not with
 /// `--quick`, whose sizes only smoke-test the benchmarks). Scratch data
 /// lives in `target/bench-data/` (same disk as the workspace) and is
@@ -424,63 +390,56 @@ const BENCH_CASES: &[(&str, &str, &[&str])] = &[
 /// BENCHMARKS.md.
 fn bench(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
-    let groups: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
     if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
         bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|python|CASE]...");
     }
-    for g in &groups {
-        if !BENCH_CASES
-            .iter()
-            .any(|(group, case, _)| group == g || case == g)
-        {
-            let cases: Vec<&str> = BENCH_CASES.iter().map(|(_, c, _)| *c).collect();
-            bail!(
-                "unknown benchmark group or case {g:?}; groups: core, upload, catalog, service, \
-                 s3s, python; cases: {}",
-                cases.join(", ")
-            );
-        }
-    }
-    let cases: Vec<_> = BENCH_CASES
-        .iter()
-        .filter(|(g, c, _)| groups.is_empty() || groups.contains(g) || groups.contains(c))
-        .collect();
-    // A single case is a measurement by hand: its table is printed, and
-    // BENCHMARKS.md (whose tables hold whole groups) is left as it is.
-    let partial = groups
-        .iter()
-        .any(|g| !BENCH_CASES.iter().any(|(group, _, _)| group == g));
-    let needs = |server: &str| cases.iter().any(|(_, _, n)| n.contains(&server));
-    let mut missing = Vec::new();
-    if (needs("moto") || needs("s3s")) && !on_path("rclone") {
-        missing.push("rclone");
-    }
-    if cases.iter().any(|(g, _, _)| *g == "core") && !on_path("openssl") {
-        missing.push("openssl");
-    }
-    install_missing(&missing)?;
+    let named: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     // the s3s-fs drains and the hand-off's daemon run the `spool` command
     let mut build = cargo();
     build.args(["build", "--release", "--locked", "-p", "spool-tests"]);
     build.args(["--bin", "spool-bench", "-p", "spool-cli", "--bin", "spool"]);
     run(&mut build)?;
     let bin = target_dir(root).join("release/spool-bench");
+    // `spool-bench plan` knows the cases: `GROUP CASE [SERVER...]` a line
+    let mut plan = Command::new(&bin);
+    let plan = plan
+        .arg("plan")
+        .args(&named)
+        .env("RUST_BACKTRACE", "0")
+        .output()?;
+    if !plan.status.success() {
+        bail!(
+            "{}",
+            String::from_utf8_lossy(&plan.stderr)
+                .trim()
+                .trim_start_matches("Error: ")
+        );
+    }
+    let plan = String::from_utf8(plan.stdout)?;
+    let cases: Vec<Vec<&str>> = plan
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // A single case is a measurement by hand: its table is printed, and
+    // BENCHMARKS.md (whose tables hold whole groups) is left as it is.
+    let partial = named
+        .iter()
+        .any(|a| !cases.iter().any(|c| c[0] == a.as_str()));
+    let needs = |server: &str| cases.iter().any(|c| c[2..].contains(&server));
+    let mut missing = Vec::new();
+    if (needs("moto") || needs("s3s")) && !on_path("rclone") {
+        missing.push("rclone");
+    }
+    if cases.iter().any(|c| c[0] == "core") && !on_path("openssl") {
+        missing.push("openssl");
+    }
+    install_missing(&missing)?;
     // The python case runs spool-py/bench/bench.py in the test virtualenv
     // with a --release build of the extension.
-    let python = if cases.iter().any(|(g, _, _)| *g == "python") {
+    let python = if cases.iter().any(|c| c[0] == "python") {
         let venv = python_test_venv(root)?;
         run(Command::new(venv.join("bin/maturin"))
-            .args([
-                "develop",
-                "--release",
-                "--locked",
-                "-m",
-                "spool-py/Cargo.toml",
-            ])
+            .args("develop --release --locked -m spool-py/Cargo.toml".split(' '))
             .env("VIRTUAL_ENV", &venv)
             .env("PATH", venv_path(&venv)))?;
         Some(venv.join("bin/python"))
@@ -495,9 +454,9 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     }
     let _ = std::fs::remove_file(&results);
     let outcome = (|| -> Result<()> {
-        for (_, case, needs) in &cases {
+        for case in &cases {
             let mut servers = Vec::new();
-            for server in *needs {
+            for server in &case[2..] {
                 let started = match *server {
                     "clickhouse" => servers::clickhouse::start(root)?,
                     "moto" => servers::moto::start(root)?,
@@ -518,7 +477,7 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
                 .arg(&scratch)
                 .arg("--results")
                 .arg(&results)
-                .arg(case);
+                .arg(case[1]);
             for (k, v) in servers.iter().flat_map(|(_, s)| s.env.iter()) {
                 cmd.env(k, v);
             }

@@ -9,6 +9,7 @@
 //! runs and renders its report.
 //!
 //! ```text
+//! spool-bench plan [GROUP|CASE...]
 //! spool-bench run [--quick|--smoke] --scratch DIR --results FILE CASE...
 //! spool-bench report --results FILE [--write BENCHMARKS.md]
 //! spool-bench rss-child (idle|verify|recover) DIR     (internal)
@@ -200,16 +201,65 @@ pub fn rclone_remote(
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("plan") => plan(&args[1..]),
         Some("run") => run(&args[1..]),
         Some("report") => report::main(&args[1..]),
         Some("rss-child") => core::rss_child(&args[1..]),
         _ => {
             eprintln!(
-                "usage: spool-bench run [--quick|--smoke] --scratch DIR --results FILE CASE...\n       spool-bench report --results FILE [--write BENCHMARKS.md]"
+                "usage: spool-bench plan [GROUP|CASE...]\n       spool-bench run [--quick|--smoke] --scratch DIR --results FILE CASE...\n       spool-bench report --results FILE [--write BENCHMARKS.md]"
             );
             std::process::exit(2);
         }
     }
+}
+
+/// Every case by group, with the servers `cargo xtask bench` starts for it
+/// (`moto`, `clickhouse`, `s3s`: s3s-fs) before running it in a process of
+/// its own (moto keeps every object in memory, so it is restarted between
+/// heavy runs).
+const CASES: &[(&str, &str, &[&str])] = &[
+    ("core", "core", &[]),
+    ("upload", "upload-s3-large", &["moto"]),
+    ("upload", "upload-s3-small", &["moto"]),
+    ("upload", "upload-file", &[]),
+    ("upload", "upload-s3-parts", &["moto"]),
+    ("catalog", "catalog", &["clickhouse"]),
+    ("service", "service-drain-small", &["clickhouse", "moto"]),
+    ("service", "service-drain-large", &["clickhouse", "moto"]),
+    ("service", "service-drain-tiny", &["clickhouse", "moto"]),
+    ("service", "service-latency", &["clickhouse", "moto"]),
+    (
+        "service",
+        "service-handoff-latency",
+        &["clickhouse", "moto"],
+    ),
+    ("service", "service-drain-rss", &[]),
+    ("s3s", "service-drain-s3s-16k", &["clickhouse", "s3s"]),
+    ("s3s", "service-drain-s3s-1m", &["clickhouse", "s3s"]),
+    ("s3s", "service-drain-s3s-16m", &["clickhouse", "s3s"]),
+    ("python", "python", &[]),
+];
+
+/// `spool-bench plan [GROUP|CASE...]`: the cases of the named groups and
+/// cases (all when none is named) for `cargo xtask bench`, one line each:
+/// `GROUP CASE [SERVER...]`; an unknown name fails, listing the known ones.
+fn plan(args: &[String]) -> Result<()> {
+    let named = |g: &str, c: &str| args.is_empty() || args.iter().any(|a| a == g || a == c);
+    for a in args {
+        if !CASES.iter().any(|(g, c, _)| a == g || a == c) {
+            let cases: Vec<&str> = CASES.iter().map(|(_, c, _)| *c).collect();
+            bail!(
+                "unknown benchmark group or case {a:?}; groups: core, upload, catalog, \
+                 service, s3s, python; cases: {}",
+                cases.join(", ")
+            );
+        }
+    }
+    for (group, case, servers) in CASES.iter().filter(|(g, c, _)| named(g, c)) {
+        println!("{group} {case} {}", servers.join(" "));
+    }
+    Ok(())
 }
 
 fn run(args: &[String]) -> Result<()> {
