@@ -64,6 +64,7 @@ struct ChPackRow {
     ordinal: Option<u32>,
     created_at_ms: u64,
     indexed_at_ms: u64,
+    trailer_sha256: String,
 }
 
 impl From<ChPackRow> for PackRow {
@@ -78,6 +79,7 @@ impl From<ChPackRow> for PackRow {
             source_host: r.source_host,
             source_pid: r.source_pid,
             rank_dir: r.rank_dir,
+            trailer_sha256: r.trailer_sha256,
             ordinal: r.ordinal,
             created_at_ms: r.created_at_ms,
             indexed_at_ms: r.indexed_at_ms,

@@ -18,20 +18,36 @@
 //!   [`Error::SchemaMismatch`]) before anything is read or written. Every
 //!   install step is idempotent (`CREATE ... IF NOT EXISTS`, a version row
 //!   that two installers may both write), so it needs no serialisation.
-//! - **Schema versions.** Version 2 (this build) makes `ordinal` nullable
-//!   (`None`: a sink without an ordinal, distinct from `w0/`'s `Some(0)`).
-//!   A version-1 catalog is migrated in place the first time this build
-//!   opens it, keeping every row readable (old rows keep the ordinal they
-//!   were written with): ClickHouse runs `ALTER TABLE <prefix>packs MODIFY
-//!   COLUMN ordinal Nullable(UInt32)` (accepted by 18.16, and a no-op when
-//!   repeated), SQLite rebuilds the packs table without `NOT NULL` in one
-//!   `BEGIN IMMEDIATE` transaction, the fake just relabels; then the
-//!   version-2 row is written. Each step is idempotent, so two services
-//!   migrating at once need no lease, and a crash mid-way migrates again
-//!   on the next open. Upgrade note: a version-1 process that was already
-//!   running reads the nullable column with its old row layout; stop old
-//!   readers (`spool ls`, Python) before the first version-2 service starts
-//!   on a ClickHouse catalog, or restart them after.
+//! - **Schema versions.** This build writes version 4. Each older version
+//!   is migrated in place the first time this build opens it, keeping every
+//!   row readable; each step is idempotent, so two services migrating at
+//!   once need no lease, and a crash mid-way migrates again on the next
+//!   open; then the version row is written.
+//!   - 1 → 2: `ordinal` becomes nullable (`None`: a sink without an
+//!     ordinal, distinct from `w0/`'s `Some(0)`; old rows keep the ordinal
+//!     they were written with). ClickHouse runs `ALTER TABLE <prefix>packs
+//!     MODIFY COLUMN ordinal Nullable(UInt32)` (a no-op when repeated),
+//!     SQLite rebuilds the packs table in one `BEGIN IMMEDIATE`
+//!     transaction, the fake relabels.
+//!   - 2 → 3: ClickHouse's tables are partitioned by day ("Bounded
+//!     tables" below).
+//!   - 3 → 4: the row's `sha256` becomes the SHA-256 of the whole object
+//!     (what `sha256sum` of it prints, and S3's `ChecksumSHA256`), and the
+//!     trailer's checksum (of every byte before the trailer's hash field)
+//!     moves to a column of its own, `trailer_sha256` (ARCHITECTURE.md
+//!     "Which hash is which"). ClickHouse adds it with `ALTER TABLE ADD
+//!     COLUMN trailer_sha256 String DEFAULT sha256` (metadata only: rows
+//!     already there read their `sha256` in it), SQLite adds it and copies
+//!     `sha256` in, in the install's transaction. Rows written before
+//!     carry the trailer's checksum in both columns
+//!     ([`PackRow::whole_sha256`] tells them apart); rewriting their
+//!     `sha256` would mean reading every object, so they keep it, and
+//!     readers check them by the trailer.
+//!
+//!   Upgrade note: a process of an older version that was already running
+//!   reads rows with its old row layout; stop old readers (`spool ls`,
+//!   Python) before the first service of a newer version starts on a
+//!   ClickHouse catalog, or restart them after.
 //! - **At most one holder of a lease term, and a deposed holder writes
 //!   nothing.** The lease is an append-only claim log in
 //!   `<prefix>lease(name, term, lease_id, holder, acquired_at_ms,
@@ -250,7 +266,7 @@ pub use crate::target::{
 };
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// How far back the lease log keeps claims other than each name's head:
 /// ClickHouse drops whole days older than yesterday, so it keeps at least

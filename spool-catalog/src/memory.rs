@@ -112,11 +112,12 @@ impl MemoryCatalog {
         match inner.schema_version {
             None => inner.schema_version = Some(SCHEMA_VERSION),
             Some(SCHEMA_VERSION) => {}
-            // The migrations from versions 1 and 2: version 1's rows
-            // already read as version 2 (their ordinal is `Some`), and
-            // version 3 only partitions ClickHouse's tables: the label
-            // changes.
-            Some(1 | 2) => inner.schema_version = Some(SCHEMA_VERSION),
+            // The migrations from versions 1 to 3: version 1's rows
+            // already read as version 2 (their ordinal is `Some`), version
+            // 3 only partitions ClickHouse's tables, and older rows were
+            // given their `trailer_sha256` (their `sha256`) when made by
+            // `testing_create_v1`: the label changes.
+            Some(1..=3) => inner.schema_version = Some(SCHEMA_VERSION),
             Some(found) => {
                 return Err(Error::SchemaVersion {
                     server: self.name.clone(),
@@ -269,7 +270,12 @@ impl MemoryCatalog {
         inner.schema_version = Some(1);
         for r in rows {
             r.validate()?;
-            inner.packs.insert(r.pack_id.clone(), r.clone());
+            // version 1 had no `trailer_sha256`; its `sha256` was that checksum
+            let old = PackRow {
+                trailer_sha256: r.sha256.clone(),
+                ..r.clone()
+            };
+            inner.packs.insert(r.pack_id.clone(), old);
         }
         Ok(())
     }

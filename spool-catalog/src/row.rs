@@ -16,7 +16,11 @@ pub struct PackRow {
     pub object_key: String,
     /// The operator's name for the store (`default` unless configured).
     pub store_id: String,
-    /// SHA-256 of the pack, 64 lowercase hex digits (the trailer's hash).
+    /// SHA-256 of the whole pack (the object, trailer included), 64
+    /// lowercase hex digits: what `sha256sum` of the object prints and S3
+    /// reports as its `ChecksumSHA256` (in base64). Rows written before
+    /// schema version 4 carry the trailer's checksum here instead, and the
+    /// same value in `trailer_sha256` (see [`PackRow::whole_sha256`]).
     pub sha256: String,
     /// Size of the pack in bytes.
     pub bytes: u64,
@@ -41,6 +45,11 @@ pub struct PackRow {
     pub created_at_ms: u64,
     /// When the row was written (server clock, milliseconds since the epoch).
     pub indexed_at_ms: u64,
+    /// The checksum the pack's trailer carries: the SHA-256 of every byte
+    /// of the pack before the trailer's hash field (its last 32 bytes), 64
+    /// lowercase hex digits. Schema version 4 added it; older rows got
+    /// their `sha256` (which was this checksum) copied in.
+    pub trailer_sha256: String,
 }
 
 fn is_lower_hex(s: &str, len: usize) -> bool {
@@ -62,6 +71,14 @@ pub(crate) fn check_pack_id(pack_id: &str) -> Result<()> {
 }
 
 impl PackRow {
+    /// Whether `sha256` is the SHA-256 of the whole object (every row this
+    /// schema writes), not the trailer's checksum a row written before
+    /// schema version 4 carries there (both columns equal: the two hashes
+    /// of one pack differ unless SHA-256 collides).
+    pub fn whole_sha256(&self) -> bool {
+        self.sha256 != self.trailer_sha256
+    }
+
     /// Checks the row before it is written: the ids are well-formed and no
     /// text field is empty or holds a control character.
     pub fn validate(&self) -> Result<()> {
@@ -72,6 +89,9 @@ impl PackRow {
         };
         if !is_lower_hex(&self.sha256, 64) {
             return Err(bad("sha256 must be 64 lowercase hex digits".into()));
+        }
+        if !is_lower_hex(&self.trailer_sha256, 64) {
+            return Err(bad("trailer_sha256 must be 64 lowercase hex digits".into()));
         }
         for (field, value) in [
             ("object_key", &self.object_key),

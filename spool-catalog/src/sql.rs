@@ -16,7 +16,7 @@ pub(crate) const INDEXED_AT_DEFAULT: &str = NOW_MS;
 
 /// The pack columns a `VALUES` index insert carries: all but
 /// `indexed_at_ms`, which the column's default fills.
-pub(crate) const PACK_VALUE_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms";
+pub(crate) const PACK_VALUE_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, trailer_sha256";
 
 /// The ClickHouse exception code of `throwIf` (FUNCTION_THROW_IF_VALUE_IS_NON_ZERO):
 /// a fenced index insert whose fence was shut.
@@ -27,7 +27,16 @@ pub(crate) const LEASE_COLUMNS: &str =
     "name, term, lease_id, holder, acquired_at_ms, expires_at_ms";
 
 /// The pack columns in table order.
-pub(crate) const PACK_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+pub(crate) const PACK_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256";
+
+/// The pack columns of schema versions 1 to 3 (no `trailer_sha256`): what
+/// a packs table made by them holds, copied by the partitioning swap.
+pub(crate) const PACK_COLUMNS_V3: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+
+/// The default of `trailer_sha256`: a row written before schema version 4
+/// carried the trailer's checksum as its `sha256`, so on such rows the
+/// column reads as that value (ARCHITECTURE.md "Which hash is which").
+pub(crate) const TRAILER_SHA256_DEFAULT: &str = "sha256";
 
 /// The expected columns (name, type) of the packs table.
 pub(crate) const PACKS_SCHEMA: &[(&str, &str)] = &[
@@ -43,6 +52,7 @@ pub(crate) const PACKS_SCHEMA: &[(&str, &str)] = &[
     ("ordinal", "Nullable(UInt32)"),
     ("created_at_ms", "UInt64"),
     ("indexed_at_ms", "UInt64"),
+    ("trailer_sha256", "String"),
 ];
 
 /// The expected columns (name, type) of the lease table.
@@ -75,8 +85,9 @@ pub(crate) fn quote(s: &str) -> String {
     out
 }
 
-/// The literals of a row's first eleven columns (all but `indexed_at_ms`),
-/// in table order, with `ordinal` spelled by the caller.
+/// The literals of a row's first eleven columns (all but `indexed_at_ms`
+/// and `trailer_sha256`), in table order, with `ordinal` spelled by the
+/// caller.
 fn literals(r: &PackRow, ordinal: &str) -> String {
     format!(
         "{}, {}, {}, {}, {}, {}, {}, {}, {}, {ordinal}, {}",
@@ -195,6 +206,7 @@ impl Tables {
             .iter()
             .map(|(n, t)| match *n {
                 "indexed_at_ms" => format!("{n} {t} DEFAULT {INDEXED_AT_DEFAULT}"),
+                "trailer_sha256" => format!("{n} {t} DEFAULT {TRAILER_SHA256_DEFAULT}"),
                 _ => format!("{n} {t}"),
             })
             .collect();
@@ -273,7 +285,7 @@ impl Tables {
     /// same `pack_id`), and reads use `FINAL`.
     pub(crate) fn copy_unpartitioned_packs(&self) -> String {
         format!(
-            "INSERT INTO {} ({PACK_COLUMNS}) SELECT {PACK_COLUMNS} FROM {}",
+            "INSERT INTO {} ({PACK_COLUMNS_V3}) SELECT {PACK_COLUMNS_V3} FROM {}",
             self.packs(),
             self.t(&format!("packs{UNPARTITIONED}"))
         )
@@ -332,6 +344,19 @@ impl Tables {
         )
     }
 
+    /// The migration from schema version 3: the packs table gets
+    /// `trailer_sha256`, which reads as `sha256` on every row already there
+    /// ([`TRAILER_SHA256_DEFAULT`]: the value old rows carried there). A
+    /// metadata-only change on 18.16, replicated by a replicated table
+    /// itself; a second run fails (the column exists), which the caller
+    /// checks by reading the columns again.
+    pub(crate) fn migrate_v3_trailer_sha256(&self) -> String {
+        format!(
+            "ALTER TABLE {} ADD COLUMN trailer_sha256 String DEFAULT {TRAILER_SHA256_DEFAULT}",
+            self.packs()
+        )
+    }
+
     /// Gives `indexed_at_ms` its default (the server clock) on a packs
     /// table made before it had one. Only the default changes: 18.16 and
     /// later do that in the table's metadata, rewriting no data; repeating
@@ -374,7 +399,7 @@ impl Tables {
             })
             .collect();
         format!(
-            "INSERT INTO {} ({PACK_COLUMNS}) VALUES {}",
+            "INSERT INTO {} ({PACK_COLUMNS_V3}) VALUES {}",
             self.packs(),
             values.join(", ")
         )
@@ -439,6 +464,8 @@ impl Tables {
             let ordinal = r.ordinal.map_or_else(|| "NULL".into(), |o| o.to_string());
             sql.push('(');
             sql.push_str(&literals(r, &ordinal));
+            sql.push_str(", ");
+            sql.push_str(&quote(&r.trailer_sha256));
             sql.push(')');
         }
         sql
@@ -480,6 +507,7 @@ impl Tables {
                 "created_at_ms",
                 array(rows, |r| r.created_at_ms.to_string()),
             ),
+            ("trailer_sha256", array(rows, |r| quote(&r.trailer_sha256))),
         ];
         let arrays: Vec<String> = columns
             .iter()
@@ -490,7 +518,7 @@ impl Tables {
             .map(|(name, _)| format!("{name}_a AS {name}"))
             .collect();
         format!(
-            "INSERT INTO {} ({PACK_COLUMNS}) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), {NOW_MS} FROM (SELECT {}) ARRAY JOIN {} WHERE {} SETTINGS max_execution_time = {}",
+            "INSERT INTO {} ({PACK_COLUMNS}) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), {NOW_MS}, trailer_sha256 FROM (SELECT {}) ARRAY JOIN {} WHERE {} SETTINGS max_execution_time = {}",
             self.packs(),
             arrays.join(", "),
             joins.join(", "),
@@ -612,6 +640,7 @@ mod tests {
             ordinal: Some(0),
             created_at_ms: 1795965709123,
             indexed_at_ms: 0,
+            trailer_sha256: "cd".repeat(32),
         }
     }
 
@@ -639,7 +668,7 @@ mod tests {
         );
         assert_eq!(
             t.create_packs(),
-            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64 DEFAULT toUInt64(now()) * 1000) ENGINE = ReplacingMergeTree(indexed_at_ms) PARTITION BY intDiv(created_at_ms, 86400000) ORDER BY pack_id"
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64 DEFAULT toUInt64(now()) * 1000, trailer_sha256 String DEFAULT sha256) ENGINE = ReplacingMergeTree(indexed_at_ms) PARTITION BY intDiv(created_at_ms, 86400000) ORDER BY pack_id"
         );
         assert_eq!(
             t.set_indexed_at_default(),
@@ -648,6 +677,10 @@ mod tests {
         assert_eq!(
             t.migrate_v1_ordinal(),
             "ALTER TABLE `spooldb`.`p_packs` MODIFY COLUMN ordinal Nullable(UInt32)"
+        );
+        assert_eq!(
+            t.migrate_v3_trailer_sha256(),
+            "ALTER TABLE `spooldb`.`p_packs` ADD COLUMN trailer_sha256 String DEFAULT sha256"
         );
         assert_eq!(
             t.create_lease(),
@@ -707,7 +740,7 @@ mod tests {
         );
         assert_eq!(
             t.copy_unpartitioned_packs(),
-            format!("INSERT INTO `spooldb`.`p_packs` ({PACK_COLUMNS}) SELECT {PACK_COLUMNS} FROM `spooldb`.`p_packs_unpartitioned`")
+            format!("INSERT INTO `spooldb`.`p_packs` ({PACK_COLUMNS_V3}) SELECT {PACK_COLUMNS_V3} FROM `spooldb`.`p_packs_unpartitioned`")
         );
         assert_eq!(
             t.carry_idle_lease_heads(86_400_000),
@@ -764,12 +797,12 @@ mod tests {
     #[test]
     fn golden_index_unfenced_values() {
         let t = tables();
-        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms) VALUES ";
+        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, trailer_sha256) VALUES ";
         let (a, c) = ("a".repeat(32), "c".repeat(32));
         let sha = "ab".repeat(32);
         assert_eq!(
             t.index_values(&[row('a')]),
-            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123)")
+            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd')")
         );
         // A sink without an ordinal travels as NULL (never as 0, which is
         // `w0/`); hostile text is quoted.
@@ -780,15 +813,15 @@ mod tests {
         };
         assert_eq!(
             t.index_values(&[row('a'), none]),
-            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123), ('{c}', 'pre/v1/date=2026-11-29/{c}.pack', 'default', '{sha}', 1048576, 1000, 'h\\'o\\\\st', 4242, 'r0-0badcafe', NULL, 1795965709123)")
+            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd'), ('{c}', 'pre/v1/date=2026-11-29/{c}.pack', 'default', '{sha}', 1048576, 1000, 'h\\'o\\\\st', 4242, 'r0-0badcafe', NULL, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd')")
         );
     }
 
     #[test]
     fn golden_index_fenced() {
         let t = tables();
-        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), toUInt64(now()) * 1000 FROM (SELECT ";
-        let joins = ") ARRAY JOIN pack_id_a AS pack_id, object_key_a AS object_key, store_id_a AS store_id, sha256_a AS sha256, bytes_a AS bytes, records_a AS records, source_host_a AS source_host, source_pid_a AS source_pid, rank_dir_a AS rank_dir, ordinal_a AS ordinal, created_at_ms_a AS created_at_ms";
+        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), toUInt64(now()) * 1000, trailer_sha256 FROM (SELECT ";
+        let joins = ") ARRAY JOIN pack_id_a AS pack_id, object_key_a AS object_key, store_id_a AS store_id, sha256_a AS sha256, bytes_a AS bytes, records_a AS records, source_host_a AS source_host, source_pid_a AS source_pid, rank_dir_a AS rank_dir, ordinal_a AS ordinal, created_at_ms_a AS created_at_ms, trailer_sha256_a AS trailer_sha256";
         let none = PackRow {
             ordinal: None,
             ..row('c')
@@ -798,7 +831,7 @@ mod tests {
         assert_eq!(
             fenced,
             format!(
-                "{head}['{a}', '{c}'] AS pack_id_a, ['pre/v1/date=2026-11-29/{a}.pack', 'pre/v1/date=2026-11-29/{c}.pack'] AS object_key_a, ['default', 'default'] AS store_id_a, ['abababababababababababababababababababababababababababababababab', 'abababababababababababababababababababababababababababababababab'] AS sha256_a, [1048576, 1048576] AS bytes_a, [1000, 1000] AS records_a, ['node1', 'node1'] AS source_host_a, [4242, 4242] AS source_pid_a, ['r0-0badcafe', 'r0-0badcafe'] AS rank_dir_a, [0, NULL] AS ordinal_a, [1795965709123, 1795965709123] AS created_at_ms_a{joins} WHERE {} SETTINGS max_execution_time = 4",
+                "{head}['{a}', '{c}'] AS pack_id_a, ['pre/v1/date=2026-11-29/{a}.pack', 'pre/v1/date=2026-11-29/{c}.pack'] AS object_key_a, ['default', 'default'] AS store_id_a, ['abababababababababababababababababababababababababababababababab', 'abababababababababababababababababababababababababababababababab'] AS sha256_a, [1048576, 1048576] AS bytes_a, [1000, 1000] AS records_a, ['node1', 'node1'] AS source_host_a, [4242, 4242] AS source_pid_a, ['r0-0badcafe', 'r0-0badcafe'] AS rank_dir_a, [0, NULL] AS ordinal_a, [1795965709123, 1795965709123] AS created_at_ms_a, ['cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd', 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd'] AS trailer_sha256_a{joins} WHERE {} SETTINGS max_execution_time = 4",
                 tables().fence_condition(&guard())
             )
         );
@@ -822,11 +855,11 @@ mod tests {
         let t = tables();
         assert_eq!(
             t.select_pack(&"a".repeat(32)),
-            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms FROM `spooldb`.`p_packs` FINAL WHERE pack_id = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'"
+            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256 FROM `spooldb`.`p_packs` FINAL WHERE pack_id = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'"
         );
         assert_eq!(
             t.select_range(10, 20),
-            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms FROM `spooldb`.`p_packs` FINAL WHERE created_at_ms >= 10 AND created_at_ms < 20 ORDER BY created_at_ms, pack_id"
+            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256 FROM `spooldb`.`p_packs` FINAL WHERE created_at_ms >= 10 AND created_at_ms < 20 ORDER BY created_at_ms, pack_id"
         );
         assert_eq!(
             t.select_count(),

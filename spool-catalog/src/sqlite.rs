@@ -31,29 +31,46 @@ pub(crate) fn fence_sql(lease: &str) -> String {
     )
 }
 
-/// The packs table of schema version 2 (`ordinal` may be NULL).
+/// The packs table of schema version 4 (`ordinal` may be NULL since
+/// version 2; `trailer_sha256` since version 4).
 fn create_packs(table: &str) -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS \"{table}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL)"
+        "CREATE TABLE IF NOT EXISTS \"{table}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL, trailer_sha256 TEXT NOT NULL)"
     )
 }
 
 /// The migration from schema version 1: SQLite cannot drop a `NOT NULL`
 /// in place, so the packs table is rebuilt (rows copied as they are, the
-/// time index recreated by the install) inside the install's transaction.
+/// time index recreated by the install) inside the install's transaction,
+/// straight into the current layout (each row's `sha256`, the trailer's
+/// checksum in those versions, copied into `trailer_sha256`).
 fn migrate_v1(packs: &str) -> String {
-    let cols = PACK_COLUMN_LIST;
+    let cols = PACK_COLUMN_LIST_V3;
     format!(
         "{};\n\
-         INSERT INTO \"{packs}__v2\" ({cols}) SELECT {cols} FROM \"{packs}\";\n\
+         INSERT INTO \"{packs}__v2\" ({cols}, trailer_sha256) SELECT {cols}, sha256 FROM \"{packs}\";\n\
          DROP TABLE \"{packs}\";\n\
          ALTER TABLE \"{packs}__v2\" RENAME TO \"{packs}\";",
         create_packs(&format!("{packs}__v2"))
     )
 }
 
+/// The migration from schema version 3: the packs table gets
+/// `trailer_sha256`, filled with each row's `sha256` (the trailer's
+/// checksum, in the rows those versions wrote), inside the install's
+/// transaction.
+fn migrate_v3(packs: &str) -> String {
+    format!(
+        "ALTER TABLE \"{packs}\" ADD COLUMN trailer_sha256 TEXT NOT NULL DEFAULT '';\n\
+         UPDATE \"{packs}\" SET trailer_sha256 = sha256;"
+    )
+}
+
 /// The pack columns in table order.
-const PACK_COLUMN_LIST: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+const PACK_COLUMN_LIST: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256";
+
+/// The pack columns of schema versions 1 to 3 (no `trailer_sha256`).
+const PACK_COLUMN_LIST_V3: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
 
 struct Statements {
     schema: String,
@@ -86,14 +103,14 @@ impl Statements {
             "CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms)"
         );
         let cols = PACK_COLUMN_LIST;
-        let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms";
+        let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms, trailer_sha256 = excluded.trailer_sha256";
         // The fence is read once per batch inside its `BEGIN IMMEDIATE`
         // transaction: no other writer can append a claim until it commits.
         let fence_open = format!("SELECT {} = 1", fence_sql(&lease));
         // The clock is read once per batch, not per row, and bound as ?12.
         let now = format!("SELECT {NOW_MS}");
         let upsert = format!(
-            "INSERT INTO \"{packs}\" ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) {upsert_tail}"
+            "INSERT INTO \"{packs}\" ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) {upsert_tail}"
         );
         let append_claim = format!(
             "INSERT INTO \"{lease}\" (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT ?1, ?2, ?3, ?4, {NOW_MS}, {NOW_MS} + ?5 WHERE (SELECT coalesce(max(term), 0) FROM \"{lease}\" WHERE name = ?1) = ?2 - 1"
@@ -158,6 +175,7 @@ const PACKS_COLUMNS: &[(&str, &str)] = &[
     ("ordinal", "INTEGER"),
     ("created_at_ms", "INTEGER NOT NULL"),
     ("indexed_at_ms", "INTEGER NOT NULL"),
+    ("trailer_sha256", "TEXT NOT NULL"),
 ];
 const LEASE_COLUMNS: &[(&str, &str)] = &[
     ("name", "TEXT NOT NULL"),
@@ -186,6 +204,7 @@ fn row_to_pack(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
             },
             created_at_ms: unsigned(r, 10)?,
             indexed_at_ms: unsigned(r, 11)?,
+            trailer_sha256: r.get(12)?,
         })
     }
     read(r).map_err(|e| {
@@ -364,6 +383,23 @@ fn open_and_install(
         }
     }
     tx.execute_batch(&s.create).purpose("create the tables")?;
+    let has_trailer: bool = tx
+        .query_row(
+            &format!(
+                "SELECT count(*) FROM pragma_table_info('{}') WHERE name = 'trailer_sha256'",
+                s.packs
+            ),
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .purpose("look for the trailer_sha256 column")?
+        > 0;
+    // only a table an older spool made (a version row says so) is migrated
+    if !has_trailer && (1..SCHEMA_VERSION).contains(&found) {
+        tx.execute_batch(&migrate_v3(&s.packs))
+            .purpose("migrate the packs table from schema version 3 (trailer_sha256)")?;
+        tracing::info!(path = %shown, "migrated the packs table from schema version 3: trailer_sha256 added, filled with each row's sha256");
+    }
     for (table, want) in [(&s.packs, PACKS_COLUMNS), (&s.lease, LEASE_COLUMNS)] {
         let mut st = tx
             .prepare(&format!("PRAGMA table_info(\"{table}\")"))
@@ -493,6 +529,7 @@ impl Catalog for SqliteCatalog {
                         r.ordinal.map(i64::from),
                         r.created_at_ms as i64,
                         now,
+                        r.trailer_sha256,
                     ])
                     .purpose("insert a pack row")?;
                 }
@@ -658,7 +695,7 @@ impl SqliteCatalog {
         for r in rows {
             c.execute(
                 &format!(
-                    "INSERT INTO \"{}\" ({PACK_COLUMN_LIST}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    "INSERT INTO \"{}\" ({PACK_COLUMN_LIST_V3}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                     s.packs
                 ),
                 params![
@@ -727,6 +764,38 @@ impl SqliteCatalog {
 mod tests {
     use super::*;
 
+    /// A file as schema version 3 left it (no `trailer_sha256`) gets the
+    /// column on open, each row's `sha256` (then the trailer's checksum)
+    /// copied in, and the version row 4; opening it again changes nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_version_3_file_gets_trailer_sha256_from_each_rows_sha256() {
+        let dir = std::env::temp_dir().join(format!("spool-sqlite-v3-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("catalog.db");
+        let _ = std::fs::remove_file(&path);
+        let v3_packs = create_packs("spool_packs").replace(", trailer_sha256 TEXT NOT NULL", "");
+        assert!(!v3_packs.contains("trailer"));
+        let old_sha = "ab".repeat(32);
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(&format!(
+            "CREATE TABLE \"spool_schema_version\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
+             {v3_packs};\n\
+             INSERT INTO \"spool_schema_version\" VALUES (3, 0);\n\
+             INSERT INTO \"spool_packs\" ({PACK_COLUMN_LIST_V3}) VALUES ('{id}', 'k', 'default', '{old_sha}', 1, 1, 'h', 1, 'r0-0badcafe', NULL, 5, 6);",
+            id = "a".repeat(32),
+        ))
+        .unwrap();
+        drop(c);
+        for _ in 0..2 {
+            let cat = SqliteCatalog::new(path.clone(), "spool_").unwrap();
+            let row = cat.get(&"a".repeat(32)).await.unwrap().unwrap();
+            assert_eq!((&row.sha256, &row.trailer_sha256), (&old_sha, &old_sha));
+            assert!(!row.whole_sha256());
+            assert_eq!(cat.testing_schema_version().await.unwrap(), SCHEMA_VERSION);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn golden_sqlite_fence_and_claim() {
         let s = Statements::new("spool_");
@@ -743,9 +812,11 @@ mod tests {
             format!("SELECT {} = 1", fence_sql("spool_lease"))
         );
         assert!(s.upsert.starts_with(
-            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
+            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
         ));
-        assert!(s.upsert.ends_with("indexed_at_ms = excluded.indexed_at_ms"));
+        assert!(s
+            .upsert
+            .ends_with("trailer_sha256 = excluded.trailer_sha256"));
         assert_eq!(
             s.now,
             "SELECT (CAST(strftime('%s','now') AS INTEGER) * 1000)"

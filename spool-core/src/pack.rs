@@ -303,7 +303,14 @@ impl PackWriter {
     }
 
     /// Writes the footer and the trailer and returns the pack's bytes.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub fn finish(self) -> Vec<u8> {
+        self.finish_with_sha256().0
+    }
+
+    /// [`PackWriter::finish`], with the SHA-256 of the whole pack (what
+    /// `sha256sum` of it prints: [`PackSummary::sha256`]), from the same
+    /// pass that computes the trailer's checksum.
+    pub fn finish_with_sha256(mut self) -> (Vec<u8>, [u8; 32]) {
         let footer_offset = self.buf.len() as u64;
         self.buf.reserve_exact(FOOTER_LEN + TRAILER_LEN);
         self.buf.extend_from_slice(&FOOTER_MARKER.to_le_bytes());
@@ -317,10 +324,13 @@ impl PackWriter {
             sha256: [0; 32],
         };
         self.buf.extend_from_slice(&trailer.encode_head());
-        let hash = Sha256::digest(&self.buf);
-        self.buf.extend_from_slice(&hash);
+        let mut hasher = Sha256::new();
+        hasher.update(&self.buf);
+        let checksum = hasher.clone().finalize();
+        self.buf.extend_from_slice(&checksum);
+        hasher.update(checksum);
         debug_assert_eq!(self.buf.len() as u64, total_len);
-        self.buf
+        (self.buf, hasher.finalize().into())
     }
 }
 
@@ -333,8 +343,14 @@ pub struct PackSummary {
     pub bytes: u64,
     /// Its record count.
     pub records: u64,
-    /// Its SHA-256 (as carried by the trailer, and checked).
+    /// The SHA-256 of the whole pack, trailer included: what `sha256sum`
+    /// of the file or of its object prints, and the catalog row's
+    /// `sha256` (ARCHITECTURE.md "Which hash is which").
     pub sha256: [u8; 32],
+    /// The checksum its trailer carries, checked: the SHA-256 of every byte
+    /// before the trailer's hash field ([`Trailer::sha256`]); the row's
+    /// `trailer_sha256`.
+    pub trailer_sha256: [u8; 32],
     /// Its creation time (from the header), ms since the epoch.
     pub created_ms: u64,
 }
@@ -523,8 +539,13 @@ impl<'c, R: Read> Decoder<'c, R> {
             }));
         }
         let head: [u8; TRAILER_HASH_OFFSET] = self.stream.read_array()?;
-        let computed: [u8; 32] = std::mem::take(&mut self.stream.hasher).finalize().into();
+        // One pass: the hash of everything before the hash field is the
+        // trailer's checksum; the same state fed the field gives the whole
+        // pack's SHA-256.
+        let mut hasher = std::mem::take(&mut self.stream.hasher);
+        let computed: [u8; 32] = hasher.clone().finalize().into();
         let stored = self.stream.read_hash_field_and_end()?;
+        hasher.update(stored);
         let mut raw = [0u8; TRAILER_LEN];
         raw[..TRAILER_HASH_OFFSET].copy_from_slice(&head);
         raw[TRAILER_HASH_OFFSET..].copy_from_slice(&stored);
@@ -561,7 +582,8 @@ impl<'c, R: Read> Decoder<'c, R> {
             id: self.header.id,
             bytes: self.stream.offset,
             records: self.records,
-            sha256: computed,
+            sha256: hasher.finalize().into(),
+            trailer_sha256: computed,
             created_ms: self.header.created_ms,
         })
     }

@@ -191,8 +191,8 @@ pub struct SinkStats {
     pub staged_packs: u64,
     /// The id of the last pack staged into this sink's slot.
     pub last_staged: Option<PackId>,
-    /// The checksum in the trailer (SHA-256) of the last pack
-    /// this sink staged.
+    /// The SHA-256 of the whole last pack this sink staged (what
+    /// `sha256sum` of it prints, and its catalog row's `sha256`).
     pub last_staged_sha256: Option<[u8; 32]>,
     /// Packs sealed (or being staged) but not staged yet.
     pub pending_packs: u64,
@@ -225,7 +225,8 @@ struct SealedPack {
 /// for the retry.
 enum Body {
     Writer(PackWriter),
-    Finished(Vec<u8>),
+    /// A pack's bytes and their SHA-256, kept for a retried stage.
+    Finished(Vec<u8>, [u8; 32]),
 }
 
 struct State {
@@ -739,9 +740,9 @@ fn stager(shared: &Shared) {
             state.in_flight = charge;
             drop(state);
             let id = pack.id;
-            let bytes = match pack.body {
-                Body::Writer(writer) => writer.finish(),
-                Body::Finished(bytes) => bytes,
+            let (bytes, sha256) = match pack.body {
+                Body::Writer(writer) => writer.finish_with_sha256(),
+                Body::Finished(bytes, sha256) => (bytes, sha256),
             };
             let result = shared.target.stage(config.ordinal, id, &bytes);
             if result.is_ok() && config.hand_off {
@@ -763,9 +764,7 @@ fn stager(shared: &Shared) {
                     state.staged_total += 1;
                     state.slot_count += 1;
                     state.last_pack = Some(id);
-                    state.last_sha256 = bytes
-                        .get(bytes.len().saturating_sub(32)..)
-                        .and_then(|h| h.try_into().ok());
+                    state.last_sha256 = Some(sha256);
                     state.full = None;
                     state.last_error = None;
                     // After the stage returned: the pack is linked and its
@@ -793,7 +792,7 @@ fn stager(shared: &Shared) {
                     // idempotent stage) at the front of the queue.
                     state.queue.push_front(SealedPack {
                         id,
-                        body: Body::Finished(bytes),
+                        body: Body::Finished(bytes, sha256),
                         charge,
                     });
                     shared.progress.notify_all();

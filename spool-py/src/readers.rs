@@ -18,7 +18,7 @@ use spool_service::fetch::fetch_pack;
 use crate::errors;
 
 /// The columns of a catalog row, in order.
-pub const COLUMNS: [&str; 12] = [
+pub const COLUMNS: [&str; 13] = [
     "pack_id",
     "object_key",
     "store_id",
@@ -31,6 +31,7 @@ pub const COLUMNS: [&str; 12] = [
     "ordinal",
     "created_at_ms",
     "indexed_at_ms",
+    "trailer_sha256",
 ];
 
 type Reader = PackReader<Box<dyn Read + Send>>;
@@ -139,6 +140,7 @@ fn row<'py>(py: Python<'py>, r: &PackRow) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("ordinal", r.ordinal)?;
     d.set_item("created_at_ms", r.created_at_ms)?;
     d.set_item("indexed_at_ms", r.indexed_at_ms)?;
+    d.set_item("trailer_sha256", &r.trailer_sha256)?;
     Ok(d)
 }
 

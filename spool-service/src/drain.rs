@@ -293,7 +293,7 @@ impl Drain {
             pack_id: summary.id.to_hex(),
             object_key: result.key.to_string(),
             store_id: self.store_id.clone(),
-            sha256: hex::encode(result.outcome.sha256().unwrap_or(summary.sha256)),
+            sha256: hex::encode(summary.sha256),
             bytes: summary.bytes,
             records: summary.records,
             source_host: job.source().host().to_string(),
@@ -306,6 +306,7 @@ impl Drain {
             ordinal: job.pack().ordinal,
             created_at_ms: summary.created_ms,
             indexed_at_ms: now_ms(),
+            trailer_sha256: hex::encode(summary.trailer_sha256),
         }
     }
 

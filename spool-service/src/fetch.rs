@@ -1,7 +1,7 @@
 //! Reading one pack back (`spool cat`, Python's `spool.fetch`): its row
 //! from the catalog, its object from the store, then the checks a reader
 //! relies on — spool-core's whole-pack validation (header, the expected id,
-//! every record, footer, trailer, SHA-256) and the row's checksum and size.
+//! every record, footer, trailer, SHA-256) and the row's checksums and size.
 //! One function, so the command and the binding check alike.
 
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -96,12 +96,19 @@ pub async fn fetch_pack<F: Read + Write + Seek>(
         }
         Err(e) => return Err(store_error(e.into())),
     };
-    let sha = hex::encode(summary.sha256);
-    if sha != row.sha256 || summary.bytes != row.bytes {
+    // A row of schema version 4 or later names the whole object's SHA-256
+    // and the trailer's checksum; an older one the trailer's in both
+    // (`PackRow::whole_sha256`), so it is checked against that.
+    let (sha, trailer) = (
+        hex::encode(summary.sha256),
+        hex::encode(summary.trailer_sha256),
+    );
+    let row_sha = if row.whole_sha256() { &sha } else { &trailer };
+    if *row_sha != row.sha256 || trailer != row.trailer_sha256 || summary.bytes != row.bytes {
         return Err(mismatch(
             format!(
-                "the catalog says sha256 {} and {} bytes, the object has sha256 {sha} and {} bytes",
-                row.sha256, row.bytes, summary.bytes
+                "the catalog says sha256 {} (trailer {}) and {} bytes, the object has sha256 {sha} (trailer {trailer}) and {} bytes",
+                row.sha256, row.trailer_sha256, row.bytes, summary.bytes
             ),
             None,
         ));

@@ -57,15 +57,16 @@ pub struct UploadResult {
 pub enum UploadOutcome {
     /// This call put the object.
     Uploaded {
-        /// The pack's SHA-256 (from its trailer).
-        sha256: [u8; 32],
+        /// The pack's trailer checksum (the SHA-256 of every byte before
+        /// the trailer's hash field), checked against the bytes sent.
+        trailer_sha256: [u8; 32],
         /// Attempts it took (1 = first time).
         attempts: u32,
     },
     /// The same pack (same size and checksum) was already at the key.
     Skipped {
-        /// The pack's SHA-256.
-        sha256: [u8; 32],
+        /// The pack's trailer checksum, equal to the stored object's.
+        trailer_sha256: [u8; 32],
     },
     /// Not uploaded; the pack stays in the spool.
     Failed(UploadFailure),
@@ -85,16 +86,6 @@ impl UploadOutcome {
         match self {
             UploadOutcome::Failed(f) => Some(f),
             _ => None,
-        }
-    }
-
-    /// The pack's SHA-256, if it is stored.
-    pub fn sha256(&self) -> Option<[u8; 32]> {
-        match self {
-            UploadOutcome::Uploaded { sha256, .. } | UploadOutcome::Skipped { sha256 } => {
-                Some(*sha256)
-            }
-            UploadOutcome::Failed(_) => None,
         }
     }
 }
@@ -268,15 +259,15 @@ impl Uploader {
             }
             attempt += 1;
             match self.attempt(item, key, cancel).await {
-                Ok(Done::Uploaded(sha256, summary)) => {
+                Ok(Done::Uploaded(trailer_sha256, summary)) => {
                     let outcome = UploadOutcome::Uploaded {
-                        sha256,
+                        trailer_sha256,
                         attempts: attempt,
                     };
                     return (outcome, summary);
                 }
-                Ok(Done::Skipped(sha256, summary)) => {
-                    return (UploadOutcome::Skipped { sha256 }, summary)
+                Ok(Done::Skipped(trailer_sha256, summary)) => {
+                    return (UploadOutcome::Skipped { trailer_sha256 }, summary)
                 }
                 Err(e) if !e.is_retryable() || attempt >= cfg.max_attempts => {
                     return fail(e, attempt)

@@ -49,6 +49,7 @@ pub fn row(n: u64, created_at_ms: u64) -> PackRow {
         ordinal: (n % 3 != 2).then_some((n % 3) as u32),
         created_at_ms,
         indexed_at_ms: 0,
+        trailer_sha256: format!("{:064x}", n + 0xdead_0000),
     }
 }
 
@@ -101,6 +102,10 @@ pub async fn index_get_list_count(fx: Fixture) {
     bad.sha256 = "xyz".into();
     let e = c.index(&[row(11, 5_000_000), bad], None).await.unwrap_err();
     assert!(matches!(e, Error::InvalidRow { .. }), "{e}");
+    let mut bad = row(12, 5_000_000);
+    bad.trailer_sha256 = "AB".repeat(32);
+    let e = c.index(&[row(11, 5_000_000), bad], None).await.unwrap_err();
+    assert!(e.to_string().contains("trailer_sha256"), "{e}");
     assert_eq!(c.count().await.unwrap(), 4);
 }
 
@@ -427,8 +432,10 @@ pub async fn newer_schema_version_refused(fx: Fixture) {
 /// DDL, `ordinal` NOT NULL, and rows written as version 1 wrote them) is
 /// migrated when this build first opens it: the old rows read back as
 /// they were, a new row with no ordinal (and a producer's host and pid)
-/// reads back with `None` — distinct from an old row's `Some(0)` — the
-/// version row says 2, and opening it again changes nothing.
+/// reads back with `None` — distinct from an old row's `Some(0)` — old
+/// rows read their `sha256` (then the trailer's checksum) as their
+/// `trailer_sha256` too, the version row says 4, and opening it again
+/// changes nothing.
 pub async fn migration_from_v1_keeps_rows(fx: Fixture) {
     let old: Vec<PackRow> = (0..3)
         .map(|n| PackRow {
@@ -467,6 +474,10 @@ pub async fn migration_from_v1_keeps_rows(fx: Fixture) {
             (&r.source_host, r.source_pid, r.ordinal, r.bytes, &r.sha256),
             "an old row reads back as written"
         );
+        // before version 4 a row's sha256 was its trailer's checksum: it
+        // reads back in trailer_sha256 too, and the row says so
+        assert_eq!(got.trailer_sha256, r.sha256, "{got:?}");
+        assert!(!got.whole_sha256(), "{got:?}");
     }
     let new = PackRow {
         source_host: "node-producer".into(),
@@ -482,6 +493,12 @@ pub async fn migration_from_v1_keeps_rows(fx: Fixture) {
     fresh.ensure_schema().await.unwrap();
     let got = fresh.get(&new.pack_id).await.unwrap().unwrap();
     assert_eq!(got.ordinal, None, "no ordinal reads back as none, not 0");
+    assert_eq!(
+        (&got.sha256, &got.trailer_sha256),
+        (&new.sha256, &new.trailer_sha256),
+        "a new row keeps both hashes apart"
+    );
+    assert!(got.whole_sha256());
     assert!(
         got.indexed_at_ms > 1_600_000_000_000,
         "a row indexed after the migration is stamped by the catalog clock: {got:?}"

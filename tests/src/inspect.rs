@@ -65,6 +65,11 @@ pub fn pack_and_row(
         ordinal: None,
         created_at_ms: created_ms,
         indexed_at_ms: 0,
+        trailer_sha256: summary
+            .trailer_sha256
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
     };
     (id, bytes, row)
 }

@@ -357,6 +357,7 @@ mod clickhouse_faults {
             ("ordinal", "Nullable(UInt32)"),
             ("created_at_ms", "UInt64"),
             ("indexed_at_ms", "UInt64"),
+            ("trailer_sha256", "String"),
         ];
         let lease = [
             ("name", "String"),

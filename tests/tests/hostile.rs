@@ -641,7 +641,7 @@ fn catalog_garbage_gives_clear_errors_and_changes_nothing() {
     let row = |id: &str, object_key: &str, bytes: &str, ordinal: &str| {
         format!(
             "INSERT INTO spool_packs VALUES ('{id}', {object_key}, 'default', 'ab', {bytes}, 1, \
-             'h', 1, 'r9-00000000', {ordinal}, 1796153435430, 1796153435430)"
+             'h', 1, 'r9-00000000', {ordinal}, 1796153435430, 1796153435430, 'ab')"
         )
     };
     let id = "01a23316652658cfc2d65896fafb3299";

@@ -194,7 +194,8 @@ async fn async_insert_knob_follows_the_server_version() {
 
 /// A packs table made before `indexed_at_ms` had its default (the schema-2
 /// DDL of earlier builds) gets it on open, keeps its rows, and rows indexed
-/// afterwards carry the server clock, not 0.
+/// afterwards carry the server clock, not 0; it gets `trailer_sha256`
+/// (schema version 4) too, which its old rows read as their `sha256`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_packs_table_without_the_clock_default_gets_it() {
     with_db(|fx, url| async move {
@@ -229,7 +230,13 @@ async fn a_packs_table_without_the_clock_default_gets_it() {
             got.indexed_at_ms
         );
         let old = fx.catalog.get(&suite::row(1, 500).pack_id).await.unwrap();
-        assert_eq!(old.map(|o| o.indexed_at_ms), Some(777), "old rows kept");
+        let old = old.expect("old rows kept");
+        assert_eq!(old.indexed_at_ms, 777, "old rows kept as they were");
+        // the column version 4 added reads as the old row's sha256 (then
+        // the trailer's checksum); a new row keeps both hashes apart
+        assert_eq!(old.trailer_sha256, old.sha256);
+        assert!(!old.whole_sha256() && got.whole_sha256(), "{got:?}");
+        assert_eq!(got.trailer_sha256, r.trailer_sha256);
         // Opening again changes nothing and still stamps the clock.
         let again = (fx.reopen)();
         let r3 = suite::row(3, 1_500);

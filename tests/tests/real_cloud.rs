@@ -247,7 +247,7 @@ async fn gcs_reads_and_preflight_on_objects_made_through_the_json_api() {
 
     let r = up.upload_one(item.clone(), &cancel).await;
     assert!(
-        matches!(r.outcome, UploadOutcome::Skipped { sha256 } if sha256 == trailer.sha256),
+        matches!(r.outcome, UploadOutcome::Skipped { trailer_sha256 } if trailer_sha256 == trailer.sha256),
         "{:?}",
         r.outcome
     );

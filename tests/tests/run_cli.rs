@@ -72,6 +72,16 @@ fn stored_object(root: &Path, id: &str) -> Option<PathBuf> {
     None
 }
 
+/// The catalog's rows as `spool ls --json` prints them.
+fn ls_json(root: &Path) -> Vec<Value> {
+    let out = output(spool().args(["ls", "--json", "--spool-root"]).arg(root));
+    assert!(out.status.success(), "{}", describe(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn catalog_rows(root: &Path) -> BTreeSet<String> {
     spool_tests::indexed_ids(root)
 }
@@ -277,6 +287,53 @@ fn run_once_on_embedded_defaults_drains_dead_siblings_into_store_and_catalog() {
         !text.contains(".store") && !text.contains(".catalog.db"),
         "{text}"
     );
+}
+
+/// A row's `sha256` is what a standard tool prints of its object
+/// (`sha256sum`, the coreutils binary), and the one `spool produce
+/// --print-sha256` reported; its `trailer_sha256` is the checksum the
+/// pack's trailer carries (its last 32 bytes), a different value.
+#[test]
+fn every_row_carries_the_sha256_that_sha256sum_prints_of_its_object() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = key_dir(root.path(), &[]).join("r1-0000abcd");
+    fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    let out = output(
+        spool()
+            .args(["produce", "--pack-bytes", "4096", "--packs", "3"])
+            .args(["--print-sha256", "--dir"])
+            .arg(&dir),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let reported: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(reported.len(), 3, "{}", describe(&out));
+    let out = run_once(root.path(), &["--timeout", "60"]);
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let mut rows = BTreeSet::new();
+    for row in ls_json(root.path()) {
+        let id = row["pack_id"].as_str().unwrap();
+        let (sha, trailer) = (
+            row["sha256"].as_str().unwrap(),
+            row["trailer_sha256"].as_str().unwrap(),
+        );
+        let obj = stored_object(root.path(), id).unwrap();
+        let sum = output(std::process::Command::new("sha256sum").arg(&obj));
+        assert!(sum.status.success(), "{}", describe(&sum));
+        let printed = String::from_utf8_lossy(&sum.stdout);
+        assert_eq!(printed.split_whitespace().next(), Some(sha), "{row}");
+        let bytes = fs::read(&obj).unwrap();
+        let tail: String = bytes[bytes.len() - 32..]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(trailer, tail, "{row}");
+        assert_ne!(sha, trailer, "{row}");
+        rows.insert(format!("{id} {sha}"));
+    }
+    assert_eq!(rows, reported, "the rows against what produce reported");
 }
 
 #[test]
@@ -1228,16 +1285,7 @@ fn adopted_rows_name_the_dead_producer_and_a_null_ordinal() {
     }
     let out = run_once(root.path(), &["--timeout", "60"]);
     assert_eq!(code(&out), 0, "{}", describe(&out));
-    let out = output(
-        spool()
-            .args(["ls", "--json", "--spool-root"])
-            .arg(root.path()),
-    );
-    assert!(out.status.success(), "{}", describe(&out));
-    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = ls_json(root.path());
     assert_eq!(rows.len(), 4, "{rows:?}");
     let host = spool_lock::host_name();
     for (name, pid, ids, ordinal) in &producers {

@@ -126,10 +126,37 @@ impl ClickHouseCatalog {
             self.execute("create the lease table", Mode::Ddl, &t.create_lease())
                 .await?;
         }
-        let cols: Vec<ColumnRow> = self
+        let mut cols: Vec<ColumnRow> = self
             .fetch_all("read the table columns", Mode::Plain, &t.select_columns())
             .await?;
         let packs = t.packs_name();
+        let has_trailer = |cols: &[ColumnRow]| {
+            cols.iter()
+                .any(|c| c.table == packs && c.name == "trailer_sha256")
+        };
+        // (only on tables an older spool made: a version row says so)
+        if (1..SCHEMA_VERSION).contains(&found) && !has_trailer(&cols) {
+            // Version 3 → 4: the trailer's checksum gets a column of its
+            // own (old rows read their `sha256` there). A concurrent
+            // migrator's ALTER fails on the column it added: read again.
+            let added = self
+                .execute(
+                    "migrate the packs table from schema version 3 (trailer_sha256)",
+                    Mode::Plain,
+                    &t.migrate_v3_trailer_sha256(),
+                )
+                .await;
+            cols = self
+                .fetch_all("read the table columns", Mode::Plain, &t.select_columns())
+                .await?;
+            match added {
+                Ok(()) => {
+                    tracing::info!(server = %server, table = %packs, "migrated the packs table from schema version 3: trailer_sha256 added, rows already there read their sha256 in it")
+                }
+                Err(e) if !has_trailer(&cols) => return Err(e),
+                Err(_) => {}
+            }
+        }
         // `indexed_at_ms` must default to the server clock: the unfenced
         // `VALUES` insert leaves it out. Tables made before it had one get
         // it (a metadata-only change, idempotent).

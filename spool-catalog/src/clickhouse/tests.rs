@@ -57,6 +57,7 @@ fn row_on_day(day: u64, n: u64) -> PackRow {
         ordinal: None,
         created_at_ms: day * DAY_MS + n,
         indexed_at_ms: 0,
+        trailer_sha256: "cd".repeat(32),
     }
 }
 

@@ -28,8 +28,10 @@ pub struct Args {
     pub limit: Option<usize>,
     /// One JSON object per line per pack, with every catalog column
     /// (pack_id, object_key, store_id, sha256, bytes, records, source_host,
-    /// source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms); a
-    /// sink without an ordinal has `"ordinal": null`.
+    /// source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms,
+    /// trailer_sha256); a sink without an ordinal has `"ordinal": null`;
+    /// `sha256` is the whole object's (as `sha256sum` prints it),
+    /// `trailer_sha256` the pack trailer's checksum.
     #[arg(long)]
     pub json: bool,
 }
@@ -197,6 +199,7 @@ mod tests {
             ordinal: None,
             created_at_ms: 1_795_965_709_123,
             indexed_at_ms: 0,
+            trailer_sha256: "c".repeat(64),
         };
         let w0 = PackRow {
             ordinal: Some(0),

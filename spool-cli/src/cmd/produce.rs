@@ -25,7 +25,8 @@
 //! Each pack is `--records` records filling about `--pack-bytes` bytes; the
 //! sink seals it by record count and the command flushes it, so a printed id
 //! is a pack whose `.ready` file exists and whose directory was fsynced
-//! (`--print-sha256` adds its trailer checksum: `ID SHA256`).
+//! (`--print-sha256` adds the SHA-256 of the whole pack, its catalog row's
+//! `sha256`: `ID SHA256`).
 //! `--hold` keeps the lock after staging until SIGTERM, SIGINT or SIGHUP (the signals
 //! are blocked in every thread and taken with `sigwait` by a thread of
 //! their own, so no handler runs in an arbitrary thread). A signal that
@@ -127,7 +128,8 @@ pub struct Args {
     /// SIGTERM, SIGINT or SIGHUP.
     #[arg(long)]
     pub hold: bool,
-    /// Print each pack's SHA-256 (its trailer checksum, 64 hex digits)
+    /// Print each pack's SHA-256 (of the whole pack, as `sha256sum` prints
+    /// it and its catalog row carries; 64 hex digits)
     /// after its id on the same line: `ID SHA256`.
     #[arg(long)]
     pub print_sha256: bool,

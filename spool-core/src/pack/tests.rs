@@ -109,6 +109,26 @@ fn layout_is_as_documented() {
 }
 
 #[test]
+fn the_summary_carries_the_whole_pack_sha256_and_the_trailer_checksum() {
+    // `sha256` is what `sha256sum` of the pack (or of its object) prints;
+    // `trailer_sha256` what the trailer says of the bytes before it
+    let mut w = PackWriter::new(PackId::generate(), 1_700_000_000_000);
+    w.push_record(b"one");
+    w.push_record(b"two");
+    let (p, sha256) = w.finish_with_sha256();
+    let whole: [u8; 32] = Sha256::digest(&p).into();
+    let before_hash: [u8; 32] = Sha256::digest(&p[..p.len() - 32]).into();
+    assert_eq!(sha256, whole);
+    let s = validate(&p[..], None, &AtomicBool::new(false)).unwrap();
+    assert_eq!(s.sha256, whole);
+    assert_eq!(s.trailer_sha256, before_hash);
+    assert_ne!(s.sha256, s.trailer_sha256);
+    let mut r = PackReader::new(&p[..]).unwrap();
+    assert_eq!(r.by_ref().count(), 2);
+    assert_eq!(r.summary().unwrap().sha256, whole);
+}
+
+#[test]
 fn reader_streams_records_and_checks_the_pack() {
     let (id, p) = pack(&[b"one", b"", b"three"]);
     let mut r = PackReader::new(&p[..]).unwrap();

@@ -415,8 +415,13 @@ mod on_disk {
         let id = sink.stats().last_staged.unwrap();
         let path = dir.join("w4").join(format!("{}.ready", id.to_hex()));
         let summary = crate::spool::validate_file(&path, id, &AtomicBool::new(false)).unwrap();
-        // the checksum the sink reports is the staged pack's (what
-        // `spool produce --print-sha256` prints for the torture's oracle)
+        // the checksum the sink reports is the staged pack's whole SHA-256
+        // (what `spool produce --print-sha256` prints for the torture's
+        // oracle, and `sha256sum` of the file)
+        assert_eq!(
+            sink.stats().last_staged_sha256,
+            Some(<sha2::Sha256 as sha2::Digest>::digest(std::fs::read(&path).unwrap()).into())
+        );
         assert_eq!(sink.stats().last_staged_sha256, Some(summary.sha256));
         assert!(!dir.join(format!("{}.ready", id.to_hex())).exists());
         let point = registry.get_or_create(sink.dir(), Some(4));

@@ -37,6 +37,7 @@ fn pack(holder: &str, round: u64, what: &str) -> PackRow {
         ordinal: None,
         created_at_ms: 1_000 + round,
         indexed_at_ms: 0,
+        trailer_sha256: "1".repeat(64),
     }
 }
 
