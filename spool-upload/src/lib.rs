@@ -55,6 +55,23 @@
 //!   by TLS and our own hash before the upload completes. `file://` hashes
 //!   the staged copy itself, chunk by chunk as it is written, before it
 //!   publishes it.
+//! - **How often a pack's bytes are read and hashed** (between the spool
+//!   file and the socket; ARCHITECTURE.md "Which hash is which"):
+//!   - a single PUT (up to `multipart_threshold`): read once into 1 MiB
+//!     buffers; hashed once by spool-core's validation of those buffers
+//!     (the trailer's checksum and the whole pack's SHA-256 from one pass:
+//!     the service's row gets the latter), and once by object_store for
+//!     `x-amz-checksum-sha256` on `s3://` (its SigV4 signature reuses that
+//!     digest as the payload hash); the buffers are moved into the
+//!     `PutPayload`, not copied. object_store 0.14 takes no checksum from
+//!     the caller and signs every header it sends, so the second hash stays
+//!     while the server's own check of the body is wanted;
+//!   - a multipart upload: read twice (the service's validation ahead of
+//!     the upload, then the parts as they stream) and hashed three times
+//!     (that validation, the check of the bytes sent, object_store's per
+//!     part): the check of what is sent guards against a file changed
+//!     since it was validated;
+//!   - `file://`: read once and hashed once as it is copied.
 //! - **Durable before it counts.** An `Uploaded` or `Skipped` outcome means
 //!   the object is on stable storage, because the service deletes the pack
 //!   from the spool right after it is indexed. S3, GCS and Azure acknowledge
