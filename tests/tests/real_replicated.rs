@@ -2,7 +2,8 @@
 //! ZooKeeper that `cargo xtask test` starts (`SPOOL_TEST_CLICKHOUSE_REPLICAS`,
 //! `_CLUSTER`, `_REPLICA_CONFIGS`): tables created `ON CLUSTER` as
 //! replicated; indexing with any one replica killed, and no confirmed row
-//! lost when one dies; with two down an insert fails and a lease claim
+//! lost when one dies; `spool run --once` adopting and draining with a
+//! replica killed; with two down an insert fails and a lease claim
 //! fails closed; the URL's failover past a host that refuses or stalls. The tests
 //! kill and stall the shared replicas, so they run one at a time (module
 //! `serial`); each heals the replicas and drops its database, pass or fail.
@@ -178,6 +179,69 @@ mod serial {
             assert_eq!(count, confirmed.len() as u64, "read through the failover");
             replicas.restart(victim);
         }
+    }
+
+    /// `spool run --once` with the replicated catalog and a replica killed
+    /// (the first the URL names, so every statement fails over) adopts a
+    /// dead producer's directory and drains it: the node lease is claimed
+    /// and the rows confirmed on the two live replicas, within a bound.
+    /// (Any one replica: the indexing test above.)
+    #[test]
+    fn spool_run_once_adopts_and_drains_with_a_replica_killed() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let catalog = spool_catalog::open_with_timeout(&url, Duration::from_secs(5)).unwrap();
+        cleanup.rt.block_on(catalog.ensure_schema()).unwrap();
+        let victim = 0;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("spool");
+        std::fs::create_dir(&root).unwrap();
+        let store = format!("file://{}", tmp.path().join("store").display());
+        let args = |cmd: &mut std::process::Command| {
+            cmd.arg("--spool-root").arg(&root);
+            cmd.args(["--catalog", &url, "--store", &store]);
+        };
+        let mut show = spool_tests::spool();
+        show.args(["config", "show", "--json"]);
+        args(&mut show);
+        let out = spool_tests::output(&mut show);
+        assert!(out.status.success(), "{}", spool_tests::describe(&out));
+        let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let dead =
+            std::path::Path::new(shown["derived"]["key_dir"].as_str().unwrap()).join("r7-0000abcd");
+        std::fs::create_dir_all(dead.parent().unwrap()).unwrap();
+        let out = spool_tests::output(
+            spool_tests::spool()
+                .args(["produce", "--packs", "3", "--pack-bytes", "2048", "--dir"])
+                .arg(&dead),
+        );
+        assert!(out.status.success(), "{}", spool_tests::describe(&out));
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        replicas.kill(victim);
+        let started = Instant::now();
+        let mut run = spool_tests::spool();
+        run.args(["run", "--once", "--timeout", "60"]);
+        args(&mut run);
+        let out = spool_tests::output(&mut run);
+        let took = started.elapsed();
+        let text = spool_tests::describe(&out);
+        assert!(out.status.success(), "replica {victim} down: {text}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 sibling directory adopted"),
+            "replica {victim} down: {text}"
+        );
+        assert!(took < Duration::from_secs(20), "{took:?}: {text}");
+        assert!(!dead.exists(), "replica {victim} down: {text}");
+        for id in &ids {
+            let row = cleanup.rt.block_on(catalog.get(id)).unwrap();
+            assert!(row.is_some(), "{id} not indexed with replica {victim} down");
+        }
+        replicas.restart(victim);
     }
 
     /// With two of three replicas down the quorum cannot be had: an index
