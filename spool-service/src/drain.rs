@@ -32,6 +32,7 @@
 mod counters;
 mod job;
 mod pipeline;
+mod stage_times;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -49,6 +50,7 @@ use crate::bound::{human, Cut, InFlight};
 pub(crate) use counters::{Counters, Progress};
 pub use job::PackOutcome;
 pub(crate) use job::{Home, Job, Source};
+pub use stage_times::StageTimes;
 
 /// The longest the index linger grows to while the catalog pushes back.
 pub(crate) const MAX_PACE: Duration = Duration::from_secs(5);
@@ -177,6 +179,12 @@ impl Drain {
     /// Whether own work may run (catalog scope needs the lease).
     pub(crate) fn may_work(&self) -> bool {
         self.fence().is_ok()
+    }
+
+    /// One listing of the own directory took `took` (the snapshot's
+    /// stage times).
+    pub(crate) fn count_listing(&mut self, took: Duration) {
+        self.counters.count_listing(took);
     }
 
     /// What the snapshot reports.

@@ -173,6 +173,7 @@ mod service;
 mod snapshot;
 
 pub use config::ServiceConfig;
+pub use drain::StageTimes;
 pub use engine::{CloseReport, Engine, EngineConfig, Ship};
 pub use error::Error;
 pub use handoff::HandOffCounts;

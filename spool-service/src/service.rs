@@ -801,7 +801,9 @@ impl Core {
         let mut out = CycleOutcome::default();
         let spool = self.drain.own().clone();
         let f = flag.clone();
+        let listing = std::time::Instant::now();
         let listed = tokio::task::spawn_blocking(move || spool.scan(&f)).await;
+        self.drain.count_listing(listing.elapsed());
         let ready = match listed {
             Ok(Ok(r)) => r,
             Ok(Err(spool_core::Error::Cancelled)) | Err(_) => {
@@ -1005,6 +1007,7 @@ impl Core {
             pending_index: self.drain.owed() as u64,
             index_pace: self.drain.pace(),
             upload_failures: c.upload_failures(),
+            stage_times: c.stage_times(),
             cancelled_uploads: c.cancelled_uploads(),
             deferred: self.own_left as u64,
             quarantined: c.quarantined(),

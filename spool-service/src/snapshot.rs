@@ -17,6 +17,9 @@ pub struct Snapshot {
     pub pending_index: u64,
     /// Upload failures (each failed attempt series).
     pub upload_failures: u64,
+    /// Where the drains' time went so far, stage by stage (as of the last
+    /// cycle).
+    pub stage_times: crate::StageTimes,
     /// Uploads cut by a cancel.
     pub cancelled_uploads: u64,
     /// Own ready packs not uploaded at the end of the last cycle.

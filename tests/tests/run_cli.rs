@@ -373,6 +373,13 @@ fn run_once_leaves_a_live_sibling_alone_and_json_progress() {
     let done = events.last().unwrap();
     assert_eq!(done["snapshot"]["live_siblings"], 1, "{done}");
     assert_eq!(done["snapshot"]["indexed"], 2, "{done}");
+    // where the drains' time went, in ms per stage
+    for stage in ["list", "validate", "upload", "index", "remove", "idle"] {
+        assert!(
+            done["snapshot"]["stage_ms"][stage].is_u64(),
+            "{stage}: {done}"
+        );
+    }
     assert_eq!(
         ready(&live),
         before,

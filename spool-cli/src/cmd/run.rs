@@ -484,6 +484,21 @@ pub fn snapshot_json(s: &Snapshot) -> Value {
         "waiting_on": s.waiting_on,
         "destination_refused": s.destination_refused,
         "loop_failed": s.loop_failed,
+        "stage_ms": stage_json(&s.stage_times),
+    })
+}
+
+/// Where the drains' time went, in milliseconds per stage (busy stages
+/// overlap; `idle` is time with nothing in flight).
+fn stage_json(t: &spool_service::StageTimes) -> Value {
+    let ms = |d: std::time::Duration| d.as_millis() as u64;
+    json!({
+        "list": ms(t.list),
+        "validate": ms(t.validate),
+        "upload": ms(t.upload),
+        "index": ms(t.index),
+        "remove": ms(t.remove),
+        "idle": ms(t.idle),
     })
 }
 

@@ -5,6 +5,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use super::stage_times::StageTimes;
 
 /// The two counters the snapshot reads live, not as of the last cycle: a
 /// pack counts as uploaded the moment its upload landed, and as indexed the
@@ -42,6 +45,8 @@ pub(crate) struct Counters {
     /// The catalog refuses the whole destination (credentials, permission):
     /// what it said, until an index lands again.
     catalog_refused: Option<String>,
+    /// Where the drains' time went.
+    stage_times: StageTimes,
 }
 
 impl Counters {
@@ -81,6 +86,21 @@ impl Counters {
     /// Own packs renamed `.rejected`.
     pub(crate) fn rejected(&self) -> u64 {
         self.rejected
+    }
+
+    /// Where the drains' time went so far.
+    pub(crate) fn stage_times(&self) -> StageTimes {
+        self.stage_times
+    }
+
+    /// The pipeline's clock charges its stages here.
+    pub(super) fn stage_times_mut(&mut self) -> &mut StageTimes {
+        &mut self.stage_times
+    }
+
+    /// One listing of the own directory took `took`.
+    pub(crate) fn count_listing(&mut self, took: Duration) {
+        self.stage_times.list += took;
     }
 
     /// The last error noted.

@@ -66,6 +66,7 @@ use spool_core::{PackId, PackSummary, ReadyPack, Spool};
 use spool_upload::{UploadItem, UploadResult, SMALL_PACK_BYTES};
 use tokio::task::JoinSet;
 
+use super::stage_times::{Busy, StageClock};
 use super::{Drain, Home, Job, PackOutcome, MAX_PACE, SLOW_INDEX};
 use crate::adoption::Cause;
 use crate::bound::{human, Bound, Cut};
@@ -135,6 +136,16 @@ impl Stages {
     fn idle(&self) -> bool {
         self.validating.is_empty() && self.uploads.is_empty() && self.indexing.is_empty()
     }
+
+    /// Which stages have an operation in flight (for the stage clock).
+    fn busy(&self) -> Busy {
+        Busy {
+            validate: !self.validating.is_empty(),
+            upload: !self.uploads.is_empty(),
+            index: !self.indexing.is_empty(),
+            remove: !self.removals.is_empty(),
+        }
+    }
 }
 
 impl Drain {
@@ -166,6 +177,7 @@ impl Drain {
         let started = Instant::now();
         // owed jobs go straight to the index stage
         let (owed, fresh): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.row().is_some());
+        let mut clock = StageClock::start();
         let mut st = Stages {
             input: fresh.into(),
             validating: JoinSet::new(),
@@ -201,6 +213,7 @@ impl Drain {
                 self.start_index(&mut st, batch_max, bound);
             }
             let index_due = self.index_due(&st, (batch_max, depth), paced);
+            clock.tick(st.busy(), self.counters.stage_times_mut());
             self.show_waiting(&st, &store, &server);
             if st.idle() && (st.uploaded.is_empty() || st.index_halted) {
                 // Nothing in flight and nothing could start: what was
@@ -244,6 +257,7 @@ impl Drain {
         while let Some(joined) = st.removals.join_next().await {
             self.removals_done(joined);
         }
+        clock.tick(Busy::default(), self.counters.stage_times_mut());
         for job in st.validated.drain(..).chain(st.input.drain(..)) {
             st.done.push((job, PackOutcome::Cancelled));
         }

@@ -1058,3 +1058,37 @@ mod serial {
         svc.stop().unwrap();
     }
 }
+
+/// The stage clock charges a drain's time to the stages busy in it: an
+/// index call held 400 ms by the catalog shows as at least that much
+/// index time, while uploads and removals show their own, and the time
+/// nothing was in flight is small (what the snapshot's `stage_times` and
+/// `spool run --json`'s `stage_ms` report).
+#[test]
+fn a_drain_charges_its_time_to_the_stages_busy_in_it() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 4);
+    let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_batch = 64);
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, packs);
+    let opener = {
+        let catalog = catalog.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            catalog.set_open(true);
+        })
+    };
+    let t = Instant::now();
+    let done = block_on(path.run(jobs, &no_cut(), &never));
+    let wall = t.elapsed();
+    opener.join().unwrap();
+    assert!(done.iter().all(|(_, o)| matches!(o, PackOutcome::Indexed)));
+    let s = path.counters().stage_times();
+    assert!(s.index >= Duration::from_millis(300), "{s:?} in {wall:?}");
+    assert!(s.index <= wall, "{s:?} in {wall:?}");
+    assert!(s.upload > Duration::ZERO && s.upload < s.index, "{s:?}");
+    assert!(s.idle < Duration::from_millis(200), "{s:?} in {wall:?}");
+    assert_eq!(s.list, Duration::ZERO, "a drain lists nothing itself");
+}
