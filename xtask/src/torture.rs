@@ -73,26 +73,51 @@ pub fn ci(root: &Path, pass: &str, env: &[(String, String)]) -> Result<()> {
     crate::run(build(root)?.arg(pass).envs(env.iter().map(|(k, v)| (k, v))))
 }
 
-/// `xtask servers clickhouse --listen ADDR`: a ClickHouse of a two-node
-/// pass, listening on 127.0.0.1 and `ADDR` (its bridge's), its state under
-/// `target/xtask/lease-netns-clickhouse-<pid>`; prints its environment like
-/// `servers up`, stops it and removes its state when stdin closes. State
-/// that a killed earlier pass left is removed first.
+/// `xtask servers clickhouse --listen ADDR [--replicas N]`: a ClickHouse
+/// of a two-node pass, listening on 127.0.0.1 and `ADDR` (its bridge's),
+/// its state under `target/xtask/lease-netns-clickhouse-<pid>`; with
+/// `--replicas N`, ZooKeeper and N replicas of one shard instead
+/// (`servers::replicas`), their state under
+/// `target/xtask/lease-netns-clickhouse-<pid>-*`. Prints the environment
+/// like `servers up`, stops the servers and removes their state when stdin
+/// closes. State that a killed earlier pass left is removed first.
 pub fn own_clickhouse(root: &Path, args: &[String]) -> Result<()> {
-    let ["--listen", addr] = args.iter().map(String::as_str).collect::<Vec<_>>()[..] else {
-        bail!("usage: xtask servers clickhouse --listen ADDR");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (addr, replicas) = match args[..] {
+        ["--listen", addr] => (addr, None),
+        ["--listen", addr, "--replicas", n] => (addr, n.parse::<usize>().ok().filter(|n| *n >= 2)),
+        _ => bail!("usage: xtask servers clickhouse --listen ADDR [--replicas N]"),
     };
+    if args.len() == 4 && replicas.is_none() {
+        bail!("--replicas takes a number of replicas, 2 or more");
+    }
     let dir = root.join("target/xtask");
     sweep_stale(&dir);
     let name = format!("{CLICKHOUSE_DIR}{}", std::process::id());
-    let state = RemoveOnDrop(dir.join(&name));
-    let ch = servers::clickhouse::start_on(root, &name, &[addr.to_string()])?;
-    for (k, v) in &ch.env {
+    let extra = [addr.to_string()];
+    let (servers, states) = match replicas {
+        None => (
+            vec![servers::clickhouse::start_on(root, &name, &extra)?],
+            vec![RemoveOnDrop(dir.join(&name))],
+        ),
+        Some(n) => {
+            let prefix = format!("{name}-");
+            let mut states = vec![RemoveOnDrop(dir.join(format!("{prefix}zookeeper")))];
+            states.extend(
+                (1..=n).map(|i| RemoveOnDrop(dir.join(format!("{prefix}clickhouse-r{i}")))),
+            );
+            (
+                servers::replicas::start_named(root, n, &prefix, &extra)?,
+                states,
+            )
+        }
+    };
+    for (k, v) in servers.iter().flat_map(|s| &s.env) {
         println!("export {k}='{v}'");
     }
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
-    drop(ch);
-    drop(state);
+    drop(servers);
+    drop(states);
     Ok(())
 }
 
@@ -120,6 +145,7 @@ fn sweep_stale(dir: &Path) {
         let Some(pid) = name
             .as_deref()
             .and_then(|n| n.strip_prefix(CLICKHOUSE_DIR))
+            .and_then(|p| p.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;

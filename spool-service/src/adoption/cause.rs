@@ -126,4 +126,13 @@ mod tests {
             .downcast_ref::<spool_lock::Error>()
             .is_none());
     }
+
+    /// The machine's states print and compare by what their causes say:
+    /// a state-machine test that expects one cause must fail on another.
+    #[test]
+    fn causes_compare_and_print_by_their_message() {
+        assert_ne!(Cause::from("EACCES"), Cause::from("EMFILE"));
+        assert_eq!(Cause::from("EACCES"), Cause::from("EACCES".to_string()));
+        assert_eq!(format!("{:?}", Cause::from("EACCES")), r#"Cause("EACCES")"#);
+    }
 }

@@ -169,20 +169,23 @@ impl AdoptionEnv for Env<'_> {
             // a dead owner's hand-off first: what the shipper confirmed is
             // removed, never shipped twice (see spool_core::handoff)
             let settled = spool.settle_hand_off()?;
-            if settled > 0 {
-                tracing::info!(dir = %spool.dir().display(), settled, "removed packs the shipper had confirmed");
-            }
             let rec = spool.begin_recovery()?;
-            if !rec.swept.is_empty() || !rec.set_aside.is_empty() {
-                tracing::info!(dir = %spool.dir().display(), swept = rec.swept.len(),
-                    set_aside = rec.set_aside.len(), "swept a dead writer's temp files");
-            }
-            spool.scan(&flag)
+            Ok((settled, rec, spool.scan(&flag)?))
         })
         .await
         .unwrap_or(Err(spool_core::Error::Cancelled));
+        // logged here, on the adopter's task, not on the blocking pool
+        if let Ok((settled, rec, _)) = &r {
+            if *settled > 0 {
+                tracing::info!(dir = %dir.display(), settled, "removed packs the shipper had confirmed");
+            }
+            if !rec.swept.is_empty() || !rec.set_aside.is_empty() {
+                tracing::info!(dir = %dir.display(), swept = rec.swept.len(),
+                    set_aside = rec.set_aside.len(), "swept a dead writer's temp files");
+            }
+        }
         match r {
-            Ok(list) => Ok(list),
+            Ok((_, _, list)) => Ok(list),
             Err(spool_core::Error::Cancelled) => Err(RecoveryFailure::Cancelled),
             Err(e) => Err(RecoveryFailure::Retryable(e.into())),
         }
@@ -324,10 +327,10 @@ fn probe_sync(dir: &Path) -> ProbeVerdict {
             // `try_adopt` finds out whether it can be taken and opened.
             Owner::Dead | Owner::NotOurs(_) => ProbeVerdict::Dead,
         },
-        Err(_) if !dir.exists() => ProbeVerdict::Vanished,
-        // A transient failure (EMFILE, EINTR, EIO, ...) is no verdict:
-        // the take decides (it refuses a live owner, and fails
-        // retryably if the cause persists), so it is retried, never a
+        // A transient failure (EMFILE, EINTR, EIO, ENOENT of a directory
+        // that vanished since the check above, ...) is no verdict: the take
+        // decides (it refuses a live owner, finds a vanished directory, and
+        // fails retryably if the cause persists), so it is retried, never a
         // permanent "not ours".
         Err(e) if !is_permanent(&e) && matches!(e, spool_lock::Error::Io { .. }) => {
             tracing::debug!(dir = %dir.display(), "probe failed transiently, the take decides: {e}");

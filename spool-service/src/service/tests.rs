@@ -188,11 +188,9 @@ fn construction_refuses_a_directory_outside_its_destinations_key() {
     StorageService::new(fx.config(own.dir())).unwrap();
 }
 
-/// A service that took its own directory (`LockMode::Take`) lets go of it
-/// on stop and removes it once it is empty: nothing is left behind.
-#[test]
-fn a_service_that_took_its_directory_removes_it_on_stop_once_empty() {
-    let fx = Fixture::new();
+/// A started service on a rank directory it took itself
+/// (`LockMode::Take`), and that directory.
+fn service_that_took_its_directory(fx: &Fixture) -> (StorageService, PathBuf) {
     let dir = fx
         .root
         .join(fx.dest.catalog_key().unwrap())
@@ -202,10 +200,60 @@ fn a_service_that_took_its_directory_removes_it_on_stop_once_empty() {
     c.lock_mode = LockMode::Take;
     let mut svc = StorageService::new(c).unwrap();
     svc.start().unwrap();
-    assert!(svc.flush(Duration::from_secs(20)).unwrap());
     assert!(dir.join(spool_lock::LOCK_FILE_NAME).exists(), "taken");
+    (svc, dir)
+}
+
+/// A service that took its own directory (`LockMode::Take`) lets go of it
+/// on stop and removes it once it is empty: nothing is left behind.
+#[test]
+fn a_service_that_took_its_directory_removes_it_on_stop_once_empty() {
+    let fx = Fixture::new();
+    let (mut svc, dir) = service_that_took_its_directory(&fx);
+    assert!(svc.flush(Duration::from_secs(20)).unwrap());
     svc.stop().unwrap();
     assert!(!dir.exists(), "{} left behind on stop", dir.display());
+}
+
+/// Dropping a started service stops it: a directory it took is let go of
+/// and removed once empty, as by [`StorageService::stop`].
+#[test]
+fn dropping_a_started_service_stops_it() {
+    let fx = Fixture::new();
+    let (svc, dir) = service_that_took_its_directory(&fx);
+    drop(svc);
+    assert!(!dir.exists(), "{} left behind on drop", dir.display());
+}
+
+/// A service's start sweeps a dead writer's temp files of its own
+/// directory and says so; with none there, it says nothing. Dead siblings
+/// count against the byte budget only when the service adopts them (here
+/// it does not).
+#[test]
+fn start_logs_only_a_sweep_it_did_and_charges_siblings_only_when_adopting() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    fx.dead_sibling(1, 3);
+    let torn = own
+        .dir()
+        .join(format!(".{}.0badf00d.open", PackId::generate()));
+    std::fs::write(&torn, b"partial").unwrap();
+    for first in [true, false] {
+        let mut c = fx.config(own.dir());
+        c.max_bytes = Some(1 << 30);
+        c.adopt = false;
+        let mut svc = StorageService::new(c).unwrap();
+        let (started, log) = logged(|| svc.start());
+        started.unwrap();
+        assert_eq!(
+            log.contains("swept dead writers' temp files"),
+            first,
+            "the first start sweeps, the second finds nothing: {log}"
+        );
+        assert!(!torn.exists());
+        assert_eq!(svc.snapshot().sibling_bytes, 0, "not adopting: not charged");
+        svc.stop().unwrap();
+    }
 }
 
 /// Each cycle publishes a snapshot, and [`StorageService::wait_published`]

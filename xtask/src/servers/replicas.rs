@@ -37,9 +37,24 @@ pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
 /// [`start`] with `replicas` replicas of the one shard (the fleet
 /// simulator's `--replicas N`).
 pub fn start_n(root: &Path, replicas: usize) -> Result<Vec<ServerProcess>> {
+    start_named(root, replicas, "", &[])
+}
+
+/// [`start_n`] with every state directory's name prefixed by `prefix`
+/// (`<prefix>zookeeper`, `<prefix>clickhouse-rN`: a torture pass's own,
+/// beside the group `cargo xtask servers up` runs) and each replica
+/// listening also on `extra_hosts` (a bridge's address that network
+/// namespaces reach; ZooKeeper and the replicas' own traffic stay on
+/// loopback).
+pub fn start_named(
+    root: &Path,
+    replicas: usize,
+    prefix: &str,
+    extra_hosts: &[String],
+) -> Result<Vec<ServerProcess>> {
     let began = std::time::Instant::now();
     install_if_missing()?;
-    let zk = zookeeper::launch(root, "zookeeper")?;
+    let zk = zookeeper::launch(root, &format!("{prefix}zookeeper"))?;
     let mut ports: Vec<u16> = Vec::new();
     while ports.len() < 3 * replicas {
         let p = free_port()?;
@@ -64,8 +79,8 @@ pub fn start_n(root: &Path, replicas: usize) -> Result<Vec<ServerProcess>> {
         );
         let (mut process, dir) = launch(
             root,
-            &format!("clickhouse-r{}", i + 1),
-            &[],
+            &format!("{prefix}clickhouse-r{}", i + 1),
+            extra_hosts,
             (http[i], tcp[i]),
             &extra,
         )?;
@@ -74,11 +89,11 @@ pub fn start_n(root: &Path, replicas: usize) -> Result<Vec<ServerProcess>> {
         processes.push(process);
         configs.push(dir.join("config.xml").display().to_string());
     }
-    zookeeper::wait(root, "zookeeper", zk.port)?;
+    zookeeper::wait(root, &format!("{prefix}zookeeper"), zk.port)?;
     for (i, port) in http.iter().enumerate() {
         wait_ready(
             *port,
-            &root.join(format!("target/xtask/clickhouse-r{}", i + 1)),
+            &root.join(format!("target/xtask/{prefix}clickhouse-r{}", i + 1)),
         )?;
     }
     let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();

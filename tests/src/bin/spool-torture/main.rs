@@ -9,8 +9,8 @@
 //!               [--store file|s3] [--catalog sqlite|clickhouse]
 //!               [--faults|--no-faults] [--disk [--tmpfs-mib N] [--no-ro]]
 //!               [--keep] [--bin PATH]
-//! spool-torture --lease-netns [--seed S] [--minutes M] [--bin PATH]
-//! spool-torture ci | ci-disk | ci-faults | ci-lease-netns
+//! spool-torture --lease-netns [--replicas] [--seed S] [--minutes M] [--bin PATH]
+//! spool-torture ci | ci-disk | ci-faults | ci-lease-netns | ci-lease-netns-replicas
 //! ```
 //!
 //! It links the product: packs are validated by spool-core's
@@ -26,7 +26,9 @@
 //!   them (a `file://` store or moto, SQLite or ClickHouse);
 //! - [`faults`]: the fault proxies in front of moto and ClickHouse;
 //! - [`disk`]: the spool root on a tmpfs that fills up and turns read-only;
-//! - [`netns`]: two nodes in network namespaces under one catalog lease;
+//! - [`netns`]: two nodes in network namespaces under one catalog lease,
+//!   on one ClickHouse or on three replicas of which one at a time is
+//!   killed or stalled;
 //! - [`figures`]: what runs measured, summed, and the summary line.
 //!
 //! The servers (`--store s3`, `--catalog clickhouse`) are the ones `cargo
@@ -130,11 +132,13 @@ fn main() -> Result<()> {
         Some("ci") => ci(),
         Some("ci-disk") => ci_disk(),
         Some("ci-faults") => ci_faults(),
-        Some("ci-lease-netns") => {
+        Some(pass @ ("ci-lease-netns" | "ci-lease-netns-replicas")) => {
+            let replicas = pass.ends_with("replicas").then_some(netns::REPLICAS);
             netns::lease_netns(
                 &beside_me("spool-with-seams")?,
                 seed_of_the_day(),
                 CI_LEASE_NETNS_SECS,
+                replicas,
             )?;
             Ok(())
         }
@@ -148,6 +152,7 @@ fn torture_cmd(args: &[String]) -> Result<()> {
     o.runs = None;
     let mut faults = None;
     let mut lease_netns = false;
+    let mut replicas = None;
     let mut read_only = true;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -163,6 +168,7 @@ fn torture_cmd(args: &[String]) -> Result<()> {
             "--run-secs" => o.run_secs = value("--run-secs")?.parse().context("--run-secs")?,
             "--keep" => o.keep = true,
             "--lease-netns" => lease_netns = true,
+            "--replicas" => replicas = Some(netns::REPLICAS),
             "--bin" => o.bin = value("--bin")?.into(),
             "--store" => {
                 o.s3 = match value("--store")?.as_str() {
@@ -198,13 +204,13 @@ fn torture_cmd(args: &[String]) -> Result<()> {
                 "unknown option {other}; usage: cargo xtask torture [--seed S] [--minutes M] \
                  [--runs N] [--run-secs S] [--store file|s3] [--catalog sqlite|clickhouse] \
                  [--faults|--no-faults] [--disk] [--tmpfs-mib N] [--no-ro] [--keep] [--bin PATH] \
-                 | --lease-netns [--seed S] [--minutes M]"
+                 | --lease-netns [--replicas] [--seed S] [--minutes M]"
             ),
         }
     }
     if lease_netns {
         let secs = o.minutes.map_or(45.0, |m| m * 60.0);
-        netns::lease_netns(&o.bin, o.seed, secs)?;
+        netns::lease_netns(&o.bin, o.seed, secs, replicas)?;
         return Ok(());
     }
     o.faults = faults.unwrap_or(o.s3 || o.clickhouse);

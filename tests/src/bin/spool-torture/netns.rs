@@ -27,6 +27,26 @@
 //! deposed holder, or the standby, which in catalog scope is a second
 //! publisher) is counted and restarted.
 //!
+//! **On replicas** (`--replicas`, CI's `ci-lease-netns-replicas`): the
+//! catalog is ZooKeeper and [`REPLICAS`] ClickHouse replicas of one shard
+//! (`xtask servers clickhouse --listen ADDR --replicas 3`), tables
+//! `ReplicatedReplacingMergeTree ON CLUSTER`, the nodes' URL naming every
+//! replica (the client fails over) and a row or claim confirmed on a
+//! quorum of 2. Besides the nodes' link faults, one replica at a time is,
+//! for a seeded window of 4..8 s:
+//! - **killed** (SIGKILL), and started again once its ZooKeeper session
+//!   lapsed;
+//! - **partitioned away** (SIGSTOP, then SIGCONT): its sockets accept and
+//!   never answer, its ZooKeeper session lapses, its peers cannot fetch
+//!   from it, and when it comes back it is behind. (A replica cut off
+//!   from its peers while a client still reaches it would need a
+//!   namespace per replica; a stopped one is cut off from every side at
+//!   once, and comes back lagging, which is what a claim's read must not
+//!   be fooled by.)
+//!
+//! The oracle reads the claims and rows once every replica holds the same
+//! raw rows.
+//!
 //! **Oracle**, from ClickHouse's own clock: (1) claims of different
 //! holdings (lease ids) never overlap by more than the clock's resolution;
 //! (2) every index row (raw, before merges) was written inside a claim of
@@ -55,6 +75,8 @@ const FENCE_MARGIN_MS: u64 = 2_000;
 const CLOCK_MS: u64 = 1_000;
 /// Nodes.
 const NODES: usize = 2;
+/// Replicas of the replicated variant.
+pub const REPLICAS: usize = 3;
 
 /// What a pass measured.
 #[derive(Debug, Default, Clone)]
@@ -76,16 +98,22 @@ pub struct NetnsFigures {
     /// Longest time from a fault's start to the faulted node's last row
     /// in that window, ms (bound: TTL).
     pub longest_write_after_fault_ms: u64,
+    /// Replicas killed (and started again).
+    pub replica_kills: u64,
+    /// Replicas partitioned away (stopped, then continued).
+    pub replica_stalls: u64,
 }
 
 impl NetnsFigures {
     /// One line for the log and RELIABILITY.md.
     pub fn line(&self) -> String {
         format!(
-            "cuts {} stalls {} handovers {} latches {} packs {} rows {} overlaps {} \
-             longest_write_after_fault {} ms",
+            "cuts {} stalls {} replica_kills {} replica_stalls {} handovers {} latches {} \
+             packs {} rows {} overlaps {} longest_write_after_fault {} ms",
             self.cuts,
             self.stalls,
+            self.replica_kills,
+            self.replica_stalls,
             self.handovers,
             self.latches,
             self.packs,
@@ -254,24 +282,30 @@ impl Drop for Net {
 
 /// A ClickHouse of the pass's own, listening on 127.0.0.1 and the
 /// bridge's address: `$SPOOL_TORTURE_XTASK servers clickhouse --listen
-/// ADDR` (xtask installs and starts it as for `servers up`, and stops it and
-/// removes its state once its stdin closes: on drop, or when this process
-/// dies).
+/// ADDR [--replicas N]` (xtask installs and starts it as for `servers up`,
+/// and stops it and removes its state once its stdin closes: on drop, or
+/// when this process dies).
 struct OwnClickHouse {
     child: Child,
     stdin: Option<ChildStdin>,
-    /// Its HTTP port.
-    port: u16,
+    /// The HTTP port of each server (one, or one per replica).
+    ports: Vec<u16>,
+    /// Replicated: the cluster's name and each replica's `config.xml`.
+    cluster: Option<(String, Vec<PathBuf>)>,
 }
 
 impl OwnClickHouse {
-    fn start(listen: &str) -> Result<OwnClickHouse> {
+    fn start(listen: &str, replicas: Option<usize>) -> Result<OwnClickHouse> {
         let xtask = std::env::var_os("SPOOL_TORTURE_XTASK").context(
             "SPOOL_TORTURE_XTASK is not set: run the two-node pass through `cargo xtask torture \
              --lease-netns`, which starts its ClickHouse",
         )?;
-        let mut child = Command::new(&xtask)
-            .args(["servers", "clickhouse", "--listen", listen])
+        let mut cmd = Command::new(&xtask);
+        cmd.args(["servers", "clickhouse", "--listen", listen]);
+        if let Some(n) = replicas {
+            cmd.args(["--replicas", &n.to_string()]);
+        }
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -279,17 +313,66 @@ impl OwnClickHouse {
             .with_context(|| format!("starting {xtask:?} servers clickhouse"))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().context("xtask's stdout")?;
-        let mut port = None;
+        let mut vars = BTreeMap::new();
+        let wanted: &[&str] = match replicas {
+            None => &["SPOOL_TEST_CLICKHOUSE_HTTP"],
+            Some(_) => &[
+                "SPOOL_TEST_CLICKHOUSE_REPLICAS",
+                "SPOOL_TEST_CLICKHOUSE_CLUSTER",
+                "SPOOL_TEST_CLICKHOUSE_REPLICA_CONFIGS",
+            ],
+        };
         for line in BufReader::new(stdout).lines() {
             let line = line.context("reading xtask servers clickhouse")?;
-            if let Some(v) = line.strip_prefix("export SPOOL_TEST_CLICKHOUSE_HTTP=") {
-                port = Some(crate::port_of(v.trim_matches('\''))?);
+            if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
+                vars.insert(k.to_string(), v.trim_matches('\'').to_string());
+            }
+            if wanted.iter().all(|w| vars.contains_key(*w)) {
                 break;
             }
         }
-        let port =
-            port.context("xtask servers clickhouse printed no SPOOL_TEST_CLICKHOUSE_HTTP")?;
-        Ok(OwnClickHouse { child, stdin, port })
+        let var = |k: &str| {
+            vars.get(k)
+                .cloned()
+                .with_context(|| format!("xtask servers clickhouse printed no {k}"))
+        };
+        let (ports, cluster) = match replicas {
+            None => (
+                vec![crate::port_of(&var("SPOOL_TEST_CLICKHOUSE_HTTP")?)?],
+                None,
+            ),
+            Some(_) => {
+                // clickhouse://127.0.0.1:P1,127.0.0.1:P2,.../default
+                let url = var("SPOOL_TEST_CLICKHOUSE_REPLICAS")?;
+                let hosts = url
+                    .strip_prefix("clickhouse://")
+                    .and_then(|r| r.split('/').next())
+                    .with_context(|| format!("no hosts in {url}"))?;
+                let ports = hosts
+                    .split(',')
+                    .map(|h| {
+                        h.rsplit(':')
+                            .next()
+                            .and_then(|p| p.parse::<u16>().ok())
+                            .with_context(|| format!("no port in {h} of {url}"))
+                    })
+                    .collect::<Result<Vec<u16>>>()?;
+                let configs = var("SPOOL_TEST_CLICKHOUSE_REPLICA_CONFIGS")?
+                    .split(',')
+                    .map(PathBuf::from)
+                    .collect();
+                (
+                    ports,
+                    Some((var("SPOOL_TEST_CLICKHOUSE_CLUSTER")?, configs)),
+                )
+            }
+        };
+        Ok(OwnClickHouse {
+            child,
+            stdin,
+            ports,
+            cluster,
+        })
     }
 }
 
@@ -313,6 +396,59 @@ impl Drop for Kid {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// One replica of the replicated variant: its `config.xml` (its pid is in
+/// `clickhouse.pid` beside it), and the server this pass started again
+/// after killing it (xtask stops whatever the pid file names).
+struct Replica {
+    config: PathBuf,
+    restarted: Option<Kid>,
+}
+
+impl Replica {
+    fn dir(&self) -> &Path {
+        self.config.parent().unwrap_or(Path::new("."))
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) -> Result<()> {
+        let file = self.dir().join("clickhouse.pid");
+        let pid: i32 = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?
+            .trim()
+            .parse()
+            .with_context(|| format!("{} holds no pid", file.display()))?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
+            .with_context(|| format!("sending {sig} to replica pid {pid}"))
+    }
+
+    /// Starts the killed replica again on its config and data, its pid in
+    /// the pid file.
+    fn start_again(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join("log/stdout.log"))?;
+        let child = Command::new("/usr/sbin/clickhouse-server")
+            .arg(format!("--config-file={}", self.config.display()))
+            .current_dir(self.dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting a killed replica again")?;
+        std::fs::write(self.dir().join("clickhouse.pid"), child.id().to_string())?;
+        // a server this pass started before, killed since: reaped here
+        self.restarted = Some(Kid(child));
+        Ok(())
+    }
+}
+
+/// What is done to a replica in a fault window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ReplicaFault {
+    Kill,
+    Stall,
 }
 
 /// One claim of the lease log.
@@ -345,7 +481,10 @@ struct Pass {
     catalog: String,
     /// The catalog as the oracle reads it (from the host, on 127.0.0.1).
     catalog_read: Catalog,
-    port: u16,
+    /// Each server's HTTP port on 127.0.0.1 (one, or one per replica).
+    ports: Vec<u16>,
+    /// The replicas, in the replicated variant.
+    replicas: Vec<Replica>,
     env: Vec<(String, String)>,
     nodes: Vec<Node>,
     figures: NetnsFigures,
@@ -523,12 +662,18 @@ pub fn unavailable() -> Option<String> {
 /// Runs a pass of `secs` seconds of faults with `seed`; fails if a rule
 /// broke (after printing the seed and the command). Skips (Ok, `None`),
 /// saying why, when [`unavailable`].
-pub fn lease_netns(bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigures>> {
+pub fn lease_netns(
+    bin: &Path,
+    seed: u64,
+    secs: f64,
+    replicas: Option<usize>,
+) -> Result<Option<NetnsFigures>> {
     if let Some(why) = unavailable() {
         eprintln!("torture --lease-netns: SKIPPED: {why}");
         return Ok(None);
     }
-    eprintln!("torture --lease-netns: seed {seed}, {secs} s of faults");
+    let on = replicas.map_or("one ClickHouse".to_string(), |n| format!("{n} replicas"));
+    eprintln!("torture --lease-netns: seed {seed}, {secs} s of faults, on {on}");
     let net = Net::up().context("setting up the namespaces (root, iproute2)")?;
     let work = crate::target_dir()?.join(format!("xtask/lease-netns-{seed}"));
     if work.exists() {
@@ -537,9 +682,22 @@ pub fn lease_netns(bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigur
     std::fs::create_dir_all(work.join("bin"))?;
     let own_bin = work.join("bin/spool-with-seams");
     std::fs::copy(bin, &own_bin).with_context(|| format!("copying {} (built?)", bin.display()))?;
-    let ch = OwnClickHouse::start(&net.host_addr)?;
-    let port = ch.port;
+    let ch = OwnClickHouse::start(&net.host_addr, replicas)?;
     let db = format!("lease_netns_{seed}");
+    // the nodes reach every server on the bridge's address, the oracle on
+    // loopback; replicated, both URLs name every replica and the cluster
+    let hosts = |addr: &str| {
+        ch.ports
+            .iter()
+            .map(|p| format!("{addr}:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let cluster = ch
+        .cluster
+        .as_ref()
+        .map(|(c, _)| format!("?cluster={c}"))
+        .unwrap_or_default();
     let store_dir = work.join("store");
     std::fs::create_dir_all(&store_dir)?;
     let mut nodes = Vec::new();
@@ -555,12 +713,24 @@ pub fn lease_netns(bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigur
         });
     }
     let mut pass = Pass {
-        catalog: format!("clickhouse://{}:{port}/{db}", net.host_addr),
-        catalog_read: Catalog::open(&format!("clickhouse://127.0.0.1:{port}/{db}"))?,
+        catalog: format!("clickhouse://{}/{db}{cluster}", hosts(&net.host_addr)),
+        catalog_read: Catalog::open(&format!(
+            "clickhouse://{}/{db}{cluster}",
+            hosts("127.0.0.1")
+        ))?,
         dir: work.clone(),
         bin: own_bin,
         store_dir,
-        port,
+        ports: ch.ports.clone(),
+        replicas: ch
+            .cluster
+            .iter()
+            .flat_map(|(_, configs)| configs)
+            .map(|c| Replica {
+                config: c.clone(),
+                restarted: None,
+            })
+            .collect(),
         env: vec![
             ("RUST_LOG".into(), "warn".into()),
             ("SPOOL_LEASE_SCOPE".into(), "catalog".into()),
@@ -588,15 +758,28 @@ pub fn lease_netns(bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigur
         net,
     };
     let result = drive(&mut pass, seed, secs);
-    // the processes first (their namespaces go when `pass` drops)
+    // the processes first (their namespaces go when `pass` drops); a
+    // replica stopped when a failure cut the schedule short goes on, so
+    // xtask's SIGTERM stops it
     for n in &mut pass.nodes {
         n.daemon = None;
         n.producers.clear();
     }
+    for r in &pass.replicas {
+        let _ = r.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+    let restarted: Vec<Kid> = pass
+        .replicas
+        .iter_mut()
+        .filter_map(|r| r.restarted.take())
+        .collect();
     let figures = pass.figures.clone();
     let problems = std::mem::take(&mut pass.problems);
     drop(pass);
+    // xtask stops the servers the pid files name (restarted ones too),
+    // then this pass reaps the ones it started
     drop(ch);
+    drop(restarted);
     result?;
     eprintln!("torture --lease-netns: {}", figures.line());
     if !problems.is_empty() {
@@ -605,8 +788,9 @@ pub fn lease_netns(bin: &Path, seed: u64, secs: f64) -> Result<Option<NetnsFigur
         }
         bail!(
             "torture --lease-netns: seed {seed} broke {} rule(s); reproduce with \
-             `cargo xtask torture --lease-netns --seed {seed} --minutes {:.2}`; the run's files are in {}",
+             `cargo xtask torture --lease-netns{} --seed {seed} --minutes {:.2}`; the run's files are in {}",
             problems.len(),
+            if replicas.is_some() { " --replicas" } else { "" },
             secs / 60.0,
             work.display()
         );
@@ -628,9 +812,41 @@ fn drive(p: &mut Pass, seed: u64, secs: f64) -> Result<()> {
     let mut next_producer = Instant::now();
     let mut fault: Option<(usize, Instant)> = None;
     let mut next_fault = Instant::now() + Duration::from_secs_f64(rng.between(2.0, 4.0));
-    while Instant::now() < end || fault.is_some() {
+    // one replica at a time (a quorum of 2 of 3 stays): (replica, what, until)
+    let mut rfault: Option<(usize, ReplicaFault, Instant)> = None;
+    let mut next_rfault = Instant::now() + Duration::from_secs_f64(rng.between(3.0, 6.0));
+    while Instant::now() < end || fault.is_some() || rfault.is_some() {
         p.reap()?;
         let now = Instant::now();
+        match rfault {
+            Some((r, what, until)) if now >= until => {
+                match what {
+                    ReplicaFault::Kill => p.replicas[r].start_again()?,
+                    ReplicaFault::Stall => {
+                        p.replicas[r].signal(nix::sys::signal::Signal::SIGCONT)?
+                    }
+                }
+                rfault = None;
+                next_rfault = now + Duration::from_secs_f64(rng.between(2.0, 5.0));
+            }
+            None if !p.replicas.is_empty() && now >= next_rfault && now < end => {
+                let r = rng.below(p.replicas.len() as u64) as usize;
+                let what = if rng.chance(0.5) {
+                    p.replicas[r].signal(nix::sys::signal::Signal::SIGKILL)?;
+                    p.figures.replica_kills += 1;
+                    ReplicaFault::Kill
+                } else {
+                    p.replicas[r].signal(nix::sys::signal::Signal::SIGSTOP)?;
+                    p.figures.replica_stalls += 1;
+                    ReplicaFault::Stall
+                };
+                // longer than the replicas' ZooKeeper session (3 s): a
+                // killed one starts again only once its session lapsed
+                let len = rng.between(4.0, 8.0);
+                rfault = Some((r, what, now + Duration::from_secs_f64(len)));
+            }
+            _ => {}
+        }
         if now >= next_producer && now < end {
             let i = rng.below(NODES as u64) as usize;
             p.spawn_producer(i, &mut rng)?;
@@ -715,7 +931,39 @@ fn drive(p: &mut Pass, seed: u64, secs: f64) -> Result<()> {
     oracle(p, &windows)
 }
 
+/// Waits (up to 120 s) until every replica holds the same raw rows of
+/// the packs and lease tables (the oracle reads one replica's raw rows);
+/// one server: at once.
+fn converge(p: &Pass) -> Result<()> {
+    if p.ports.len() < 2 {
+        return Ok(());
+    }
+    let packs = destination::packs_table(p.catalog_read.url())?;
+    let lease = packs.replace("packs`", "lease`");
+    let sql = format!(
+        "SELECT (SELECT count() FROM {packs}), (SELECT count() FROM {lease}) FORMAT TabSeparated"
+    );
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let counts: Vec<String> = p
+            .ports
+            .iter()
+            .map(|&port| {
+                destination::clickhouse_text(port, &sql).unwrap_or_else(|e| format!("{e:#}"))
+            })
+            .collect();
+        if counts.windows(2).all(|w| w[0] == w[1]) {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("the replicas did not converge within 120 s: {counts:?}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
+    converge(p)?;
     // what the producers reported, by node
     let mut reported: BTreeMap<String, (String, usize)> = BTreeMap::new();
     for (i, n) in p.nodes.iter().enumerate() {
@@ -745,7 +993,7 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
         ));
     }
     let rows_ms = destination::clickhouse_text(
-        p.port,
+        p.ports[0],
         &format!("SELECT indexed_at_ms, count() FROM {packs} GROUP BY indexed_at_ms ORDER BY indexed_at_ms FORMAT TabSeparated"),
     )?;
     record.push_str("# rows: indexed_at_ms count\n");
@@ -811,7 +1059,7 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
     p.figures.handovers = handovers;
     // (2) every raw row inside its node's claim, outside the others'
     let rows = destination::clickhouse_text(
-        p.port,
+        p.ports[0],
         &format!("SELECT pack_id, indexed_at_ms FROM {packs} FORMAT TabSeparated"),
     )?;
     let mut nrows = 0;
