@@ -4,7 +4,8 @@
 //! replicated; indexing with any one replica killed, and no confirmed row
 //! lost when one dies; `spool run --once` adopting and draining with a
 //! replica killed; with two down an insert fails and a lease claim
-//! fails closed; the URL's failover past a host that refuses or stalls. The tests
+//! fails closed; a claim through a replica that lags fails closed; the
+//! URL's failover past a host that refuses or stalls. The tests
 //! kill and stall the shared replicas, so they run one at a time (module
 //! `serial`); each heals the replicas and drops its database, pass or fail.
 #![forbid(unsafe_code)]
@@ -323,6 +324,52 @@ mod serial {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+
+    /// The reads that decide a claim see every confirmed claim. Replica 3
+    /// stops fetching, so it never gets the claim node A makes through
+    /// the others: node B, whose URL names replica 3 alone, would read no
+    /// claim there and take the lease beside A. It must fail closed
+    /// (`select_sequential_consistency`: a replica that lacks a confirmed
+    /// part refuses the read), and A's renewal goes on holding.
+    #[test]
+    fn a_claim_through_a_lagging_replica_fails_closed() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let rt = &cleanup.rt;
+        let a = spool_catalog::open_with_timeout(&url, Duration::from_secs(3)).unwrap();
+        rt.block_on(a.ensure_schema()).unwrap();
+        let db = spool_catalog::CatalogUrl::parse(&url)
+            .unwrap()
+            .database()
+            .to_string();
+        let lagging = replicas.only(&url, 2);
+        clickhouse_sql(
+            &lagging,
+            &format!("SYSTEM STOP FETCHES `{db}`.`spool_lease`"),
+        );
+        let cfg = suite::short_lease();
+        let held = rt.block_on(a.acquire("node", "a pid 1", &cfg)).unwrap();
+        let LeaseClaim::Held(guard) = held else {
+            panic!("{held:?}")
+        };
+        let b = spool_catalog::open_with_timeout(&lagging, Duration::from_secs(3)).unwrap();
+        let claim = rt.block_on(b.acquire("node", "b pid 2", &cfg));
+        assert!(
+            !matches!(claim, Ok(LeaseClaim::Held(_))),
+            "a claim decided on a replica that lacks the holder's claim: {claim:?}"
+        );
+        let renewal = rt.block_on(a.renew(&guard));
+        assert!(
+            matches!(renewal, Ok(LeaseClaim::Held(_))),
+            "the holder lost its lease to a claim through a lagging replica: {renewal:?}"
+        );
+        clickhouse_sql(
+            &lagging,
+            &format!("SYSTEM START FETCHES `{db}`.`spool_lease`"),
+        );
     }
 
     /// The URL's first host refuses connections, or accepts and never

@@ -5,7 +5,10 @@
 //! `servers::clickhouse`) — or, with `--replicas N`, ZooKeeper and N
 //! replicas of one shard (`servers::replicas`) with `catalog.cluster` set
 //! for every engine —, runs `spool-fleet run` with the arguments given
-//! and the server's URL, prints its report and stops the servers.
+//! and the server's URL at the lowest CPU priority (`nice -n 19`: the
+//! simulated nodes stand for machines of their own, so they must not
+//! starve the server on the cores they share), prints its report and stops
+//! the servers.
 //!
 //! [`ci`] is the short pass of `cargo xtask test` (the real-server tier):
 //! 20 nodes x 4 ranks for 30 s, one node SIGKILLed and restarted, on the
@@ -59,7 +62,11 @@ pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     let (Some(url), Some(server)) = (url, server) else {
         bail!("the ClickHouse set-up names no catalog URL or server");
     };
-    let mut cmd = Command::new(&bin);
+    // The simulated nodes stand for machines of their own: at the lowest
+    // priority they never starve the server (its merges above all) of the
+    // two cores they share with it here.
+    let mut cmd = Command::new("nice");
+    cmd.args(["-n", "19"]).arg(&bin);
     cmd.arg("run").args(["--clickhouse", url]);
     cmd.args(["--server-pid", &server.child.id().to_string()]);
     if replicas.is_some() {

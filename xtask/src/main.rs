@@ -176,9 +176,10 @@ fn test_steps(
         result?;
         // a short two-node lease pass (RELIABILITY.md "Two nodes, one
         // lease"; root only, skipped saying why otherwise): network
-        // namespaces and a ClickHouse of its own
+        // namespaces and a replicated catalog of its own (ZooKeeper and
+        // three replicas, one at a time killed or partitioned away)
         steps.time("two-node lease pass", || {
-            torture::ci(root, "ci-lease-netns", &[])
+            torture::ci(root, "ci-lease-netns-replicas", &[])
         })?;
     }
     Ok(())
@@ -379,7 +380,7 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
 /// `cargo xtask bench [--quick] [GROUP|CASE...]`: builds `spool-bench` with
 /// `--release`, installs the peers that are missing (rclone, openssl),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
-/// `service`, `s3s`, `python`; all by default; `python` first builds the extension
+/// `service`, `s3s`, `backlog`, `python`; all by default; `python` first builds the extension
 /// with `--release` into the test virtualenv) with the servers it needs
 /// (`spool-bench plan` lists both), fresh for each case, prints a table
 /// per group, and writes the figures into BENCHMARKS.md (not with
@@ -391,7 +392,7 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
 fn bench(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
-        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|python|CASE]...");
+        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|backlog|python|CASE]...");
     }
     let named: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     // the s3s-fs drains and the hand-off's daemon run the `spool` command

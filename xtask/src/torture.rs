@@ -4,7 +4,7 @@
 //! variant needs when `cargo xtask servers up`'s environment is not set
 //! (`--store s3`: moto, `--catalog clickhouse`: ClickHouse), and runs it with
 //! the arguments as given. `cargo xtask test` runs its CI passes (`ci`,
-//! `ci-disk`, `ci-faults`, `ci-lease-netns`: their seeds and lengths are the
+//! `ci-disk`, `ci-faults`, `ci-lease-netns-replicas`: their seeds and lengths are the
 //! binary's).
 //!
 //! The two-node pass (`--lease-netns`) starts a ClickHouse of its own on
@@ -67,7 +67,7 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
 /// One of CI's short passes (`cargo xtask test`): `ci` (crash, after the
 /// fast tier), `ci-disk` (root; skipped, saying why, otherwise),
 /// `ci-faults` (on the real tier's servers, their variables in `env`),
-/// `ci-lease-netns` (two nodes: root and network namespaces; skipped,
+/// `ci-lease-netns[-replicas]` (two nodes: root and network namespaces; skipped,
 /// saying why, otherwise).
 pub fn ci(root: &Path, pass: &str, env: &[(String, String)]) -> Result<()> {
     crate::run(build(root)?.arg(pass).envs(env.iter().map(|(k, v)| (k, v))))

@@ -21,14 +21,18 @@
 //! `catalog` (index throughput, lease latency), `service-drain-small`,
 //! `service-drain-large`, `service-drain-tiny` (end-to-end drain vs
 //! `rclone move`, and CPU seconds per GiB against rclone's),
-//! `service-latency` (seal-to-indexed with and without the registry),
+//! `service-latency` (seal-to-indexed with and without the registry, and
+//! on the embedded defaults),
 //! `service-handoff-latency` (seal to row readable across processes: a
 //! live sink-only producer handing off to a `spool run` daemon),
 //! `service-drain-s3s-16k`, `service-drain-s3s-1m`, `service-drain-s3s-16m`
 //! (`spool run --once` of a dead producer's backlog into s3s-fs against
-//! `rclone copy --transfers 8`, wall and CPU of each side and server).
+//! `rclone copy --transfers 8`, wall and CPU of each side and server),
+//! `backlog-100k` (a 100 000-pack backlog drained on the embedded
+//! defaults: a steady rate, peak RSS, `spool status` and `ls` on it).
 #![forbid(unsafe_code)]
 
+mod backlog;
 mod catalog;
 mod core;
 mod handoff;
@@ -238,6 +242,7 @@ const CASES: &[(&str, &str, &[&str])] = &[
     ("s3s", "service-drain-s3s-16k", &["clickhouse", "s3s"]),
     ("s3s", "service-drain-s3s-1m", &["clickhouse", "s3s"]),
     ("s3s", "service-drain-s3s-16m", &["clickhouse", "s3s"]),
+    ("backlog", "backlog-100k", &[]),
     ("python", "python", &[]),
 ];
 
@@ -251,7 +256,7 @@ fn plan(args: &[String]) -> Result<()> {
             let cases: Vec<&str> = CASES.iter().map(|(_, c, _)| *c).collect();
             bail!(
                 "unknown benchmark group or case {a:?}; groups: core, upload, catalog, \
-                 service, s3s, python; cases: {}",
+                 service, s3s, backlog, python; cases: {}",
                 cases.join(", ")
             );
         }
@@ -305,6 +310,7 @@ fn run(args: &[String]) -> Result<()> {
             "service-drain-s3s-16k" => s3s::drain(&ctx, s3s::Shape::Tiny)?,
             "service-drain-s3s-1m" => s3s::drain(&ctx, s3s::Shape::Small)?,
             "service-drain-s3s-16m" => s3s::drain(&ctx, s3s::Shape::Large)?,
+            "backlog-100k" => backlog::run(&ctx)?,
             "python" => python::run(&ctx)?,
             other => bail!("unknown case {other}"),
         }

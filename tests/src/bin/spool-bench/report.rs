@@ -12,6 +12,7 @@ pub const GROUPS: &[(&str, &str)] = &[
     ("catalog", "spool-catalog"),
     ("service", "spool-service"),
     ("s3s", "spool run --once against s3s-fs"),
+    ("backlog", "A backlog of 100 000 packs"),
     ("python", "spool-py"),
 ];
 

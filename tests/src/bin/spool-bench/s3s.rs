@@ -225,9 +225,29 @@ fn spool_once(root: &Path, store_url: &str, db: &Db, log: &Path) -> Result<Comma
         .env("RUST_LOG", "info")
         .env("SPOOL_LOG_FORMAT", "json")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(log.with_extension("jsonl"))?)
         .stderr(std::fs::File::create(log)?);
     Ok(cmd)
+}
+
+/// Where the drain's time went by the service's own counters: the last
+/// `--json` event's `snapshot.stage_ms` (the run's events beside its
+/// `log`), as `list 12, validate 340, ... ms`.
+fn stage_ms(log: &Path) -> Result<String> {
+    let path = log.with_extension("jsonl");
+    let text = std::fs::read_to_string(&path)?;
+    let last: serde_json::Value = text
+        .lines()
+        .last()
+        .map(serde_json::from_str)
+        .transpose()?
+        .with_context(|| format!("no event in {}", path.display()))?;
+    let stages = ["list", "validate", "upload", "index", "remove", "idle"];
+    let parts: Vec<String> = stages
+        .iter()
+        .map(|s| format!("{s} {}", last["snapshot"]["stage_ms"][s]))
+        .collect();
+    Ok(format!("{} ms", parts.join(", ")))
 }
 
 /// Stages the backlog into a dead producer's rank directory and the same
@@ -357,7 +377,7 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
     };
     let window = last - first;
     let breakdown = format!(
-        "from the start of `spool run --once`: service started {}, sibling listed {}, first object stored {:.2} s, last object stored {:.2} s (upload window {window:.2} s; {}), sibling drained and removed {}, service stopped {}, exit {:.2} s; wall − upload window {:.2} s; `spool run --once` with nothing to drain on the same servers {:.2} s",
+        "from the start of `spool run --once`: service started {}, sibling listed {}, first object stored {:.2} s, last object stored {:.2} s (upload window {window:.2} s; {}), sibling drained and removed {}, service stopped {}, exit {:.2} s; wall − upload window {:.2} s; the service's stage times (wall time with at least one operation of the stage in flight; idle: none): {}; `spool run --once` with nothing to drain on the same servers {:.2} s",
         at(marks[0]),
         at(marks[1]),
         first - ours.start,
@@ -367,6 +387,7 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
         at(marks[3]),
         ours.wall,
         ours.wall - window,
+        stage_ms(&log)?,
         idle.wall,
     );
     let rclone_window = format!(
