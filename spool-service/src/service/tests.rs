@@ -251,6 +251,8 @@ fn start_logs_only_a_sweep_it_did_and_charges_siblings_only_when_adopting() {
             "the first start sweeps, the second finds nothing: {log}"
         );
         assert!(!torn.exists());
+        // the snapshot a cycle published, not the one before any cycle
+        assert!(svc.wait_published(0, Duration::from_secs(10)) >= 1);
         assert_eq!(svc.snapshot().sibling_bytes, 0, "not adopting: not charged");
         svc.stop().unwrap();
     }
