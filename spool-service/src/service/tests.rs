@@ -573,7 +573,12 @@ fn a_dead_sibling_is_adopted_and_removed_a_live_one_is_left_alone() {
         svc.snapshot()
     );
     for id in &dead_ids {
-        assert!(block_on(fx.catalog.get(&id.to_hex())).unwrap().is_some());
+        let row = block_on(fx.catalog.get(&id.to_hex()))
+            .unwrap()
+            .expect("indexed");
+        // the dead producer named by the sibling's owner record (this
+        // process claimed it), never the adopter's guess
+        assert_eq!(row.source_pid, std::process::id(), "{row:?}");
     }
     assert_eq!(block_on(fx.objects()), 3);
     let snap = svc.snapshot();
