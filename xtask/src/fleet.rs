@@ -43,18 +43,14 @@ pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     // one server, or ZooKeeper and N replicas of one shard whose catalog
     // tables are replicated `ON CLUSTER` (a row confirmed on a quorum of 2)
     let (servers, url_var) = match replicas {
-        None => (
-            vec![servers::clickhouse::start_on(
-                root,
-                "fleet-clickhouse",
-                &[],
-            )?],
-            "SPOOL_TEST_CLICKHOUSE_URL",
-        ),
-        Some(n) => (
-            servers::replicas::start_n(root, n)?,
-            "SPOOL_TEST_CLICKHOUSE_REPLICAS",
-        ),
+        None => {
+            let one = servers::clickhouse::start_on(root, "fleet-clickhouse", &[])?;
+            (vec![one], "SPOOL_TEST_CLICKHOUSE_URL")
+        }
+        Some(n) => {
+            let all = servers::replicas::start_named(root, n, "", &[])?;
+            (all, "SPOOL_TEST_CLICKHOUSE_REPLICAS")
+        }
     };
     let url = servers.iter().find_map(|s| s.var(url_var));
     // the (first) ClickHouse server's pid: the report gives its CPU time
@@ -62,9 +58,7 @@ pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     let (Some(url), Some(server)) = (url, server) else {
         bail!("the ClickHouse set-up names no catalog URL or server");
     };
-    // The simulated nodes stand for machines of their own: at the lowest
-    // priority they never starve the server (its merges above all) of the
-    // two cores they share with it here.
+    // at the lowest priority (nodes stand for machines of their own)
     let mut cmd = Command::new("nice");
     cmd.args(["-n", "19"]).arg(&bin);
     cmd.arg("run").args(["--clickhouse", url]);

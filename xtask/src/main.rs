@@ -48,7 +48,7 @@ fn main() -> Result<()> {
                  fleet --nodes N --ranks R --rate P --minutes M [--kill K] [--debug] [...]   the fleet simulator on a ClickHouse of its own (BENCHMARKS.md \"Fleet\")\n  \
                  fuzz [TARGET...] [--minutes M] [--merge]      libFuzzer targets of fuzz/ (on demand, not in CI)\n  \
                  mutants [CRATE...] [--shard K/N] [--file G] [--lock F [--chunk N] [--untested|--missed] [--sample N --seed S]] [--timeout S]   cargo-mutants per crate, merged into mutants/ (hours; not in CI)\n  \
-                 torture [--seed S] [--minutes M] [--runs N] [--store s3] [--catalog clickhouse] [--no-faults] [--disk [--tmpfs-mib N] [--no-ro]] | --lease-netns   seeded crash / fault / disk / two-node torture with an oracle (RELIABILITY.md)"
+                 torture [--seed S] [--minutes M] [--runs N] [--store s3] [--catalog clickhouse] [--no-faults] [--disk [--tmpfs-mib N] [--no-ro]] | --lease-netns [--replicas]   seeded crash / fault / disk / two-node torture with an oracle (RELIABILITY.md)"
             );
             std::process::exit(2);
         }
@@ -402,19 +402,14 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
     run(&mut build)?;
     let bin = target_dir(root).join("release/spool-bench");
     // `spool-bench plan` knows the cases: `GROUP CASE [SERVER...]` a line
-    let mut plan = Command::new(&bin);
-    let plan = plan
+    let plan = Command::new(&bin)
         .arg("plan")
         .args(&named)
         .env("RUST_BACKTRACE", "0")
         .output()?;
     if !plan.status.success() {
-        bail!(
-            "{}",
-            String::from_utf8_lossy(&plan.stderr)
-                .trim()
-                .trim_start_matches("Error: ")
-        );
+        let why = String::from_utf8_lossy(&plan.stderr);
+        bail!("{}", why.trim().trim_start_matches("Error: "));
     }
     let plan = String::from_utf8(plan.stdout)?;
     let cases: Vec<Vec<&str>> = plan

@@ -15,7 +15,7 @@
 use crate::servers::{self, ServerProcess};
 use anyhow::{bail, Context, Result};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// The prefix of a two-node pass's ClickHouse state directory under
@@ -73,85 +73,57 @@ pub fn ci(root: &Path, pass: &str, env: &[(String, String)]) -> Result<()> {
     crate::run(build(root)?.arg(pass).envs(env.iter().map(|(k, v)| (k, v))))
 }
 
-/// `xtask servers clickhouse --listen ADDR [--replicas N]`: a ClickHouse
-/// of a two-node pass, listening on 127.0.0.1 and `ADDR` (its bridge's),
-/// its state under `target/xtask/lease-netns-clickhouse-<pid>`; with
-/// `--replicas N`, ZooKeeper and N replicas of one shard instead
-/// (`servers::replicas`), their state under
-/// `target/xtask/lease-netns-clickhouse-<pid>-*`. Prints the environment
-/// like `servers up`, stops the servers and removes their state when stdin
-/// closes. State that a killed earlier pass left is removed first.
+/// `xtask servers clickhouse --listen ADDR [--replicas N]`: a two-node
+/// pass's ClickHouse (or ZooKeeper and N replicas of one shard), listening
+/// on 127.0.0.1 and `ADDR`, its state in `target/xtask/<CLICKHOUSE_DIR><pid>*`.
+/// Prints the environment like `servers up`, and stops the servers and
+/// removes their state when stdin closes (a killed earlier pass's, first).
 pub fn own_clickhouse(root: &Path, args: &[String]) -> Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (addr, replicas) = match args[..] {
         ["--listen", addr] => (addr, None),
-        ["--listen", addr, "--replicas", n] => (addr, n.parse::<usize>().ok().filter(|n| *n >= 2)),
+        ["--listen", addr, "--replicas", n] => match n.parse::<usize>() {
+            Ok(n) if n >= 2 => (addr, Some(n)),
+            _ => bail!("--replicas takes a number of replicas, 2 or more"),
+        },
         _ => bail!("usage: xtask servers clickhouse --listen ADDR [--replicas N]"),
     };
-    if args.len() == 4 && replicas.is_none() {
-        bail!("--replicas takes a number of replicas, 2 or more");
-    }
     let dir = root.join("target/xtask");
-    sweep_stale(&dir);
+    remove_state(&dir, |pid| !Path::new(&format!("/proc/{pid}")).exists());
     let name = format!("{CLICKHOUSE_DIR}{}", std::process::id());
     let extra = [addr.to_string()];
-    let (servers, states) = match replicas {
-        None => (
-            vec![servers::clickhouse::start_on(root, &name, &extra)?],
-            vec![RemoveOnDrop(dir.join(&name))],
-        ),
-        Some(n) => {
-            let prefix = format!("{name}-");
-            let mut states = vec![RemoveOnDrop(dir.join(format!("{prefix}zookeeper")))];
-            states.extend(
-                (1..=n).map(|i| RemoveOnDrop(dir.join(format!("{prefix}clickhouse-r{i}")))),
-            );
-            (
-                servers::replicas::start_named(root, n, &prefix, &extra)?,
-                states,
-            )
-        }
+    let started = match replicas {
+        None => servers::clickhouse::start_on(root, &name, &extra).map(|s| vec![s]),
+        Some(n) => servers::replicas::start_named(root, n, &format!("{name}-"), &extra),
     };
-    for (k, v) in servers.iter().flat_map(|s| &s.env) {
-        println!("export {k}='{v}'");
-    }
-    let _ = std::io::stdin().read_to_end(&mut Vec::new());
-    drop(servers);
-    drop(states);
-    Ok(())
-}
-
-/// A directory removed (whole) on drop.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("xtask: could not remove {}: {e}", self.0.display());
-            }
+    let served = started.map(|servers| {
+        for (k, v) in servers.iter().flat_map(|s| &s.env) {
+            println!("export {k}='{v}'");
         }
-    }
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        drop(servers); // stopped before their state goes
+    });
+    remove_state(&dir, |pid| pid == std::process::id());
+    served
 }
 
-/// Removes the ClickHouse state directories of earlier passes under `dir`
-/// whose process is gone (a pass killed before its own cleanup ran).
-fn sweep_stale(dir: &Path) {
+/// Removes the state directories of two-node passes under `dir` (named
+/// `lease-netns-clickhouse-<pid>` and `...-<pid>-*`) whose pid `doomed`
+/// says.
+fn remove_state(dir: &Path, doomed: impl Fn(u32) -> bool) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for d in entries.filter_map(|e| e.ok().map(|e| e.path())) {
         let name = d.file_name().map(|n| n.to_string_lossy().into_owned());
-        let Some(pid) = name
+        let pid = name
             .as_deref()
             .and_then(|n| n.strip_prefix(CLICKHOUSE_DIR))
-            .and_then(|p| p.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            drop(RemoveOnDrop(d));
+            .and_then(|p| p.split('-').next()?.parse::<u32>().ok());
+        if pid.is_some_and(&doomed) {
+            if let Err(e) = std::fs::remove_dir_all(&d) {
+                eprintln!("xtask: could not remove {}: {e}", d.display());
+            }
         }
     }
 }

@@ -31,21 +31,16 @@ pub const REPLICAS: usize = 3;
 
 /// Starts ZooKeeper and [`REPLICAS`] replicas, and waits for all of them.
 pub fn start(root: &Path) -> Result<Vec<ServerProcess>> {
-    start_n(root, REPLICAS)
+    start_named(root, REPLICAS, "", &[])
 }
 
 /// [`start`] with `replicas` replicas of the one shard (the fleet
-/// simulator's `--replicas N`).
-pub fn start_n(root: &Path, replicas: usize) -> Result<Vec<ServerProcess>> {
-    start_named(root, replicas, "", &[])
-}
-
-/// [`start_n`] with every state directory's name prefixed by `prefix`
-/// (`<prefix>zookeeper`, `<prefix>clickhouse-rN`: a torture pass's own,
-/// beside the group `cargo xtask servers up` runs) and each replica
-/// listening also on `extra_hosts` (a bridge's address that network
-/// namespaces reach; ZooKeeper and the replicas' own traffic stay on
-/// loopback).
+/// simulator's `--replicas N`), every state directory's name prefixed by
+/// `prefix` (`<prefix>zookeeper`, `<prefix>clickhouse-rN`: a torture
+/// pass's own, beside the group `cargo xtask servers up` runs) and each
+/// replica listening also on `extra_hosts` (a bridge's address that
+/// network namespaces reach; ZooKeeper and the replicas' own traffic stay
+/// on loopback).
 pub fn start_named(
     root: &Path,
     replicas: usize,
