@@ -111,7 +111,9 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     let mut markers = String::from(
         "# Benchmarks\n<!-- bench:machine:begin -->\nold\n<!-- bench:machine:end -->\n",
     );
-    for group in ["core", "upload", "catalog", "service", "s3s", "backlog", "python"] {
+    for group in [
+        "core", "upload", "catalog", "service", "s3s", "backlog", "python",
+    ] {
         let mut f: serde_json::Value = serde_json::from_str(one).unwrap();
         f["group"] = group.into();
         all.push_str(&format!("{f}\n"));
