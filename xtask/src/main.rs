@@ -176,10 +176,9 @@ fn test_steps(
         result?;
         // a short two-node lease pass (RELIABILITY.md "Two nodes, one
         // lease"; root only, skipped saying why otherwise): network
-        // namespaces and a replicated catalog of its own (ZooKeeper and
-        // three replicas, one at a time killed or partitioned away)
+        // namespaces and a ClickHouse of its own
         steps.time("two-node lease pass", || {
-            torture::ci(root, "ci-lease-netns-replicas", &[])
+            torture::ci(root, "ci-lease-netns", &[])
         })?;
     }
     Ok(())
