@@ -350,12 +350,7 @@ impl OwnClickHouse {
                     .with_context(|| format!("no hosts in {url}"))?;
                 let ports = hosts
                     .split(',')
-                    .map(|h| {
-                        h.rsplit(':')
-                            .next()
-                            .and_then(|p| p.parse::<u16>().ok())
-                            .with_context(|| format!("no port in {h} of {url}"))
-                    })
+                    .map(crate::port_of)
                     .collect::<Result<Vec<u16>>>()?;
                 let configs = var("SPOOL_TEST_CLICKHOUSE_REPLICA_CONFIGS")?
                     .split(',')
