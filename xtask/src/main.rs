@@ -1,19 +1,16 @@
 //! Project automation. `cargo xtask test` is the one test command (README,
 //! `.ci/run`); `cargo xtask bench` runs the benchmarks behind BENCHMARKS.md.
 //!
-//! `test` runs, in order: `cargo fmt --check`, the fast tier's build,
-//! `cargo clippy -D warnings` in the background (beside the fast tier's
-//! tests), the fast tier (every test binary not named `real_*`, on fakes, and a
-//! short seeded crash torture, `cargo xtask torture`, and as root a short
-//! disk torture, `cargo xtask torture --disk`), then the
-//! real-server tier: it installs what is missing (Debian packages, Python
-//! virtualenvs, npm), starts each server on loopback under `target/xtask/`, runs
-//! the `real_*` test binaries with the servers' addresses in the
-//! environment and a short fault torture on them (`cargo xtask torture
-//! --store s3 --catalog clickhouse`, one seed) and the fleet simulator's
-//! short pass (`cargo xtask fleet`, 20 nodes x 4 ranks for 30 s, one
-//! killed), and stops the servers
-//! afterwards — also when a step fails.
+//! `test` runs, in order: `cargo fmt --check`, the fast tier's build, `cargo
+//! clippy -D warnings` in the background (beside the fast tier's tests), the
+//! fast tier (every test binary not named `real_*`, on fakes, a short seeded
+//! crash torture, and as root a short disk torture), then the real-server
+//! tier: it installs what is missing (Debian packages, Python virtualenvs,
+//! npm), starts each server on loopback under `target/xtask/`, runs the
+//! `real_*` test binaries with the servers' addresses in the environment, a
+//! short fault torture on them and the fleet simulator's short pass, stops
+//! the servers (also when a step fails), and as root runs a two-node lease
+//! pass on three replicas of its own (`cargo xtask torture --lease-netns`).
 #![forbid(unsafe_code)]
 
 mod fleet;
@@ -174,11 +171,10 @@ fn test_steps(
             .and_then(|()| steps.time("fleet pass", || fleet::ci(root, &servers.env())));
         drop(servers); // stops every server, whatever `result` is
         result?;
-        // a short two-node lease pass (RELIABILITY.md "Two nodes, one
-        // lease"; root only, skipped saying why otherwise): network
-        // namespaces and a ClickHouse of its own
+        // two nodes, one lease, on replicas (RELIABILITY.md "Two nodes, one
+        // lease"; root only, skipped saying why otherwise)
         steps.time("two-node lease pass", || {
-            torture::ci(root, "ci-lease-netns", &[])
+            torture::ci(root, "ci-lease-netns-replicas", &[])
         })?;
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! variant needs when `cargo xtask servers up`'s environment is not set
 //! (`--store s3`: moto, `--catalog clickhouse`: ClickHouse), and runs it with
 //! the arguments as given. `cargo xtask test` runs its CI passes (`ci`,
-//! `ci-disk`, `ci-faults`, `ci-lease-netns`: their seeds and lengths are the
+//! `ci-disk`, `ci-faults`, `ci-lease-netns-replicas`: their seeds and lengths are the
 //! binary's).
 //!
 //! The two-node pass (`--lease-netns`) starts a ClickHouse of its own on

@@ -1,9 +1,11 @@
 //! Three ClickHouse 18.16 replicas of one shard and a ZooKeeper on
 //! loopback: the replicated catalog of the `real_replicated` tests.
 //!
-//! ZooKeeper (`zookeeper.rs`) and the three servers (`clickhouse.rs`'s
-//! `launch`, each under `target/xtask/clickhouse-rN/`) are started at once
-//! and then waited for, so the group costs about one JVM start. Each
+//! ZooKeeper (`zookeeper.rs`) is waited for first (an 18.16 server started
+//! before it answers may die of SIGSEGV in `zkutil::ZooKeeper::createImpl`
+//! after answering `SELECT 1`); then the three servers (`clickhouse.rs`'s
+//! `launch`, under `target/xtask/clickhouse-rN/`) start at once, each ready
+//! once it reads `system.zookeeper`. Each
 //! replica's config adds the cluster [`CLUSTER`] (one shard, the three
 //! native ports, `internal_replication`), its `shard`/`replica` macros,
 //! its own `interserver_http_port` on 127.0.0.1, the ZooKeeper node (3 s
@@ -50,6 +52,7 @@ pub fn start_named(
     let began = std::time::Instant::now();
     install_if_missing()?;
     let zk = zookeeper::launch(root, &format!("{prefix}zookeeper"))?;
+    zookeeper::wait(root, &format!("{prefix}zookeeper"), zk.port)?;
     let mut ports: Vec<u16> = Vec::new();
     while ports.len() < 3 * replicas {
         let p = free_port()?;
@@ -84,24 +87,26 @@ pub fn start_named(
         processes.push(process);
         configs.push(dir.join("config.xml").display().to_string());
     }
-    zookeeper::wait(root, &format!("{prefix}zookeeper"), zk.port)?;
     for (i, port) in http.iter().enumerate() {
-        wait_ready(
-            *port,
-            &root.join(format!("target/xtask/{prefix}clickhouse-r{}", i + 1)),
-        )?;
+        let dir = root.join(format!("target/xtask/{prefix}clickhouse-r{}", i + 1));
+        wait_ready(*port, &dir)?;
+        let sql = b"SELECT count() FROM system.zookeeper WHERE path = '/'";
+        super::wait_until("system.zookeeper", &http[i].to_string(), &dir, || {
+            matches!(super::http(*port, "POST", "/", "", sql), Ok((200, _)))
+        })?;
     }
     let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let env = &mut processes[0].env;
-    env.push((
-        "SPOOL_TEST_CLICKHOUSE_REPLICAS".into(),
-        format!("clickhouse://{}/default", hosts.join(",")),
-    ));
-    env.push(("SPOOL_TEST_CLICKHOUSE_CLUSTER".into(), CLUSTER.into()));
-    env.push((
-        "SPOOL_TEST_CLICKHOUSE_REPLICA_CONFIGS".into(),
-        configs.join(","),
-    ));
+    processes[0].env.extend(
+        [
+            (
+                "SPOOL_TEST_CLICKHOUSE_REPLICAS",
+                format!("clickhouse://{}/default", hosts.join(",")),
+            ),
+            ("SPOOL_TEST_CLICKHOUSE_CLUSTER", CLUSTER.into()),
+            ("SPOOL_TEST_CLICKHOUSE_REPLICA_CONFIGS", configs.join(",")),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
     eprintln!(
         "xtask: ZooKeeper on 127.0.0.1:{} and {replicas} ClickHouse replicas of cluster {CLUSTER} on {}, up in {:.1} s",
         zk.port,

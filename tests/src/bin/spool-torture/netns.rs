@@ -35,7 +35,9 @@
 //! quorum of 2. Besides the nodes' link faults, one replica at a time is,
 //! for a seeded window of 4..8 s:
 //! - **killed** (SIGKILL), and started again once its ZooKeeper session
-//!   lapsed;
+//!   lapsed (when 18.16 refuses to attach a small table whose local parts
+//!   the kill left unlike ZooKeeper's, started once more with
+//!   `force_restore_data`, as an operator would: [`Replica::watch`]);
 //! - **partitioned away** (SIGSTOP, then SIGCONT): its sockets accept and
 //!   never answer, its ZooKeeper session lapses, its peers cannot fetch
 //!   from it, and when it comes back it is behind. (A replica cut off
@@ -102,18 +104,22 @@ pub struct NetnsFigures {
     pub replica_kills: u64,
     /// Replicas partitioned away (stopped, then continued).
     pub replica_stalls: u64,
+    /// Killed replicas 18.16 refused to start on their parts, started
+    /// again with `flags/force_restore_data` ([`Replica::watch`]).
+    pub replica_restores: u64,
 }
 
 impl NetnsFigures {
     /// One line for the log and RELIABILITY.md.
     pub fn line(&self) -> String {
         format!(
-            "cuts {} stalls {} replica_kills {} replica_stalls {} handovers {} latches {} \
-             packs {} rows {} overlaps {} longest_write_after_fault {} ms",
+            "cuts {} stalls {} replica_kills {} replica_stalls {} replica_restores {} handovers {} \
+             latches {} packs {} rows {} overlaps {} longest_write_after_fault {} ms",
             self.cuts,
             self.stalls,
             self.replica_kills,
             self.replica_stalls,
+            self.replica_restores,
             self.handovers,
             self.latches,
             self.packs,
@@ -406,15 +412,86 @@ impl Replica {
         self.config.parent().unwrap_or(Path::new("."))
     }
 
-    fn signal(&self, sig: nix::sys::signal::Signal) -> Result<()> {
+    fn pid(&self) -> Result<i32> {
         let file = self.dir().join("clickhouse.pid");
-        let pid: i32 = std::fs::read_to_string(&file)
+        std::fs::read_to_string(&file)
             .with_context(|| format!("reading {}", file.display()))?
             .trim()
             .parse()
-            .with_context(|| format!("{} holds no pid", file.display()))?;
+            .with_context(|| format!("{} holds no pid", file.display()))
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) -> Result<()> {
+        let pid = self.pid()?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
             .with_context(|| format!("sending {sig} to replica pid {pid}"))
+    }
+
+    /// Kills the replica (SIGKILL), reaping it if this pass started it.
+    fn kill(&mut self) -> Result<()> {
+        self.signal(nix::sys::signal::Signal::SIGKILL)?;
+        drop(self.restarted.take());
+        Ok(())
+    }
+
+    /// Fails, naming the replica's log and its last error, when its
+    /// server is gone (no process, or a zombie) while nothing here
+    /// stopped it.
+    fn check_running(&self) -> Result<()> {
+        let pid = self.pid()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
+        if matches!(state, None | Some('Z' | 'X')) {
+            bail!(
+                "replica {} (pid {pid}) is not running; its log ends: {}",
+                self.dir().display(),
+                self.last_error()
+            );
+        }
+        Ok(())
+    }
+
+    /// The last `<Error>` line of the replica's error log.
+    fn last_error(&self) -> String {
+        let log = self.dir().join("log/clickhouse-server.err.log");
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .find(|l| l.contains("<Error>"))
+            .unwrap_or("(no error logged)")
+            .chars()
+            .take(400)
+            .collect()
+    }
+
+    /// Watches the server this pass started again: still running (or
+    /// none), `Ok(false)`. Exited because 18.16 would not attach a table
+    /// whose local parts "don't look like the set of parts in ZooKeeper"
+    /// (a part the kill left on disk that never reached ZooKeeper, so
+    /// never confirmed, outweighs a small table's rows): started again
+    /// with `flags/force_restore_data`, as ClickHouse's replication docs
+    /// tell an operator (the server detaches those parts and fetches from
+    /// its peers), `Ok(true)`. Any other exit fails, naming its log.
+    fn watch(&mut self) -> Result<bool> {
+        let Some(kid) = self.restarted.as_mut() else {
+            return Ok(false);
+        };
+        let Some(status) = kid.0.try_wait()? else {
+            return Ok(false);
+        };
+        let last = self.last_error();
+        if !last.contains("look like the set of parts in ZooKeeper") {
+            bail!(
+                "replica {} exited {status} after it was started again; its log ends: {last}",
+                self.dir().display()
+            );
+        }
+        let flags = self.dir().join("data/flags");
+        std::fs::create_dir_all(&flags)?;
+        std::fs::write(flags.join("force_restore_data"), "")?;
+        self.start_again()?;
+        Ok(true)
     }
 
     /// Starts the killed replica again on its config and data, its pid in
@@ -547,6 +624,16 @@ impl Pass {
 
     /// Reaps exited daemons: a latch (exit 7) is counted and restarted,
     /// anything else is a problem (and restarted too, to go on).
+    /// [`Replica::watch`] for each replica, counting restores.
+    fn watch_replicas(&mut self) -> Result<()> {
+        for r in &mut self.replicas {
+            if r.watch()? {
+                self.figures.replica_restores += 1;
+            }
+        }
+        Ok(())
+    }
+
     fn reap(&mut self) -> Result<()> {
         for i in 0..NODES {
             let status = match self.nodes[i].daemon.as_mut() {
@@ -770,12 +857,18 @@ pub fn lease_netns(
         .collect();
     let figures = pass.figures.clone();
     let problems = std::mem::take(&mut pass.problems);
+    if result.is_err() || !problems.is_empty() {
+        // the replicas' state goes with xtask: their logs stay with the run
+        for (i, r) in pass.replicas.iter().enumerate() {
+            keep_logs(&r.dir().join("log"), &work.join(format!("replica{i}-log")));
+        }
+    }
     drop(pass);
     // xtask stops the servers the pid files name (restarted ones too),
     // then this pass reaps the ones it started
     drop(ch);
     drop(restarted);
-    result?;
+    result.with_context(|| format!("the run's files are in {}", work.display()))?;
     eprintln!("torture --lease-netns: {}", figures.line());
     if !problems.is_empty() {
         for p in &problems {
@@ -792,6 +885,15 @@ pub fn lease_netns(
     }
     let _ = std::fs::remove_dir_all(&work);
     Ok(Some(figures))
+}
+
+/// Copies the files of `from` into `to` (best effort: a failing pass's
+/// post-mortem).
+fn keep_logs(from: &Path, to: &Path) {
+    let _ = std::fs::create_dir_all(to);
+    for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        let _ = std::fs::copy(e.path(), to.join(e.file_name()));
+    }
 }
 
 /// The schedule, the drain and the oracle.
@@ -812,6 +914,7 @@ fn drive(p: &mut Pass, seed: u64, secs: f64) -> Result<()> {
     let mut next_rfault = Instant::now() + Duration::from_secs_f64(rng.between(3.0, 6.0));
     while Instant::now() < end || fault.is_some() || rfault.is_some() {
         p.reap()?;
+        p.watch_replicas()?;
         let now = Instant::now();
         match rfault {
             Some((r, what, until)) if now >= until => {
@@ -827,7 +930,7 @@ fn drive(p: &mut Pass, seed: u64, secs: f64) -> Result<()> {
             None if !p.replicas.is_empty() && now >= next_rfault && now < end => {
                 let r = rng.below(p.replicas.len() as u64) as usize;
                 let what = if rng.chance(0.5) {
-                    p.replicas[r].signal(nix::sys::signal::Signal::SIGKILL)?;
+                    p.replicas[r].kill()?;
                     p.figures.replica_kills += 1;
                     ReplicaFault::Kill
                 } else {
@@ -928,8 +1031,9 @@ fn drive(p: &mut Pass, seed: u64, secs: f64) -> Result<()> {
 
 /// Waits (up to 120 s) until every replica holds the same raw rows of
 /// the packs and lease tables (the oracle reads one replica's raw rows);
-/// one server: at once.
-fn converge(p: &Pass) -> Result<()> {
+/// one server: at once. Fails at once, naming its log, when a replica's
+/// server is gone.
+fn converge(p: &mut Pass) -> Result<()> {
     if p.ports.len() < 2 {
         return Ok(());
     }
@@ -949,6 +1053,10 @@ fn converge(p: &Pass) -> Result<()> {
             .collect();
         if counts.windows(2).all(|w| w[0] == w[1]) {
             return Ok(());
+        }
+        p.watch_replicas()?;
+        for r in &p.replicas {
+            r.check_running()?;
         }
         if Instant::now() > until {
             bail!("the replicas did not converge within 120 s: {counts:?}");
