@@ -27,7 +27,8 @@
 //!   `max_workers` at once within `max_in_flight_bytes`, index in batches
 //!   (closing at `index_batch`, after `index_linger`, or at once when no
 //!   upload is in flight, but never sooner than `index_linger` after the
-//!   last call unless full; fenced in catalog scope) or owe them, remove what
+//!   last call unless full; `index_linger` defaults to 0 with a local
+//!   catalog; fenced in catalog scope) or owe them, remove what
 //!   is indexed; at most `pipeline_depth` packs out and not indexed. A
 //!   non-retryable failure renames the pack `<id>.rejected`; a retryable one
 //!   stops new uploads and counts toward the backoff. Then reconcile, then

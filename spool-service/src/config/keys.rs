@@ -354,7 +354,7 @@ pub const INDEX_LINGER: Setting<Duration> = Setting::new(Key {
     flag: None,
     kind: SECS0,
     default: Some("50ms"),
-    help: "how long an index batch waits for more uploads to land (it also closes at index_batch, and at once when none is in flight); also the least spacing of two index calls that are not full batches",
+    help: "how long an index batch waits for more uploads to land (it also closes at index_batch, and at once when none is in flight); also the least spacing of two index calls that are not full batches (default 0 with a sqlite:// or memory:// catalog)",
 });
 
 /// `service.ship` (SPOOL_SHIP).

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::environment::{derived_allow_http, derived_rank, Environment, ProcessEnv, CONFIG_ENV};
 use super::file::{config_path, read_file};
@@ -202,6 +203,7 @@ impl Config {
         let mut config = Config { entries, file };
         config.check_lease()?;
         config.embedded_defaults()?;
+        config.local_catalog_linger();
         for k in KEYS {
             config.entries.entry(k.name).or_insert(Entry {
                 key: k,
@@ -226,6 +228,24 @@ impl Config {
             )
         })?;
         Ok(())
+    }
+
+    /// With a local catalog (`sqlite://` or `memory://`) and no source
+    /// setting `service.index_linger`: 0. The linger and the spacing of
+    /// index calls spare a shared server (ClickHouse) many small inserts;
+    /// a local commit costs about as much alone as batched, and one commit
+    /// in flight already lets the next batch form. So a lone pack is
+    /// indexed at once, however soon after the last one it landed.
+    fn local_catalog_linger(&mut self) {
+        let local = keys::CATALOG
+            .get(self)
+            .is_some_and(|url| url.starts_with("sqlite:") || url.starts_with("memory:"));
+        let linger = keys::INDEX_LINGER.key.name;
+        if let Some(e) = self.entries.get_mut(linger) {
+            if local && matches!(e.source, Source::Default) {
+                e.value = Some(Value::Secs(Duration::ZERO));
+            }
+        }
     }
 
     /// With a spool root and no store or catalog: the embedded ones.

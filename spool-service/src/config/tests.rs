@@ -143,6 +143,33 @@ fn embedded_defaults_under_the_root() {
     assert_eq!(dir, r.join(&key));
 }
 
+/// A local catalog's `index_linger` defaults to 0 (a lone pack is indexed
+/// at once, however soon after the last); a ClickHouse catalog's stays
+/// 50 ms; a value someone set is kept either way.
+#[test]
+fn a_local_catalog_indexes_without_a_linger_unless_one_is_set() {
+    let root = tempfile::tempdir().unwrap();
+    let linger = |env: &[(&str, &str)]| {
+        let flags = vec![FlagValue::new(
+            &keys::ROOT.key,
+            root.path().display().to_string(),
+        )];
+        keys::INDEX_LINGER.get(&load(None, env, flags).unwrap())
+    };
+    assert_eq!(linger(&[]), Duration::ZERO);
+    assert_eq!(linger(&[("SPOOL_CATALOG", "memory://")]), Duration::ZERO);
+    assert_eq!(
+        linger(&[("SPOOL_INDEX_LINGER", "20ms")]),
+        Duration::from_millis(20)
+    );
+    let ch = ("SPOOL_CATALOG", "clickhouse://127.0.0.1:8123/spool");
+    assert_eq!(linger(&[ch]), Duration::from_millis(50));
+    assert_eq!(
+        linger(&[ch, ("SPOOL_INDEX_LINGER", "5s")]),
+        Duration::from_secs(5)
+    );
+}
+
 /// `lease.node_name` (`SPOOL_NODE_NAME`) reaches the service's node name;
 /// unset, it is this host's name.
 #[test]
