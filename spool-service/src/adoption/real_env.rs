@@ -343,10 +343,8 @@ fn probe_sync(dir: &Path) -> ProbeVerdict {
 /// [`AdoptionEnv::try_adopt`]'s work: spool-lock's take (its retries wait
 /// out a probe's momentary shared flock, up to a second) and `Spool::open`
 /// of the sibling (its reconcile lists every file in it).
+/// A directory gone before or during the take is [`AdoptRefusal::Vanished`].
 fn take_sync(dir: &Path, lock: LockOptions) -> Result<(spool_lock::Claim, Spool), AdoptRefusal> {
-    if !dir.exists() {
-        return Err(AdoptRefusal::Vanished);
-    }
     let claim = match spool_lock::try_adopt(dir, &lock) {
         Ok(c) => c,
         Err(e) if e.is_owned_by_another() => return Err(AdoptRefusal::Live(e.into())),

@@ -111,6 +111,7 @@ fn eacces_blocks_a_sibling_erofs_waits_for_a_recheck_enospc_and_emfile_are_retri
 
 /// A lock file that is a symlink is no transient failure: the probe says
 /// "not ours" (with spool-lock's words), never "dead, let the take try".
+/// A directory that is gone is "vanished" to the probe and to the take.
 #[test]
 fn a_sibling_whose_lock_file_is_a_symlink_is_not_ours() {
     let tmp = tempfile::tempdir().unwrap();
@@ -122,6 +123,10 @@ fn a_sibling_whose_lock_file_is_a_symlink_is_not_ours() {
         other => panic!("a symlinked lock file must not be probed as dead: {other:?}"),
     }
     assert_eq!(probe_sync(&tmp.path().join("gone")), ProbeVerdict::Vanished);
+    assert!(matches!(
+        take_sync(&tmp.path().join("gone"), LockOptions::default()),
+        Err(AdoptRefusal::Vanished)
+    ));
 }
 
 /// A drain over `own` (held by the caller) into the fixture's store and
