@@ -3,6 +3,7 @@
 //! permanent "not ours".
 
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use spool_lock::LockOptions;
@@ -77,6 +78,56 @@ fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passe
     assert_eq!(spool.scan(&Default::default()).unwrap().len(), 1);
     drop(spool);
     claim.release().unwrap();
+}
+
+/// A sibling whose lock another process took between the probe and the
+/// take (here `flock -x` on its lock file) is refused as live: probed
+/// again when due, never a failure that backs the loop off.
+#[test]
+fn a_take_beside_another_process_holding_the_lock_is_refused_as_live() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = crate::service::tests::destination("a")
+        .catalog_key()
+        .unwrap();
+    let claim = spool_core::claim_rank_dir(tmp.path(), &key, 1, &LockOptions::default()).unwrap();
+    let dir = claim.dir().to_path_buf();
+    claim.release().unwrap();
+    let lock = dir.join(spool_lock::LOCK_FILE_NAME);
+    // its own process group: the lock and the `sleep` holding it go at once
+    let mut holder = std::process::Command::new("flock")
+        .arg("-x")
+        .arg(&lock)
+        .args(["sleep", "30"])
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("util-linux's flock");
+    let held = || {
+        !std::process::Command::new("flock")
+            .args(["-x", "-n"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    let t = Instant::now();
+    while !held() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "flock never took {lock:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let take = take_sync(&dir, LockOptions::default());
+    let group = nix::unistd::Pid::from_raw(holder.id() as i32);
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    holder.wait().unwrap();
+    match take {
+        Err(AdoptRefusal::Live(why)) => assert!(why.to_string().contains("r1"), "{why}"),
+        other => panic!("a held sibling must be refused as live: {other:?}"),
+    }
 }
 
 /// What blocks a sibling and what is retried: another user's files block
