@@ -579,10 +579,13 @@ fn a_dead_sibling_is_adopted_and_removed_a_live_one_is_left_alone() {
         // the dead producer named by the sibling's owner record (this
         // process claimed it), never the adopter's guess
         assert_eq!(row.source_pid, std::process::id(), "{row:?}");
+        assert_eq!(row.source_host, spool_lock::host_name(), "{row:?}");
     }
     assert_eq!(block_on(fx.objects()), 3);
     let snap = svc.snapshot();
     assert_eq!(snap.adopted_spools, 1);
+    // each cycle's listing of the own directory is timed
+    assert!(snap.stage_times.list > Duration::ZERO, "{snap:?}");
     assert_eq!(snap.live_siblings, 1);
     assert_eq!(
         files(live.dir(), "ready"),
@@ -910,6 +913,9 @@ mod serial {
             t.elapsed()
         );
         assert_eq!(files(own.dir(), "ready"), 4);
+        // the stalled uploads were cut, and counted
+        let cut = svc.snapshot().cancelled_uploads;
+        assert!(cut >= 1, "{cut} uploads counted as cancelled");
     }
 
     /// A started service (no adoption, a 60 s poll interval, `max_backoff`)
