@@ -29,6 +29,17 @@ struct GatedCatalog {
     calls: AtomicUsize,
     /// Per call: (rows, rows whose `.ready` file was gone at the call).
     seen: Mutex<Vec<(usize, usize)>>,
+    /// Every index call fails with this error's kind while set.
+    refusing: Mutex<Option<Refusal>>,
+}
+
+/// How a [`GatedCatalog`] refuses an index call.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// The credentials (the whole destination).
+    Auth,
+    /// Not answering (retryable: one batch, not the destination).
+    Unreachable,
 }
 
 impl GatedCatalog {
@@ -39,7 +50,12 @@ impl GatedCatalog {
             open: tokio::sync::watch::channel(open).0,
             calls: AtomicUsize::new(0),
             seen: Mutex::new(Vec::new()),
+            refusing: Mutex::new(None),
         })
+    }
+
+    fn refuse(&self, how: Option<Refusal>) {
+        *self.refusing.lock().unwrap() = how;
     }
 
     fn set_open(&self, open: bool) {
@@ -74,6 +90,24 @@ impl Catalog for GatedCatalog {
             .filter(|r| !self.dir.join(format!("{}.ready", r.pack_id)).exists())
             .count();
         self.seen.lock().unwrap().push((rows.len(), gone));
+        let server = self.server();
+        match *self.refusing.lock().unwrap() {
+            Some(Refusal::Auth) => {
+                return Err(spool_catalog::Error::Auth {
+                    server,
+                    purpose: "index packs",
+                    message: "bad password".into(),
+                })
+            }
+            Some(Refusal::Unreachable) => {
+                return Err(spool_catalog::Error::Unreachable {
+                    server,
+                    purpose: "index packs",
+                    detail: "connection refused".into(),
+                })
+            }
+            None => {}
+        }
         let mut rx = self.open.subscribe();
         let _ = rx.wait_for(|open| *open).await;
         self.inner.index(rows, fence).await
@@ -1057,6 +1091,41 @@ mod serial {
         assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
         svc.stop().unwrap();
     }
+}
+
+/// A catalog that refuses the credentials refuses the whole destination:
+/// the drain says so (what the snapshot's `destination_refused` reports)
+/// and owes the packs; a catalog that does not answer fails one batch, not
+/// the destination; an answer clears the refusal.
+#[test]
+fn a_catalog_refusing_the_credentials_refuses_the_destination_an_outage_does_not() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let (mut path, catalog) = gated_path(&fx, own.dir(), |_| {});
+    catalog.set_open(true);
+    let never = Arc::new(AtomicBool::new(false));
+    let mut one_pack = |how: Option<Refusal>| {
+        catalog.refuse(how);
+        stage(own.dir(), 1);
+        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+        let jobs = jobs_of(&path, packs);
+        let done = block_on(path.run(jobs, &no_cut(), &never));
+        let refused = path.counters().refused().map(str::to_string);
+        (outcome_names(&done), refused)
+    };
+    let (outcomes, refused) = one_pack(Some(Refusal::Unreachable));
+    assert_eq!(outcomes, ["Owed"]);
+    assert_eq!(refused, None, "an outage is no refusal of the destination");
+    let (outcomes, refused) = one_pack(Some(Refusal::Auth));
+    assert!(outcomes.iter().all(|o| o == "Owed"), "{outcomes:?}");
+    let refused = refused.expect("the credentials refused: the destination is");
+    assert!(
+        refused.contains("gated memory catalog") && refused.contains("credentials"),
+        "{refused}"
+    );
+    let (outcomes, refused) = one_pack(None);
+    assert!(outcomes.iter().all(|o| o == "Indexed"), "{outcomes:?}");
+    assert_eq!(refused, None, "an answer clears the refusal");
 }
 
 /// The stage clock charges a drain's time to the stages busy in it: an
