@@ -467,6 +467,10 @@ fn validation_runs_at_most_small_pack_workers_packs_ahead_of_the_uploads() {
     assert!(svc.flush(Duration::from_secs(20)).unwrap());
     let snap = svc.snapshot();
     assert_eq!((snap.quarantined, snap.indexed), (1, 7), "{snap:?}");
+    // at its limit the feed waits; it does not spin on empty validation
+    // tasks through the 300 ms stall
+    let validating = snap.stage_times.validate;
+    assert!(validating < Duration::from_millis(150), "{validating:?}");
     svc.stop().unwrap();
 }
 
