@@ -87,15 +87,15 @@ pub fn start_named(
         processes.push(process);
         configs.push(dir.join("config.xml").display().to_string());
     }
+    let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     for (i, port) in http.iter().enumerate() {
         let dir = root.join(format!("target/xtask/{prefix}clickhouse-r{}", i + 1));
         wait_ready(*port, &dir)?;
         let sql = b"SELECT count() FROM system.zookeeper WHERE path = '/'";
-        super::wait_until("system.zookeeper", &http[i].to_string(), &dir, || {
+        super::wait_until("system.zookeeper", &hosts[i], &dir.join("log"), || {
             matches!(super::http(*port, "POST", "/", "", sql), Ok((200, _)))
         })?;
     }
-    let hosts: Vec<String> = http.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     processes[0].env.extend(
         [
             (

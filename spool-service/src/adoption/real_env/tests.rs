@@ -45,16 +45,23 @@ impl Drop for NoMoreFiles {
     }
 }
 
-#[test]
-fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passes() {
-    let tmp = tempfile::tempdir().unwrap();
+/// A rank directory under `root` claimed, given `packs` packs and let go,
+/// as a producer that exited leaves it.
+fn dead_sibling(root: &Path, packs: usize) -> std::path::PathBuf {
     let key = crate::service::tests::destination("a")
         .catalog_key()
         .unwrap();
-    let claim = spool_core::claim_rank_dir(tmp.path(), &key, 1, &LockOptions::default()).unwrap();
+    let claim = spool_core::claim_rank_dir(root, &key, 1, &LockOptions::default()).unwrap();
     let dir = claim.dir().to_path_buf();
-    crate::service::tests::stage(&dir, 1);
+    crate::service::tests::stage(&dir, packs);
     claim.release().unwrap();
+    dir
+}
+
+#[test]
+fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = dead_sibling(tmp.path(), 1);
 
     let (probe, take) = {
         let _limit = NoMoreFiles::now();
@@ -86,12 +93,7 @@ fn emfile_is_transient_for_probe_and_take_and_the_sibling_is_taken_once_it_passe
 #[test]
 fn a_take_beside_another_process_holding_the_lock_is_refused_as_live() {
     let tmp = tempfile::tempdir().unwrap();
-    let key = crate::service::tests::destination("a")
-        .catalog_key()
-        .unwrap();
-    let claim = spool_core::claim_rank_dir(tmp.path(), &key, 1, &LockOptions::default()).unwrap();
-    let dir = claim.dir().to_path_buf();
-    claim.release().unwrap();
+    let dir = dead_sibling(tmp.path(), 0);
     let lock = dir.join(spool_lock::LOCK_FILE_NAME);
     // its own process group: the lock and the `sleep` holding it go at once
     let mut holder = std::process::Command::new("flock")
