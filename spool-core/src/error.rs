@@ -200,6 +200,23 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// An entry of a spool directory is not the kind spool expects there (a
+    /// symlink, a FIFO, a device, a file where a directory belongs, a
+    /// directory where a file belongs, a name that is not UTF-8). Nothing
+    /// is followed, read or removed through it; the directory holding it is
+    /// set aside until an operator removes it.
+    #[error(
+        "{} is {found} where spool expects {expected}: spool never follows, reads or removes such an entry; remove or move it (the directory holding it is set aside until then)",
+        path.display()
+    )]
+    UnexpectedEntry {
+        /// The entry.
+        path: PathBuf,
+        /// What is there (`"a symlink"`, `"a FIFO"`, ...).
+        found: String,
+        /// What spool expects there.
+        expected: String,
+    },
     /// The owner lock refused or failed (another owner, nesting, a shared
     /// filesystem, held_by_caller without the lock...).
     #[error("{0}")]
@@ -384,6 +401,12 @@ impl Error {
     /// failure, a cancel, or a refusal).
     pub fn is_corrupt(&self) -> bool {
         matches!(self, Error::CorruptPack { .. })
+    }
+
+    /// Whether this error says an entry of a spool directory is not the
+    /// kind spool expects: the directory must be set aside, not retried.
+    pub fn is_unexpected_entry(&self) -> bool {
+        matches!(self, Error::UnexpectedEntry { .. })
     }
 
     /// The same error naming `pack` (a path) if it is a corruption.

@@ -60,11 +60,12 @@
 //! | adopter (holds the lock) | everything | removes |
 
 use std::collections::HashSet;
-use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use spool_lock::Access;
+
+use crate::at::{AtDir, Kind, Name};
 use crate::pack::PackId;
 use crate::spool::{ordinal_dir_name, parse_ordinal_dir, ReadyPack, Spool, REFS_DIR};
 use crate::Error;
@@ -79,19 +80,58 @@ pub const SHIPPED_DIR: &str = "_shipped";
 /// that directory is live, since a killed daemon leaves it behind.
 pub const SHIPPER_FILE: &str = ".shipper";
 
+/// The longest shipper record read (a rank directory name and a newline).
+const SHIPPER_RECORD_LIMIT: u64 = 256;
+
+/// Every directory and file of the hand-off is reached from the spool root
+/// down, one component at a time, never through a link (`crate::at`).
+/// A key directory is one level below the root.
+fn key_dir_at(key_dir: &Path) -> Result<Option<AtDir>, Error> {
+    AtDir::open_layout(key_dir, 1)
+}
+
+/// A rank directory is two levels below the root.
+fn rank_dir_at(rank_dir: &Path) -> Result<Option<AtDir>, Error> {
+    AtDir::open_layout(rank_dir, 2)
+}
+
+/// `<key>/_shipped`, if it exists.
+fn shipped_at(key_dir: &Path) -> Result<Option<AtDir>, Error> {
+    match key_dir_at(key_dir)? {
+        Some(k) => k.open_dir(SHIPPED_DIR),
+        None => Ok(None),
+    }
+}
+
+/// The rank directory's name (its confirmations directory's name).
+fn rank_name(rank_dir: &Path) -> &std::ffi::OsStr {
+    rank_dir.file_name().unwrap_or_default()
+}
+
+/// `<key>/_shipped/<rank>`, if it exists.
+fn confirmations_at(rank_dir: &Path) -> Result<Option<AtDir>, Error> {
+    let Some(key) = rank_dir.parent() else {
+        return Ok(None);
+    };
+    match shipped_at(key)? {
+        Some(s) => s.open_dir(rank_name(rank_dir)),
+        None => Ok(None),
+    }
+}
+
 /// The daemon of `own_dir` records that it serves the owners beside it
-/// (written whole: a temp file renamed over the last).
-pub fn record_shipper(own_dir: &Path) -> Result<(), Error> {
+/// (written whole: a temp file renamed over the last, never through a
+/// link; `_shipped/` created with `access`).
+pub fn record_shipper(own_dir: &Path, access: &Access) -> Result<(), Error> {
     let Some(key_dir) = own_dir.parent() else {
         return Ok(());
     };
-    let shipped = key_dir.join(SHIPPED_DIR);
-    make_dir(&shipped)?;
-    let name = own_dir.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = shipped.join(format!("{SHIPPER_FILE}.{}", std::process::id()));
-    std::fs::write(&tmp, format!("{name}\n")).map_err(|e| Error::io("write", &tmp, e))?;
-    let to = shipped.join(SHIPPER_FILE);
-    std::fs::rename(&tmp, &to).map_err(|e| Error::io("rename", &to, e))
+    let Some(key) = key_dir_at(key_dir)? else {
+        return Ok(());
+    };
+    let shipped = key.create_dir(SHIPPED_DIR, access)?;
+    let name = rank_name(own_dir).to_string_lossy();
+    shipped.replace_file(SHIPPER_FILE, format!("{name}\n").as_bytes(), access)
 }
 
 /// The daemon of `own_dir` no longer serves: its record goes (if it is
@@ -100,27 +140,40 @@ pub fn forget_shipper(own_dir: &Path) {
     let Some(key_dir) = own_dir.parent() else {
         return;
     };
-    if shipper_of(key_dir).as_deref() == Some(own_dir) {
+    if shipper_of(key_dir).ok().flatten().as_deref() == Some(own_dir) {
         clear_shipper(key_dir);
     }
 }
 
 /// Removes the record of the owners' shipper under `key_dir`, whoever it
 /// names (the lease holder serving no owner clears one a killed daemon
-/// left), and `_shipped/` with it once empty.
+/// left), and `_shipped/` with it once empty. Something other than a
+/// regular file at the record's name is left alone.
 pub fn clear_shipper(key_dir: &Path) {
-    let shipped = key_dir.join(SHIPPED_DIR);
-    let _ = std::fs::remove_file(shipped.join(SHIPPER_FILE));
-    let _ = std::fs::remove_dir(&shipped);
+    let Ok(Some(key)) = key_dir_at(key_dir) else {
+        return;
+    };
+    if let Ok(Some(shipped)) = key.open_dir(SHIPPED_DIR) {
+        let _ = shipped.remove_file(SHIPPER_FILE);
+    }
+    let _ = key.remove_dir(SHIPPED_DIR);
 }
 
 /// The rank directory the last daemon to serve the owners under `key_dir`
-/// recorded, if any (not checked to be live).
-pub fn shipper_of(key_dir: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(key_dir.join(SHIPPED_DIR).join(SHIPPER_FILE)).ok()?;
-    let name = text.lines().next()?.trim();
+/// recorded, if any (not checked to be live). Read without following a
+/// link or blocking, with a bound: anything but a short regular file there
+/// is [`Error::UnexpectedEntry`].
+pub fn shipper_of(key_dir: &Path) -> Result<Option<PathBuf>, Error> {
+    let Some(shipped) = shipped_at(key_dir)? else {
+        return Ok(None);
+    };
+    let Some(bytes) = shipped.read_small(SHIPPER_FILE, SHIPPER_RECORD_LIMIT)? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let name = text.lines().next().unwrap_or_default().trim();
     let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-    plain.then(|| key_dir.join(name))
+    Ok(plain.then(|| key_dir.join(name)))
 }
 
 /// The name of the ref consenting to pack `id` (under `w<ordinal>/` when
@@ -146,12 +199,11 @@ pub fn parse_ref_name(name: &str) -> Option<(Option<u32>, PackId)> {
 /// Where the confirmations of rank directory `rank_dir`'s packs are:
 /// `<key>/_shipped/<rank>/`.
 pub fn confirmations_dir(rank_dir: &Path) -> PathBuf {
-    let name = rank_dir.file_name().unwrap_or_default();
     rank_dir
         .parent()
         .unwrap_or(Path::new("/"))
         .join(SHIPPED_DIR)
-        .join(name)
+        .join(rank_name(rank_dir))
 }
 
 /// The pack a ref consents to, in `rank_dir`.
@@ -164,80 +216,71 @@ fn pack_path(rank_dir: &Path, ordinal: Option<u32>, id: PackId) -> PathBuf {
     }
 }
 
-/// The names in `dir` (none when it does not exist).
-fn names_in(dir: &Path) -> Result<Vec<String>, Error> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io("read directory", dir, e)),
-    };
-    let mut out = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| Error::io("read directory", dir, e))?;
-        if let Some(n) = entry.file_name().to_str() {
-            out.push(n.to_string());
-        }
+/// The names in `dir` (none when it is absent); a name that is not UTF-8
+/// is [`Error::UnexpectedEntry`].
+fn names_of(dir: Option<&AtDir>) -> Result<Vec<String>, Error> {
+    match dir {
+        Some(d) => d.utf8_names(),
+        None => Ok(Vec::new()),
     }
-    out.sort();
-    Ok(out)
-}
-
-/// Creates the empty file `path` (kept if it exists).
-fn touch(path: &Path) -> Result<(), Error> {
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(Error::io("create", path, e)),
-    }
-}
-
-/// Removes `path`; already gone is fine.
-fn unlink(path: &Path) -> Result<(), Error> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io("remove", path, e)),
-        _ => Ok(()),
-    }
-}
-
-/// Creates `dir` and its parent if missing.
-fn make_dir(dir: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))
 }
 
 impl Spool {
     /// The owner consents to the node's shipper shipping its staged pack
-    /// `id` (step 1 of the protocol in the module doc).
+    /// `id` (step 1 of the protocol in the module doc). `_refs/` and the
+    /// ref get the spool's mode and group.
     pub fn consent(&self, ordinal: Option<u32>, id: PackId) -> Result<(), Error> {
-        let refs = self.dir().join(REFS_DIR);
-        make_dir(&refs)?;
-        touch(&refs.join(ref_name(ordinal, id)))
+        let access = self.access();
+        let dir = rank_dir_at(self.dir())?.ok_or_else(|| Error::DirectoryVanished {
+            dir: self.dir().to_path_buf(),
+        })?;
+        let refs = dir.create_dir(REFS_DIR, &access)?;
+        refs.create_file(ref_name(ordinal, id), &access).map(|_| ())
+    }
+
+    /// Creates (with the spool's mode and group) and returns the owner's
+    /// confirmations directory, `<key>/_shipped/<rank>/`, so the owner can
+    /// watch it before the daemon confirms anything.
+    pub fn prepare_confirmations(&self) -> Result<PathBuf, Error> {
+        let access = self.access();
+        let key_dir = self.dir().parent().unwrap_or(Path::new("/"));
+        let key = key_dir_at(key_dir)?.ok_or_else(|| Error::DirectoryVanished {
+            dir: key_dir.to_path_buf(),
+        })?;
+        let shipped = key.create_dir(SHIPPED_DIR, &access)?;
+        Ok(shipped.create_dir(rank_name(self.dir()), &access)?.path().to_path_buf())
     }
 
     /// How many packs the owner consented to and has not removed yet
     /// (confirmed or not): its refs.
     pub fn consented_packs(&self) -> Result<usize, Error> {
-        let names = names_in(&self.dir().join(REFS_DIR))?;
+        let refs = match rank_dir_at(self.dir())? {
+            Some(d) => d.open_dir(REFS_DIR)?,
+            None => None,
+        };
+        let names = names_of(refs.as_ref())?;
         Ok(names.iter().filter(|n| parse_ref_name(n).is_some()).count())
     }
 
     /// The owner removes every consented pack the daemon confirmed, then
-    /// its ref (step 4). Returns how many packs it removed.
+    /// its ref (step 4). Returns how many packs it removed. A confirmation
+    /// counts only where the owner's own ref of that name is a regular
+    /// file.
     pub fn release_confirmed(&self) -> Result<usize, Error> {
-        let confirmed = names_in(&confirmations_dir(self.dir()))?;
-        let refs = self.dir().join(REFS_DIR);
+        let confirmed = names_of(confirmations_at(self.dir())?.as_ref())?;
+        if confirmed.is_empty() {
+            return Ok(0);
+        }
+        let Some(refs) = rank_dir_at(self.dir())?.and_then(|d| d.open_dir(REFS_DIR).transpose()).transpose()? else {
+            return Ok(0);
+        };
         let mut packs = Vec::new();
         let mut names = Vec::new();
         for name in confirmed {
             let Some((ordinal, id)) = parse_ref_name(&name) else {
                 continue;
             };
-            if !refs.join(&name).exists() {
+            if refs.kind(&name)? != Some(Kind::File) {
                 continue; // released before
             }
             let path = pack_path(self.dir(), ordinal, id);
@@ -259,7 +302,7 @@ impl Spool {
             crate::seams::kill_point("after_release");
         }
         for name in &names {
-            unlink(&refs.join(name))?;
+            refs.remove_file(name)?;
         }
         Ok(packs.len())
     }
@@ -267,10 +310,31 @@ impl Spool {
     /// The adopter of a dead owner's directory settles its hand-off before
     /// anything else: packs the daemon confirmed are removed (they are in
     /// the store and the catalog), then the refs, then the confirmations.
-    /// Returns how many packs it removed.
-    pub fn settle_hand_off(&self) -> Result<usize, Error> {
-        let shipped = confirmations_dir(self.dir());
-        let confirmed = names_in(&shipped)?;
+    ///
+    /// Entries spool did not make (a link, a FIFO, a subdirectory, a name
+    /// that is not UTF-8, a file where a directory belongs) are left where
+    /// they are, never followed, and reported in [`Settled::left`]: the
+    /// adopter ships the rest and then sets the directory aside for them
+    /// (it still holds other files). Confirmations it cannot read only
+    /// mean their packs are shipped again, which is idempotent.
+    pub fn settle_hand_off(&self) -> Result<Settled, Error> {
+        let mut out = Settled::default();
+        let confirmations = match confirmations_at(self.dir()) {
+            Ok(c) => c,
+            Err(e) if e.is_unexpected_entry() => {
+                out.left.push(e);
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let confirmed = match names_of(confirmations.as_ref()) {
+            Ok(n) => n,
+            Err(e) if e.is_unexpected_entry() => {
+                out.left.push(e);
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
         let packs: Vec<ReadyPack> = confirmed
             .iter()
             .filter_map(|n| parse_ref_name(n))
@@ -282,34 +346,73 @@ impl Spool {
             })
             .collect();
         if let Some((path, e)) = self.remove_all(&packs).into_iter().next() {
-            return Err(Error::io("remove confirmed pack", path, io_of(e)));
-        }
-        let refs = self.dir().join(REFS_DIR);
-        for name in names_in(&refs)? {
-            unlink(&refs.join(name))?;
-        }
-        match std::fs::remove_dir(&refs) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(Error::io("remove directory", &refs, e))
+            if !e.is_unexpected_entry() {
+                return Err(Error::io("remove confirmed pack", path, io_of(e)));
             }
-            _ => {}
+            out.left.push(e);
         }
-        for name in confirmed {
-            unlink(&shipped.join(name))?;
-        }
-        match std::fs::remove_dir(&shipped) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(Error::io("remove directory", &shipped, e));
+        out.removed = packs.len();
+        let dir = rank_dir_at(self.dir())?.ok_or_else(|| Error::DirectoryVanished {
+            dir: self.dir().to_path_buf(),
+        })?;
+        match dir.open_dir(REFS_DIR) {
+            Ok(Some(refs)) => {
+                for name in refs.names()? {
+                    match name {
+                        Name::Utf8(n) => match refs.remove_file(&n) {
+                            Ok(_) => {}
+                            Err(e) if e.is_unexpected_entry() => out.left.push(e),
+                            Err(e) => return Err(e),
+                        },
+                        Name::Foreign(n) => out.left.push(refs.unexpected(
+                            &n,
+                            "a name that is not UTF-8",
+                            "only refs the owner made",
+                        )),
+                    }
+                }
+                dir.remove_dir(REFS_DIR)?;
             }
-            _ => {}
+            Ok(None) => {}
+            Err(e) if e.is_unexpected_entry() => out.left.push(e),
+            Err(e) => return Err(e),
         }
-        // `<key>/_shipped` itself once no owner has confirmations (it fails,
-        // harmlessly, while one has)
-        if let Some(parent) = shipped.parent() {
-            let _ = std::fs::remove_dir(parent);
+        if let Some(c) = &confirmations {
+            for name in &confirmed {
+                match c.remove_file(name) {
+                    Ok(_) => {}
+                    Err(e) if e.is_unexpected_entry() => out.left.push(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            drop(confirmations);
+            if let Some(shipped) = self.dir().parent().map(shipped_at).transpose()?.flatten() {
+                shipped.remove_dir(rank_name(self.dir()))?;
+                // `<key>/_shipped` itself once no owner has confirmations
+                // (it stays, harmlessly, while one has)
+                if let Some(key) = self.dir().parent().map(key_dir_at).transpose()?.flatten() {
+                    let _ = key.remove_dir(SHIPPED_DIR);
+                }
+            }
         }
-        Ok(packs.len())
+        Ok(out)
     }
+
+    /// The spool's mode and group (`spool.mode`, `spool.group`).
+    fn access(&self) -> Access {
+        self.config().lock.access
+    }
+}
+
+/// What settling a dead owner's hand-off did.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// Confirmed packs removed.
+    pub removed: usize,
+    /// Entries left where they are because spool did not make them (each
+    /// an [`Error::UnexpectedEntry`]): the directory is set aside once the
+    /// rest of it is shipped.
+    pub left: Vec<Error>,
 }
 
 /// The `io::Error` behind `e` (or one that says it).
@@ -343,26 +446,49 @@ pub struct Consents {
 
 /// The daemon lists what live owner `rank_dir` consented to (step 2):
 /// every ref, its pack checked to be a regular file inside the directory
-/// (no symlink on the way), those already confirmed left out. Reads only.
+/// (no symlink on the way), those already confirmed left out. Reads only;
+/// every directory is opened without following a link.
 pub fn list_consented(rank_dir: &Path) -> Result<Consents, Error> {
-    let refs = rank_dir.join(REFS_DIR);
     let mut out = Consents::default();
-    match std::fs::symlink_metadata(&refs) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
+    let Some(dir) = rank_dir_at(rank_dir)? else {
+        return Ok(out);
+    };
+    let refs = match dir.open_dir(REFS_DIR) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(out),
+        Err(e) if e.is_unexpected_entry() => {
             out.refused.push(RefusedRef {
-                path: refs,
-                why: "is not a directory (a symlink?): nothing under it is read".into(),
+                path: dir.join(REFS_DIR),
+                why: format!("{e}; nothing under it is read"),
             });
             return Ok(out);
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(Error::io("stat", &refs, e)),
-    }
-    let confirmed: HashSet<String> = names_in(&confirmations_dir(rank_dir))?
-        .into_iter()
-        .collect();
-    for name in names_in(&refs)? {
+        Err(e) => return Err(e),
+    };
+    let confirmed: HashSet<String> = match confirmations_at(rank_dir).and_then(|c| names_of(c.as_ref())) {
+        Ok(n) => n.into_iter().collect(),
+        Err(e) if e.is_unexpected_entry() => {
+            // what is confirmed cannot be read: nothing is shipped until it
+            // can (the owner could never learn of it either)
+            out.refused.push(RefusedRef {
+                path: confirmations_dir(rank_dir),
+                why: e.to_string(),
+            });
+            return Ok(out);
+        }
+        Err(e) => return Err(e),
+    };
+    for name in refs.names()? {
+        let name = match name {
+            Name::Utf8(n) => n,
+            Name::Foreign(n) => {
+                out.refused.push(RefusedRef {
+                    path: refs.join(&n),
+                    why: "is not named <id>.ref or w<k>.<id>.ref (not UTF-8)".into(),
+                });
+                continue;
+            }
+        };
         let path = refs.join(&name);
         let Some((ordinal, id)) = parse_ref_name(&name) else {
             out.refused.push(RefusedRef {
@@ -375,38 +501,41 @@ pub fn list_consented(rank_dir: &Path) -> Result<Consents, Error> {
             out.confirmed += 1;
             continue;
         }
-        if let Some(k) = ordinal {
-            let w = rank_dir.join(ordinal_dir_name(k));
-            if std::fs::symlink_metadata(&w).is_ok_and(|m| !m.is_dir()) {
-                out.refused.push(RefusedRef {
-                    path,
-                    why: format!(
-                        "names a pack under {}, which is not a directory (a symlink?)",
-                        w.display()
-                    ),
-                });
-                continue;
-            }
-        }
+        let holder = match ordinal {
+            None => None,
+            Some(k) => match dir.open_dir(ordinal_dir_name(k)) {
+                Ok(Some(w)) => Some(w),
+                Ok(None) => continue, // nothing staged there: nothing to ship
+                Err(e) if e.is_unexpected_entry() => {
+                    out.refused.push(RefusedRef {
+                        path,
+                        why: format!("names a pack under {e}"),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let at = holder.as_ref().unwrap_or(&dir);
+        let file = format!("{id}.ready");
         let pack = pack_path(rank_dir, ordinal, id);
-        match std::fs::symlink_metadata(&pack) {
-            Ok(m) if m.file_type().is_file() => out.packs.push(ReadyPack {
+        match at.kind(&file)? {
+            Some(Kind::File) => out.packs.push(ReadyPack {
+                bytes: std::fs::symlink_metadata(&pack).map_or(0, |m| m.len()),
                 path: pack,
                 id,
-                bytes: m.len(),
                 ordinal,
             }),
-            Ok(m) => out.refused.push(RefusedRef {
+            Some(k) => out.refused.push(RefusedRef {
                 path,
                 why: format!(
-                    "names {}, which is a {} (not a regular file)",
+                    "names {}, which is {} (not a regular file)",
                     pack.display(),
-                    crate::spool::file_type_name(m.file_type())
+                    k.described()
                 ),
             }),
             // removed by its owner since (or never staged): nothing to ship
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("stat", &pack, e)),
+            None => {}
         }
     }
     out.packs.sort_by_key(|p| p.id);
@@ -414,41 +543,73 @@ pub fn list_consented(rank_dir: &Path) -> Result<Consents, Error> {
 }
 
 /// The daemon confirms packs of `rank_dir` whose rows the catalog
-/// confirmed (step 3): one confirmation each, then one fsync of their
-/// directory.
-pub fn confirm(rank_dir: &Path, packs: &[(Option<u32>, PackId)]) -> Result<(), Error> {
+/// confirmed (step 3): one confirmation each (with `access`), then one
+/// fsync of their directory.
+pub fn confirm(rank_dir: &Path, packs: &[(Option<u32>, PackId)], access: &Access) -> Result<(), Error> {
     if !packs.is_empty() {
         crate::seams::kill_point("before_confirm");
     }
-    let dir = confirmations_dir(rank_dir);
-    make_dir(&dir)?;
+    let key_dir = rank_dir.parent().unwrap_or(Path::new("/"));
+    let key = key_dir_at(key_dir)?.ok_or_else(|| Error::DirectoryVanished {
+        dir: key_dir.to_path_buf(),
+    })?;
+    let dir = key
+        .create_dir(SHIPPED_DIR, access)?
+        .create_dir(rank_name(rank_dir), access)?;
     for (ordinal, id) in packs {
-        touch(&dir.join(ref_name(*ordinal, *id)))?;
+        dir.create_file(ref_name(*ordinal, *id), access)?;
     }
-    crate::spool::fsync_dir(&dir)?;
+    dir.sync()?;
     if !packs.is_empty() {
         crate::seams::kill_point("after_confirm");
     }
     Ok(())
 }
 
+/// The owner of `rank_dir`, letting go, removes its confirmations
+/// directory if it is empty, and `<key>/_shipped` with it once empty.
+pub fn remove_empty_confirmations(rank_dir: &Path) {
+    let Some(key_dir) = rank_dir.parent() else {
+        return;
+    };
+    if let Ok(Some(shipped)) = shipped_at(key_dir) {
+        if shipped.remove_dir(rank_name(rank_dir)).unwrap_or(false) {
+            if let Ok(Some(key)) = key_dir_at(key_dir) {
+                let _ = key.remove_dir(SHIPPED_DIR);
+            }
+        }
+    }
+}
+
 /// The daemon removes the confirmations of `rank_dir` whose ref is gone
 /// (the owner released the pack), and the confirmations directory of an
 /// owner directory that is gone (step 5). Returns how many it removed.
 pub fn collect_confirmations(rank_dir: &Path) -> Result<usize, Error> {
-    let dir = confirmations_dir(rank_dir);
-    let refs = rank_dir.join(REFS_DIR);
+    let Some(dir) = confirmations_at(rank_dir)? else {
+        return Ok(0);
+    };
+    let owner = rank_dir_at(rank_dir)?;
+    let refs = match &owner {
+        Some(o) => o.open_dir(REFS_DIR)?,
+        None => None,
+    };
     let mut removed = 0;
-    for name in names_in(&dir)? {
-        if !refs.join(&name).exists() {
-            unlink(&dir.join(&name))?;
+    for name in dir.utf8_names()? {
+        let kept = match &refs {
+            Some(r) => r.kind(&name)?.is_some(),
+            None => false,
+        };
+        if !kept && dir.remove_file(&name)? {
             removed += 1;
         }
     }
-    if !rank_dir.exists() {
-        let _ = std::fs::remove_dir(&dir);
-        if let Some(parent) = dir.parent() {
-            let _ = std::fs::remove_dir(parent);
+    if owner.is_none() {
+        drop(dir);
+        if let Some(shipped) = rank_dir.parent().map(shipped_at).transpose()?.flatten() {
+            shipped.remove_dir(rank_name(rank_dir))?;
+        }
+        if let Some(key) = rank_dir.parent().map(key_dir_at).transpose()?.flatten() {
+            key.remove_dir(SHIPPED_DIR)?;
         }
     }
     Ok(removed)
@@ -457,27 +618,64 @@ pub fn collect_confirmations(rank_dir: &Path) -> Result<usize, Error> {
 /// The daemon removes the confirmations of owners under `key_dir` whose
 /// directory is gone (an owner that exited with a confirmation left, its
 /// directory then drained), and `_shipped` once empty. Returns how many
-/// owners' confirmations it removed.
+/// owners' confirmations it removed. Entries it did not make (a link, a
+/// file where an owner's directory belongs) are left alone and reported as
+/// [`Error::UnexpectedEntry`] after the rest is collected.
 pub fn collect_orphaned_confirmations(key_dir: &Path) -> Result<usize, Error> {
-    let shipped = key_dir.join(SHIPPED_DIR);
+    let Some(key) = key_dir_at(key_dir)? else {
+        return Ok(0);
+    };
+    let Some(shipped) = key.open_dir(SHIPPED_DIR)? else {
+        return Ok(0);
+    };
     let mut removed = 0;
-    for name in names_in(&shipped)? {
-        if name.starts_with('.') || key_dir.join(&name).exists() {
+    let mut first_unexpected = None;
+    for name in shipped.names()? {
+        let name = match name {
+            Name::Utf8(n) => n,
+            Name::Foreign(n) => {
+                first_unexpected.get_or_insert(shipped.unexpected(&n, "a name that is not UTF-8", "an owner's confirmations directory"));
+                continue;
+            }
+        };
+        if name.starts_with('.') || key.kind(&name)?.is_some() {
             continue; // the shipper's record (or its temp file), or a live owner's
         }
-        let dir = shipped.join(&name);
-        for marker in names_in(&dir)? {
-            unlink(&dir.join(marker))?;
-        }
-        match std::fs::remove_dir(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(Error::io("remove directory", &dir, e))
+        let dir = match shipped.open_dir(&name) {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(e) if e.is_unexpected_entry() => {
+                first_unexpected.get_or_insert(e);
+                continue;
             }
-            _ => removed += 1,
+            Err(e) => return Err(e),
+        };
+        let mut clean = true;
+        for marker in dir.names()? {
+            let r = match &marker {
+                Name::Utf8(m) => dir.remove_file(m),
+                Name::Foreign(m) => Err(dir.unexpected(m, "a name that is not UTF-8", "a confirmation")),
+            };
+            match r {
+                Ok(_) => {}
+                Err(e) if e.is_unexpected_entry() => {
+                    clean = false;
+                    first_unexpected.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        drop(dir);
+        if clean && shipped.remove_dir(&name)? {
+            removed += 1;
         }
     }
-    let _ = std::fs::remove_dir(&shipped);
-    Ok(removed)
+    drop(shipped);
+    let _ = key.remove_dir(SHIPPED_DIR);
+    match first_unexpected {
+        Some(e) => Err(e),
+        None => Ok(removed),
+    }
 }
 
 #[cfg(test)]

@@ -176,6 +176,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("spool-core supports Linux only (see spool-lock)");
 
+pub mod at;
 pub mod error;
 pub mod handoff;
 pub mod layout;

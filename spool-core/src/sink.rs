@@ -121,6 +121,12 @@ pub trait StageTarget: Send + Sync + 'static {
     fn release_confirmed(&self) -> Result<usize, Error> {
         Ok(0)
     }
+
+    /// Creates the directory where the node's shipper confirms this
+    /// target's packs, and returns it (to be watched).
+    fn prepare_confirmations(&self) -> Result<PathBuf, Error> {
+        Ok(crate::handoff::confirmations_dir(self.dir()))
+    }
 }
 
 /// What a producer's write does when the sink's buffer is full.
@@ -857,6 +863,10 @@ impl StageTarget for Spool {
 
     fn consent(&self, ordinal: Option<u32>, id: PackId) -> Result<(), Error> {
         Spool::consent(self, ordinal, id)
+    }
+
+    fn prepare_confirmations(&self) -> Result<PathBuf, Error> {
+        Spool::prepare_confirmations(self)
     }
 
     fn release_confirmed(&self) -> Result<usize, Error> {

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::at::{AtDir, Kind};
 use crate::lk::{self, Claim, LockMode, LockOptions};
 use crate::pack::PackId;
 use crate::Error;
@@ -35,7 +36,6 @@ pub use names::{file_kind, ordinal_dir_name, parse_ordinal_dir, FileKind};
 pub use recovery::{Recovery, RecoveryReport, RecoveryStep, SetAside};
 pub use stage::set_pause_before_publish;
 pub use walk::file_type_name;
-pub(crate) use walk::fsync_dir;
 
 /// Where a live owner consents to the hand-off of its packs (see
 /// [`crate::handoff`]); no walk enters it.
@@ -262,21 +262,70 @@ impl Spool {
     /// [`remove`]: Self::remove
     pub fn remove_all(&self, packs: &[ReadyPack]) -> Vec<(PathBuf, Error)> {
         let mut failed = Vec::new();
-        let mut dirs = std::collections::BTreeSet::new();
+        if packs.is_empty() {
+            return failed;
+        }
+        // the spool's own directory as opened, each `w<k>/` below it opened
+        // without following a link (crate::at): a link planted at `w<k>`
+        // or at a pack's name is never followed by a removal
+        let top = match AtDir::open_layout(&self.dir, 0) {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                let e = || Error::DirectoryVanished {
+                    dir: self.dir.clone(),
+                };
+                return packs.iter().map(|p| (p.path.clone(), e())).collect();
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                return packs
+                    .iter()
+                    .map(|p| (p.path.clone(), Error::io("open directory", &self.dir, io::Error::other(msg.clone()))))
+                    .collect();
+            }
+        };
+        let mut subdirs: std::collections::BTreeMap<u32, Option<AtDir>> = Default::default();
+        let mut synced = std::collections::BTreeSet::new();
         let mut freed = 0u64;
         for pack in packs {
-            match self.unlink_ready(pack) {
+            let at = match pack.ordinal {
+                None => Some(&top),
+                Some(k) => {
+                    if let std::collections::btree_map::Entry::Vacant(v) = subdirs.entry(k) {
+                        match top.open_dir(ordinal_dir_name(k)) {
+                            Ok(d) => {
+                                v.insert(d);
+                            }
+                            Err(e) => {
+                                failed.push((pack.path.clone(), e));
+                                continue;
+                            }
+                        }
+                    }
+                    subdirs[&k].as_ref()
+                }
+            };
+            let Some(at) = at else {
+                continue; // its w<k>/ is gone: so is the pack
+            };
+            match self.unlink_ready(at, pack) {
                 Ok(Some(len)) => {
                     freed += len;
-                    dirs.insert(pack.path.parent().unwrap_or(&self.dir).to_path_buf());
+                    synced.insert(pack.ordinal);
                 }
                 Ok(None) => {}
                 Err(e) => failed.push((pack.path.clone(), e)),
             }
         }
-        for dir in dirs {
-            if let Err(e) = fsync_dir(&dir) {
-                failed.push((dir, e));
+        for ordinal in synced {
+            let at = match ordinal {
+                None => Some(&top),
+                Some(k) => subdirs.get(&k).and_then(Option::as_ref),
+            };
+            if let Some(at) = at {
+                if let Err(e) = at.sync() {
+                    failed.push((at.path().to_path_buf(), e));
+                }
             }
         }
         let mut st = self.state();
@@ -284,27 +333,26 @@ impl Spool {
         failed
     }
 
-    /// Unlinks one `<id>.ready` of this spool: its length, or `None` if it
-    /// was already gone.
-    fn unlink_ready(&self, pack: &ReadyPack) -> Result<Option<u64>, Error> {
-        let path = self.own_path(pack, "ready")?;
-        let len = match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_file() => m.len(),
-            Ok(_) => {
-                return Err(Error::NotAPack {
-                    path,
-                    dir: self.dir.clone(),
-                    why: "not a regular file",
-                })
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io("stat", &path, e)),
+    /// Unlinks one `<id>.ready` of this spool from `at` (its directory):
+    /// its length, or `None` if it was already gone. Anything but a
+    /// regular file at its name is [`Error::UnexpectedEntry`] and stays.
+    fn unlink_ready(&self, at: &AtDir, pack: &ReadyPack) -> Result<Option<u64>, Error> {
+        self.own_path(pack, "ready")?;
+        let name = format!("{}.ready", pack.id);
+        let len = match at.stat(&name)? {
+            None => return Ok(None),
+            Some((Kind::File, len)) => len,
+            Some((k, _)) => return Err(at.unexpected(&name, k.described(), "a sealed pack (a regular file)")),
         };
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(Some(len)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("remove", &path, e)),
+        match at.remove_file(&name)? {
+            true => Ok(Some(len)),
+            false => Ok(None),
         }
+    }
+
+    /// How the spool was opened.
+    pub(crate) fn config(&self) -> &SpoolConfig {
+        &self.config
     }
 }
 

@@ -44,6 +44,7 @@ use spool_core::handoff::{self, Consents};
 use spool_core::registry::Registry;
 use spool_core::siblings::{self, Owner};
 use spool_core::PackId;
+use spool_lock::Access;
 
 use crate::bound::Bound;
 use crate::drain::{Drain, Job, PackOutcome, Source};
@@ -101,13 +102,21 @@ pub(crate) struct Shipper {
     confirm_failing: HashSet<PathBuf>,
     /// Whether `<key>/_shipped/.shipper` names this service.
     recorded: bool,
+    /// The mode and group of what the shipper creates (`spool.mode`,
+    /// `spool.group`), like the owners' packs.
+    access: Access,
     counts: HandOffCounts,
 }
 
 impl Shipper {
     /// A shipper for the owners under `key_dir` (all but `own_dir`),
     /// woken through `registry`.
-    pub(crate) fn new(key_dir: &Path, own_dir: &Path, registry: Arc<Registry>) -> Shipper {
+    pub(crate) fn new(
+        key_dir: &Path,
+        own_dir: &Path,
+        registry: Arc<Registry>,
+        access: Access,
+    ) -> Shipper {
         Shipper {
             key_dir: key_dir.to_path_buf(),
             own_dir: own_dir.to_path_buf(),
@@ -118,6 +127,7 @@ impl Shipper {
             to_confirm: HashMap::new(),
             confirm_failing: HashSet::new(),
             recorded: false,
+            access,
             counts: HandOffCounts::default(),
         }
     }
@@ -200,7 +210,7 @@ impl Shipper {
             self.served.retain(|d| live.contains(d));
             self.counts.owners = self.served.len() as u64;
             if self.served.is_empty()
-                && (self.recorded || handoff::shipper_of(&self.key_dir).is_some())
+                && (self.recorded || !matches!(handoff::shipper_of(&self.key_dir), Ok(None)))
             {
                 // no owner to serve: no record (a killed daemon's included)
                 self.recorded = false;
@@ -209,7 +219,7 @@ impl Shipper {
         }
         if !self.recorded && !self.served.is_empty() {
             // operators read who serves the owners (`spool status`)
-            match handoff::record_shipper(&self.own_dir) {
+            match handoff::record_shipper(&self.own_dir, &self.access) {
                 Ok(()) => self.recorded = true,
                 Err(e) => {
                     tracing::debug!(dir = %self.own_dir.display(), "recording the node's shipper: {e}")
@@ -307,8 +317,9 @@ impl Shipper {
             return;
         }
         let todo: Vec<(PathBuf, Vec<Confirmable>)> = self.to_confirm.drain().collect();
-        let results = per_owner(todo, |dir, packs| {
-            handoff::confirm(dir, packs).map(|()| lags(dir, packs))
+        let access = self.access;
+        let results = per_owner(todo, move |dir, packs| {
+            handoff::confirm(dir, packs, &access).map(|()| lags(dir, packs))
         })
         .await;
         for (dir, packs, r) in results {

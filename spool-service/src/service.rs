@@ -323,7 +323,7 @@ impl StorageService {
         });
         let shipper = cfg
             .adopt
-            .then(|| Shipper::new(&key_dir, &cfg.dir, cfg.registry.clone()));
+            .then(|| Shipper::new(&key_dir, &cfg.dir, cfg.registry.clone(), cfg.lock.access));
         let drain = Drain::new(DrainParts {
             uploader,
             catalog: cfg.catalog.clone(),

@@ -308,8 +308,12 @@ fn served_by_json(
 /// it is live, and its owner record's host and pid; `null` when no daemon
 /// ever served there.
 pub(crate) fn shipper_json(key_dir: &Path) -> Value {
-    let Some(dir) = spool_core::handoff::shipper_of(key_dir) else {
-        return Value::Null;
+    let dir = match spool_core::handoff::shipper_of(key_dir) {
+        Ok(Some(dir)) => dir,
+        Ok(None) => return Value::Null,
+        // a planted entry where the record belongs: said, never followed
+        // or read through
+        Err(e) => return json!({"dir": null, "live": false, "host": null, "pid": null, "error": e.to_string()}),
     };
     let owner = owner_json(&dir).unwrap_or(Value::Null);
     json!({

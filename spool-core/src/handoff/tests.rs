@@ -2,6 +2,7 @@
 //! release, collect, settle; and the refs the daemon refuses.
 
 use super::*;
+use spool_lock::Access;
 use crate::spool::SpoolConfig;
 use crate::PackWriter;
 
@@ -60,7 +61,7 @@ fn a_pack_leaves_its_owner_only_once_confirmed_and_the_daemon_writes_nothing_the
     // nothing confirmed: the owner keeps everything
     assert_eq!(spool.release_confirmed().unwrap(), 0);
     let before = tree(&dir);
-    confirm(&dir, &[(Some(2), b)]).unwrap();
+    confirm(&dir, &[(Some(2), b)], &Access::PRIVATE).unwrap();
     assert_eq!(
         tree(&dir),
         before,
@@ -77,7 +78,7 @@ fn a_pack_leaves_its_owner_only_once_confirmed_and_the_daemon_writes_nothing_the
     assert!(dir.join(format!("{a}.ready")).exists());
     assert!(dir.join(format!("{unconsented}.ready")).exists());
     assert_eq!(collect_confirmations(&dir).unwrap(), 1);
-    assert!(names_in(&confirmations_dir(&dir)).unwrap().is_empty());
+    assert_eq!(std::fs::read_dir(confirmations_dir(&dir)).unwrap().count(), 0);
 }
 
 /// Every path under `dir`, with its kind and size.
@@ -151,8 +152,10 @@ fn settling_a_dead_owners_hand_off_removes_confirmed_packs_refs_and_confirmation
     let (a, b) = (stage(&spool, None), stage(&spool, Some(1)));
     spool.consent(None, a).unwrap();
     spool.consent(Some(1), b).unwrap();
-    confirm(&dir, &[(None, a)]).unwrap();
-    assert_eq!(spool.settle_hand_off().unwrap(), 1);
+    confirm(&dir, &[(None, a)], &Access::PRIVATE).unwrap();
+    let settled = spool.settle_hand_off().unwrap();
+    assert_eq!(settled.removed, 1);
+    assert!(settled.left.is_empty(), "{:?}", settled.left);
     assert!(!dir.join(format!("{a}.ready")).exists());
     assert!(dir.join("w1").join(format!("{b}.ready")).exists());
     assert!(!dir.join(REFS_DIR).exists());
@@ -162,4 +165,221 @@ fn settling_a_dead_owners_hand_off_removes_confirmed_packs_refs_and_confirmation
         "an empty _shipped left"
     );
     assert!(list_consented(&dir).unwrap().packs.is_empty());
+}
+
+// ---- planted entries (crate::at) ---------------------------------------
+
+/// A victim directory outside the spool root with files named like what
+/// the hand-off removes (a ref, a confirmation, a pack, the shipper
+/// record); its content, to compare byte for byte.
+struct Victim {
+    dir: PathBuf,
+    before: Vec<(PathBuf, bool, u64)>,
+    bytes: Vec<(String, Vec<u8>)>,
+}
+
+impl Victim {
+    fn new(tmp: &Path, names: &[String]) -> Victim {
+        let dir = tmp.join("victim");
+        std::fs::create_dir_all(&dir).unwrap();
+        for n in names.iter().chain([&"precious".to_string(), &SHIPPER_FILE.to_string()]) {
+            std::fs::write(dir.join(n), format!("victim {n}")).unwrap();
+        }
+        let mut v = Victim {
+            dir,
+            before: Vec::new(),
+            bytes: Vec::new(),
+        };
+        v.before = tree(&v.dir);
+        v.bytes = v.read();
+        v
+    }
+
+    fn read(&self) -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<_> = std::fs::read_dir(&self.dir)
+            .unwrap()
+            .flatten()
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn check(&self, step: &str) {
+        assert_eq!(tree(&self.dir), self.before, "{step}: the victim's tree changed");
+        assert_eq!(self.read(), self.bytes, "{step}: the victim's bytes changed");
+    }
+}
+
+fn unexpected(e: &Error) -> bool {
+    e.is_unexpected_entry()
+}
+
+/// A dead owner's `_refs` replaced by a link to a directory outside the
+/// root: settling its hand-off removes nothing there, reports the link,
+/// and still removes what the shipper confirmed.
+#[test]
+fn a_symlinked_refs_is_left_and_reported_by_settling_never_emptied() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = owner(tmp.path());
+    let dir = spool.dir().to_path_buf();
+    let a = stage(&spool, None);
+    spool.consent(None, a).unwrap();
+    confirm(&dir, &[(None, a)], &Access::PRIVATE).unwrap();
+    let victim = Victim::new(tmp.path(), &[ref_name(None, a), format!("{a}.ready")]);
+    std::fs::remove_dir_all(dir.join(REFS_DIR)).unwrap();
+    std::os::unix::fs::symlink(&victim.dir, dir.join(REFS_DIR)).unwrap();
+    let settled = spool.settle_hand_off().unwrap();
+    victim.check("settle");
+    assert_eq!(settled.removed, 1);
+    assert!(!dir.join(format!("{a}.ready")).exists());
+    assert_eq!(settled.left.len(), 1, "{:?}", settled.left);
+    assert!(unexpected(&settled.left[0]));
+    assert!(settled.left[0].to_string().contains("a symlink"), "{}", settled.left[0]);
+    // a live owner's listing refuses it too, reading nothing under it
+    let listed = list_consented(&dir).unwrap();
+    assert!(listed.packs.is_empty());
+    assert_eq!(listed.refused.len(), 1);
+    assert!(spool.consented_packs().is_err());
+    assert!(spool.consent(None, a).is_err());
+    victim.check("list, count, consent");
+}
+
+/// Links under `<key>/_shipped` (at `_shipped` itself, at an owner's
+/// confirmations directory, at an orphan's): no collection, confirmation,
+/// settling or shipper record touches the victim.
+#[test]
+fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
+    for plant in ["shipped", "owner", "orphan", "record"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let spool = owner(tmp.path());
+        let dir = spool.dir().to_path_buf();
+        let key_dir = dir.parent().unwrap().to_path_buf();
+        let a = stage(&spool, None);
+        spool.consent(None, a).unwrap();
+        let victim = Victim::new(tmp.path(), &[ref_name(None, a)]);
+        let shipped = key_dir.join(SHIPPED_DIR);
+        match plant {
+            "shipped" => std::os::unix::fs::symlink(&victim.dir, &shipped).unwrap(),
+            "owner" => {
+                std::fs::create_dir(&shipped).unwrap();
+                std::os::unix::fs::symlink(&victim.dir, shipped.join(dir.file_name().unwrap())).unwrap();
+            }
+            "orphan" => {
+                std::fs::create_dir(&shipped).unwrap();
+                std::os::unix::fs::symlink(&victim.dir, shipped.join("r9-deadbeef")).unwrap();
+            }
+            _ => {
+                std::fs::create_dir(&shipped).unwrap();
+                std::os::unix::fs::symlink(victim.dir.join(SHIPPER_FILE), shipped.join(SHIPPER_FILE)).unwrap();
+            }
+        }
+        let step = |what: &str| victim.check(&format!("{plant}: {what}"));
+        let confirmed = confirm(&dir, &[(None, a)], &Access::PRIVATE);
+        step("confirm");
+        let _ = collect_confirmations(&dir);
+        step("collect");
+        let orphans = collect_orphaned_confirmations(&key_dir);
+        step("collect orphans");
+        let _ = record_shipper(&key_dir.join("r1-00000001"), &Access::PRIVATE);
+        step("record the shipper");
+        let _ = shipper_of(&key_dir);
+        clear_shipper(&key_dir);
+        forget_shipper(&key_dir.join("r1-00000001"));
+        step("clear the record");
+        let _ = spool.release_confirmed();
+        step("release");
+        let settled = spool.settle_hand_off();
+        step("settle");
+        remove_empty_confirmations(&dir);
+        step("let go");
+        match plant {
+            "shipped" | "owner" => {
+                assert!(confirmed.as_ref().is_err_and(unexpected), "{plant}: {confirmed:?}");
+                // the pack was never confirmed: it is still there
+                assert!(dir.join(format!("{a}.ready")).exists(), "{plant}");
+                assert!(!settled.unwrap().left.is_empty(), "{plant}");
+            }
+            "orphan" => {
+                assert!(orphans.as_ref().is_err_and(unexpected), "{plant}: {orphans:?}");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A FIFO where the shipper record belongs is an error at once for a
+/// reader (`spool status`, the shipper), never a blocked open.
+#[test]
+fn a_fifo_as_the_shipper_record_is_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key_dir = tmp.path().join("root").join("0123456789ab");
+    std::fs::create_dir_all(key_dir.join(SHIPPED_DIR)).unwrap();
+    nix::unistd::mkfifo(
+        &key_dir.join(SHIPPED_DIR).join(SHIPPER_FILE),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    assert!(shipper_of(&key_dir).is_err_and(|e| unexpected(&e)));
+    clear_shipper(&key_dir);
+    assert!(key_dir.join(SHIPPED_DIR).join(SHIPPER_FILE).exists(), "a FIFO is left, not removed");
+    // the daemon's record replaces it without opening it
+    record_shipper(&key_dir.join("r1-00000001"), &Access::PRIVATE).unwrap();
+    assert_eq!(shipper_of(&key_dir).unwrap(), Some(key_dir.join("r1-00000001")));
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+}
+
+/// Entries spool did not make inside `_refs` (a subdirectory, a FIFO, a
+/// name that is not UTF-8) are left and reported by settling, the
+/// regular refs removed; a live owner's listing refuses each.
+#[test]
+fn stray_entries_in_refs_are_left_and_reported_never_a_loop() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = owner(tmp.path());
+    let dir = spool.dir().to_path_buf();
+    let a = stage(&spool, None);
+    spool.consent(None, a).unwrap();
+    let refs = dir.join(REFS_DIR);
+    std::fs::create_dir(refs.join("sub")).unwrap();
+    std::fs::write(refs.join("sub").join("x"), b"").unwrap();
+    nix::unistd::mkfifo(&refs.join("fifo.ref"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    std::fs::write(refs.join(std::ffi::OsStr::from_bytes(b"\xff.ref")), b"").unwrap();
+    let listed = list_consented(&dir).unwrap();
+    assert_eq!(listed.packs.len(), 1);
+    assert_eq!(listed.refused.len(), 3, "{:?}", listed.refused);
+    let settled = spool.settle_hand_off().unwrap();
+    assert_eq!(settled.left.len(), 3, "{:?}", settled.left);
+    assert!(settled.left.iter().all(unexpected));
+    assert!(!refs.join(ref_name(None, a)).exists(), "the owner's own ref stays");
+    assert!(refs.join("sub").join("x").exists());
+}
+
+/// The hand-off's directories and files get the spool's mode (and a
+/// shipper's confirmations the shipper's), so a daemon of another user in
+/// the group reads and writes them.
+#[test]
+fn hand_off_files_follow_the_spools_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("0123456789ab");
+    std::fs::create_dir_all(&key).unwrap();
+    let shared = spool_lock::Access::parse(Some("0770"), None).unwrap();
+    let mut cfg = take();
+    cfg.lock.access = shared;
+    let spool = Spool::open(&key.join("r0-h-1-1"), &cfg).unwrap();
+    let dir = spool.dir().to_path_buf();
+    let a = stage(&spool, None);
+    spool.consent(None, a).unwrap();
+    spool.prepare_confirmations().unwrap();
+    confirm(&dir, &[(None, a)], &shared).unwrap();
+    record_shipper(&key.join("r1-00000001"), &shared).unwrap();
+    let mode = |p: PathBuf| std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir.join(REFS_DIR)), 0o770);
+    assert_eq!(mode(dir.join(REFS_DIR).join(ref_name(None, a))), 0o660);
+    assert_eq!(mode(key.join(SHIPPED_DIR)), 0o770);
+    assert_eq!(mode(confirmations_dir(&dir)), 0o770);
+    assert_eq!(mode(confirmations_dir(&dir).join(ref_name(None, a))), 0o660);
+    assert_eq!(mode(key.join(SHIPPED_DIR).join(SHIPPER_FILE)), 0o660);
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use spool_lock::{DirWatch, WatchWaker};
 
 use super::StageTarget;
-use crate::handoff::confirmations_dir;
+use crate::handoff::{confirmations_dir, remove_empty_confirmations};
 use crate::Error;
 
 /// How long the thread sleeps between looks when nothing wakes it.
@@ -31,7 +31,7 @@ impl Confirmations {
     /// Starts watching the confirmations of `target`'s directory.
     pub(super) fn start(target: Arc<dyn StageTarget>) -> Result<Confirmations, Error> {
         let dir = confirmations_dir(target.dir());
-        let watch = match watch(&dir) {
+        let watch = match target.prepare_confirmations().and_then(|d| watch(&d)) {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::warn!(dir = %target.dir().display(), "cannot watch {} for confirmations (looked at every {BACKSTOP:?} instead): {e}", dir.display());
@@ -64,17 +64,11 @@ impl Confirmations {
             w.wake();
         }
         let _ = self.thread.join();
-        let confirmations = confirmations_dir(dir);
-        if std::fs::remove_dir(&confirmations).is_ok() {
-            if let Some(shipped) = confirmations.parent() {
-                let _ = std::fs::remove_dir(shipped);
-            }
-        }
+        remove_empty_confirmations(dir);
     }
 }
 
 fn watch(dir: &Path) -> Result<DirWatch, Error> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
     let mut w = DirWatch::new()?;
     w.watch(dir)?;
     Ok(w)

@@ -576,7 +576,7 @@ mod serial {
             "removed unconfirmed"
         );
         let t = Instant::now();
-        crate::handoff::confirm(sink.dir(), &[(None, id)]).unwrap();
+        crate::handoff::confirm(sink.dir(), &[(None, id)], &spool_lock::Access::PRIVATE).unwrap();
         wait_for("the confirmed pack's removal", || {
             !sink.dir().join(format!("{id}.ready")).exists()
         });

@@ -1184,28 +1184,35 @@ fn removing_a_pack_that_cannot_be_stated_or_is_no_longer_a_file_is_an_error_and_
     let packs = spool.scan(&AtomicBool::new(false)).unwrap();
     let in_w2 = packs.iter().find(|p| p.ordinal == Some(2)).unwrap();
     let own = packs.iter().find(|p| p.ordinal.is_none()).unwrap();
-    // `w2` became a file: the stat fails with ENOTDIR, which is no "gone".
+    // `w2` became a file: an unexpected entry where a directory belongs,
+    // which is no "gone"
     let w2 = dir.join("w2");
     std::fs::rename(&w2, dir.join("w2.moved")).unwrap();
     std::fs::write(&w2, b"a file now").unwrap();
-    assert_io(
-        &spool.remove(in_w2).unwrap_err(),
-        "stat",
-        &in_w2.path,
-        libc::ENOTDIR,
-    );
+    match spool.remove(in_w2).unwrap_err() {
+        Error::UnexpectedEntry { path, found, .. } => {
+            assert_eq!((path, found.as_str()), (w2.clone(), "a regular file"));
+        }
+        other => panic!("a file in w2's place: {other:?}"),
+    }
+    assert_eq!(std::fs::read(&w2).unwrap(), b"a file now");
     // The own pack became a symlink: refused, the link left alone.
     std::fs::rename(&own.path, dir.join("elsewhere")).unwrap();
     std::os::unix::fs::symlink(dir.join("elsewhere"), &own.path).unwrap();
     match spool.remove(own).unwrap_err() {
-        Error::NotAPack { path, why, .. } => {
-            assert_eq!(
-                (path.as_path(), why),
-                (own.path.as_path(), "not a regular file")
-            );
+        Error::UnexpectedEntry { path, found, .. } => {
+            assert_eq!((path, found.as_str()), (own.path.clone(), "a symlink"));
         }
         other => panic!("a symlink in a pack's place: {other:?}"),
     }
+    // `w2` a link to a directory outside holding a pack of that name: its
+    // target is never removed
+    let outside = tmp.path().join("outside");
+    std::fs::rename(dir.join("w2.moved"), &outside).unwrap();
+    std::fs::remove_file(&w2).unwrap();
+    std::os::unix::fs::symlink(&outside, &w2).unwrap();
+    assert!(spool.remove(in_w2).unwrap_err().is_unexpected_entry());
+    assert!(outside.join(format!("{}.ready", in_w2.id)).is_file());
     assert!(own
         .path
         .symlink_metadata()

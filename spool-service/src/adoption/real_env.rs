@@ -176,8 +176,13 @@ impl AdoptionEnv for Env<'_> {
         .unwrap_or(Err(spool_core::Error::Cancelled));
         // logged here, on the adopter's task, not on the blocking pool
         if let Ok((settled, rec, _)) = &r {
-            if *settled > 0 {
-                tracing::info!(dir = %dir.display(), settled, "removed packs the shipper had confirmed");
+            if settled.removed > 0 {
+                tracing::info!(dir = %dir.display(), settled = settled.removed, "removed packs the shipper had confirmed");
+            }
+            // left where they are, never followed: the directory is set
+            // aside once the rest is shipped (it still holds other files)
+            if let Some(first) = settled.left.first() {
+                tracing::warn!(dir = %dir.display(), entries = settled.left.len(), "entries spool did not make in a dead owner's hand-off, left alone (the directory is set aside once its packs are shipped): {first}");
             }
             if !rec.swept.is_empty() || !rec.set_aside.is_empty() {
                 tracing::info!(dir = %dir.display(), swept = rec.swept.len(),

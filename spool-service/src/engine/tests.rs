@@ -357,10 +357,10 @@ fn an_engine_shipping_by_the_daemon_starts_no_service_and_waits_for_confirmation
     // The node's shipper confirms two: they leave, the third waits.
     let packs = consented(&dir);
     assert_eq!(packs.len(), 3, "every staged pack is consented");
-    spool_core::handoff::confirm(&dir, &packs[..2]).unwrap();
+    spool_core::handoff::confirm(&dir, &packs[..2], &spool_lock::Access::PRIVATE).unwrap();
     assert!(engine.flush(Duration::from_millis(300)).is_err());
     assert_eq!(ready(&dir), 1, "the confirmed packs are removed");
-    spool_core::handoff::confirm(&dir, &packs[2..]).unwrap();
+    spool_core::handoff::confirm(&dir, &packs[2..], &spool_lock::Access::PRIVATE).unwrap();
     assert!(engine.flush(Duration::from_secs(5)).unwrap());
     assert_eq!(ready(&dir), 0);
     let report = engine.close();
