@@ -50,7 +50,7 @@ use crate::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A regular file.
-    File,
+    Regular,
     /// A directory.
     Dir,
     /// A symbolic link.
@@ -67,7 +67,7 @@ impl Kind {
     /// How a report says it: `"a regular file"`, `"a symlink"`, ...
     pub fn described(self) -> &'static str {
         match self {
-            Kind::File => "a regular file",
+            Kind::Regular => "a regular file",
             Kind::Dir => "a directory",
             Kind::Symlink => "a symlink",
             Kind::Fifo => "a FIFO",
@@ -83,7 +83,7 @@ impl Kind {
             SFlag::S_IFIFO => Kind::Fifo,
             SFlag::S_IFSOCK => Kind::Socket,
             SFlag::S_IFBLK | SFlag::S_IFCHR => Kind::Device,
-            _ => Kind::File,
+            _ => Kind::Regular,
         }
     }
 }
@@ -169,6 +169,28 @@ impl AtDir {
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
         ) {
             Ok(st) => Ok(Some((Kind::of_mode(st.st_mode), st.st_size.max(0) as u64))),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(Error::io("stat", self.join(name), e.into())),
+        }
+    }
+
+    /// How long ago entry `name` was last modified (its mtime), without
+    /// following it; `None` if absent.
+    pub fn age(&self, name: impl AsRef<OsStr>) -> Result<Option<std::time::Duration>, Error> {
+        let name = name.as_ref();
+        match fstatat(
+            self.fd.as_fd(),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => {
+                let mtime = std::time::UNIX_EPOCH
+                    + std::time::Duration::new(
+                        st.st_mtime.max(0) as u64,
+                        st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+                    );
+                Ok(Some(mtime.elapsed().unwrap_or_default()))
+            }
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(Error::io("stat", self.join(name), e.into())),
         }
@@ -270,7 +292,9 @@ impl AtDir {
             .into_iter()
             .map(|n| match n {
                 Name::Utf8(s) => Ok(s),
-                Name::Foreign(os) => Err(self.unexpected(&os, "a name that is not UTF-8", "only names spool writes")),
+                Name::Foreign(os) => {
+                    Err(self.unexpected(&os, "a name that is not UTF-8", "only names spool writes"))
+                }
             })
             .collect()
     }
@@ -295,7 +319,7 @@ impl AtDir {
                 Ok(true)
             }
             Err(Errno::EEXIST) => match self.kind(name)? {
-                Some(Kind::File) => Ok(false),
+                Some(Kind::Regular) => Ok(false),
                 Some(k) => Err(self.unexpected(name, k.described(), "a regular file")),
                 None => Err(Error::io(
                     "create",
@@ -316,7 +340,7 @@ impl AtDir {
         let name = name.as_ref();
         match self.kind(name)? {
             None => return Ok(false),
-            Some(Kind::File) => {}
+            Some(Kind::Regular) => {}
             Some(k) => return Err(self.unexpected(name, k.described(), "a regular file")),
         }
         match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
@@ -343,7 +367,11 @@ impl AtDir {
     /// absent. Opened without following a link and without blocking (a
     /// FIFO or a device is [`Error::UnexpectedEntry`] at once); a longer
     /// file is [`Error::UnexpectedEntry`] too.
-    pub fn read_small(&self, name: impl AsRef<OsStr>, limit: u64) -> Result<Option<Vec<u8>>, Error> {
+    pub fn read_small(
+        &self,
+        name: impl AsRef<OsStr>,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>, Error> {
         let name = name.as_ref();
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
         let fd = match openat(self.fd.as_fd(), name, flags, Mode::empty()) {
@@ -354,7 +382,7 @@ impl AtDir {
         };
         let st = fstat(fd.as_fd()).map_err(|e| Error::io("stat", self.join(name), e.into()))?;
         let kind = Kind::of_mode(st.st_mode);
-        if kind != Kind::File {
+        if kind != Kind::Regular {
             return Err(self.unexpected(name, kind.described(), "a regular file"));
         }
         if st.st_size as u64 > limit {
@@ -382,11 +410,8 @@ impl AtDir {
             return Err(self.unexpected(name, Kind::Dir.described(), "a regular file"));
         }
         let tmp = format!("{name}.{:08x}.tmp", rand::random::<u32>());
-        let flags = OFlag::O_WRONLY
-            | OFlag::O_CREAT
-            | OFlag::O_EXCL
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_CLOEXEC;
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let mode = Mode::from_bits_truncate(access.file_mode());
         let fd = openat(self.fd.as_fd(), tmp.as_str(), flags, mode)
             .map_err(|e| Error::io("create", self.join(&tmp), e.into()))?;
@@ -410,7 +435,8 @@ impl AtDir {
 
     /// Fsyncs the directory (its entries' creation and removal).
     pub fn sync(&self) -> Result<(), Error> {
-        nix::unistd::fsync(self.fd.as_fd()).map_err(|e| Error::io("fsync directory", &self.path, e.into()))
+        nix::unistd::fsync(self.fd.as_fd())
+            .map_err(|e| Error::io("fsync directory", &self.path, e.into()))
     }
 
     /// The unexpected-entry error for `name` where `expected` belongs,

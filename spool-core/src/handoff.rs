@@ -248,7 +248,10 @@ impl Spool {
             dir: key_dir.to_path_buf(),
         })?;
         let shipped = key.create_dir(SHIPPED_DIR, &access)?;
-        Ok(shipped.create_dir(rank_name(self.dir()), &access)?.path().to_path_buf())
+        Ok(shipped
+            .create_dir(rank_name(self.dir()), &access)?
+            .path()
+            .to_path_buf())
     }
 
     /// How many packs the owner consented to and has not removed yet
@@ -271,7 +274,10 @@ impl Spool {
         if confirmed.is_empty() {
             return Ok(0);
         }
-        let Some(refs) = rank_dir_at(self.dir())?.and_then(|d| d.open_dir(REFS_DIR).transpose()).transpose()? else {
+        let Some(refs) = rank_dir_at(self.dir())?
+            .and_then(|d| d.open_dir(REFS_DIR).transpose())
+            .transpose()?
+        else {
             return Ok(0);
         };
         let mut packs = Vec::new();
@@ -280,13 +286,13 @@ impl Spool {
             let Some((ordinal, id)) = parse_ref_name(&name) else {
                 continue;
             };
-            if refs.kind(&name)? != Some(Kind::File) {
+            if refs.kind(&name)? != Some(Kind::Regular) {
                 continue; // released before
             }
-            let path = pack_path(self.dir(), ordinal, id);
             packs.push(ReadyPack {
-                bytes: std::fs::symlink_metadata(&path).map_or(0, |m| m.len()),
-                path,
+                // the removal reads the length it frees itself
+                bytes: 0,
+                path: pack_path(self.dir(), ordinal, id),
                 id,
                 ordinal,
             });
@@ -465,19 +471,20 @@ pub fn list_consented(rank_dir: &Path) -> Result<Consents, Error> {
         }
         Err(e) => return Err(e),
     };
-    let confirmed: HashSet<String> = match confirmations_at(rank_dir).and_then(|c| names_of(c.as_ref())) {
-        Ok(n) => n.into_iter().collect(),
-        Err(e) if e.is_unexpected_entry() => {
-            // what is confirmed cannot be read: nothing is shipped until it
-            // can (the owner could never learn of it either)
-            out.refused.push(RefusedRef {
-                path: confirmations_dir(rank_dir),
-                why: e.to_string(),
-            });
-            return Ok(out);
-        }
-        Err(e) => return Err(e),
-    };
+    let confirmed: HashSet<String> =
+        match confirmations_at(rank_dir).and_then(|c| names_of(c.as_ref())) {
+            Ok(n) => n.into_iter().collect(),
+            Err(e) if e.is_unexpected_entry() => {
+                // what is confirmed cannot be read: nothing is shipped until it
+                // can (the owner could never learn of it either)
+                out.refused.push(RefusedRef {
+                    path: confirmations_dir(rank_dir),
+                    why: e.to_string(),
+                });
+                return Ok(out);
+            }
+            Err(e) => return Err(e),
+        };
     for name in refs.names()? {
         let name = match name {
             Name::Utf8(n) => n,
@@ -519,14 +526,14 @@ pub fn list_consented(rank_dir: &Path) -> Result<Consents, Error> {
         let at = holder.as_ref().unwrap_or(&dir);
         let file = format!("{id}.ready");
         let pack = pack_path(rank_dir, ordinal, id);
-        match at.kind(&file)? {
-            Some(Kind::File) => out.packs.push(ReadyPack {
-                bytes: std::fs::symlink_metadata(&pack).map_or(0, |m| m.len()),
+        match at.stat(&file)? {
+            Some((Kind::Regular, bytes)) => out.packs.push(ReadyPack {
+                bytes,
                 path: pack,
                 id,
                 ordinal,
             }),
-            Some(k) => out.refused.push(RefusedRef {
+            Some((k, _)) => out.refused.push(RefusedRef {
                 path,
                 why: format!(
                     "names {}, which is {} (not a regular file)",
@@ -542,10 +549,34 @@ pub fn list_consented(rank_dir: &Path) -> Result<Consents, Error> {
     Ok(out)
 }
 
+/// Whether owner `rank_dir` has a `_refs/` directory (a link there is
+/// not one).
+pub fn has_refs_dir(rank_dir: &Path) -> bool {
+    matches!(
+        rank_dir_at(rank_dir).map(|d| d.map(|d| d.kind(REFS_DIR))),
+        Ok(Some(Ok(Some(Kind::Dir))))
+    )
+}
+
+/// How long ago the owner of `rank_dir` consented to pack `id` (its ref's
+/// age); `None` once the ref is gone or cannot be read.
+pub fn consent_age(
+    rank_dir: &Path,
+    ordinal: Option<u32>,
+    id: PackId,
+) -> Option<std::time::Duration> {
+    let refs = rank_dir_at(rank_dir).ok()??.open_dir(REFS_DIR).ok()??;
+    refs.age(ref_name(ordinal, id)).ok()?
+}
+
 /// The daemon confirms packs of `rank_dir` whose rows the catalog
 /// confirmed (step 3): one confirmation each (with `access`), then one
 /// fsync of their directory.
-pub fn confirm(rank_dir: &Path, packs: &[(Option<u32>, PackId)], access: &Access) -> Result<(), Error> {
+pub fn confirm(
+    rank_dir: &Path,
+    packs: &[(Option<u32>, PackId)],
+    access: &Access,
+) -> Result<(), Error> {
     if !packs.is_empty() {
         crate::seams::kill_point("before_confirm");
     }
@@ -634,7 +665,11 @@ pub fn collect_orphaned_confirmations(key_dir: &Path) -> Result<usize, Error> {
         let name = match name {
             Name::Utf8(n) => n,
             Name::Foreign(n) => {
-                first_unexpected.get_or_insert(shipped.unexpected(&n, "a name that is not UTF-8", "an owner's confirmations directory"));
+                first_unexpected.get_or_insert(shipped.unexpected(
+                    &n,
+                    "a name that is not UTF-8",
+                    "an owner's confirmations directory",
+                ));
                 continue;
             }
         };
@@ -654,7 +689,9 @@ pub fn collect_orphaned_confirmations(key_dir: &Path) -> Result<usize, Error> {
         for marker in dir.names()? {
             let r = match &marker {
                 Name::Utf8(m) => dir.remove_file(m),
-                Name::Foreign(m) => Err(dir.unexpected(m, "a name that is not UTF-8", "a confirmation")),
+                Name::Foreign(m) => {
+                    Err(dir.unexpected(m, "a name that is not UTF-8", "a confirmation"))
+                }
             };
             match r {
                 Ok(_) => {}

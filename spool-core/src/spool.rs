@@ -280,7 +280,12 @@ impl Spool {
                 let msg = e.to_string();
                 return packs
                     .iter()
-                    .map(|p| (p.path.clone(), Error::io("open directory", &self.dir, io::Error::other(msg.clone()))))
+                    .map(|p| {
+                        (
+                            p.path.clone(),
+                            Error::io("open directory", &self.dir, io::Error::other(msg.clone())),
+                        )
+                    })
                     .collect();
             }
         };
@@ -341,8 +346,10 @@ impl Spool {
         let name = format!("{}.ready", pack.id);
         let len = match at.stat(&name)? {
             None => return Ok(None),
-            Some((Kind::File, len)) => len,
-            Some((k, _)) => return Err(at.unexpected(&name, k.described(), "a sealed pack (a regular file)")),
+            Some((Kind::Regular, len)) => len,
+            Some((k, _)) => {
+                return Err(at.unexpected(&name, k.described(), "a sealed pack (a regular file)"))
+            }
         };
         match at.remove_file(&name)? {
             true => Ok(Some(len)),

@@ -390,15 +390,10 @@ where
 /// How long ago (ms) the owner of `dir` consented to each of `packs`: its
 /// ref's age (a ref the owner already removed counts nothing).
 fn lags(dir: &Path, packs: &[Confirmable]) -> Vec<u64> {
-    let refs = dir.join(spool_core::spool::REFS_DIR);
     packs
         .iter()
-        .filter_map(|(ordinal, id)| {
-            let made = std::fs::symlink_metadata(refs.join(handoff::ref_name(*ordinal, *id)))
-                .and_then(|m| m.modified())
-                .ok()?;
-            Some(made.elapsed().unwrap_or_default().as_millis() as u64)
-        })
+        .filter_map(|(ordinal, id)| handoff::consent_age(dir, *ordinal, *id))
+        .map(|age| age.as_millis() as u64)
         .collect()
 }
 

@@ -510,3 +510,115 @@ fn status_says_why_handed_off_packs_wait_without_a_daemon() {
     prod.kill().unwrap();
     prod.wait().unwrap();
 }
+
+/// The README's cross-user set-up: producers run as one user, the daemon
+/// as another, both in one group with `spool.mode = "0770"` and
+/// `spool.group` set (privilege-dropped children; the ids need no
+/// `/etc/passwd` entry). A live producer's hand-off is shipped and
+/// confirmed (the producer removes its packs itself), and an exited
+/// producer's directory, `_refs` included, is adopted and removed: every
+/// hand-off file carries the group's mode.
+#[test]
+fn producers_and_the_daemon_as_different_users_in_one_group_ship_and_confirm() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    const PRODUCER: u32 = 61_001;
+    const DAEMON: u32 = 61_002;
+    const GROUP: u32 = 61_100;
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test drops privileges to two users: it needs root (CI runs as root)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let top = tmp.path().to_path_buf();
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // a copy of the binary both users can run
+    let bin = top.join("bin").join("spool");
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    std::fs::copy(spool_tests::spool_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // `install -d -m 2770 -g spool /var/lib/spool`
+    let root = top.join("spool");
+    std::fs::create_dir(&root).unwrap();
+    nix::unistd::chown(&root, None, Some(nix::unistd::Gid::from_raw(GROUP))).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let as_user = |uid: u32| {
+        let mut c = std::process::Command::new(&bin);
+        c.uid(uid)
+            .gid(GROUP)
+            .env("RUST_LOG", "warn")
+            .env("SPOOL_MODE", "0770")
+            .env("SPOOL_GROUP", GROUP.to_string())
+            .env("HOME", &top);
+        c
+    };
+    // an exited producer: a dead sibling with consented packs
+    let out = output(
+        as_user(PRODUCER)
+            .args(["produce", "--packs", "3", "--spool-root"])
+            .arg(&root),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let mut staged: BTreeSet<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let exited = owner_dir(&root);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&exited.join("_refs")), 0o770);
+    // a live producer handing off
+    let mut live = KillOnDrop(
+        as_user(PRODUCER)
+            .args([
+                "produce",
+                "--packs",
+                "4",
+                "--pack-interval",
+                "0.05",
+                "--hold",
+            ])
+            .arg("--spool-root")
+            .arg(&root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ids = lines(live.stdout.take().unwrap());
+    await_ids(&ids, &mut staged, 7);
+    let log = top.join("daemon.log");
+    let _daemon = KillOnDrop(
+        as_user(DAEMON)
+            .args(["run", "--poll-interval", "60", "--recheck-interval", "1"])
+            .arg("--spool-root")
+            .arg(&root)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // (the catalog is read only after the daemon stops: a read by root
+    // first would create the database root's)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready_under(&root).is_empty() || exited.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "not shipped within 30 s: ready {:?}, {} exists: {}; the daemon's log:\n{}",
+            ready_under(&root),
+            exited.display(),
+            exited.exists(),
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!log_text().contains("ermission denied"), "{}", log_text());
+    drop(_daemon);
+    drop(live);
+    assert_eq!(indexed_ids(&root), staged);
+    let shipped = key_dir(&root).join("_shipped");
+    if shipped.exists() {
+        assert_eq!(mode(&shipped), 0o770);
+    }
+}

@@ -531,3 +531,104 @@ fn code_cites_no_document_outside_the_repository() {
     }
     assert!(found.is_empty(), "cites outside the repository: {found:#?}");
 }
+
+/// The words of path-based file system calls: a file that must reach its
+/// directories through `spool_core::at` uses none of them (`AtDir`'s own
+/// methods, `remove_file` and the like on a descriptor, are what it uses).
+const PATH_BASED_FS: [&str; 13] = [
+    // std::fs and its types: every call by path
+    "fs",
+    "File",
+    "OpenOptions",
+    "DirBuilder",
+    // Path's own file system calls (they follow links on the way)
+    "symlink_metadata",
+    "metadata",
+    "read_dir",
+    "exists",
+    "try_exists",
+    "is_dir",
+    "is_file",
+    "canonicalize",
+    "read_link",
+];
+
+/// Whether `line` uses `word` as a whole identifier (not `unix::fs` for
+/// `fs` inside another name, not `remove_files` for `remove_file`).
+fn uses_word(line: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    line.match_indices(word).any(|(i, _)| {
+        let before = line[..i].chars().next_back();
+        let after = line[i + word.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    })
+}
+
+/// Path-based file system calls in `text` (comments left out).
+fn path_based_fs_calls(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .filter(|l| PATH_BASED_FS.iter().any(|w| uses_word(l, w)))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn the_path_based_fs_check_sees_what_it_should() {
+    assert!(!path_based_fs_calls("let x = std::fs::remove_file(p);").is_empty());
+    assert!(!path_based_fs_calls("use std::fs::File;").is_empty());
+    assert!(!path_based_fs_calls("std::fs::rename(a, b)?;").is_empty());
+    assert!(!path_based_fs_calls("if refs.join(&name).exists() {").is_empty());
+    assert!(!path_based_fs_calls("let m = path.symlink_metadata()?;").is_empty());
+    assert!(path_based_fs_calls("use std::os::unix::ffi::OsStrExt; let files = 1;").is_empty());
+    assert!(path_based_fs_calls("// std::fs::remove_file in a comment").is_empty());
+    assert!(path_based_fs_calls("dir.remove_file(&name)?; let refs_dir = 2;").is_empty());
+}
+
+/// Architecture invariant (ARCHITECTURE.md, spool-core): the hand-off
+/// reaches every directory and file it works in through `spool_core::at`
+/// (relative to a directory descriptor, never through a link), so nothing
+/// planted in a spool root makes it touch anything outside; and in
+/// spool-core, only `at.rs` makes the `*at` calls.
+#[test]
+fn the_hand_off_works_only_through_at_and_only_at_makes_at_calls() {
+    let hand_off = [
+        "spool-core/src/handoff.rs",
+        "spool-core/src/sink/confirmations.rs",
+        "spool-service/src/handoff.rs",
+        "spool-service/src/handoff/watch.rs",
+    ];
+    let mut hits = Vec::new();
+    for f in hand_off {
+        for line in path_based_fs_calls(&read(Path::new(f))) {
+            hits.push(format!("{f}: {line}"));
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "the hand-off makes path-based file system calls (use spool_core::at): {hits:?}"
+    );
+    let at_calls = ["openat", "unlinkat", "mkdirat", "fstatat", "renameat"];
+    let mut outside = Vec::new();
+    for p in rust_files() {
+        let rel = p.strip_prefix(root()).unwrap_or(&p).to_path_buf();
+        if !rel.starts_with("spool-core/src")
+            || rel == Path::new("spool-core/src/at.rs")
+            || rel.starts_with("spool-core/src/at")
+        {
+            continue;
+        }
+        for line in read(&p)
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+        {
+            if at_calls.iter().any(|w| uses_word(line, w)) {
+                outside.push(format!("{}: {}", rel.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "spool-core's *at calls belong in at.rs: {outside:?}"
+    );
+}

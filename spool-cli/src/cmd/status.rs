@@ -276,7 +276,7 @@ fn hand_off_json(dir: &Path) -> Value {
         Ok(c) if !c.packs.is_empty() || c.confirmed > 0 || !c.refused.is_empty() => json!({
             "waiting": c.packs.len(),
             "confirmed": c.confirmed,
-            "refused": c.refused.iter().map(|r| json!({"ref": r.path, "why": r.why})).collect::<Vec<_>>(),
+            "refused": c.refused.iter().map(|r| json!({"ref": r.path.to_string_lossy(), "why": r.why})).collect::<Vec<_>>(),
         }),
         _ => Value::Null,
     }
@@ -313,7 +313,9 @@ pub(crate) fn shipper_json(key_dir: &Path) -> Value {
         Ok(None) => return Value::Null,
         // a planted entry where the record belongs: said, never followed
         // or read through
-        Err(e) => return json!({"dir": null, "live": false, "host": null, "pid": null, "error": e.to_string()}),
+        Err(e) => {
+            return json!({"dir": null, "live": false, "host": null, "pid": null, "error": e.to_string()})
+        }
     };
     let owner = owner_json(&dir).unwrap_or(Value::Null);
     json!({

@@ -54,7 +54,12 @@ fn a_symlinked_directory_is_never_entered_created_through_or_emptied() {
     // a layout path through the link is refused as well
     assert!(is_unexpected(AtDir::open_layout(&key.join("_shipped"), 2)));
     assert_eq!(snapshot(&v), before);
-    assert!(key.join("_shipped").symlink_metadata().unwrap().file_type().is_symlink());
+    assert!(key
+        .join("_shipped")
+        .symlink_metadata()
+        .unwrap()
+        .file_type()
+        .is_symlink());
 }
 
 #[test]
@@ -68,7 +73,8 @@ fn a_symlinked_file_is_never_read_written_or_its_target_removed() {
     assert!(is_unexpected(key.create_file(".shipper", &Access::PRIVATE)));
     assert!(is_unexpected(key.remove_file(".shipper")));
     // replacing it swaps the link itself for a file, never writes its target
-    key.replace_file(".shipper", b"mine\n", &Access::PRIVATE).unwrap();
+    key.replace_file(".shipper", b"mine\n", &Access::PRIVATE)
+        .unwrap();
     assert_eq!(std::fs::read(&link).unwrap(), b"mine\n");
     assert!(link.symlink_metadata().unwrap().file_type().is_file());
     assert_eq!(snapshot(&v), before);
@@ -88,7 +94,8 @@ fn a_fifo_or_a_device_is_an_error_at_once_never_a_blocked_read() {
     assert!(is_unexpected(key.read_small("dev", 256)));
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     // replacing it swaps the FIFO's entry for a file without opening it
-    key.replace_file(".shipper", b"r0\n", &Access::PRIVATE).unwrap();
+    key.replace_file(".shipper", b"r0\n", &Access::PRIVATE)
+        .unwrap();
     assert_eq!(key.read_small(".shipper", 256).unwrap().unwrap(), b"r0\n");
 }
 
@@ -125,8 +132,15 @@ fn a_file_where_a_directory_belongs_and_a_directory_where_a_file_belongs() {
     assert!(is_unexpected(key.read_small(".shipper", 256)));
     assert!(is_unexpected(key.create_file(".shipper", &Access::PRIVATE)));
     assert!(is_unexpected(key.remove_file(".shipper")));
-    assert!(is_unexpected(key.replace_file(".shipper", b"x", &Access::PRIVATE)));
-    assert_eq!(std::fs::read(key.join(".shipper").join("inside")).unwrap(), b"y");
+    assert!(is_unexpected(key.replace_file(
+        ".shipper",
+        b"x",
+        &Access::PRIVATE
+    )));
+    assert_eq!(
+        std::fs::read(key.join(".shipper").join("inside")).unwrap(),
+        b"y"
+    );
     assert_eq!(std::fs::read(key.join("_shipped")).unwrap(), b"x");
 }
 
@@ -161,7 +175,10 @@ fn what_it_creates_gets_the_spools_mode() {
     let shared = Access::parse(Some("0770"), None).unwrap();
     let d = key.create_dir("_shipped", &shared).unwrap();
     assert!(d.create_file("a.ref", &shared).unwrap());
-    assert!(!d.create_file("a.ref", &shared).unwrap(), "kept when it exists");
+    assert!(
+        !d.create_file("a.ref", &shared).unwrap(),
+        "kept when it exists"
+    );
     d.replace_file(".shipper", b"r0\n", &shared).unwrap();
     let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(key.join("_shipped")), 0o770);

@@ -2,9 +2,9 @@
 //! release, collect, settle; and the refs the daemon refuses.
 
 use super::*;
-use spool_lock::Access;
 use crate::spool::SpoolConfig;
 use crate::PackWriter;
+use spool_lock::Access;
 
 fn take() -> SpoolConfig {
     SpoolConfig::default()
@@ -78,7 +78,10 @@ fn a_pack_leaves_its_owner_only_once_confirmed_and_the_daemon_writes_nothing_the
     assert!(dir.join(format!("{a}.ready")).exists());
     assert!(dir.join(format!("{unconsented}.ready")).exists());
     assert_eq!(collect_confirmations(&dir).unwrap(), 1);
-    assert_eq!(std::fs::read_dir(confirmations_dir(&dir)).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(confirmations_dir(&dir)).unwrap().count(),
+        0
+    );
 }
 
 /// Every path under `dir`, with its kind and size.
@@ -182,7 +185,10 @@ impl Victim {
     fn new(tmp: &Path, names: &[String]) -> Victim {
         let dir = tmp.join("victim");
         std::fs::create_dir_all(&dir).unwrap();
-        for n in names.iter().chain([&"precious".to_string(), &SHIPPER_FILE.to_string()]) {
+        for n in names
+            .iter()
+            .chain([&"precious".to_string(), &SHIPPER_FILE.to_string()])
+        {
             std::fs::write(dir.join(n), format!("victim {n}")).unwrap();
         }
         let mut v = Victim {
@@ -199,15 +205,28 @@ impl Victim {
         let mut out: Vec<_> = std::fs::read_dir(&self.dir)
             .unwrap()
             .flatten()
-            .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
             .collect();
         out.sort();
         out
     }
 
     fn check(&self, step: &str) {
-        assert_eq!(tree(&self.dir), self.before, "{step}: the victim's tree changed");
-        assert_eq!(self.read(), self.bytes, "{step}: the victim's bytes changed");
+        assert_eq!(
+            tree(&self.dir),
+            self.before,
+            "{step}: the victim's tree changed"
+        );
+        assert_eq!(
+            self.read(),
+            self.bytes,
+            "{step}: the victim's bytes changed"
+        );
     }
 }
 
@@ -235,7 +254,11 @@ fn a_symlinked_refs_is_left_and_reported_by_settling_never_emptied() {
     assert!(!dir.join(format!("{a}.ready")).exists());
     assert_eq!(settled.left.len(), 1, "{:?}", settled.left);
     assert!(unexpected(&settled.left[0]));
-    assert!(settled.left[0].to_string().contains("a symlink"), "{}", settled.left[0]);
+    assert!(
+        settled.left[0].to_string().contains("a symlink"),
+        "{}",
+        settled.left[0]
+    );
     // a live owner's listing refuses it too, reading nothing under it
     let listed = list_consented(&dir).unwrap();
     assert!(listed.packs.is_empty());
@@ -263,7 +286,8 @@ fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
             "shipped" => std::os::unix::fs::symlink(&victim.dir, &shipped).unwrap(),
             "owner" => {
                 std::fs::create_dir(&shipped).unwrap();
-                std::os::unix::fs::symlink(&victim.dir, shipped.join(dir.file_name().unwrap())).unwrap();
+                std::os::unix::fs::symlink(&victim.dir, shipped.join(dir.file_name().unwrap()))
+                    .unwrap();
             }
             "orphan" => {
                 std::fs::create_dir(&shipped).unwrap();
@@ -271,7 +295,11 @@ fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
             }
             _ => {
                 std::fs::create_dir(&shipped).unwrap();
-                std::os::unix::fs::symlink(victim.dir.join(SHIPPER_FILE), shipped.join(SHIPPER_FILE)).unwrap();
+                std::os::unix::fs::symlink(
+                    victim.dir.join(SHIPPER_FILE),
+                    shipped.join(SHIPPER_FILE),
+                )
+                .unwrap();
             }
         }
         let step = |what: &str| victim.check(&format!("{plant}: {what}"));
@@ -295,13 +323,19 @@ fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
         step("let go");
         match plant {
             "shipped" | "owner" => {
-                assert!(confirmed.as_ref().is_err_and(unexpected), "{plant}: {confirmed:?}");
+                assert!(
+                    confirmed.as_ref().is_err_and(unexpected),
+                    "{plant}: {confirmed:?}"
+                );
                 // the pack was never confirmed: it is still there
                 assert!(dir.join(format!("{a}.ready")).exists(), "{plant}");
                 assert!(!settled.unwrap().left.is_empty(), "{plant}");
             }
             "orphan" => {
-                assert!(orphans.as_ref().is_err_and(unexpected), "{plant}: {orphans:?}");
+                assert!(
+                    orphans.as_ref().is_err_and(unexpected),
+                    "{plant}: {orphans:?}"
+                );
             }
             _ => {}
         }
@@ -323,10 +357,16 @@ fn a_fifo_as_the_shipper_record_is_refused_at_once() {
     let t = std::time::Instant::now();
     assert!(shipper_of(&key_dir).is_err_and(|e| unexpected(&e)));
     clear_shipper(&key_dir);
-    assert!(key_dir.join(SHIPPED_DIR).join(SHIPPER_FILE).exists(), "a FIFO is left, not removed");
+    assert!(
+        key_dir.join(SHIPPED_DIR).join(SHIPPER_FILE).exists(),
+        "a FIFO is left, not removed"
+    );
     // the daemon's record replaces it without opening it
     record_shipper(&key_dir.join("r1-00000001"), &Access::PRIVATE).unwrap();
-    assert_eq!(shipper_of(&key_dir).unwrap(), Some(key_dir.join("r1-00000001")));
+    assert_eq!(
+        shipper_of(&key_dir).unwrap(),
+        Some(key_dir.join("r1-00000001"))
+    );
     assert!(t.elapsed() < std::time::Duration::from_secs(2));
 }
 
@@ -344,7 +384,11 @@ fn stray_entries_in_refs_are_left_and_reported_never_a_loop() {
     let refs = dir.join(REFS_DIR);
     std::fs::create_dir(refs.join("sub")).unwrap();
     std::fs::write(refs.join("sub").join("x"), b"").unwrap();
-    nix::unistd::mkfifo(&refs.join("fifo.ref"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    nix::unistd::mkfifo(
+        &refs.join("fifo.ref"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
     std::fs::write(refs.join(std::ffi::OsStr::from_bytes(b"\xff.ref")), b"").unwrap();
     let listed = list_consented(&dir).unwrap();
     assert_eq!(listed.packs.len(), 1);
@@ -352,7 +396,10 @@ fn stray_entries_in_refs_are_left_and_reported_never_a_loop() {
     let settled = spool.settle_hand_off().unwrap();
     assert_eq!(settled.left.len(), 3, "{:?}", settled.left);
     assert!(settled.left.iter().all(unexpected));
-    assert!(!refs.join(ref_name(None, a)).exists(), "the owner's own ref stays");
+    assert!(
+        !refs.join(ref_name(None, a)).exists(),
+        "the owner's own ref stays"
+    );
     assert!(refs.join("sub").join("x").exists());
 }
 

@@ -120,7 +120,9 @@ fn run(
                 Some(d.clone())
             };
             let Some(owner) = owner else { continue };
-            if matches!(owners.get(&owner), Some(Watched::Dir)) && owner.join(REFS_DIR).is_dir() {
+            if matches!(owners.get(&owner), Some(Watched::Dir))
+                && spool_core::handoff::has_refs_dir(&owner)
+            {
                 watch.unwatch(&owner);
                 let w = start_watching(watch, &owner);
                 owners.insert(owner.clone(), w);

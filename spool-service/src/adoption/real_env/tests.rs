@@ -261,7 +261,8 @@ fn the_real_environment_counts_names_marks_and_lets_go_of_what_it_found() {
     let spool = crate::service::tests::held_spool(&busy_dir);
     spool.consent(None, ids[0]).unwrap();
     drop(spool);
-    spool_core::handoff::confirm(&busy_dir, &[(None, ids[0])], &spool_lock::Access::PRIVATE).unwrap();
+    spool_core::handoff::confirm(&busy_dir, &[(None, ids[0])], &spool_lock::Access::PRIVATE)
+        .unwrap();
     busy.release().unwrap();
     block_on(env.try_adopt(&busy_dir)).unwrap();
     let (packs, log) = logged(|| block_on(env.begin_recovery(&busy_dir)));

@@ -1,0 +1,343 @@
+//! Entries planted in a spool root, black-box through the `spool` binary:
+//! a symlink, a FIFO, a device, a file where a directory belongs, a
+//! directory where a file belongs, a name that is not UTF-8, at each place
+//! the hand-off reads or writes (a dead owner's `_refs/`, the key's
+//! `_shipped/`, an owner's confirmations, an orphan's, the shipper record).
+//!
+//! For each: a victim directory outside the root is unchanged byte for
+//! byte; `run --once` returns within a bound and ships every pack of every
+//! sibling (the planted one's too); a sibling holding an entry spool did
+//! not make is set aside once (blocked, the reason in its owner record,
+//! shown by `status` and `lock owner`) and a second run does not retry it;
+//! `status` and `lock owner` never hang on what they read.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use spool_tests::{describe, indexed_ids, output, spool};
+
+/// The victim: a directory outside the spool root holding files named like
+/// what the hand-off removes or writes.
+struct Victim {
+    dir: PathBuf,
+    before: BTreeMap<PathBuf, (bool, Vec<u8>)>,
+}
+
+impl Victim {
+    fn new(tmp: &Path, names: &[String]) -> Victim {
+        let dir = tmp.join("victim");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        for n in names
+            .iter()
+            .map(String::as_str)
+            .chain(["precious", ".shipper", "sub/inner"])
+        {
+            std::fs::write(dir.join(n), format!("victim's {n}")).unwrap();
+        }
+        let before = content(&dir);
+        Victim { dir, before }
+    }
+
+    fn check(&self, case: &str) {
+        assert_eq!(
+            content(&self.dir),
+            self.before,
+            "{case}: the victim outside the root changed"
+        );
+    }
+}
+
+/// Every entry under `dir`: whether a directory, and a file's bytes.
+fn content(dir: &Path) -> BTreeMap<PathBuf, (bool, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = e.path().symlink_metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+                out.insert(e.path(), (true, Vec::new()));
+            } else {
+                out.insert(e.path(), (false, std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Where a case plants its entry.
+#[derive(Clone, Copy, Debug)]
+enum Plant {
+    /// The dead owner's `_refs` a link to the victim.
+    RefsLink,
+    /// A regular file where the dead owner's `_refs` belongs.
+    RefsFile,
+    /// A subdirectory inside `_refs`.
+    RefsSubdir,
+    /// A FIFO inside `_refs`.
+    RefsFifo,
+    /// A character device inside `_refs` (root only: CI runs as root).
+    RefsDevice,
+    /// A name that is not UTF-8 inside `_refs`.
+    RefsForeignName,
+    /// The dead owner's confirmations directory a link to the victim.
+    ConfirmationsLink,
+    /// `<key>/_shipped` a link to the victim.
+    ShippedLink,
+    /// A file where `<key>/_shipped` belongs.
+    ShippedFile,
+    /// An orphan's confirmations directory a link to the victim.
+    OrphanLink,
+    /// The shipper record a FIFO.
+    RecordFifo,
+    /// The shipper record a link to the victim's `.shipper`.
+    RecordLink,
+    /// A directory where the shipper record belongs.
+    RecordDir,
+}
+
+impl Plant {
+    /// Whether the dead owner holding it is set aside (the entry is in its
+    /// own directory).
+    fn in_owner(self) -> bool {
+        matches!(
+            self,
+            Plant::RefsLink
+                | Plant::RefsFile
+                | Plant::RefsSubdir
+                | Plant::RefsFifo
+                | Plant::RefsDevice
+                | Plant::RefsForeignName
+        )
+    }
+
+    fn plant(self, key: &Path, owner: &Path, victim: &Victim) {
+        let refs = owner.join("_refs");
+        let shipped = key.join("_shipped");
+        let fifo = |p: &Path| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
+        };
+        let link = |to: &Path, at: &Path| std::os::unix::fs::symlink(to, at).unwrap();
+        match self {
+            Plant::RefsLink => {
+                std::fs::remove_dir_all(&refs).unwrap();
+                link(&victim.dir, &refs);
+            }
+            Plant::RefsFile => {
+                std::fs::remove_dir_all(&refs).unwrap();
+                std::fs::write(&refs, b"not a directory").unwrap();
+            }
+            Plant::RefsSubdir => {
+                std::fs::create_dir(refs.join("sub")).unwrap();
+                std::fs::write(refs.join("sub").join("x.ref"), b"").unwrap();
+            }
+            Plant::RefsFifo => fifo(&refs.join("f.ref")),
+            Plant::RefsDevice => {
+                assert!(
+                    nix::unistd::geteuid().is_root(),
+                    "planting a device needs root (CI runs as root)"
+                );
+                nix::sys::stat::mknod(
+                    &refs.join("zero.ref"),
+                    nix::sys::stat::SFlag::S_IFCHR,
+                    nix::sys::stat::Mode::from_bits_truncate(0o600),
+                    nix::sys::stat::makedev(1, 5),
+                )
+                .unwrap();
+            }
+            Plant::RefsForeignName => {
+                std::fs::write(refs.join(std::ffi::OsStr::from_bytes(b"\xff\xfe.ref")), b"")
+                    .unwrap()
+            }
+            Plant::ConfirmationsLink => {
+                std::fs::create_dir_all(&shipped).unwrap();
+                link(&victim.dir, &shipped.join(owner.file_name().unwrap()));
+            }
+            Plant::ShippedLink => link(&victim.dir, &shipped),
+            Plant::ShippedFile => std::fs::write(&shipped, b"not a directory").unwrap(),
+            Plant::OrphanLink => {
+                std::fs::create_dir_all(&shipped).unwrap();
+                link(&victim.dir, &shipped.join("r7-0badf00d"));
+            }
+            Plant::RecordFifo => {
+                std::fs::create_dir_all(&shipped).unwrap();
+                fifo(&shipped.join(".shipper"));
+            }
+            Plant::RecordLink => {
+                std::fs::create_dir_all(&shipped).unwrap();
+                link(&victim.dir.join(".shipper"), &shipped.join(".shipper"));
+            }
+            Plant::RecordDir => {
+                std::fs::create_dir_all(shipped.join(".shipper")).unwrap();
+            }
+        }
+    }
+}
+
+const ALL: [Plant; 13] = [
+    Plant::RefsLink,
+    Plant::RefsFile,
+    Plant::RefsSubdir,
+    Plant::RefsFifo,
+    Plant::RefsDevice,
+    Plant::RefsForeignName,
+    Plant::ConfirmationsLink,
+    Plant::ShippedLink,
+    Plant::ShippedFile,
+    Plant::OrphanLink,
+    Plant::RecordFifo,
+    Plant::RecordLink,
+    Plant::RecordDir,
+];
+
+/// Two sink-only producers that exited (dead siblings with consented
+/// packs): their rank directories, the key directory, and every id.
+fn two_dead_owners(root: &Path) -> (PathBuf, Vec<PathBuf>, Vec<String>) {
+    let mut ids = Vec::new();
+    for n in [3, 4] {
+        let out = output(
+            spool()
+                .args(["produce", "--packs", &n.to_string(), "--spool-root"])
+                .arg(root),
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        ids.extend(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(str::to_string),
+        );
+    }
+    let key = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir() && !p.ends_with(".store"))
+        .unwrap();
+    let mut owners: Vec<PathBuf> = std::fs::read_dir(&key)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    owners.sort();
+    assert_eq!(owners.len(), 2, "{owners:?}");
+    assert!(owners.iter().all(|o| o.join("_refs").is_dir()));
+    (key, owners, ids)
+}
+
+/// Runs `cmd`, which must return within `bound`.
+fn bounded(case: Plant, what: &str, cmd: &mut std::process::Command) -> std::process::Output {
+    let t = Instant::now();
+    let out = output(cmd.stdin(std::process::Stdio::null()));
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(20),
+        "{case:?}: {what} took {took:?}\n{}",
+        describe(&out)
+    );
+    out
+}
+
+fn run_once(case: Plant, root: &Path) -> std::process::Output {
+    bounded(
+        case,
+        "run --once",
+        spool()
+            .args(["run", "--once", "--timeout", "30", "--spool-root"])
+            .arg(root),
+    )
+}
+
+/// One case: the plant, then a run that ships everything, sets aside the
+/// planted owner (if the entry is in it) once, and touches nothing outside
+/// the root; `status` and `lock owner` answer at once.
+fn case(plant: Plant) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let (key, owners, ids) = two_dead_owners(&root);
+    let planted = &owners[0];
+    let ref_names: Vec<String> = std::fs::read_dir(planted.join("_refs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let victim = Victim::new(tmp.path(), &ref_names);
+    plant.plant(&key, planted, &victim);
+
+    let out = run_once(plant, &root);
+    victim.check(&format!("{plant:?}: run --once"));
+    let indexed = indexed_ids(&root);
+    for id in &ids {
+        assert!(
+            indexed.contains(id),
+            "{plant:?}: {id} not shipped\n{}",
+            describe(&out)
+        );
+    }
+    if plant.in_owner() {
+        // set aside once, with why; exit 1 says a person must act
+        assert_eq!(out.status.code(), Some(1), "{plant:?}\n{}", describe(&out));
+        let owner = output(spool().args(["lock", "owner"]).arg(planted));
+        let text = String::from_utf8_lossy(&owner.stdout);
+        assert!(
+            text.contains("blocked:") && text.contains("_refs"),
+            "{plant:?}: lock owner says {text}"
+        );
+        // a second run does not take it up again
+        let again = run_once(plant, &root);
+        assert_eq!(
+            again.status.code(),
+            Some(1),
+            "{plant:?}\n{}",
+            describe(&again)
+        );
+        let log = String::from_utf8_lossy(&again.stderr);
+        assert!(
+            !log.contains(&format!("adopting dead sibling {}", planted.display())),
+            "{plant:?}: a blocked sibling was taken up again\n{log}"
+        );
+    } else {
+        assert!(out.status.success(), "{plant:?}\n{}", describe(&out));
+        assert!(
+            !owners[0].exists() && !owners[1].exists(),
+            "{plant:?}: both drained"
+        );
+    }
+    victim.check(&format!("{plant:?}: second run"));
+    // operators' reads answer at once whatever is planted
+    let status = bounded(
+        plant,
+        "status",
+        spool().args(["status", "--json"]).arg(&root),
+    );
+    assert!(
+        matches!(status.status.code(), Some(0 | 1)),
+        "{plant:?}\n{}",
+        describe(&status)
+    );
+    if planted.exists() {
+        bounded(
+            plant,
+            "lock owner",
+            spool().args(["lock", "owner"]).arg(planted),
+        );
+    }
+    victim.check(&format!("{plant:?}: status"));
+}
+
+#[test]
+fn every_plant_in_a_dead_owners_refs_sets_it_aside_once_and_the_rest_ships() {
+    for plant in ALL.into_iter().filter(|p| p.in_owner()) {
+        case(plant);
+    }
+}
+
+#[test]
+fn every_plant_under_the_keys_shipped_touches_nothing_outside_and_stalls_nothing() {
+    for plant in ALL.into_iter().filter(|p| !p.in_owner()) {
+        case(plant);
+    }
+}
