@@ -213,6 +213,12 @@ impl Collector for SnapshotCollector {
         )?;
         gauge(
             e,
+            "handed_off_unconfirmed",
+            "Handed-off packs indexed whose confirmations cannot be written yet (kept by their owners).",
+            s.hand_off.unconfirmed as i64,
+        )?;
+        gauge(
+            e,
             "index_pace_milliseconds",
             "The index linger in force: service.index_linger, longer while the catalog pushes back.",
             s.index_pace.as_millis() as i64,

@@ -433,6 +433,26 @@ impl AtDir {
         written
     }
 
+    /// Renames regular file `from` to `to` within this directory
+    /// (`renameat`, which never follows a link; no new inode). `Ok(false)`
+    /// when `from` is absent; anything but a regular file at `from` is
+    /// [`Error::UnexpectedEntry`].
+    pub fn rename_regular(&self, from: &str, to: &str) -> Result<bool, Error> {
+        match self.kind(from)? {
+            None => return Ok(false),
+            Some(Kind::Regular) => {}
+            Some(k) => return Err(self.unexpected(from, k.described(), "a regular file")),
+        }
+        if self.kind(to)? == Some(Kind::Dir) {
+            return Err(self.unexpected(to, Kind::Dir.described(), "a regular file"));
+        }
+        match renameat(self.fd.as_fd(), from, self.fd.as_fd(), to) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(Error::io("rename", self.join(to), e.into())),
+        }
+    }
+
     /// Fsyncs the directory (its entries' creation and removal).
     pub fn sync(&self) -> Result<(), Error> {
         nix::unistd::fsync(self.fd.as_fd())

@@ -9,9 +9,24 @@
 //! ```text
 //! <key>/<rank>/_refs/<id>.ref                 consent (the owner's; empty)
 //! <key>/<rank>/_refs/w<k>.<id>.ref            consent for w<k>/<id>.ready
-//! <key>/_shipped/<rank>/<ref name>            confirmation (the daemon's; empty)
+//! <key>/_shipped/<rank>/<ref name>.pending    its confirmation's slot (the owner's; empty)
+//! <key>/_shipped/<rank>/<ref name>            confirmation (the slot, renamed by the daemon)
 //! <key>/_shipped/.shipper                      the serving daemon's rank directory name
 //! ```
+//!
+//! Every one of them is reached from the spool root down without following
+//! a link, read with a bound and never on a blocking open (`crate::at`),
+//! and created with the spool's `spool.mode` / `spool.group`, like packs.
+//!
+//! # A full filesystem
+//!
+//! The owner pays for a confirmation when it consents (the `.pending`
+//! slot, beside the ref); the daemon confirms by renaming the slot, which
+//! costs no inode and no byte. So on a filesystem with no free inode or
+//! byte the daemon still tells the owner what it may free, and each pack
+//! the owner then removes frees room. (A hard link would not do: tmpfs
+//! charges one against its inode limit.) A consent that cannot make its
+//! slot fails, and the pack ships when its owner exits.
 //!
 //! A ref's name says which pack it consents to (its ordinal and id), so a
 //! ref is created whole, with no content to read half-written. The
@@ -23,15 +38,17 @@
 //! # The protocol, and why no crash loses or duplicates a pack
 //!
 //! 1. **Owner** stages `<id>.ready` (durable: linked and its directory
-//!    fsynced), then creates its ref ([`Spool::consent`]). No fsync: a ref
-//!    a crash loses only means the pack is not consented, and a crashed
-//!    owner's directory is adopted whole anyway.
+//!    fsynced), then creates its confirmation's slot and its ref
+//!    ([`Spool::consent`]). No fsync: a ref a crash loses only means the
+//!    pack is not consented, and a crashed owner's directory is adopted
+//!    whole anyway (a slot without a ref is collected as any confirmation
+//!    whose ref is gone).
 //! 2. **Daemon** lists the refs of a live owner ([`list_consented`]),
 //!    skips those already confirmed, reads each pack read-only (never
 //!    following a symlink, never outside the owner's directory), validates,
 //!    uploads and indexes it through its own drain and fence.
-//! 3. **Daemon**, once the catalog answered `Ok` to the row, creates the
-//!    confirmation and fsyncs its directory ([`confirm`]).
+//! 3. **Daemon**, once the catalog answered `Ok` to the row, renames the
+//!    slot to the confirmation and fsyncs its directory ([`confirm`]).
 //! 4. **Owner** reads its confirmations ([`Spool::release_confirmed`]),
 //!    removes each confirmed pack (then its ref): the row is in the
 //!    catalog and the object in the store.
@@ -55,8 +72,8 @@
 //!
 //! | | owner's directory | `_shipped/<rank>/` |
 //! |---|---|---|
-//! | owner | everything (it owns it) | reads |
-//! | daemon | reads `_refs/` and consented packs | creates, removes |
+//! | owner | everything (it owns it) | creates slots, reads |
+//! | daemon | reads `_refs/` and consented packs | renames slots, creates, removes |
 //! | adopter (holds the lock) | everything | removes |
 
 use std::collections::HashSet;
@@ -80,8 +97,9 @@ pub const SHIPPED_DIR: &str = "_shipped";
 /// that directory is live, since a killed daemon leaves it behind.
 pub const SHIPPER_FILE: &str = ".shipper";
 
-/// The longest shipper record read (a rank directory name and a newline).
-const SHIPPER_RECORD_LIMIT: u64 = 256;
+/// The longest shipper record read (its name, node and the listed
+/// refusals, each bounded).
+const SHIPPER_RECORD_LIMIT: u64 = 64 * 1024;
 
 /// Every directory and file of the hand-off is reached from the spool root
 /// down, one component at a time, never through a link (`crate::at`).
@@ -119,10 +137,116 @@ fn confirmations_at(rank_dir: &Path) -> Result<Option<AtDir>, Error> {
     }
 }
 
-/// The daemon of `own_dir` records that it serves the owners beside it
-/// (written whole: a temp file renamed over the last, never through a
-/// link; `_shipped/` created with `access`).
-pub fn record_shipper(own_dir: &Path, access: &Access) -> Result<(), Error> {
+/// What the serving daemon records in `<key>/_shipped/.shipper` for
+/// operators (`spool status`, `spool lock owner`) and for other daemons
+/// (one node name per spool root): who it is, and what it could not do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShipperRecord {
+    /// The serving daemon's rank directory name.
+    pub dir_name: String,
+    /// Its node name (`lease.node_name`): the name of the node's lease.
+    pub node: String,
+    /// Refs it refused, by owner rank directory name: the ref's name and
+    /// why (at most [`RECORDED_REFUSALS`] in all).
+    pub refused: Vec<(String, String, String)>,
+    /// How many more refs it refused than are listed.
+    pub refused_more: u64,
+    /// Owners whose confirmations it cannot write: the owner's rank
+    /// directory name, how many packs are indexed and unconfirmed, and why.
+    pub unconfirmed: Vec<(String, u64, String)>,
+}
+
+/// The most refusals a shipper record lists (the rest are counted).
+pub const RECORDED_REFUSALS: usize = 32;
+
+/// The longest reason a shipper record keeps (characters).
+const RECORDED_WHY: usize = 200;
+
+/// One line of a record: tabs and line breaks (and every other control
+/// character) become spaces, and it is cut at [`RECORDED_WHY`].
+fn one_line(text: &str) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match flat.char_indices().nth(RECORDED_WHY) {
+        Some((at, _)) => format!("{}…", &flat[..at]),
+        None => flat,
+    }
+}
+
+impl ShipperRecord {
+    /// The record's text: one field per line, tab-separated.
+    fn encode(&self) -> String {
+        let mut out = format!(
+            "{}\nnode\t{}\n",
+            one_line(&self.dir_name),
+            one_line(&self.node)
+        );
+        for (owner, r, why) in self.refused.iter().take(RECORDED_REFUSALS) {
+            out.push_str(&format!(
+                "refused\t{}\t{}\t{}\n",
+                one_line(owner),
+                one_line(r),
+                one_line(why)
+            ));
+        }
+        let more = self.refused_more + self.refused.len().saturating_sub(RECORDED_REFUSALS) as u64;
+        if more > 0 {
+            out.push_str(&format!("refused_more\t{more}\n"));
+        }
+        for (owner, n, why) in &self.unconfirmed {
+            out.push_str(&format!(
+                "unconfirmed\t{}\t{n}\t{}\n",
+                one_line(owner),
+                one_line(why)
+            ));
+        }
+        out
+    }
+
+    /// Parses a record defensively: a line it does not understand is
+    /// skipped; `None` when the first line names no plain directory.
+    fn decode(text: &str) -> Option<ShipperRecord> {
+        let mut lines = text.lines();
+        let dir_name = lines.next()?.trim().to_string();
+        let plain =
+            !dir_name.is_empty() && !dir_name.contains('/') && dir_name != "." && dir_name != "..";
+        if !plain {
+            return None;
+        }
+        let mut rec = ShipperRecord {
+            dir_name,
+            ..Default::default()
+        };
+        for line in lines {
+            let f: Vec<&str> = line.split('\t').collect();
+            match f.as_slice() {
+                ["node", n] => rec.node = n.to_string(),
+                ["refused", o, r, why] => {
+                    rec.refused
+                        .push((o.to_string(), r.to_string(), why.to_string()))
+                }
+                ["refused_more", n] => rec.refused_more = n.parse().unwrap_or(0),
+                ["unconfirmed", o, n, why] => {
+                    rec.unconfirmed
+                        .push((o.to_string(), n.parse().unwrap_or(0), why.to_string()))
+                }
+                _ => {}
+            }
+        }
+        Some(rec)
+    }
+}
+
+/// The daemon of `own_dir` records that it serves the owners beside it,
+/// and what it could not do (written whole: a temp file renamed over the
+/// last, never through a link; `_shipped/` created with `access`).
+pub fn record_shipper(
+    own_dir: &Path,
+    record: &ShipperRecord,
+    access: &Access,
+) -> Result<(), Error> {
     let Some(key_dir) = own_dir.parent() else {
         return Ok(());
     };
@@ -130,8 +254,7 @@ pub fn record_shipper(own_dir: &Path, access: &Access) -> Result<(), Error> {
         return Ok(());
     };
     let shipped = key.create_dir(SHIPPED_DIR, access)?;
-    let name = rank_name(own_dir).to_string_lossy();
-    shipped.replace_file(SHIPPER_FILE, format!("{name}\n").as_bytes(), access)
+    shipped.replace_file(SHIPPER_FILE, record.encode().as_bytes(), access)
 }
 
 /// The daemon of `own_dir` no longer serves: its record goes (if it is
@@ -160,20 +283,23 @@ pub fn clear_shipper(key_dir: &Path) {
 }
 
 /// The rank directory the last daemon to serve the owners under `key_dir`
-/// recorded, if any (not checked to be live). Read without following a
-/// link or blocking, with a bound: anything but a short regular file there
-/// is [`Error::UnexpectedEntry`].
+/// recorded, if any (not checked to be live). See [`read_shipper`].
 pub fn shipper_of(key_dir: &Path) -> Result<Option<PathBuf>, Error> {
+    Ok(read_shipper(key_dir)?.map(|r| key_dir.join(r.dir_name)))
+}
+
+/// What the last daemon to serve the owners under `key_dir` recorded, if
+/// anything (not checked to be live). Read without following a link or
+/// blocking, with a bound: anything but a short regular file there is
+/// [`Error::UnexpectedEntry`].
+pub fn read_shipper(key_dir: &Path) -> Result<Option<ShipperRecord>, Error> {
     let Some(shipped) = shipped_at(key_dir)? else {
         return Ok(None);
     };
     let Some(bytes) = shipped.read_small(SHIPPER_FILE, SHIPPER_RECORD_LIMIT)? else {
         return Ok(None);
     };
-    let text = String::from_utf8_lossy(&bytes);
-    let name = text.lines().next().unwrap_or_default().trim();
-    let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-    Ok(plain.then(|| key_dir.join(name)))
+    Ok(ShipperRecord::decode(&String::from_utf8_lossy(&bytes)))
 }
 
 /// The name of the ref consenting to pack `id` (under `w<ordinal>/` when
@@ -183,6 +309,15 @@ pub fn ref_name(ordinal: Option<u32>, id: PackId) -> String {
         None => format!("{id}.ref"),
         Some(k) => format!("{}.{id}.ref", ordinal_dir_name(k)),
     }
+}
+
+/// The suffix of a confirmation slot the owner made at consent, not yet
+/// confirmed: `<ref name>.pending`.
+const PENDING: &str = ".pending";
+
+/// The name of the slot the confirmation of ref `name` is renamed from.
+pub fn pending_name(name: &str) -> String {
+    format!("{name}{PENDING}")
 }
 
 /// What a ref's name consents to: `(ordinal, id)`; `None` for any other
@@ -234,24 +369,31 @@ impl Spool {
         let dir = rank_dir_at(self.dir())?.ok_or_else(|| Error::DirectoryVanished {
             dir: self.dir().to_path_buf(),
         })?;
+        let name = ref_name(ordinal, id);
+        // the slot its confirmation will be renamed from: made now, while
+        // the owner can, so confirming it costs the daemon no inode
+        let confirmations = self.confirmations_at_created(&access)?;
+        confirmations.create_file(pending_name(&name), &access)?;
         let refs = dir.create_dir(REFS_DIR, &access)?;
-        refs.create_file(ref_name(ordinal, id), &access).map(|_| ())
+        refs.create_file(&name, &access).map(|_| ())
+    }
+
+    /// `<key>/_shipped/<rank>/`, created with `access` if missing.
+    fn confirmations_at_created(&self, access: &Access) -> Result<AtDir, Error> {
+        let key_dir = self.dir().parent().unwrap_or(Path::new("/"));
+        let key = key_dir_at(key_dir)?.ok_or_else(|| Error::DirectoryVanished {
+            dir: key_dir.to_path_buf(),
+        })?;
+        key.create_dir(SHIPPED_DIR, access)?
+            .create_dir(rank_name(self.dir()), access)
     }
 
     /// Creates (with the spool's mode and group) and returns the owner's
     /// confirmations directory, `<key>/_shipped/<rank>/`, so the owner can
     /// watch it before the daemon confirms anything.
     pub fn prepare_confirmations(&self) -> Result<PathBuf, Error> {
-        let access = self.access();
-        let key_dir = self.dir().parent().unwrap_or(Path::new("/"));
-        let key = key_dir_at(key_dir)?.ok_or_else(|| Error::DirectoryVanished {
-            dir: key_dir.to_path_buf(),
-        })?;
-        let shipped = key.create_dir(SHIPPED_DIR, &access)?;
-        Ok(shipped
-            .create_dir(rank_name(self.dir()), &access)?
-            .path()
-            .to_path_buf())
+        let dir = self.confirmations_at_created(&self.access())?;
+        Ok(dir.path().to_path_buf())
     }
 
     /// How many packs the owner consented to and has not removed yet
@@ -570,8 +712,13 @@ pub fn consent_age(
 }
 
 /// The daemon confirms packs of `rank_dir` whose rows the catalog
-/// confirmed (step 3): one confirmation each (with `access`), then one
-/// fsync of their directory.
+/// confirmed (step 3): one confirmation each, then one fsync of their
+/// directory. A confirmation is the slot `<ref name>.pending` the owner
+/// made beside it at consent, renamed to `<ref name>` (`renameat` within
+/// `<key>/_shipped/<rank>/`): it costs no inode (a hard link would, on
+/// tmpfs), so on a filesystem out of inodes the owner still learns what it
+/// may free. Without a slot the confirmation is an empty file of its own,
+/// created with `access`.
 pub fn confirm(
     rank_dir: &Path,
     packs: &[(Option<u32>, PackId)],
@@ -587,8 +734,15 @@ pub fn confirm(
     let dir = key
         .create_dir(SHIPPED_DIR, access)?
         .create_dir(rank_name(rank_dir), access)?;
+    // a confirmation is the slot the owner made at consent, renamed: no
+    // inode, so a filesystem out of inodes still lets the owner learn what
+    // it may free
     for (ordinal, id) in packs {
-        dir.create_file(ref_name(*ordinal, *id), access)?;
+        let name = ref_name(*ordinal, *id);
+        if !dir.rename_regular(&pending_name(&name), &name)? {
+            // no slot (consented by an older owner): a file of its own
+            dir.create_file(&name, access)?;
+        }
     }
     dir.sync()?;
     if !packs.is_empty() {
@@ -626,8 +780,10 @@ pub fn collect_confirmations(rank_dir: &Path) -> Result<usize, Error> {
     };
     let mut removed = 0;
     for name in dir.utf8_names()? {
+        // a confirmation, or a pending slot, whose ref is gone
+        let of = name.strip_suffix(PENDING).unwrap_or(&name);
         let kept = match &refs {
-            Some(r) => r.kind(&name)?.is_some(),
+            Some(r) => r.kind(of)?.is_some(),
             None => false,
         };
         if !kept && dir.remove_file(&name)? {

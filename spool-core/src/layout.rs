@@ -248,6 +248,13 @@ pub fn claim_rank_dir(
         }
         match lk::acquire(&dir, opts) {
             Ok(claim) => break claim,
+            Err(e) if out_of_space(&e) => match take_dead_sibling(&key_dir, opts) {
+                Some(claim) => break claim,
+                None => {
+                    lk::remove_created(&created);
+                    return Err(e.into());
+                }
+            },
             Err(e) => {
                 lk::remove_created(&created);
                 return Err(e.into());
@@ -260,6 +267,66 @@ pub fn claim_rank_dir(
         Err(e) => tracing::debug!(root = %root.display(), "flat-spool check failed: {e}"),
     }
     Ok(claim)
+}
+
+/// Whether `e` says the filesystem has no free inode or byte (or the
+/// user's quota is spent): `ENOSPC`, `EDQUOT`.
+fn out_of_space(e: &lk::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// A claim on a filesystem with no free inode or byte, where a fresh rank
+/// directory cannot be made (it costs two inodes): the lock of a dead
+/// sibling under `key_dir` is taken in place instead (no new inode), the
+/// emptiest first, and its dead owner's hand-off settled. Its packs are
+/// then this claim's to drain: they are under the same catalog key (the
+/// same destination), and the lock makes this process their one owner,
+/// exactly as an adoption would. This is how a daemon that was not
+/// running starts on a full filesystem and frees it. `None` when no dead
+/// sibling can be taken.
+fn take_dead_sibling(key_dir: &Path, opts: &LockOptions) -> Option<Claim> {
+    let mut dead: Vec<(u64, PathBuf)> = crate::siblings::rank_dirs(key_dir)
+        .ok()?
+        .into_iter()
+        .filter(|d| crate::siblings::classify(d) == crate::siblings::Owner::Dead)
+        .map(|d| {
+            let held = crate::spool::scan_dir(&d, &std::sync::atomic::AtomicBool::new(false))
+                .map_or(u64::MAX, |p| p.iter().map(|p| p.bytes).sum());
+            (held, d)
+        })
+        .collect();
+    dead.sort();
+    for (_, dir) in dead {
+        let Ok(claim) = lk::acquire(&dir, opts) else {
+            continue; // taken by someone else meanwhile, or refused
+        };
+        let config = crate::spool::SpoolConfig {
+            lock: opts.clone(),
+            ..Default::default()
+        };
+        let spool = match crate::Spool::open_claimed(claim, &config) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), "taking a dead sibling on a full filesystem: {e}");
+                continue;
+            }
+        };
+        if let Err(e) = spool.settle_hand_off() {
+            tracing::warn!(dir = %dir.display(), "settling a dead owner's hand-off: {e}");
+        }
+        tracing::warn!(dir = %dir.display(), "the filesystem has no room for a new rank directory: took the dead sibling {} as this process's own (its packs are drained as its own)", dir.display());
+        return spool.into_claim();
+    }
+    None
 }
 
 /// Ready packs found under a spool root outside the layout.

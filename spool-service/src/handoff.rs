@@ -68,6 +68,9 @@ pub struct HandOffCounts {
     pub confirmed: u64,
     /// Refs refused (reported once each).
     pub refused: u64,
+    /// Handed-off packs indexed whose confirmations cannot be written yet
+    /// (they stay with their owners).
+    pub unconfirmed: u64,
     /// Consent to confirmation of the last pack confirmed (its ref's age
     /// when its confirmation was written), milliseconds.
     pub last_lag_ms: u64,
@@ -98,10 +101,16 @@ pub(crate) struct Shipper {
     unreported: HashMap<PathBuf, Vec<PathBuf>>,
     /// Packs indexed whose owners are not told yet, by owner.
     to_confirm: HashMap<PathBuf, Vec<Confirmable>>,
-    /// Owners whose confirmations could not be written (reported once).
-    confirm_failing: HashSet<PathBuf>,
-    /// Whether `<key>/_shipped/.shipper` names this service.
-    recorded: bool,
+    /// Owners whose confirmations could not be written, with why
+    /// (reported once, and recorded for `spool status`).
+    confirm_failing: HashMap<PathBuf, String>,
+    /// The record this service last wrote to `<key>/_shipped/.shipper`
+    /// (`None`: it wrote none, or cleared it).
+    recorded: Option<String>,
+    /// This service's node name (`lease.node_name`), in its record.
+    node: String,
+    /// Another daemon serving the owners under the key was reported.
+    reported_other: Option<PathBuf>,
     /// The mode and group of what the shipper creates (`spool.mode`,
     /// `spool.group`), like the owners' packs.
     access: Access,
@@ -116,6 +125,7 @@ impl Shipper {
         own_dir: &Path,
         registry: Arc<Registry>,
         access: Access,
+        node: String,
     ) -> Shipper {
         Shipper {
             key_dir: key_dir.to_path_buf(),
@@ -125,8 +135,10 @@ impl Shipper {
             refused: HashMap::new(),
             unreported: HashMap::new(),
             to_confirm: HashMap::new(),
-            confirm_failing: HashSet::new(),
-            recorded: false,
+            confirm_failing: HashMap::new(),
+            recorded: None,
+            node,
+            reported_other: None,
             access,
             counts: HandOffCounts::default(),
         }
@@ -152,7 +164,7 @@ impl Shipper {
     /// This service no longer serves (it does not hold the node's lease):
     /// its record as the node's shipper goes.
     pub(crate) fn stand_down(&mut self) {
-        if std::mem::take(&mut self.recorded) {
+        if self.recorded.take().is_some() {
             handoff::forget_shipper(&self.own_dir);
         }
     }
@@ -167,6 +179,9 @@ impl Shipper {
         bound: &Bound,
         flag: &Arc<AtomicBool>,
     ) -> bool {
+        if self.served_elsewhere(drain).await {
+            return false;
+        }
         self.queue(drain.take_confirmable());
         self.tell_owners(drain).await;
         let (key, own) = (self.key_dir.clone(), self.own_dir.clone());
@@ -210,20 +225,12 @@ impl Shipper {
             self.served.retain(|d| live.contains(d));
             self.counts.owners = self.served.len() as u64;
             if self.served.is_empty()
-                && (self.recorded || !matches!(handoff::shipper_of(&self.key_dir), Ok(None)))
+                && (self.recorded.is_some()
+                    || !matches!(handoff::shipper_of(&self.key_dir), Ok(None)))
             {
                 // no owner to serve: no record (a killed daemon's included)
-                self.recorded = false;
+                self.recorded = None;
                 handoff::clear_shipper(&self.key_dir);
-            }
-        }
-        if !self.recorded && !self.served.is_empty() {
-            // operators read who serves the owners (`spool status`)
-            match handoff::record_shipper(&self.own_dir, &self.access) {
-                Ok(()) => self.recorded = true,
-                Err(e) => {
-                    tracing::debug!(dir = %self.own_dir.display(), "recording the node's shipper: {e}")
-                }
             }
         }
         self.counts.waiting = waiting;
@@ -248,6 +255,10 @@ impl Shipper {
         self.tell_owners(drain).await;
         // confirmations that could not be written are tried again soon
         failed |= !self.to_confirm.is_empty();
+        self.counts.unconfirmed = self.to_confirm.values().map(|v| v.len() as u64).sum();
+        if !self.served.is_empty() {
+            self.record();
+        }
         per_owner(live.into_iter().map(|d| (d, ())), |d, ()| {
             if let Err(e) = handoff::collect_confirmations(d) {
                 tracing::debug!(dir = %d.display(), "collecting confirmations: {e}");
@@ -264,6 +275,106 @@ impl Shipper {
             .await;
         }
         failed
+    }
+
+    /// Whether another daemon, of another node name, serves the owners
+    /// under the key: its record names a live rank directory that is not
+    /// this service's. Then this one serves nothing (one node name per
+    /// spool root: two would both ship every owner's packs), and says so
+    /// once; it serves again once that daemon is gone.
+    async fn served_elsewhere(&mut self, drain: &mut Drain) -> bool {
+        let (key, own, node) = (
+            self.key_dir.clone(),
+            self.own_dir.clone(),
+            self.node.clone(),
+        );
+        let other = blocking(move || {
+            let rec = handoff::read_shipper(&key).ok()??;
+            let dir = key.join(&rec.dir_name);
+            if dir == own || rec.node.is_empty() || rec.node == node {
+                return None;
+            }
+            let live = siblings::probe(&dir).is_ok_and(|p| p.owner() == Owner::Live);
+            live.then_some((dir, rec.node))
+        })
+        .await
+        .flatten();
+        match other {
+            Some((dir, other_node)) => {
+                if self.reported_other.as_ref() != Some(&dir) {
+                    drain.note_error(format!(
+                        "another daemon, of node name {other_node:?} ({}), serves the hand-off of \
+                         the owners under {}; this one (node name {:?}) ships none of their packs: \
+                         give every daemon on one spool root the same lease.node_name (the \
+                         node's), or stop one",
+                        dir.display(),
+                        self.key_dir.display(),
+                        self.node
+                    ));
+                    self.reported_other = Some(dir);
+                }
+                if self.recorded.take().is_some() {
+                    // (its record is the other's now: nothing of ours to remove)
+                }
+                true
+            }
+            None => {
+                self.reported_other = None;
+                false
+            }
+        }
+    }
+
+    /// Writes this service's record (who serves, its node name, what it
+    /// refused, what it cannot confirm) when it changed.
+    fn record(&mut self) {
+        let name = |d: &Path| {
+            d.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        };
+        let mut refused: Vec<(String, String, String)> = self
+            .refused
+            .iter()
+            .map(|(r, why)| {
+                let owner = r
+                    .parent()
+                    .and_then(Path::parent)
+                    .map(name)
+                    .unwrap_or_default();
+                (owner, name(r), why.clone())
+            })
+            .collect();
+        refused.sort();
+        let mut unconfirmed: Vec<(String, u64, String)> = self
+            .to_confirm
+            .iter()
+            .map(|(d, packs)| {
+                let why = self.confirm_failing.get(d).cloned().unwrap_or_default();
+                (name(d), packs.len() as u64, why)
+            })
+            .collect();
+        unconfirmed.sort();
+        let record = handoff::ShipperRecord {
+            dir_name: name(&self.own_dir),
+            node: self.node.clone(),
+            refused,
+            refused_more: 0,
+            unconfirmed,
+        };
+        let text = format!("{record:?}");
+        if self.recorded.as_deref() == Some(text.as_str()) {
+            return;
+        }
+        // operators read who serves the owners, and what it could not do
+        // (`spool status`)
+        match handoff::record_shipper(&self.own_dir, &record, &self.access) {
+            Ok(()) => self.recorded = Some(text),
+            Err(e) => {
+                tracing::debug!(dir = %self.own_dir.display(), "recording the node's shipper: {e}")
+            }
+        }
     }
 
     /// Refuses `ref_path` for `why`, once; reported at the end of the step
@@ -333,7 +444,11 @@ impl Shipper {
                     }
                 }
                 Err(e) => {
-                    if self.confirm_failing.insert(dir.clone()) {
+                    if self
+                        .confirm_failing
+                        .insert(dir.clone(), e.to_string())
+                        .is_none()
+                    {
                         drain.note_error(format!(
                             "cannot confirm {} shipped pack(s) to the owner of {}: {e}; they stay \
                              with their owner, not shipped again, and are confirmed once it can be \

@@ -321,9 +321,15 @@ impl StorageService {
             a.owe_look();
             a
         });
-        let shipper = cfg
-            .adopt
-            .then(|| Shipper::new(&key_dir, &cfg.dir, cfg.registry.clone(), cfg.lock.access));
+        let shipper = cfg.adopt.then(|| {
+            Shipper::new(
+                &key_dir,
+                &cfg.dir,
+                cfg.registry.clone(),
+                cfg.lock.access,
+                cfg.node_name.clone(),
+            )
+        });
         let drain = Drain::new(DrainParts {
             uploader,
             catalog: cfg.catalog.clone(),

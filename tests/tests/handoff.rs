@@ -365,6 +365,17 @@ fn a_daemon_that_cannot_confirm_says_so_once_and_confirms_once_it_can() {
         .clone();
     assert_eq!(row["served_by"]["pid"], daemon_pid, "{row}");
     assert_eq!(row["served_by"]["live"], true, "{row}");
+    // shipped but unconfirmed is said as such, never "being shipped"
+    assert_eq!(row["hand_off"]["unconfirmed"], 3, "{row}");
+    assert_eq!(row["hand_off"]["waiting"], 0, "{row}");
+    assert!(
+        row["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("not confirmed")
+                && r.contains("_shipped")
+                && !r.contains("being shipped")),
+        "{row}"
+    );
     assert!(
         row["reason"]
             .as_str()
@@ -621,4 +632,114 @@ fn producers_and_the_daemon_as_different_users_in_one_group_ship_and_confirm() {
     if shipped.exists() {
         assert_eq!(mode(&shipped), 0o770);
     }
+}
+
+/// A pack the daemon refuses (changed after its owner consented: it fails
+/// validation) is said as refused, with why, by `status` (never "being
+/// shipped"), and stays with its owner; the others ship.
+#[test]
+fn a_pack_the_shipper_refuses_is_shown_refused_by_status_not_being_shipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let (mut prod, ids) = producer(&root, 3, "0.01");
+    let mut staged = BTreeSet::new();
+    await_ids(&ids, &mut staged, 3);
+    let rank_dir = owner_dir(&root);
+    // one pack changed after consent: same length, other bytes
+    let victim = ready_under(&root).into_iter().min().unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&victim, &bytes).unwrap();
+    let _daemon = daemon(&root);
+    wait_for(
+        "the two good packs shipped and released",
+        Duration::from_secs(30),
+        || ready_under(&root) == vec![victim.clone()],
+    );
+    let row = || {
+        let out = output(spool().args(["status", "--json"]).arg(&root));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["rank_dirs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["path"] == serde_json::json!(rank_dir))
+            .expect("the producer's row")
+            .clone()
+    };
+    wait_for("the refusal recorded", Duration::from_secs(10), || {
+        row()["hand_off"]["refused_by_shipper"]
+            .as_array()
+            .is_some_and(|a| a.len() == 1)
+    });
+    let row = row();
+    assert_eq!(row["hand_off"]["waiting"], 0, "{row}");
+    let reason = row["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("refused by the node's shipper") && !reason.contains("being shipped"),
+        "{row}"
+    );
+    assert!(
+        row["hand_off"]["refused_by_shipper"][0]["why"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty()),
+        "{row}"
+    );
+    prod.kill().unwrap();
+    prod.wait().unwrap();
+}
+
+/// Two daemons on one spool root with different node names would both
+/// hold a lease and both ship every owner's packs: the second one to come
+/// sees the first's record and serves nothing (it says so), so every pack
+/// is shipped by one daemon.
+#[test]
+fn a_second_daemon_with_another_node_name_serves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    std::fs::create_dir_all(&root).unwrap();
+    let run = |node: &str, log: &Path| {
+        KillOnDrop(
+            spool()
+                .args(["run", "--poll-interval", "60", "--recheck-interval", "1"])
+                .arg("--spool-root")
+                .arg(&root)
+                .env("SPOOL_NODE_NAME", node)
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(log).unwrap())
+                .spawn()
+                .expect("spawn spool run"),
+        )
+    };
+    let (mut prod, ids) = producer(&root, 40, "0.05");
+    let mut staged = BTreeSet::new();
+    await_ids(&ids, &mut staged, 1);
+    let (log_a, log_b) = (tmp.path().join("a.log"), tmp.path().join("b.log"));
+    let _a = run("node-a", &log_a);
+    let record = key_dir(&root).join("_shipped").join(".shipper");
+    wait_for("the first daemon serving", Duration::from_secs(20), || {
+        std::fs::read_to_string(&record).is_ok_and(|r| r.contains("node-a"))
+    });
+    let _b = run("node-b", &log_b);
+    await_ids(&ids, &mut staged, 40);
+    wait_for(
+        "every pack shipped and released",
+        Duration::from_secs(40),
+        || ready_under(&root).is_empty(),
+    );
+    let b = std::fs::read_to_string(&log_b).unwrap();
+    assert!(
+        b.contains("another daemon, of node name \"node-a\""),
+        "the second daemon did not say it stands aside:\n{b}"
+    );
+    assert_eq!(
+        b.matches("uploaded pack").count(),
+        0,
+        "the second daemon shipped an owner's packs:\n{b}"
+    );
+    prod.kill().unwrap();
+    prod.wait().unwrap();
+    assert_eq!(indexed_ids(&root), staged);
 }

@@ -153,11 +153,19 @@ impl Plant {
                     .unwrap()
             }
             Plant::ConfirmationsLink => {
+                let own = shipped.join(owner.file_name().unwrap());
+                let _ = std::fs::remove_dir_all(&own);
                 std::fs::create_dir_all(&shipped).unwrap();
-                link(&victim.dir, &shipped.join(owner.file_name().unwrap()));
+                link(&victim.dir, &own);
             }
-            Plant::ShippedLink => link(&victim.dir, &shipped),
-            Plant::ShippedFile => std::fs::write(&shipped, b"not a directory").unwrap(),
+            Plant::ShippedLink => {
+                let _ = std::fs::remove_dir_all(&shipped);
+                link(&victim.dir, &shipped)
+            }
+            Plant::ShippedFile => {
+                let _ = std::fs::remove_dir_all(&shipped);
+                std::fs::write(&shipped, b"not a directory").unwrap()
+            }
             Plant::OrphanLink => {
                 std::fs::create_dir_all(&shipped).unwrap();
                 link(&victim.dir, &shipped.join("r7-0badf00d"));
@@ -217,10 +225,12 @@ fn two_dead_owners(root: &Path) -> (PathBuf, Vec<PathBuf>, Vec<String>) {
         .map(|e| e.path())
         .find(|p| p.is_dir() && !p.ends_with(".store"))
         .unwrap();
+    // (the producers' confirmation slots are under `<key>/_shipped`)
     let mut owners: Vec<PathBuf> = std::fs::read_dir(&key)
         .unwrap()
         .flatten()
         .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n != "_shipped"))
         .collect();
     owners.sort();
     assert_eq!(owners.len(), 2, "{owners:?}");
@@ -259,10 +269,12 @@ fn case(plant: Plant) {
     let root = tmp.path().join("spool");
     let (key, owners, ids) = two_dead_owners(&root);
     let planted = &owners[0];
+    // the victim holds files named like the refs and their slots
     let ref_names: Vec<String> = std::fs::read_dir(planted.join("_refs"))
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .flat_map(|n| [format!("{n}.pending"), n])
         .collect();
     let victim = Victim::new(tmp.path(), &ref_names);
     plant.plant(&key, planted, &victim);

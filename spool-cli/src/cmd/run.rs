@@ -728,6 +728,7 @@ fn hand_off_json(h: &spool_service::HandOffCounts) -> Value {
         "shipped": h.shipped,
         "confirmed": h.confirmed,
         "refused": h.refused,
+        "unconfirmed": h.unconfirmed,
         "last_lag_ms": h.last_lag_ms,
         "max_lag_ms": h.max_lag_ms,
     })

@@ -214,8 +214,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
         };
         let c = inspect(d).unwrap_or_default();
         let bytes = c.ready.1 + c.open.1 + c.quarantined.1 + c.rejected.1;
-        let hand_off = hand_off_json(d);
+        let mut hand_off = hand_off_json(d);
         let served_by = served_by_json(d, &owner, &hand_off, &mut shippers);
+        if served_by["live"] == json!(true) {
+            // what the shipper refused or cannot confirm is not "being
+            // shipped": said as what it is
+            let (refused, unconfirmed, why) = shipper_says_of(d, &served_by);
+            let waiting = hand_off["waiting"].as_u64().unwrap_or(0);
+            let not_shipping = refused.len() as u64 + unconfirmed;
+            hand_off["waiting"] = json!(waiting.saturating_sub(not_shipping));
+            hand_off["refused_by_shipper"] = json!(refused
+                .iter()
+                .map(|(r, why)| json!({"ref": r, "why": why}))
+                .collect::<Vec<_>>());
+            hand_off["unconfirmed"] = json!(unconfirmed);
+            hand_off["unconfirmed_why"] = json!(why);
+        }
         let reason = unreadable.or_else(|| {
             owner["purpose"]
                 .as_str()
@@ -308,8 +322,8 @@ fn served_by_json(
 /// it is live, and its owner record's host and pid; `null` when no daemon
 /// ever served there.
 pub(crate) fn shipper_json(key_dir: &Path) -> Value {
-    let dir = match spool_core::handoff::shipper_of(key_dir) {
-        Ok(Some(dir)) => dir,
+    let record = match spool_core::handoff::read_shipper(key_dir) {
+        Ok(Some(r)) => r,
         Ok(None) => return Value::Null,
         // a planted entry where the record belongs: said, never followed
         // or read through
@@ -317,13 +331,49 @@ pub(crate) fn shipper_json(key_dir: &Path) -> Value {
             return json!({"dir": null, "live": false, "host": null, "pid": null, "error": e.to_string()})
         }
     };
+    let dir = key_dir.join(&record.dir_name);
     let owner = owner_json(&dir).unwrap_or(Value::Null);
     json!({
         "dir": dir,
         "live": owner["state"] == "live",
         "host": owner["host"],
         "pid": owner["pid"],
+        "node": record.node,
+        "refused": record.refused.iter().map(|(o, r, why)| json!({"owner": o, "ref": r, "why": why})).collect::<Vec<_>>(),
+        "refused_more": record.refused_more,
+        "unconfirmed": record.unconfirmed.iter().map(|(o, n, why)| json!({"owner": o, "packs": n, "why": why})).collect::<Vec<_>>(),
     })
+}
+
+/// What the shipper `served_by` recorded against owner `dir`: the refs it
+/// refused (with why) and the packs it shipped but cannot confirm (with
+/// why).
+fn shipper_says_of(dir: &Path, served_by: &Value) -> (Vec<(String, String)>, u64, Option<String>) {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    let mine = |v: &Value| v["owner"].as_str() == name.as_deref();
+    let refused = served_by["refused"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|v| mine(v))
+                .map(|v| {
+                    (
+                        v["ref"].as_str().unwrap_or_default().to_string(),
+                        v["why"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let unconfirmed = served_by["unconfirmed"]
+        .as_array()
+        .and_then(|a| a.iter().find(|v| mine(v)).cloned());
+    let count = unconfirmed
+        .as_ref()
+        .and_then(|v| v["packs"].as_u64())
+        .unwrap_or(0);
+    let why = unconfirmed.and_then(|v| v["why"].as_str().map(str::to_string));
+    (refused, count, why)
 }
 
 /// `spool run pid P on host H (DIR)`, the shipper [`shipper_json`] names.
@@ -365,6 +415,29 @@ fn hand_off_text(owner: &Value, hand_off: &Value, served_by: &Value) -> Option<S
     if refused > 0 {
         parts.push(format!(
             "{refused} ref(s) refused: see `spool status --json`"
+        ));
+    }
+    if let Some(by) = hand_off["refused_by_shipper"]
+        .as_array()
+        .filter(|a| !a.is_empty())
+    {
+        parts.push(format!(
+            "{} pack(s) refused by the node's shipper, kept by their owner (shipped when it \
+             exits, or set aside if still bad), first: {} ({})",
+            by.len(),
+            by[0]["ref"].as_str().unwrap_or("?"),
+            by[0]["why"].as_str().unwrap_or("?")
+        ));
+    }
+    let unconfirmed = hand_off["unconfirmed"].as_u64().unwrap_or(0);
+    if unconfirmed > 0 {
+        parts.push(format!(
+            "{unconfirmed} pack(s) shipped and indexed by the node's shipper, {}, but not \
+             confirmed to their owner (it keeps them until it can be): {}",
+            shipper_text(served_by),
+            hand_off["unconfirmed_why"]
+                .as_str()
+                .unwrap_or("the shipper cannot write the confirmation")
         ));
     }
     (!parts.is_empty()).then(|| parts.join("; "))

@@ -78,10 +78,36 @@ fn a_pack_leaves_its_owner_only_once_confirmed_and_the_daemon_writes_nothing_the
     assert!(dir.join(format!("{a}.ready")).exists());
     assert!(dir.join(format!("{unconsented}.ready")).exists());
     assert_eq!(collect_confirmations(&dir).unwrap(), 1);
+    // what is left: the pending slot of the pack not confirmed yet
+    let left: Vec<String> = std::fs::read_dir(confirmations_dir(&dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec![pending_name(&ref_name(None, a))]);
+}
+
+/// A confirmation costs the daemon no inode: it is the slot the owner made
+/// at consent, renamed (the same inode).
+#[test]
+fn a_confirmation_is_the_owners_pending_slot_renamed_no_new_inode() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = owner(tmp.path());
+    let dir = spool.dir().to_path_buf();
+    let a = stage(&spool, None);
+    spool.consent(None, a).unwrap();
+    let name = ref_name(None, a);
+    let slot = confirmations_dir(&dir).join(pending_name(&name));
+    let inode = std::fs::metadata(&slot).unwrap().ino();
+    confirm(&dir, &[(None, a)], &Access::PRIVATE).unwrap();
+    assert!(!slot.exists());
     assert_eq!(
-        std::fs::read_dir(confirmations_dir(&dir)).unwrap().count(),
-        0
+        std::fs::metadata(confirmations_dir(&dir).join(&name))
+            .unwrap()
+            .ino(),
+        inode
     );
+    assert_eq!(spool.release_confirmed().unwrap(), 1);
 }
 
 /// Every path under `dir`, with its kind and size.
@@ -280,21 +306,27 @@ fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
         let key_dir = dir.parent().unwrap().to_path_buf();
         let a = stage(&spool, None);
         spool.consent(None, a).unwrap();
-        let victim = Victim::new(tmp.path(), &[ref_name(None, a)]);
+        let victim = Victim::new(
+            tmp.path(),
+            &[ref_name(None, a), pending_name(&ref_name(None, a))],
+        );
         let shipped = key_dir.join(SHIPPED_DIR);
+        // (the consent made `_shipped/<rank>/` with the pack's pending slot;
+        // the victim holds a file of that name too)
+        let own = shipped.join(dir.file_name().unwrap());
         match plant {
-            "shipped" => std::os::unix::fs::symlink(&victim.dir, &shipped).unwrap(),
+            "shipped" => {
+                std::fs::remove_dir_all(&shipped).unwrap();
+                std::os::unix::fs::symlink(&victim.dir, &shipped).unwrap()
+            }
             "owner" => {
-                std::fs::create_dir(&shipped).unwrap();
-                std::os::unix::fs::symlink(&victim.dir, shipped.join(dir.file_name().unwrap()))
-                    .unwrap();
+                std::fs::remove_dir_all(&own).unwrap();
+                std::os::unix::fs::symlink(&victim.dir, &own).unwrap();
             }
             "orphan" => {
-                std::fs::create_dir(&shipped).unwrap();
                 std::os::unix::fs::symlink(&victim.dir, shipped.join("r9-deadbeef")).unwrap();
             }
             _ => {
-                std::fs::create_dir(&shipped).unwrap();
                 std::os::unix::fs::symlink(
                     victim.dir.join(SHIPPER_FILE),
                     shipped.join(SHIPPER_FILE),
@@ -309,7 +341,11 @@ fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
         step("collect");
         let orphans = collect_orphaned_confirmations(&key_dir);
         step("collect orphans");
-        let _ = record_shipper(&key_dir.join("r1-00000001"), &Access::PRIVATE);
+        let _ = record_shipper(
+            &key_dir.join("r1-00000001"),
+            &record("r1-00000001"),
+            &Access::PRIVATE,
+        );
         step("record the shipper");
         let _ = shipper_of(&key_dir);
         clear_shipper(&key_dir);
@@ -362,7 +398,12 @@ fn a_fifo_as_the_shipper_record_is_refused_at_once() {
         "a FIFO is left, not removed"
     );
     // the daemon's record replaces it without opening it
-    record_shipper(&key_dir.join("r1-00000001"), &Access::PRIVATE).unwrap();
+    record_shipper(
+        &key_dir.join("r1-00000001"),
+        &record("r1-00000001"),
+        &Access::PRIVATE,
+    )
+    .unwrap();
     assert_eq!(
         shipper_of(&key_dir).unwrap(),
         Some(key_dir.join("r1-00000001"))
@@ -421,7 +462,7 @@ fn hand_off_files_follow_the_spools_mode() {
     spool.consent(None, a).unwrap();
     spool.prepare_confirmations().unwrap();
     confirm(&dir, &[(None, a)], &shared).unwrap();
-    record_shipper(&key.join("r1-00000001"), &shared).unwrap();
+    record_shipper(&key.join("r1-00000001"), &record("r1-00000001"), &shared).unwrap();
     let mode = |p: PathBuf| std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(dir.join(REFS_DIR)), 0o770);
     assert_eq!(mode(dir.join(REFS_DIR).join(ref_name(None, a))), 0o660);
@@ -429,4 +470,46 @@ fn hand_off_files_follow_the_spools_mode() {
     assert_eq!(mode(confirmations_dir(&dir)), 0o770);
     assert_eq!(mode(confirmations_dir(&dir).join(ref_name(None, a))), 0o660);
     assert_eq!(mode(key.join(SHIPPED_DIR).join(SHIPPER_FILE)), 0o660);
+}
+
+fn record(dir_name: &str) -> ShipperRecord {
+    ShipperRecord {
+        dir_name: dir_name.into(),
+        node: "node-a".into(),
+        ..Default::default()
+    }
+}
+
+/// The shipper record round-trips, and keeps hostile text to one bounded
+/// line per field: a reason with line breaks or escapes cannot forge a
+/// field, and a flood of refusals is listed up to its bound and counted.
+#[test]
+fn the_shipper_record_round_trips_and_bounds_what_it_keeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("root").join("0123456789ab");
+    std::fs::create_dir_all(&key).unwrap();
+    let mut rec = record("r1-00000001");
+    rec.unconfirmed
+        .push(("r0-00000002".into(), 3, "EACCES\nnode\tforged".into()));
+    for i in 0..40 {
+        rec.refused.push((
+            "r0-00000002".into(),
+            format!("{i}.ref"),
+            format!("changed after consent \x1b[31m{}", "x".repeat(500)),
+        ));
+    }
+    record_shipper(&key.join("r1-00000001"), &rec, &Access::PRIVATE).unwrap();
+    let back = read_shipper(&key).unwrap().unwrap();
+    assert_eq!(back.dir_name, "r1-00000001");
+    assert_eq!(back.node, "node-a", "a forged node line was taken");
+    assert_eq!(back.refused.len(), RECORDED_REFUSALS);
+    assert_eq!(back.refused_more, 40 - RECORDED_REFUSALS as u64);
+    assert!(back
+        .refused
+        .iter()
+        .all(|(_, _, why)| why.chars().count() <= 201 && !why.contains('\x1b')));
+    assert_eq!(back.unconfirmed.len(), 1);
+    assert_eq!(back.unconfirmed[0].1, 3);
+    assert!(!back.unconfirmed[0].2.contains('\n'));
+    assert_eq!(shipper_of(&key).unwrap(), Some(key.join("r1-00000001")));
 }
