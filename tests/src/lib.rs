@@ -156,3 +156,31 @@ pub mod proxy;
 pub mod servers;
 pub mod service;
 pub mod upload_suite;
+
+/// Every path under `root` (any depth, links not followed).
+pub fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            }
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// Every `.ready` file under `root`'s rank directories (any depth; the
+/// embedded store's `.store` left out).
+pub fn ready_under(root: &Path) -> Vec<PathBuf> {
+    walk(root)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "ready"))
+        .filter(|p| !p.components().any(|c| c.as_os_str() == ".store"))
+        .collect()
+}

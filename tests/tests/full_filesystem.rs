@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use spool_tests::{describe, output, spool, KillOnDrop};
+use spool_tests::{describe, output, ready_under, spool, KillOnDrop};
 
 /// A tmpfs mounted at a fresh directory, unmounted (lazily) on drop, also
 /// when the test panics.
@@ -71,26 +71,6 @@ fn fill(dir: &Path, bytes: bool) -> usize {
         }
         n
     }
-}
-
-/// Every `.ready` file under `dir`, any depth.
-fn ready_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "ready") {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 /// What a case holds when the filesystem fills up.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use spool_tests::{describe, indexed_ids, output, spool, KillOnDrop};
+use spool_tests::{describe, indexed_ids, output, ready_under, spool, walk, KillOnDrop};
 
 /// Lines of a child's stdout, as they come.
 fn lines(stdout: ChildStdout) -> Receiver<String> {
@@ -127,26 +127,17 @@ fn producer(root: &Path, packs: u32, interval: &str) -> (KillOnDrop, Receiver<St
     (child, ids)
 }
 
-/// Every `.ready` file under `root`'s rank directories (any depth).
-fn ready_under(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                if !p.ends_with(".store") {
-                    stack.push(p);
-                }
-            } else if p.extension().is_some_and(|x| x == "ready") {
-                out.push(p);
-            }
-        }
-    }
-    out
+/// `spool status --json ROOT`'s row of rank directory `dir`.
+fn status_row(root: &Path, dir: &Path) -> serde_json::Value {
+    let out = output(spool().args(["status", "--json"]).arg(root));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["rank_dirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == serde_json::json!(dir))
+        .expect("the producer's row")
+        .clone()
 }
 
 /// The daemon ships a live producer's packs while it lives: every one is
@@ -354,15 +345,7 @@ fn a_daemon_that_cannot_confirm_says_so_once_and_confirms_once_it_can() {
     // Operators see who serves the waiting packs: status and lock owner
     // name the daemon.
     let daemon_pid = u64::from(_daemon.id());
-    let out = output(spool().args(["status", "--json"]).arg(&root));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let row = v["rank_dirs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["path"] == serde_json::json!(rank_dir))
-        .expect("the producer's row")
-        .clone();
+    let row = status_row(&root, &rank_dir);
     assert_eq!(row["served_by"]["pid"], daemon_pid, "{row}");
     assert_eq!(row["served_by"]["live"], true, "{row}");
     // shipped but unconfirmed is said as such, never "being shipped"
@@ -440,24 +423,6 @@ fn a_flood_of_bad_refs_stalls_no_owner_and_is_reported_in_a_few_lines() {
         p.kill().unwrap();
         p.wait().unwrap();
     }
-}
-
-/// Every path under `root`.
-fn walk(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            }
-            out.push(e.path());
-        }
-    }
-    out
 }
 
 /// A producer SIGKILLed mid-stream, its packs partly shipped and
@@ -657,17 +622,7 @@ fn a_pack_the_shipper_refuses_is_shown_refused_by_status_not_being_shipped() {
         Duration::from_secs(30),
         || ready_under(&root) == vec![victim.clone()],
     );
-    let row = || {
-        let out = output(spool().args(["status", "--json"]).arg(&root));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["rank_dirs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["path"] == serde_json::json!(rank_dir))
-            .expect("the producer's row")
-            .clone()
-    };
+    let row = || status_row(&root, &rank_dir);
     wait_for("the refusal recorded", Duration::from_secs(10), || {
         row()["hand_off"]["refused_by_shipper"]
             .as_array()
