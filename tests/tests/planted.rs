@@ -353,3 +353,115 @@ fn every_plant_under_the_keys_shipped_touches_nothing_outside_and_stalls_nothing
         case(plant);
     }
 }
+
+/// Liveness bounds (nextest's serial group).
+mod serial {
+    use super::*;
+    use spool_tests::{ready_under, KillOnDrop};
+    use std::process::Stdio;
+
+    /// A running daemon meets a FIFO where the shipper record belongs and
+    /// a live owner whose `_refs` is a link out of the root: neither stalls
+    /// it. A dead sibling's packs and another live owner's hand-off ship
+    /// within seconds, and nothing outside the root changes.
+    #[test]
+    fn a_fifo_record_and_a_linked_refs_stall_no_sibling_and_no_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("spool");
+        let hold = |packs: &str| {
+            let mut c = KillOnDrop(
+                spool()
+                    .args(["produce", "--packs", packs, "--hold", "--spool-root"])
+                    .arg(&root)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+            let out = c.stdout.take().unwrap();
+            let n: usize = packs.parse().unwrap();
+            let ids: Vec<String> = std::io::BufRead::lines(std::io::BufReader::new(out))
+                .take(n)
+                .map(Result::unwrap)
+                .collect();
+            (c, ids)
+        };
+        // the planted live owner, then the healthy one
+        let (_bad, _) = hold("2");
+        let (key, owners, mut ids) = {
+            let out = output(
+                spool()
+                    .args(["produce", "--packs", "3", "--spool-root"])
+                    .arg(&root),
+            );
+            assert!(out.status.success(), "{}", describe(&out));
+            let key = std::fs::read_dir(&root)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.is_dir() && !p.ends_with(".store"))
+                .unwrap();
+            let owners: Vec<PathBuf> = std::fs::read_dir(&key)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("_refs").is_dir())
+                .collect();
+            let ids: Vec<String> = String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            (key, owners, ids)
+        };
+        // the live planted owner: the one whose lock is held
+        let planted = owners
+            .iter()
+            .find(|o| {
+                spool_core::siblings::probe(o)
+                    .is_ok_and(|p| p.owner() == spool_core::siblings::Owner::Live)
+            })
+            .unwrap()
+            .clone();
+        let victim = Victim::new(tmp.path(), &[]);
+        std::fs::remove_dir_all(planted.join("_refs")).unwrap();
+        std::os::unix::fs::symlink(&victim.dir, planted.join("_refs")).unwrap();
+        std::fs::create_dir_all(key.join("_shipped")).unwrap();
+        let record = key.join("_shipped").join(".shipper");
+        let _ = std::fs::remove_file(&record);
+        nix::unistd::mkfifo(&record, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (_good, good_ids) = hold("3");
+        ids.extend(good_ids);
+        let _daemon = KillOnDrop(
+            spool()
+                .args(["run", "--poll-interval", "60", "--recheck-interval", "1"])
+                .arg("--spool-root")
+                .arg(&root)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let t = Instant::now();
+        loop {
+            let left: Vec<PathBuf> = ready_under(&root)
+                .into_iter()
+                .filter(|p| !p.starts_with(&planted))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "not shipped within 10 s beside the plants: {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // every id of the dead sibling and the healthy owner is indexed
+        let indexed = spool_tests::indexed_ids(&root);
+        for id in &ids {
+            assert!(indexed.contains(id), "{id} not indexed");
+        }
+        victim.check("a running daemon beside a FIFO record and a linked _refs");
+    }
+}
