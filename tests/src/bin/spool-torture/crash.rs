@@ -125,6 +125,8 @@ pub struct Run {
     /// The threads reading producers' reports (joined before the oracle).
     stdout_readers: Vec<std::thread::JoinHandle<()>>,
     procs: Vec<Proc>,
+    /// Entries planted in the spool root, and the victim outside it.
+    plants: crate::plants::Plants,
     shared: Board,
     figures: Figures,
 }
@@ -142,6 +144,7 @@ impl Run {
         std::fs::copy(bin, &own_bin)
             .with_context(|| format!("copying {} (built?)", bin.display()))?;
         let dir = dir.canonicalize()?;
+        let plants = crate::plants::Plants::new(&dir)?;
         let (root, disk) = match &o.disk {
             Some(d) => {
                 let disk = disk::Disk::mount(&dir, d)?;
@@ -245,6 +248,7 @@ impl Run {
             daemons: 2,
             stdout_readers: Vec::new(),
             procs: Vec::new(),
+            plants,
             shared: Board::default(),
             figures: Figures {
                 disk: o.disk.map(|_| disk::DiskFigures::default()),
@@ -308,6 +312,10 @@ impl Run {
             .iter()
             .map(|(id, (sha, by))| (id.clone(), (sha.clone(), self.name(*by))))
             .collect();
+        if let Some(p) = self.plants.check() {
+            self.shared.problem(p);
+        }
+        self.figures.plants = self.plants.count();
         let verdict = oracle::judge(&self.store_at, &self.catalog_read, &durable, &self.root)?;
         self.figures.unreported = verdict.unreported;
         self.figures.lost = verdict.lost;
@@ -406,7 +414,12 @@ impl Run {
             if let Some(d) = &mut self.disk {
                 d.tick(&mut self.rng, false)?;
             }
+            self.plants.tick(&mut self.rng, &self.root);
+            if let Some(p) = self.plants.check() {
+                self.shared.problem(p);
+            }
         }
+        self.plants.remove();
         for p in &mut self.proxies {
             p.tick(true)?;
         }

@@ -65,6 +65,9 @@ pub struct Figures {
     /// whose renewals the faults cut was deposed, and a foreign lease
     /// outlived 2 × TTL. Restarted like any dead daemon.
     pub latched: u64,
+    /// Entries planted in the spool root (links to a victim outside it,
+    /// FIFOs, files where a directory belongs).
+    pub plants: u64,
     /// `--disk`: the full-disk and read-only figures.
     pub disk: Option<disk::DiskFigures>,
 }
@@ -83,6 +86,7 @@ impl Figures {
         self.rows_before_object += o.rows_before_object;
         self.unreported += o.unreported;
         self.latched += o.latched;
+        self.plants += o.plants;
         self.adoptions_swept += o.adoptions_swept;
         self.handed_off += o.handed_off;
         self.handed_off_in_faults += o.handed_off_in_faults;
@@ -140,7 +144,7 @@ impl Figures {
             .as_ref()
             .map_or(String::new(), |d| format!(" {}", d.line()));
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} hand_off (refs published {}, {} in a fault window; packs released once confirmed {}, {} in a fault window; kill points: {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} plants {} (victim unchanged unless a problem says so) hand_off (refs published {}, {} in a fault window; packs released once confirmed {}, {} in a fault window; kill points: {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -154,6 +158,7 @@ impl Figures {
             self.rows_before_object,
             self.unreported,
             self.adoptions_swept,
+            self.plants,
             self.refs_published,
             self.refs_in_faults,
             self.handed_off,

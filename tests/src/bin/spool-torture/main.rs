@@ -47,6 +47,7 @@ mod monitor;
 mod netns;
 mod opens;
 mod oracle;
+mod plants;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
