@@ -473,20 +473,20 @@ mod serial {
     //! Lease timing in real seconds, generous margins.
     use super::*;
 
+    /// The SQLite and the in-memory catalog side by side: the scenario
+    /// mostly waits out TTLs, so the two share the serial group's time.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn ttl_expiry_takeover_and_latch_on_sqlite() {
+    async fn ttl_expiry_takeover_and_latch_on_sqlite_and_memory() {
         let (fx, _dir, _) = sqlite();
-        suite::ttl_expiry_takeover_and_latch(fx).await;
+        tokio::join!(
+            suite::ttl_expiry_takeover_and_latch(fx),
+            suite::ttl_expiry_takeover_and_latch(memory())
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fence_shuts_inside_the_margin_on_sqlite() {
         let (fx, _dir, _) = sqlite();
         suite::fence_shuts_inside_the_margin(fx).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn ttl_expiry_takeover_and_latch_on_memory() {
-        suite::ttl_expiry_takeover_and_latch(memory()).await;
     }
 }

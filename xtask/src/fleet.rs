@@ -85,7 +85,7 @@ pub fn ci(root: &Path, env: &[(String, String)]) -> Result<()> {
     let mut cmd = Command::new(&bin);
     cmd.arg("run")
         .args(["--nodes", "20", "--ranks", "4", "--rate", "0.5"])
-        .args(["--minutes", "0.5", "--kill", "1", "--processes", "2"])
+        .args(["--minutes", "0.35", "--kill", "1", "--processes", "2"])
         .args(["--set", "lease.ttl=5s"])
         .arg("--scratch")
         .arg(target_dir(root).join("fleet-ci"));
