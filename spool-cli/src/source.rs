@@ -100,6 +100,21 @@ pub fn store_url(cfg: &Config) -> Result<String> {
     })
 }
 
+/// Opens the object store at `url` with the configuration's client
+/// settings (client.*: timeouts, retries, plain-HTTP permission; and
+/// AWS_ALLOW_HTTP and friends).
+pub fn open_store(cfg: &Config, url: &str) -> Result<spool_upload::Store> {
+    spool_upload::Store::from_url(url, &cfg.client()).map_err(|e| {
+        coded(
+            ExitCode::Usage,
+            format!(
+                "cannot open the object store {}: {e}",
+                crate::config::mask_url(url)
+            ),
+        )
+    })
+}
+
 /// Opens a catalog for reading. An SQLite catalog must already exist (an
 /// inspection never creates one); a bad URL is a usage error.
 pub fn open_catalog(url: &str) -> Result<Arc<dyn spool_catalog::Catalog>> {

@@ -201,6 +201,32 @@ pub enum Error {
         /// Where in the object, when the problem has a place.
         offset: Option<u64>,
     },
+    /// Reindexing: listing or reading the store failed (nothing was
+    /// indexed for the object it names).
+    #[error("reindexing from store {store}: cannot read {key}: {error}")]
+    ReindexStore {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The key (or prefix) being read.
+        key: String,
+        /// Why (in the message, so not also a `source`).
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Reindexing: a catalog call failed (rows already inserted stay;
+    /// running it again skips them).
+    #[error("reindexing into catalog {catalog}: {error}; run it again once the catalog answers (rows already written are skipped)")]
+    ReindexCatalog {
+        /// The catalog's server, credentials masked.
+        catalog: String,
+        /// Why (in the message, so not also a `source`).
+        error: Box<spool_catalog::Error>,
+    },
+    /// Reindexing was cancelled (rows already inserted stay).
+    #[error("reindexing from store {store} was cancelled; run it again to finish (rows already written are skipped)")]
+    ReindexCancelled {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+    },
 }
 
 /// What a [`Error::FlushTimeout`] says of its cause: the call it waited on,

@@ -170,6 +170,7 @@ mod error;
 pub mod fetch;
 mod handoff;
 mod offload;
+pub mod reindex;
 mod service;
 mod snapshot;
 

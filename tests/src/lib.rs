@@ -184,3 +184,33 @@ pub fn ready_under(root: &Path) -> Vec<PathBuf> {
         .filter(|p| !p.components().any(|c| c.as_os_str() == ".store"))
         .collect()
 }
+
+/// `spool produce --packs N --spool-root ROOT` (a sink-only producer that
+/// exits): the ids it staged. Panics, saying why, if it failed.
+pub fn produce_ids(root: &Path, packs: u32) -> std::collections::BTreeSet<String> {
+    let out = output(
+        spool()
+            .args(["produce", "--packs", &packs.to_string(), "--spool-root"])
+            .arg(root),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    stdout_lines(&out).into_iter().collect()
+}
+
+/// The lines a command printed on stdout.
+pub fn stdout_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `spool run --once --timeout 60 --spool-root ROOT`, which must succeed.
+pub fn run_once(root: &Path) {
+    let out = output(
+        spool()
+            .args(["run", "--once", "--timeout", "60", "--spool-root"])
+            .arg(root),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+}

@@ -184,25 +184,10 @@ fn a_live_sink_only_producer_is_shipped_by_the_daemon_while_it_lives() {
 fn without_a_daemon_a_hand_off_producer_ships_by_exiting() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("spool");
-    let out = output(
-        spool()
-            .args(["produce", "--packs", "3", "--spool-root"])
-            .arg(&root),
-    );
-    assert!(out.status.success(), "{}", describe(&out));
-    let staged: BTreeSet<String> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let staged = spool_tests::produce_ids(&root, 3);
     assert_eq!(staged.len(), 3);
     assert_eq!(ready_under(&root).len(), 3);
-    let out = output(
-        spool()
-            .args(["run", "--once", "--timeout", "60", "--spool-root"])
-            .arg(&root),
-    );
-    assert!(out.status.success(), "{}", describe(&out));
+    spool_tests::run_once(&root);
     assert_eq!(indexed_ids(&root), staged);
     assert!(ready_under(&root).is_empty());
     let leftovers: Vec<PathBuf> = walk(&root)

@@ -82,11 +82,7 @@ fn produce(dir: &Path, args: &[&str]) -> Output {
 fn produce_ok(dir: &Path, args: &[&str]) -> Vec<String> {
     let out = produce(dir, args);
     assert!(out.status.success(), "{}", describe(&out));
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    spool_tests::stdout_lines(&out)
 }
 
 fn scratch() -> (tempfile::TempDir, PathBuf) {

@@ -23,7 +23,6 @@ use anyhow::{Context, Result};
 use spool_core::pack::{PackId, PackReader};
 use spool_service::fetch::fetch_pack;
 use spool_service::Error;
-use spool_upload::Store;
 
 use crate::exit::{coded, ExitCode};
 use crate::source::{open_catalog, runtime, CatalogArgs};
@@ -116,18 +115,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     let catalog_url = crate::source::catalog_url(&cfg)?;
     let store_url = crate::source::store_url(&cfg)?;
     let catalog = open_catalog(&catalog_url)?;
-    // The store client's timeouts, retries and plain-HTTP permission come
-    // from the configuration (client.*; AWS_ALLOW_HTTP and friends).
-    let client = cfg.client();
-    let store = Store::from_url(&store_url, &client).map_err(|e| {
-        coded(
-            ExitCode::Usage,
-            format!(
-                "cannot open the object store {}: {e}",
-                crate::config::mask_url(&store_url)
-            ),
-        )
-    })?;
+    let store = crate::source::open_store(&cfg, &store_url)?;
 
     let rt = runtime()?;
     let hex_id = id.to_hex();

@@ -14,6 +14,7 @@ pub mod lock;
 pub mod ls;
 pub mod produce;
 pub mod recover;
+pub mod reindex;
 pub mod requeue;
 pub mod run;
 pub mod status;
@@ -63,6 +64,10 @@ pub enum Command {
     /// (exit 9 and nothing written if it does not match).
     #[command(long_about = cat::LONG_ABOUT)]
     Cat(cat::Args),
+    /// Make a catalog whole from its store: index every valid pack it
+    /// lacks (never a duplicate, never an object that is not a pack).
+    #[command(long_about = reindex::LONG_ABOUT)]
+    Reindex(reindex::Args),
     /// Clear a rank directory's blocked mark once its cause is fixed.
     #[command(long_about = unblock::LONG_ABOUT)]
     Unblock(unblock::Args),
@@ -85,6 +90,7 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
         Command::Config(args) => config::run(args, config_file),
         Command::Ls(a) => ls::run(a, config_file),
         Command::Cat(a) => cat::run(a, config_file),
+        Command::Reindex(a) => reindex::run(a, config_file),
         Command::Unblock(a) => unblock::run(a),
         Command::Requeue(a) => requeue::run(a),
     }

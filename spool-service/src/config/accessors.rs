@@ -102,6 +102,11 @@ impl super::Config {
         Ok(u)
     }
 
+    /// `lease.scope`: who must hold the lease for an index write.
+    pub fn lease_scope(&self) -> spool_catalog::LeaseScope {
+        keys::LEASE_SCOPE.get(self)
+    }
+
     /// The object store client's configuration.
     pub fn client(&self) -> ClientConfig {
         ClientConfig {

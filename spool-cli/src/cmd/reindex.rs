@@ -1,0 +1,126 @@
+//! `spool reindex`: makes a catalog whole from its store
+//! ([`spool_service::reindex`]): every valid pack under the store's prefix
+//! that the catalog has no row for is indexed; nothing else is written.
+
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Result;
+use serde_json::json;
+
+use crate::exit::{coded, ExitCode};
+use crate::source::{open_catalog, runtime, CatalogArgs};
+
+/// Arguments of `spool reindex`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub target: CatalogArgs,
+    /// The store [env: SPOOL_STORE] (destination.store): `s3://BUCKET[/PREFIX]`,
+    /// `gs://...`, `az://...`, `file:///ABS/PATH`. Default under the spool
+    /// root: `file://ROOT/.store`.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Count what would be indexed; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// One JSON object with the counts and the objects refused.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The long help of this command (with examples).
+pub const LONG_ABOUT: &str = "\
+Make a catalog whole from its object store: list every object under the
+store's prefix, validate each one named like a pack (<32 hex digits>.pack)
+as the pack its name says (header, every record, footer, trailer,
+SHA-256), and index the valid ones the catalog has no row for.
+
+For a catalog that lost rows: a part a single unreplicated ClickHouse
+server never fsynced before a power loss, a dropped table, a restored
+backup. It never writes a second row for a pack the catalog has, never
+indexes an object that is not a valid pack (each is named, with why), and
+never changes the store. A row it writes carries the pack's key,
+checksums, size and record count; where the pack came from (host, pid,
+rank directory) is not in the object, so it says `unknown`. Running it
+again is harmless: what it indexed is skipped. Refused with lease.scope =
+catalog (stop the publisher, set lease.scope = node for the run).
+
+Catalog and store resolve as for `spool run` and `spool cat`.
+
+Examples:
+  spool reindex --spool-root /var/lib/spool --dry-run
+  spool reindex --catalog 'clickhouse://ch1:8123/spool' --store s3://bucket/packs --json";
+
+/// Runs `spool reindex`.
+pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode> {
+    let cfg = args.target.config(args.store.as_deref(), config_file)?;
+    if cfg.lease_scope() == spool_catalog::LeaseScope::Catalog {
+        return Err(coded(
+            ExitCode::Usage,
+            "lease.scope is `catalog`: nothing may be indexed without the catalog's lease, which \
+             the single publisher holds; stop it and run `spool reindex` with lease.scope = node \
+             (SPOOL_LEASE_SCOPE=node), then start the publisher again",
+        ));
+    }
+    let catalog_url = crate::source::catalog_url(&cfg)?;
+    let store_url = crate::source::store_url(&cfg)?;
+    let catalog = open_catalog(&catalog_url)?;
+    let store = crate::source::open_store(&cfg, &store_url)?;
+    let store_id = cfg
+        .destination()
+        .map(|d| d.store_id)
+        .map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
+    let rt = runtime()?;
+    let report = rt
+        .block_on(async {
+            catalog
+                .ensure_schema()
+                .await
+                .map_err(|e| spool_service::Error::ReindexCatalog {
+                    catalog: catalog.server(),
+                    error: Box::new(e),
+                })?;
+            spool_service::reindex::reindex(
+                catalog.as_ref(),
+                &store,
+                &store_id,
+                None,
+                args.dry_run,
+                &AtomicBool::new(false),
+            )
+            .await
+        })
+        .map_err(|e| coded(ExitCode::Other, e.to_string()))?;
+    let verb = if args.dry_run {
+        "would index"
+    } else {
+        "indexed"
+    };
+    if args.json {
+        outln!(
+            "{}",
+            json!({
+                "listed": report.listed,
+                "present": report.present,
+                "inserted": report.inserted,
+                "dry_run": args.dry_run,
+                "other": report.other,
+                "invalid": report.invalid.iter().map(|(k, why)| json!({"key": k, "why": why})).collect::<Vec<_>>(),
+            })
+        );
+    } else {
+        outln!(
+            "spool reindex: {} object(s) under {}: {} already indexed, {verb} {}, {} not named like a pack, {} not a valid pack",
+            report.listed,
+            store.description(),
+            report.present,
+            report.inserted,
+            report.other,
+            report.invalid.len()
+        );
+        for (key, why) in &report.invalid {
+            outln!("  not indexed: {key}: {why}");
+        }
+    }
+    Ok(ExitCode::Ok)
+}
