@@ -6,7 +6,7 @@ mod schema;
 use crate::error::{Error, Result};
 use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
 use crate::row::{check_pack_id, PackRow};
-use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE};
+use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE, QUORUM_PARALLEL};
 use crate::target::ClickHouseTarget;
 use crate::{Catalog, MAX_ROWS_PER_STATEMENT};
 use async_trait::async_trait;
@@ -90,6 +90,10 @@ impl From<ChPackRow> for PackRow {
 /// A replica's client once its version was read (validation on from 23.x).
 struct Connected {
     client: clickhouse::Client,
+    /// Whether the replica has the setting `insert_quorum_parallel` (asked
+    /// of `system.settings` on a cluster; `false` on one server, where no
+    /// quorum is asked for).
+    quorum_parallel: bool,
 }
 
 /// One server of the URL: its client and, once read, its version.
@@ -409,21 +413,49 @@ impl ClickHouseCatalog {
                     });
                 }
                 let validation = major >= VALIDATION_FROM_MAJOR;
-                tracing::debug!(server = %self.server_of(r), %version, validation, "connected to ClickHouse");
+                // Asked of the server rather than decided by its version:
+                // the setting's presence is what the server accepts, on
+                // every build (backports, vendors' builds) alike.
+                let quorum_parallel = match self.target.cluster {
+                    None => false,
+                    Some(_) => {
+                        let found: u64 = self
+                            .run(
+                                r,
+                                "ask the server for the setting insert_quorum_parallel",
+                                self.request_timeout,
+                                r.base
+                                    .query_raw(&Tables::select_has_quorum_parallel())
+                                    .fetch_one::<u64>(),
+                            )
+                            .await?;
+                        found > 0
+                    }
+                };
+                tracing::debug!(server = %self.server_of(r), %version, validation, quorum_parallel, "connected to ClickHouse");
                 Ok(Connected {
                     client: r.base.clone().with_validation(validation),
+                    quorum_parallel,
                 })
             })
             .await
     }
 
-    /// `client` with the settings `mode` needs on a cluster.
-    fn with_mode(&self, client: &clickhouse::Client, mode: Mode) -> clickhouse::Client {
-        let c = client.clone();
+    /// The replica's client with the settings `mode` needs on a cluster:
+    /// a quorum insert also sends `insert_quorum_parallel=0` where the
+    /// replica has that setting (sequential consistency holds only for
+    /// quorum inserts that do not overlap), and never where it has not.
+    fn with_mode(&self, connected: &Connected, mode: Mode) -> clickhouse::Client {
+        let c = connected.client.clone();
         if self.target.cluster.is_none() {
             return c;
         }
         let quorum = |c: clickhouse::Client| {
+            let c = if connected.quorum_parallel {
+                c.with_setting(QUORUM_PARALLEL, "0")
+            } else {
+                c
+            };
             c.with_setting("insert_quorum", self.target.insert_quorum.to_string())
                 // The server gives up a second before the client would, so
                 // the answer names the quorum (code 319), not a timeout.
@@ -489,7 +521,7 @@ impl ClickHouseCatalog {
             };
             let answer = match self.connect(r).await {
                 Ok(c) => {
-                    self.run(r, purpose, timeout, f(self.with_mode(&c.client, mode)))
+                    self.run(r, purpose, timeout, f(self.with_mode(c, mode)))
                         .await
                 }
                 Err(e) => Err(e),

@@ -147,7 +147,18 @@
 //! version row) carries `insert_quorum` (URL `insert_quorum=N`, default 2)
 //! and `insert_quorum_timeout` as HTTP parameters (18.16 refuses `INSERT
 //! ... SETTINGS`): `Ok` means the row is on a quorum of replicas, and only
-//! then does a pack leave its spool. Every read that decides a claim (the
+//! then does a pack leave its spool. Sequential consistency holds only for
+//! quorum inserts that do not overlap: each replica is asked at connect
+//! whether `system.settings` has `insert_quorum_parallel` (on by default on
+//! current releases, absent on 18.16, which refuses unknown settings), and
+//! where it does every quorum insert also carries
+//! `insert_quorum_parallel=0`. The schema check refuses replicated tables
+//! without a cluster and plain ones with it ([`Error::ReplicatedWithoutCluster`],
+//! [`Error::NotReplicated`]), a cluster the server does not list
+//! ([`Error::UnknownCluster`]), and a quorum that is not a majority of the
+//! cluster's replicas (`system.clusters`, the largest shard) or exceeds them
+//! ([`Error::QuorumBelowMajority`], [`Error::QuorumAboveReplicas`]): two
+//! quorums of one cluster must share a replica. Every read that decides a claim (the
 //! head, the read-back, the fence inside a fenced insert) carries
 //! `select_sequential_consistency=1`: it sees every confirmed claim, or
 //! fails on a replica that lacks one. So two claimants of one term cannot
