@@ -5,6 +5,7 @@ mod schema;
 
 use crate::error::{Error, Result};
 use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
+use crate::redact::foreign_text;
 use crate::row::{check_pack_id, PackRow};
 use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE, QUORUM_PARALLEL};
 use crate::target::ClickHouseTarget;
@@ -204,14 +205,18 @@ fn parse_bad_response(msg: &str) -> (Option<u32>, Option<u16>) {
     (code, status)
 }
 
-/// Maps the crate's error to ours, naming the server and the purpose.
+/// Maps the crate's error to ours, naming the server and the purpose. The
+/// server's own words (and the transport's) go in as [`foreign_text`]:
+/// escaped, bounded, `secrets` masked.
 pub(crate) fn error_from_clickhouse(
     server: &str,
     purpose: &'static str,
+    secrets: &[&str],
     e: clickhouse::error::Error,
 ) -> Error {
     use clickhouse::error::Error as E;
     let server = server.to_string();
+    let foreign = |text: &str| foreign_text(text.trim(), secrets);
     match e {
         E::TimedOut => Error::Timeout {
             server,
@@ -229,12 +234,12 @@ pub(crate) fn error_from_clickhouse(
             Error::Unreachable {
                 server,
                 purpose,
-                detail,
+                detail: foreign(&detail),
             }
         }
         E::BadResponse(message) => {
             let (code, status) = parse_bad_response(&message);
-            let message = message.trim().to_string();
+            let message = foreign(&message);
             match (code, status) {
                 (Some(c), _) if AUTH_CODES.contains(&c) => Error::Auth {
                     server,
@@ -277,7 +282,7 @@ pub(crate) fn error_from_clickhouse(
         other => Error::Protocol {
             server,
             purpose,
-            detail: other.to_string(),
+            detail: foreign(&other.to_string()),
         },
     }
 }
@@ -345,6 +350,11 @@ impl ClickHouseCatalog {
             .await
     }
 
+    /// What no text from a server may show: the URL's password.
+    fn secrets(&self) -> Vec<&str> {
+        self.target.password.as_deref().into_iter().collect()
+    }
+
     /// The server as errors name it: the catalog, and the replica when the
     /// URL names several.
     fn server_of(&self, r: &Replica) -> String {
@@ -367,7 +377,7 @@ impl ClickHouseCatalog {
         match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(
-                match error_from_clickhouse(&self.server_of(r), purpose, e) {
+                match error_from_clickhouse(&self.server_of(r), purpose, &self.secrets(), e) {
                     Error::Timeout {
                         server, purpose, ..
                     } => Error::Timeout {

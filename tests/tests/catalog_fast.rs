@@ -665,6 +665,46 @@ mod clickhouse_faults {
         }
     }
 
+    /// A hostile server's exception body (ANSI escapes, a forged log line
+    /// after a newline, megabytes, the URL's password echoed back, raw
+    /// and percent-encoded) reaches spool's error escaped, bounded and
+    /// masked; it is still classified by its code.
+    #[tokio::test]
+    async fn a_hostile_exception_body_is_escaped_bounded_and_masked() {
+        let server = MockServer::start().await;
+        let body = format!(
+            "Code: 241, e.displayText() = DB::Exception: Memory limit for p@ss:w0rd (p%40ss%3Aw0rd)\x1b[2J\x1b[31m\n2026-12-06T07:00:00Z INFO spool: catalog healthy{}",
+            "A".repeat(4 << 20)
+        );
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(500).set_body_string(body.clone()))
+            .mount(&server)
+            .await;
+        let e = catalog_for(&server, "bob:p%40ss%3Aw0rd@")
+            .count()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Server {
+                    code: Some(241),
+                    ..
+                }
+            ) && e.is_retryable(),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(!msg.contains("w0rd"), "{msg}");
+        assert!(!msg.contains(['\x1b', '\n', '\r']), "{msg}");
+        assert!(
+            msg.contains("\\u{1b}[2J\\u{1b}[31m\\n2026-12-06T07:00:00Z INFO"),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("… ({} bytes)", body.len())), "{msg}");
+        assert!(msg.len() < 1024, "{} bytes", msg.len());
+    }
+
     #[tokio::test]
     async fn closed_port_is_unreachable_and_retryable() {
         let port = {

@@ -10,6 +10,7 @@ fn bad_responses_are_classified() {
         error_from_clickhouse(
             s,
             "count packs",
+            &["hunter2"],
             clickhouse::error::Error::BadResponse(m.into()),
         )
     };
@@ -41,6 +42,28 @@ fn bad_responses_are_classified() {
     assert!(e.is_retryable(), "{e}");
     let e = bad("404 Not Found");
     assert!(!e.is_retryable(), "{e}");
+    // The server's words: classified on what it said, shown escaped,
+    // bounded and without the password.
+    let hostile = format!(
+        "Code: 193, e.displayText() = DB::Exception: Wrong password hunter2 \x1b[2J\n2026-12-06 INFO forged line{}",
+        "x".repeat(1 << 20)
+    );
+    let e = bad(&hostile);
+    assert!(matches!(e, Error::Auth { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        !msg.contains("hunter2") && !msg.contains('\x1b') && !msg.contains('\n'),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("\\u{1b}[2J\\n2026-12-06 INFO forged line"),
+        "{msg}"
+    );
+    assert!(msg.len() < 1024, "{}", msg.len());
+    assert!(
+        msg.contains(&format!("… ({} bytes)", hostile.len())),
+        "{msg}"
+    );
 }
 
 fn row_on_day(day: u64, n: u64) -> PackRow {
