@@ -645,6 +645,13 @@ impl ClickHouseCatalog {
             .await
     }
 
+    /// Test seam: runs one insert as is, with the cluster's quorum.
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn testing_execute_with_quorum(&self, sql: &str) -> Result<()> {
+        self.execute("run a test insert with the quorum", Mode::Quorum, sql)
+            .await
+    }
+
     /// Test seam: runs one statement as is.
     #[cfg(any(test, feature = "testing"))]
     pub async fn testing_execute(&self, sql: &str) -> Result<()> {

@@ -138,6 +138,20 @@
 //! both append a term that reads back alone. SQLite and the fake delete
 //! claims older than [`LEASE_LOG_RETENTION`] except each name's head.
 //!
+//! Except on a replicated catalog whose server answers a version before
+//! 20.4: there `DROP PARTITION` leaves the dropped day's entry in
+//! ZooKeeper's `/quorum/last_part` (one entry per partition, naming its
+//! last quorum part; measured on 18.16), and every sequentially consistent
+//! read then fails with code 289 for good (ClickHouse issue 9946), so the
+//! trim drops nothing there. The log then grows by one row per renewal
+//! (ttl/3) of each held lease, plus one per acquisition and release: with
+//! the default 30 s TTL, 8,640 rows a day per held name, and lease reads
+//! cost one more partition lookup per retained day (a name's rows are a
+//! primary-key range in each). Upgrading the servers to 20.4 or later
+//! brings the trim back. A day dropped by an older spool is repaired by
+//! one quorum row into it (README, "Replicated catalog"), which makes that
+//! day's entry name a live part again.
+//!
 //! # Replicated catalog
 //!
 //! `clickhouse://H1:P1,H2:P2,H3:P3/DB?cluster=NAME` (or the configuration's

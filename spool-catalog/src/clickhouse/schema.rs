@@ -351,9 +351,24 @@ impl ClickHouseCatalog {
     /// clock), after carrying the head term of every name idle since then
     /// into today (`sql.rs`, `carry_idle_lease_heads`). Returns how many
     /// days were dropped.
+    ///
+    /// Not on a replicated catalog whose server is older than
+    /// [`QUORUM_SAFE_DROP_FROM`]: there a `DROP PARTITION` leaves the
+    /// dropped day's entry in ZooKeeper's `/quorum/last_part` (one entry per
+    /// partition, naming its last quorum part), and every sequentially
+    /// consistent read then fails with code 289 for good (ClickHouse issue
+    /// 9946, fixed in 20.4). The lease log then keeps every day (the crate
+    /// docs, "Bounded tables").
     pub(super) async fn trim_lease_days(&self) -> Result<u64> {
         let t = &self.tables;
         self.ready().await?;
+        if t.cluster.is_some() {
+            let version = self.server_version().await?;
+            if !version_at_least(&version, QUORUM_SAFE_DROP_FROM) {
+                tracing::debug!(server = %self.target.redacted(), %version, "the lease log is not trimmed on a replicated catalog before ClickHouse 20.4");
+                return Ok(0);
+            }
+        }
         let now_ms: u64 = self
             .fetch_one("read the server clock", Mode::Plain, &Tables::select_now())
             .await?;
@@ -445,6 +460,20 @@ impl ClickHouseCatalog {
             &self.tables.select_schema_version(),
         )
         .await
+    }
+}
+
+/// The first release whose `DROP PARTITION` also clears the partition's
+/// entry of a replicated table's `/quorum/last_part` (ClickHouse issue 9946).
+pub(super) const QUORUM_SAFE_DROP_FROM: (u32, u32) = (20, 4);
+
+/// Whether `version` (`SELECT version()`, `MAJOR.MINOR...`) is at least
+/// `(major, minor)`; an unreadable version is not.
+pub(super) fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
     }
 }
 

@@ -99,3 +99,19 @@ fn index_statements_hold_at_most_256_rows_and_64_days() {
     assert!(rejoined.iter().zip(&days).all(|(a, b)| *a == b), "in order");
     assert!(statements(&[]).is_empty());
 }
+
+#[test]
+fn the_lease_log_is_dropped_by_partition_only_from_20_4() {
+    use schema::{version_at_least, QUORUM_SAFE_DROP_FROM};
+    for (v, ok) in [
+        ("18.16.1", false),
+        ("20.3.19.4", false),
+        ("20.4.2.9", true),
+        ("20.10.1", true),
+        ("24.8.1.1", true),
+        ("", false),
+        ("x.y", false),
+    ] {
+        assert_eq!(version_at_least(v, QUORUM_SAFE_DROP_FROM), ok, "{v}");
+    }
+}
