@@ -5,8 +5,9 @@ mod schema;
 
 use crate::error::{Error, Result};
 use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
+use crate::redact::foreign_text;
 use crate::row::{check_pack_id, PackRow};
-use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE};
+use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE, QUORUM_PARALLEL};
 use crate::target::ClickHouseTarget;
 use crate::{Catalog, MAX_ROWS_PER_STATEMENT};
 use async_trait::async_trait;
@@ -90,6 +91,10 @@ impl From<ChPackRow> for PackRow {
 /// A replica's client once its version was read (validation on from 23.x).
 struct Connected {
     client: clickhouse::Client,
+    /// Whether the replica has the setting `insert_quorum_parallel` (asked
+    /// of `system.settings` on a cluster; `false` on one server, where no
+    /// quorum is asked for).
+    quorum_parallel: bool,
 }
 
 /// One server of the URL: its client and, once read, its version.
@@ -200,14 +205,18 @@ fn parse_bad_response(msg: &str) -> (Option<u32>, Option<u16>) {
     (code, status)
 }
 
-/// Maps the crate's error to ours, naming the server and the purpose.
+/// Maps the crate's error to ours, naming the server and the purpose. The
+/// server's own words (and the transport's) go in as [`foreign_text`]:
+/// escaped, bounded, `secrets` masked.
 pub(crate) fn error_from_clickhouse(
     server: &str,
     purpose: &'static str,
+    secrets: &[&str],
     e: clickhouse::error::Error,
 ) -> Error {
     use clickhouse::error::Error as E;
     let server = server.to_string();
+    let foreign = |text: &str| foreign_text(text.trim(), secrets);
     match e {
         E::TimedOut => Error::Timeout {
             server,
@@ -225,12 +234,12 @@ pub(crate) fn error_from_clickhouse(
             Error::Unreachable {
                 server,
                 purpose,
-                detail,
+                detail: foreign(&detail),
             }
         }
         E::BadResponse(message) => {
             let (code, status) = parse_bad_response(&message);
-            let message = message.trim().to_string();
+            let message = foreign(&message);
             match (code, status) {
                 (Some(c), _) if AUTH_CODES.contains(&c) => Error::Auth {
                     server,
@@ -273,7 +282,7 @@ pub(crate) fn error_from_clickhouse(
         other => Error::Protocol {
             server,
             purpose,
-            detail: other.to_string(),
+            detail: foreign(&other.to_string()),
         },
     }
 }
@@ -341,6 +350,11 @@ impl ClickHouseCatalog {
             .await
     }
 
+    /// What no text from a server may show: the URL's password.
+    fn secrets(&self) -> Vec<&str> {
+        self.target.password.as_deref().into_iter().collect()
+    }
+
     /// The server as errors name it: the catalog, and the replica when the
     /// URL names several.
     fn server_of(&self, r: &Replica) -> String {
@@ -363,7 +377,7 @@ impl ClickHouseCatalog {
         match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(
-                match error_from_clickhouse(&self.server_of(r), purpose, e) {
+                match error_from_clickhouse(&self.server_of(r), purpose, &self.secrets(), e) {
                     Error::Timeout {
                         server, purpose, ..
                     } => Error::Timeout {
@@ -409,21 +423,49 @@ impl ClickHouseCatalog {
                     });
                 }
                 let validation = major >= VALIDATION_FROM_MAJOR;
-                tracing::debug!(server = %self.server_of(r), %version, validation, "connected to ClickHouse");
+                // Asked of the server rather than decided by its version:
+                // the setting's presence is what the server accepts, on
+                // every build (backports, vendors' builds) alike.
+                let quorum_parallel = match self.target.cluster {
+                    None => false,
+                    Some(_) => {
+                        let found: u64 = self
+                            .run(
+                                r,
+                                "ask the server for the setting insert_quorum_parallel",
+                                self.request_timeout,
+                                r.base
+                                    .query_raw(&Tables::select_has_quorum_parallel())
+                                    .fetch_one::<u64>(),
+                            )
+                            .await?;
+                        found > 0
+                    }
+                };
+                tracing::debug!(server = %self.server_of(r), %version, validation, quorum_parallel, "connected to ClickHouse");
                 Ok(Connected {
                     client: r.base.clone().with_validation(validation),
+                    quorum_parallel,
                 })
             })
             .await
     }
 
-    /// `client` with the settings `mode` needs on a cluster.
-    fn with_mode(&self, client: &clickhouse::Client, mode: Mode) -> clickhouse::Client {
-        let c = client.clone();
+    /// The replica's client with the settings `mode` needs on a cluster:
+    /// a quorum insert also sends `insert_quorum_parallel=0` where the
+    /// replica has that setting (sequential consistency holds only for
+    /// quorum inserts that do not overlap), and never where it has not.
+    fn with_mode(&self, connected: &Connected, mode: Mode) -> clickhouse::Client {
+        let c = connected.client.clone();
         if self.target.cluster.is_none() {
             return c;
         }
         let quorum = |c: clickhouse::Client| {
+            let c = if connected.quorum_parallel {
+                c.with_setting(QUORUM_PARALLEL, "0")
+            } else {
+                c
+            };
             c.with_setting("insert_quorum", self.target.insert_quorum.to_string())
                 // The server gives up a second before the client would, so
                 // the answer names the quorum (code 319), not a timeout.
@@ -489,7 +531,7 @@ impl ClickHouseCatalog {
             };
             let answer = match self.connect(r).await {
                 Ok(c) => {
-                    self.run(r, purpose, timeout, f(self.with_mode(&c.client, mode)))
+                    self.run(r, purpose, timeout, f(self.with_mode(c, mode)))
                         .await
                 }
                 Err(e) => Err(e),
@@ -600,6 +642,13 @@ impl ClickHouseCatalog {
             self.target.database
         );
         self.execute("drop the test database", Mode::Ddl, &sql)
+            .await
+    }
+
+    /// Test seam: runs one insert as is, with the cluster's quorum.
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn testing_execute_with_quorum(&self, sql: &str) -> Result<()> {
+        self.execute("run a test insert with the quorum", Mode::Quorum, sql)
             .await
     }
 

@@ -106,6 +106,72 @@ pub enum Error {
         detail: String,
     },
 
+    /// The catalog is set to a cluster (`catalog.cluster`) but a table of
+    /// it is not replicated: its inserts would have no quorum to wait for.
+    #[error("catalog {server}: table {table} is {engine}, not replicated, while catalog.cluster is set to {cluster}; move a one-server catalog to a cluster as the README's \"Replicated catalog\" says, or unset catalog.cluster")]
+    NotReplicated {
+        /// The server, credentials removed.
+        server: String,
+        /// The table, prefixed.
+        table: String,
+        /// Its engine (`system.tables.engine`).
+        engine: String,
+        /// The configured cluster.
+        cluster: String,
+    },
+
+    /// A table of the catalog is replicated but `catalog.cluster` is not
+    /// set: this spool would insert without a quorum and decide lease
+    /// claims on reads that need not see the other replicas' claims.
+    #[error("catalog {server}: table {table} is {engine}, replicated, but catalog.cluster is not set; set catalog.cluster (or cluster= in the catalog URL) to the cluster the tables live on, as every spool of this catalog does, or point this spool at another database or table_prefix")]
+    ReplicatedWithoutCluster {
+        /// The server, credentials removed.
+        server: String,
+        /// The table, prefixed.
+        table: String,
+        /// Its engine (`system.tables.engine`).
+        engine: String,
+    },
+
+    /// The configured cluster is not in the server's `system.clusters`.
+    #[error("catalog {server}: the cluster {cluster} (catalog.cluster) is not in the server's system.clusters; name a cluster of the servers' <remote_servers>")]
+    UnknownCluster {
+        /// The server, credentials removed.
+        server: String,
+        /// The configured cluster.
+        cluster: String,
+    },
+
+    /// `insert_quorum` is not a majority of the cluster's replicas: two
+    /// claimants could each see a quorum without the other's claim.
+    #[error("catalog {server}: insert_quorum={insert_quorum} is not a majority of the {replicas} replicas of cluster {cluster} (it must be more than {replicas}/2); raise insert_quorum in the catalog URL to at least {majority}")]
+    QuorumBelowMajority {
+        /// The server, credentials removed.
+        server: String,
+        /// The configured cluster.
+        cluster: String,
+        /// The configured quorum.
+        insert_quorum: u32,
+        /// Replicas of the cluster's largest shard (`system.clusters`).
+        replicas: u32,
+        /// The smallest majority, `replicas / 2 + 1`.
+        majority: u32,
+    },
+
+    /// `insert_quorum` is more than the cluster has replicas: no insert
+    /// could ever be confirmed.
+    #[error("catalog {server}: insert_quorum={insert_quorum} is more than the {replicas} replicas of cluster {cluster}; no insert could reach it. Lower insert_quorum in the catalog URL to at most {replicas}")]
+    QuorumAboveReplicas {
+        /// The server, credentials removed.
+        server: String,
+        /// The configured cluster.
+        cluster: String,
+        /// The configured quorum.
+        insert_quorum: u32,
+        /// Replicas of the cluster's largest shard (`system.clusters`).
+        replicas: u32,
+    },
+
     /// The schema-version row names a version this build cannot read.
     #[error("catalog {server} has schema version {found}, this spool reads version {expected}; {advice}")]
     SchemaVersion {

@@ -138,6 +138,20 @@
 //! both append a term that reads back alone. SQLite and the fake delete
 //! claims older than [`LEASE_LOG_RETENTION`] except each name's head.
 //!
+//! Except on a replicated catalog whose server answers a version before
+//! 20.4: there `DROP PARTITION` leaves the dropped day's entry in
+//! ZooKeeper's `/quorum/last_part` (one entry per partition, naming its
+//! last quorum part; measured on 18.16), and every sequentially consistent
+//! read then fails with code 289 for good (ClickHouse issue 9946), so the
+//! trim drops nothing there. The log then grows by one row per renewal
+//! (ttl/3) of each held lease, plus one per acquisition and release: with
+//! the default 30 s TTL, 8,640 rows a day per held name, and lease reads
+//! cost one more partition lookup per retained day (a name's rows are a
+//! primary-key range in each). Upgrading the servers to 20.4 or later
+//! brings the trim back. A day dropped by an older spool is repaired by
+//! one quorum row into it (README, "Replicated catalog"), which makes that
+//! day's entry name a live part again.
+//!
 //! # Replicated catalog
 //!
 //! `clickhouse://H1:P1,H2:P2,H3:P3/DB?cluster=NAME` (or the configuration's
@@ -147,7 +161,18 @@
 //! version row) carries `insert_quorum` (URL `insert_quorum=N`, default 2)
 //! and `insert_quorum_timeout` as HTTP parameters (18.16 refuses `INSERT
 //! ... SETTINGS`): `Ok` means the row is on a quorum of replicas, and only
-//! then does a pack leave its spool. Every read that decides a claim (the
+//! then does a pack leave its spool. Sequential consistency holds only for
+//! quorum inserts that do not overlap: each replica is asked at connect
+//! whether `system.settings` has `insert_quorum_parallel` (on by default on
+//! current releases, absent on 18.16, which refuses unknown settings), and
+//! where it does every quorum insert also carries
+//! `insert_quorum_parallel=0`. The schema check refuses replicated tables
+//! without a cluster and plain ones with it ([`Error::ReplicatedWithoutCluster`],
+//! [`Error::NotReplicated`]), a cluster the server does not list
+//! ([`Error::UnknownCluster`]), and a quorum that is not a majority of the
+//! cluster's replicas (`system.clusters`, the largest shard) or exceeds them
+//! ([`Error::QuorumBelowMajority`], [`Error::QuorumAboveReplicas`]): two
+//! quorums of one cluster must share a replica. Every read that decides a claim (the
 //! head, the read-back, the fence inside a fenced insert) carries
 //! `select_sequential_consistency=1`: it sees every confirmed claim, or
 //! fails on a replica that lacks one. So two claimants of one term cannot

@@ -3,6 +3,51 @@
 //! catalog's own errors included), so a credential is masked the same way
 //! wherever it is shown.
 
+/// Most bytes of a server's text [`foreign_text`] keeps (after escaping).
+pub const FOREIGN_TEXT_LIMIT: usize = 512;
+
+/// Text from a server (a ClickHouse exception body, a replica's error), as
+/// spool logs it and puts it into its errors: every secret of `secrets`
+/// (the URL's password; as spelled and percent-encoded) replaced by
+/// `****`, control characters (ANSI escapes, newlines, tabs) and other
+/// non-printing characters escaped (`\u{1b}`, `\n`), and at most
+/// [`FOREIGN_TEXT_LIMIT`] bytes kept, followed by `… (N bytes)` naming the
+/// size of the whole text. So no server can forge a log line, drive a
+/// terminal, flood a log or echo a credential back into one.
+pub fn foreign_text(text: &str, secrets: &[&str]) -> String {
+    let mut masked = text.to_string();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        let encoded =
+            percent_encoding::utf8_percent_encode(secret, percent_encoding::NON_ALPHANUMERIC)
+                .to_string();
+        for form in [*secret, encoded.as_str()] {
+            if masked.contains(form) {
+                masked = masked.replace(form, "****");
+            }
+        }
+    }
+    let mut out = String::new();
+    let mut cut = false;
+    for c in masked.chars() {
+        let piece: String = if c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            c.escape_default().collect()
+        } else {
+            c.to_string()
+        };
+        if out.len() + piece.len() > FOREIGN_TEXT_LIMIT {
+            cut = true;
+            break;
+        }
+        out.push_str(&piece);
+    }
+    if cut {
+        out.push_str(&format!("… ({} bytes)", text.len()));
+    }
+    out
+}
+
 /// Credential query parameters masked by [`mask_url`].
 const SECRET_PARAMS: &[&str] = &[
     "password",
@@ -15,6 +60,12 @@ const SECRET_PARAMS: &[&str] = &[
     "session_token",
     "sig",
     "signature",
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+    "access_token",
+    "api_key",
+    "client_secret",
 ];
 
 /// Masks the secrets of a URL as spelled: the password of `user:password@`
@@ -47,7 +98,7 @@ pub fn mask_url(s: &str) -> String {
         // credential parameters after a `?` or `#` still are.
         _ => {
             return match s.find(['?', '#']) {
-                Some(q) => mask_params(s[..q].to_string(), &s[q..]),
+                Some(q) => mask_tail(s[..q].to_string(), &s[q..]),
                 None => s.to_string(),
             }
         }
@@ -70,7 +121,25 @@ pub fn mask_url(s: &str) -> String {
         }
         None => authority.to_string(),
     };
-    mask_params(format!("{head}{authority}"), tail)
+    mask_tail(format!("{head}{authority}"), tail)
+}
+
+/// `out` followed by `tail` (path, query, fragment) masked: credential
+/// parameters of the query by [`mask_params`], and the whole fragment,
+/// which never addresses anything spool reads (`s3://b/x#secret`), as
+/// `#****`.
+fn mask_tail(out: String, tail: &str) -> String {
+    match tail.split_once('#') {
+        Some((before, fragment)) => {
+            let mut out = mask_params(out, before);
+            out.push('#');
+            if !fragment.is_empty() {
+                out.push_str("****");
+            }
+            out
+        }
+        None => mask_params(out, tail),
+    }
 }
 
 /// `out` followed by `tail` with the value of every credential parameter
@@ -148,6 +217,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn foreign_text_is_escaped_bounded_and_masked() {
+        assert_eq!(foreign_text("Code: 60. Table x", &[]), "Code: 60. Table x");
+        assert_eq!(
+            foreign_text("a\x1b[31mred\nINFO forged\r\t\u{202e}", &[]),
+            "a\\u{1b}[31mred\\nINFO forged\\r\\t\\u{202e}"
+        );
+        assert_eq!(
+            foreign_text("auth for p@ss and p%40ss", &["p@ss", ""]),
+            "auth for **** and ****"
+        );
+        let big = format!("é{}", "x".repeat(3 << 20));
+        let shown = foreign_text(&big, &[]);
+        assert!(
+            shown.ends_with(&format!("… ({} bytes)", big.len())),
+            "{}",
+            &shown[500..]
+        );
+        assert!(shown.len() <= FOREIGN_TEXT_LIMIT + 32, "{}", shown.len());
+        // The password is masked before the cut: never half shown.
+        let near = format!("{}hunter2", "x".repeat(FOREIGN_TEXT_LIMIT - 3));
+        assert!(!foreign_text(&near, &["hunter2"]).contains("hun"));
+        // Escapes are never cut in half.
+        let esc = format!("{}\x1b", "x".repeat(FOREIGN_TEXT_LIMIT - 2));
+        assert!(foreign_text(&esc, &[]).contains("x… ("));
+    }
+
+    #[test]
     fn masking() {
         assert_eq!(
             mask_url("clickhouse://u:hunter2@h:8123/db?table_prefix=t&password=hunter3"),
@@ -167,10 +263,18 @@ mod tests {
             "clickhouse:\\\\u:****@h"
         );
         // Parameters in a fragment, and percent-encoded names.
+        assert_eq!(mask_url("memory://x#password=p1"), "memory://x#****");
+        // A fragment is masked whole, a query's credential values too.
+        assert_eq!(mask_url("s3://b/x#secret"), "s3://b/x#****");
         assert_eq!(
-            mask_url("memory://x#password=p1"),
-            "memory://x#password=****"
+            mask_url("s3://b/x?token=abc&a=1#"),
+            "s3://b/x?token=****&a=1#"
         );
+        assert_eq!(
+            mask_url("s3://b/x?X-Amz-Signature=abc&X-Amz-Credential=AKIA"),
+            "s3://b/x?X-Amz-Signature=****&X-Amz-Credential=****"
+        );
+        assert_eq!(mask_url("clic//b?x=1#secret"), "clic//b?x=1#****");
         assert_eq!(
             mask_url("clickhouse://h/db?pass%77ord=p2&table_prefix=t"),
             "clickhouse://h/db?pass%77ord=****&table_prefix=t"
@@ -193,7 +297,7 @@ mod tests {
         );
         assert_eq!(
             mask_url("clickhouse://h/db?password=ab;cdef#x"),
-            "clickhouse://h/db?password=****#x"
+            "clickhouse://h/db?password=****#****"
         );
         assert_eq!(
             mask_url("clickhouse://h/db?table_prefix=t;password=hunter2&user=u"),

@@ -22,6 +22,12 @@ pub(crate) const PACK_VALUE_COLUMNS: &str = "pack_id, object_key, store_id, sha2
 /// a fenced index insert whose fence was shut.
 pub(crate) const FENCE_SHUT_CODE: u32 = 395;
 
+/// The setting that lets quorum inserts overlap (current releases, on by
+/// default); sequential consistency needs it off, so a cluster's quorum
+/// inserts send it as 0 where the server has it (18.16 does not, and
+/// refuses a setting it does not know).
+pub(crate) const QUORUM_PARALLEL: &str = "insert_quorum_parallel";
+
 /// The lease columns in table order.
 pub(crate) const LEASE_COLUMNS: &str =
     "name, term, lease_id, holder, acquired_at_ms, expires_at_ms";
@@ -402,6 +408,24 @@ impl Tables {
             "INSERT INTO {} ({PACK_COLUMNS_V3}) VALUES {}",
             self.packs(),
             values.join(", ")
+        )
+    }
+
+    /// Whether the server has the setting `insert_quorum_parallel` (1) or
+    /// not (0): asked of each replica of a cluster at connect.
+    pub(crate) fn select_has_quorum_parallel() -> String {
+        format!(
+            "SELECT toUInt64(count()) FROM system.settings WHERE name = {}",
+            quote(QUORUM_PARALLEL)
+        )
+    }
+
+    /// The replicas of the cluster's largest shard (0: no such cluster),
+    /// from the server's `system.clusters`.
+    pub(crate) fn select_cluster_replicas(cluster: &str) -> String {
+        format!(
+            "SELECT toUInt64(max(replica_num)) FROM system.clusters WHERE cluster = {}",
+            quote(cluster)
         )
     }
 
@@ -864,6 +888,14 @@ mod tests {
         assert_eq!(
             t.select_count(),
             "SELECT count() FROM `spooldb`.`p_packs` FINAL"
+        );
+        assert_eq!(
+            Tables::select_has_quorum_parallel(),
+            "SELECT toUInt64(count()) FROM system.settings WHERE name = 'insert_quorum_parallel'"
+        );
+        assert_eq!(
+            Tables::select_cluster_replicas("spool_cluster"),
+            "SELECT toUInt64(max(replica_num)) FROM system.clusters WHERE cluster = 'spool_cluster'"
         );
     }
 }

@@ -367,6 +367,14 @@ fn split_hosts(input: &str) -> Result<(String, Vec<String>)> {
         Some(at) => authority.split_at(at + 1),
         None => ("", authority),
     };
+    // `h1:p,u:pw@h2:p` would otherwise read as one host, h2, with the
+    // credentials `h1:p,u:pw`: the list is never shortened silently.
+    if userinfo.contains(',') {
+        return Err(Error::InvalidUrl {
+            url: crate::redact::mask_url(input),
+            reason: "a ',' before the '@': credentials go once, before the first host (USER:PASSWORD@HOST:PORT,HOST:PORT/DATABASE), or in the user= and password= parameters; a ',' inside a password is written %2C".into(),
+        });
+    }
     let mut all = hosts.split(',');
     let first = all.next().unwrap_or_default();
     let others: Vec<String> = all.map(str::to_string).collect();
@@ -493,6 +501,12 @@ mod tests {
             panic!("{u:?}")
         };
         assert_eq!(t.insert_quorum, 3);
+        // A ',' in a password, percent-encoded, is the password's.
+        let u = CatalogUrl::parse("clickhouse://u:p%2Cw@h1,h2/db").unwrap();
+        let CatalogUrl::ClickHouse(t) = &u else {
+            panic!("{u:?}")
+        };
+        assert_eq!((t.password.as_deref(), t.hosts.len()), (Some("p,w"), 2));
         // One host reads as it always did (the catalog key hashes this).
         assert_eq!(
             CatalogUrl::parse("clickhouse://h:8123/db")
@@ -505,6 +519,12 @@ mod tests {
             ("clickhouse://h1,/db", "empty host"),
             ("clickhouse://h1,h1:8123/db", "named twice"),
             ("clickhouse://h1,h2:x/db", "replica \"h2:x\""),
+            // Credentials on a later host would swallow the hosts before it.
+            (
+                "clickhouse://h1:8123,u:pw@h2:8123/db",
+                "credentials go once, before the first host",
+            ),
+            ("clickhouse://u:p,w@h/db", "written %2C"),
             ("clickhouse://h/db?insert_quorum=2", "needs a cluster"),
             (
                 "clickhouse://h/db?cluster=c&insert_quorum=0",

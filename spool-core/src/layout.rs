@@ -56,11 +56,23 @@ const CREDENTIAL_PARAMS: &[&str] = &[
     "access_key",
     "secret",
     "secret_key",
+    "secret_access_key",
+    "session_token",
+    "access_token",
+    "api_key",
+    "client_secret",
+    "sig",
+    "signature",
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
 ];
 
 /// Removes credentials from a URL as spelled: the `user:password@` part of
-/// the authority and credential query parameters (`user`, `password`, `token`, …).
-/// Nothing else is normalised (case, ports, trailing slashes stay).
+/// the authority, credential query parameters (`user`, `password`, `token`,
+/// `sig`, …) and the fragment (which addresses nothing spool reads and may
+/// carry a secret: `s3://b/x#secret`). Nothing else is normalised (case,
+/// ports, trailing slashes stay).
 pub fn strip_credentials(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
         Some(i) => (&url[..i + 3], &url[i + 3..]),
@@ -72,16 +84,13 @@ pub fn strip_credentials(url: &str) -> String {
         Some(i) => &authority[i + 1..],
         None => authority,
     };
-    let (path, query_and_fragment) = match tail.find('?') {
+    let tail = tail.split_once('#').map_or(tail, |(before, _)| before);
+    let (path, query) = match tail.find('?') {
         Some(i) => (&tail[..i], Some(&tail[i + 1..])),
         None => (tail, None),
     };
     let mut out = format!("{scheme}{authority}{path}");
-    if let Some(qf) = query_and_fragment {
-        let (query, fragment) = match qf.find('#') {
-            Some(i) => (&qf[..i], Some(&qf[i..])),
-            None => (qf, None),
-        };
+    if let Some(query) = query {
         let kept: Vec<&str> = query
             .split('&')
             .filter(|kv| {
@@ -96,15 +105,13 @@ pub fn strip_credentials(url: &str) -> String {
             out.push('?');
             out.push_str(&kept.join("&"));
         }
-        if let Some(f) = fragment {
-            out.push_str(f);
-        }
     }
     out
 }
 
 impl Destination {
-    /// The text the key hashes: one field per line, as spelled.
+    /// The text the key hashes: one field per line, as spelled, the
+    /// catalog and store URLs without credentials ([`strip_credentials`]).
     pub fn key_text(&self) -> Result<String, Error> {
         let fields: [(&'static str, &str); 5] = [
             ("catalog_url", &self.catalog_url),
@@ -132,7 +139,7 @@ impl Destination {
             strip_credentials(&self.catalog_url),
             self.database,
             self.table_prefix,
-            self.store_url,
+            strip_credentials(&self.store_url),
             self.store_id
         ))
     }
@@ -460,6 +467,22 @@ mod tests {
         let mut d = dest();
         d.catalog_url = "clickhouse://admin:secret@ch.example:8123/spool?table_prefix=t_".into();
         assert_eq!(d.catalog_key().unwrap(), base);
+        // A secret in a store URL's query or fragment, or in a catalog
+        // URL's fragment, never changes the key nor reaches its text.
+        for store in [
+            "s3://bucket/prefix#secret",
+            "s3://bucket/prefix?token=s3cr3t",
+            "s3://bucket/prefix?X-Amz-Signature=s3cr3t&sig=s3cr3t#s3cr3t",
+            "s3://u:s3cr3t@bucket/prefix",
+        ] {
+            let mut d = dest();
+            d.store_url = store.into();
+            assert_eq!(d.catalog_key().unwrap(), base, "{store}");
+            assert!(!d.key_text().unwrap().contains("s3cr3t"), "{store}");
+        }
+        let mut d = dest();
+        d.catalog_url = "clickhouse://ch.example:8123/spool?table_prefix=t_#s3cr3t".into();
+        assert_eq!(d.catalog_key().unwrap(), base);
         // Spelled differently, keyed differently (documented).
         let mut d = dest();
         d.catalog_url = "clickhouse://CH.example:8123/spool?table_prefix=t_".into();
@@ -480,7 +503,7 @@ mod tests {
     fn strip_credentials_keeps_everything_else_as_spelled() {
         assert_eq!(
             strip_credentials("clickhouse://u:p@Host:1/db?a=1&password=x&b=2#f"),
-            "clickhouse://Host:1/db?a=1&b=2#f"
+            "clickhouse://Host:1/db?a=1&b=2"
         );
         assert_eq!(
             strip_credentials("sqlite:///abs/x.db"),

@@ -324,25 +324,8 @@ mod clickhouse_faults {
         out.extend_from_slice(s.as_bytes());
     }
 
-    /// On a server new enough (22.x), `async_insert=1` sends the unfenced
-    /// index insert with `async_insert=1` and `wait_for_async_insert=1`;
-    /// a fenced one (an `INSERT ... SELECT`, which async inserts do not
-    /// cover) and every other statement go without them. On 18.16 the knob
-    /// is refused at connect, naming the version and the knob.
-    #[tokio::test]
-    async fn async_insert_settings_are_sent_only_where_they_exist() {
-        use wiremock::matchers::query_param;
-        let server = MockServer::start().await;
-        Mock::given(method("POST"))
-            .and(body_string_contains("SELECT version()"))
-            .respond_with(version_answer("22.3.1.1"))
-            .mount(&server)
-            .await;
-        Mock::given(method("POST"))
-            .and(body_string_contains("SELECT max(version)"))
-            .respond_with(ResponseTemplate::new(200).set_body_bytes(2u32.to_le_bytes().to_vec()))
-            .mount(&server)
-            .await;
+    /// The `system.columns` answer of a catalog as this spool makes it.
+    fn columns_answer() -> Vec<u8> {
         let mut cols = Vec::new();
         let packs = [
             ("pack_id", "String"),
@@ -379,11 +362,18 @@ mod clickhouse_faults {
                 }
             }
         }
-        Mock::given(method("POST"))
-            .and(body_string_contains("FROM system.columns"))
-            .respond_with(ResponseTemplate::new(200).set_body_bytes(cols))
-            .mount(&server)
-            .await;
+        cols
+    }
+
+    /// On a server new enough (22.x), `async_insert=1` sends the unfenced
+    /// index insert with `async_insert=1` and `wait_for_async_insert=1`;
+    /// a fenced one (an `INSERT ... SELECT`, which async inserts do not
+    /// cover) and every other statement go without them. On 18.16 the knob
+    /// is refused at connect, naming the version and the knob.
+    #[tokio::test]
+    async fn async_insert_settings_are_sent_only_where_they_exist() {
+        use wiremock::matchers::query_param;
+        let server = catalog_in_place("22.3.1.1", true, 0, false).await;
         Mock::given(method("POST"))
             .and(body_string_contains(
                 "INSERT INTO `spooldb`.`t_packs` (pack_id",
@@ -401,11 +391,6 @@ mod clickhouse_faults {
                 "Code: 62. DB::Exception: async_insert sent with a statement it does not apply to",
             ))
             .with_priority(6)
-            .mount(&server)
-            .await;
-        Mock::given(method("POST"))
-            .respond_with(ResponseTemplate::new(200))
-            .with_priority(10)
             .mount(&server)
             .await;
         let addr = server.address();
@@ -447,6 +432,277 @@ mod clickhouse_faults {
         );
         let requests = old.received_requests().await.unwrap();
         assert_eq!(requests.len(), 1, "only the version was asked");
+    }
+
+    /// A mock of a catalog as this spool makes it, in place: `version`,
+    /// whether `system.settings` has `insert_quorum_parallel`, the replicas
+    /// `system.clusters` counts, the tables' engines (`Replicated` prefixed
+    /// or not). Every other statement succeeds.
+    async fn catalog_in_place(
+        version: &str,
+        has_quorum_parallel: bool,
+        replicas: u64,
+        replicated: bool,
+    ) -> MockServer {
+        let server = MockServer::start().await;
+        let u64_answer =
+            |n: u64| ResponseTemplate::new(200).set_body_bytes(n.to_le_bytes().to_vec());
+        Mock::given(method("POST"))
+            .and(body_string_contains("SELECT version()"))
+            .respond_with(version_answer(version))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_string_contains("FROM system.settings"))
+            .respond_with(u64_answer(u64::from(has_quorum_parallel)))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_string_contains("FROM system.clusters"))
+            .respond_with(u64_answer(replicas))
+            .mount(&server)
+            .await;
+        let engine = |e: &str| {
+            if replicated {
+                format!("Replicated{e}")
+            } else {
+                e.to_string()
+            }
+        };
+        let mut tables = Vec::new();
+        for (name, e, key) in [
+            (
+                "t_lease",
+                engine("MergeTree"),
+                "intDiv(acquired_at_ms, 86400000)",
+            ),
+            (
+                "t_packs",
+                engine("ReplacingMergeTree"),
+                "intDiv(created_at_ms, 86400000)",
+            ),
+            ("t_schema_version", engine("MergeTree"), ""),
+        ] {
+            for s in [name, &e, key] {
+                rb_string(&mut tables, s);
+            }
+        }
+        Mock::given(method("POST"))
+            .and(body_string_contains("FROM system.tables"))
+            .respond_with(ResponseTemplate::new(200).set_body_bytes(tables))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_string_contains("SELECT max(version)"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_bytes(spool_catalog::SCHEMA_VERSION.to_le_bytes().to_vec()),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_string_contains("FROM system.columns"))
+            .respond_with(ResponseTemplate::new(200).set_body_bytes(columns_answer()))
+            .mount(&server)
+            .await;
+        // As every release does: a setting the server lacks is refused.
+        if !has_quorum_parallel {
+            Mock::given(method("POST"))
+                .and(wiremock::matchers::query_param("insert_quorum_parallel", "0"))
+                .respond_with(ResponseTemplate::new(500).set_body_string(
+                    "Code: 115, e.displayText() = DB::Exception: Unknown setting insert_quorum_parallel, e.what() = DB::Exception\n",
+                ))
+                .with_priority(1)
+                .mount(&server)
+                .await;
+        }
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200))
+            .with_priority(10)
+            .mount(&server)
+            .await;
+        server
+    }
+
+    fn url_of(server: &MockServer, params: &str) -> String {
+        let a = server.address();
+        format!(
+            "clickhouse://u:hunter2@{}:{}/spooldb?table_prefix=t_{params}",
+            a.ip(),
+            a.port()
+        )
+    }
+
+    /// The settings (HTTP query parameters) sent with each statement whose
+    /// text starts with `INSERT`.
+    async fn insert_settings(
+        server: &MockServer,
+    ) -> Vec<std::collections::BTreeMap<String, String>> {
+        server
+            .received_requests()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                String::from_utf8_lossy(&r.body).starts_with("INSERT")
+                    || r.url
+                        .query_pairs()
+                        .any(|(k, v)| k == "query" && v.starts_with("INSERT"))
+            })
+            .map(|r| {
+                r.url
+                    .query_pairs()
+                    .filter(|(k, _)| k != "query")
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A replicated catalog's quorum inserts (index rows, a lease claim, a
+    /// fenced index insert) carry `insert_quorum` on every release and
+    /// `insert_quorum_parallel=0` exactly where `system.settings` has it:
+    /// a current release (which enables it by default) gets it, 18.16
+    /// (which refuses it) never does.
+    #[tokio::test]
+    async fn quorum_inserts_disable_parallel_quorum_where_the_server_has_it() {
+        for (version, has_it) in [("18.16.1", false), ("22.8.21.38", true)] {
+            let server = catalog_in_place(version, has_it, 3, true).await;
+            let c = spool_catalog::open(&url_of(&server, "&cluster=spool_cluster")).unwrap();
+            c.index(&[suite::row(1, 1)], None).await.unwrap();
+            let sent = insert_settings(&server).await;
+            assert_eq!(sent.len(), 1, "{version}: {sent:?}");
+            for s in &sent {
+                assert_eq!(
+                    s.get("insert_quorum").map(String::as_str),
+                    Some("2"),
+                    "{version}: {s:?}"
+                );
+                let parallel = s.get("insert_quorum_parallel").map(String::as_str);
+                assert_eq!(parallel, has_it.then_some("0"), "{version}: {s:?}");
+            }
+            // Asked once, at connect, of the one replica.
+            let asked = server
+                .received_requests()
+                .await
+                .unwrap()
+                .iter()
+                .filter(|r| String::from_utf8_lossy(&r.body).contains("FROM system.settings"))
+                .count();
+            assert_eq!(asked, 1, "{version}");
+        }
+    }
+
+    /// One server's catalog (no cluster) sends no quorum settings at all,
+    /// and never asks `system.settings`.
+    #[tokio::test]
+    async fn one_server_sends_no_quorum_settings() {
+        let server = catalog_in_place("22.8.21.38", true, 0, false).await;
+        let c = spool_catalog::open(&url_of(&server, "")).unwrap();
+        c.index(&[suite::row(1, 1)], None).await.unwrap();
+        let sent = insert_settings(&server).await;
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(
+            !sent[0].keys().any(|k| k.starts_with("insert_quorum")),
+            "{sent:?}"
+        );
+    }
+
+    /// A clustered and a one-server spool never share tables: replicated
+    /// tables without `catalog.cluster` are refused, as are plain tables
+    /// with it, each naming the setting; nothing is inserted.
+    #[tokio::test]
+    async fn clustered_and_one_server_spools_never_share_tables() {
+        let server = catalog_in_place("18.16.1", false, 3, true).await;
+        let c = spool_catalog::open(&url_of(&server, "")).unwrap();
+        let e = c.index(&[suite::row(1, 1)], None).await.unwrap_err();
+        assert!(
+            matches!(e, Error::ReplicatedWithoutCluster { .. }) && !e.is_retryable(),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("catalog.cluster is not set")
+                && msg.contains("table t_packs is ReplicatedReplacingMergeTree"),
+            "{msg}"
+        );
+        assert!(!msg.contains("hunter2"), "{msg}");
+        assert!(insert_settings(&server).await.is_empty());
+
+        let server = catalog_in_place("18.16.1", false, 3, false).await;
+        let c = spool_catalog::open(&url_of(&server, "&cluster=spool_cluster")).unwrap();
+        let e = c.index(&[suite::row(1, 1)], None).await.unwrap_err();
+        assert!(matches!(e, Error::NotReplicated { .. }), "{e}");
+        assert!(e.to_string().contains("unset catalog.cluster"), "{e}");
+        assert!(insert_settings(&server).await.is_empty());
+    }
+
+    /// A quorum that is not a majority of the cluster's replicas, more
+    /// than it has, or a cluster the server does not know is refused at
+    /// the schema check, naming the numbers; nothing is inserted.
+    #[tokio::test]
+    async fn a_quorum_below_a_majority_is_refused() {
+        for (replicas, quorum, ok, needle) in [
+            (3, 2, true, ""),
+            (2, 2, true, ""),
+            (5, 3, true, ""),
+            (4, 2, false, "insert_quorum=2 is not a majority of the 4 replicas of cluster spool_cluster (it must be more than 4/2); raise insert_quorum in the catalog URL to at least 3"),
+            (5, 2, false, "at least 3"),
+            (2, 3, false, "insert_quorum=3 is more than the 2 replicas"),
+            (0, 2, false, "the cluster spool_cluster (catalog.cluster) is not in the server's system.clusters"),
+        ] {
+            let server = catalog_in_place("18.16.1", false, replicas, true).await;
+            let url = url_of(&server, &format!("&cluster=spool_cluster&insert_quorum={quorum}"));
+            let done = spool_catalog::open(&url).unwrap().index(&[suite::row(1, 1)], None).await;
+            match (ok, done) {
+                (true, Ok(())) => {}
+                (false, Err(e)) => {
+                    assert!(!e.is_retryable() && e.to_string().contains(needle), "{replicas}/{quorum}: {e}");
+                    assert!(insert_settings(&server).await.is_empty());
+                }
+                (_, other) => panic!("{replicas} replicas, quorum {quorum}: {other:?}"),
+            }
+        }
+    }
+
+    /// A hostile server's exception body (ANSI escapes, a forged log line
+    /// after a newline, megabytes, the URL's password echoed back, raw
+    /// and percent-encoded) reaches spool's error escaped, bounded and
+    /// masked; it is still classified by its code.
+    #[tokio::test]
+    async fn a_hostile_exception_body_is_escaped_bounded_and_masked() {
+        let server = MockServer::start().await;
+        let body = format!(
+            "Code: 241, e.displayText() = DB::Exception: Memory limit for p@ss:w0rd (p%40ss%3Aw0rd)\x1b[2J\x1b[31m\n2026-12-06T07:00:00Z INFO spool: catalog healthy{}",
+            "A".repeat(4 << 20)
+        );
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(500).set_body_string(body.clone()))
+            .mount(&server)
+            .await;
+        let e = catalog_for(&server, "bob:p%40ss%3Aw0rd@")
+            .count()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Server {
+                    code: Some(241),
+                    ..
+                }
+            ) && e.is_retryable(),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(!msg.contains("w0rd"), "{msg}");
+        assert!(!msg.contains(['\x1b', '\n', '\r']), "{msg}");
+        assert!(
+            msg.contains("\\u{1b}[2J\\u{1b}[31m\\n2026-12-06T07:00:00Z INFO"),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("… ({} bytes)", body.len())), "{msg}");
+        assert!(msg.len() < 1024, "{} bytes", msg.len());
     }
 
     #[tokio::test]

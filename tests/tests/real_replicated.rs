@@ -5,7 +5,8 @@
 //! lost when one dies; `spool run --once` adopting and draining with a
 //! replica killed; with two down an insert fails and a lease claim
 //! fails closed; a claim through a replica that lags fails closed; the
-//! URL's failover past a host that refuses or stalls. The tests
+//! URL's failover past a host that refuses or stalls; the lease surviving
+//! its trim, and a catalog wedged by a dropped day repaired. The tests
 //! kill and stall the shared replicas, so they run one at a time (module
 //! `serial`); each heals the replicas and drops its database, pass or fail.
 #![forbid(unsafe_code)]
@@ -68,12 +69,17 @@ fn rows(from: u64, count: u64) -> Vec<PackRow> {
         .collect()
 }
 
-/// The pack ids replica `i` holds (its own rows, no quorum asked).
-fn ids_on(replicas: &Replicas, url: &str, i: usize) -> Option<Vec<String>> {
-    let db = spool_catalog::CatalogUrl::parse(url)
+/// The database a catalog URL names.
+fn database_of(url: &str) -> String {
+    spool_catalog::CatalogUrl::parse(url)
         .unwrap()
         .database()
-        .to_string();
+        .to_string()
+}
+
+/// The pack ids replica `i` holds (its own rows, no quorum asked).
+fn ids_on(replicas: &Replicas, url: &str, i: usize) -> Option<Vec<String>> {
+    let db = database_of(url);
     match try_clickhouse_sql(
         &replicas.only(url, i),
         &format!("SELECT DISTINCT pack_id FROM `{db}`.`spool_packs` ORDER BY pack_id FORMAT TSV"),
@@ -98,10 +104,7 @@ mod serial {
         let catalog = spool_catalog::open(&url).unwrap();
         let batch = rows(0, 5);
         cleanup.rt.block_on(catalog.index(&batch, None)).unwrap();
-        let db = spool_catalog::CatalogUrl::parse(&url)
-            .unwrap()
-            .database()
-            .to_string();
+        let db = database_of(&url);
         for i in 0..replicas.len() {
             let tables = clickhouse_sql(
                 &replicas.only(&url, i),
@@ -250,6 +253,74 @@ mod serial {
     /// claim and a renewal fail closed (an error, never `Held`), each within
     /// a bound; a row of the failed insert is never read as confirmed. Once
     /// the replicas are back, both go through.
+    /// The lease survives its trim on 18.16: a lease-log day written with
+    /// the quorum three days back is not dropped by the holder's trim (a
+    /// `DROP PARTITION` there leaves ZooKeeper's `/quorum/last_part` naming
+    /// a dropped part, ClickHouse issue 9946), so sequentially consistent
+    /// reads go on and the lease is claimed again. A catalog an older
+    /// spool wedged that way (code 289) is repaired by the README's step:
+    /// one quorum row into the dropped day.
+    #[test]
+    fn the_lease_survives_its_trim_and_a_wedged_catalog_is_repaired() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let rt = &cleanup.rt;
+        let catalog = spool_catalog::open_with_timeout(&url, Duration::from_secs(5)).unwrap();
+        let cfg = suite::short_lease();
+        let held = rt
+            .block_on(catalog.acquire("node-a", "a pid 1", &cfg))
+            .unwrap();
+        let LeaseClaim::Held(guard) = held else {
+            panic!("{held:?}")
+        };
+        let db = database_of(&url);
+        let day: u64 = clickhouse_sql(
+            &replicas.only(&url, 0),
+            "SELECT intDiv(toUInt64(now()) * 1000, 86400000) - 3 FORMAT TSV",
+        )
+        .trim()
+        .parse()
+        .unwrap();
+        // The README's repair step, and how a back-dated claim is written.
+        let into_day = format!(
+            "INSERT INTO `{db}`.`spool_lease` (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT '', 0, generateUUIDv4(), 'repair', {ms}, {ms}",
+            ms = day * 86_400_000
+        );
+        rt.block_on(cleanup.admin.testing_execute_with_quorum(&into_day))
+            .unwrap();
+        assert_eq!(
+            rt.block_on(catalog.trim_lease_log()).unwrap(),
+            0,
+            "nothing dropped on 18.16"
+        );
+        let again = rt.block_on(catalog.renew(&guard)).unwrap();
+        assert!(matches!(again, LeaseClaim::Held(_)), "{again:?}");
+        let days = clickhouse_sql(
+            &replicas.only(&url, 0),
+            &format!("SELECT count() FROM `{db}`.`spool_lease` WHERE intDiv(acquired_at_ms, 86400000) = {day} FORMAT TSV"),
+        );
+        assert_eq!(days.trim(), "1", "the old day is kept");
+
+        // As an older spool trimmed: the day dropped, every consistent
+        // read fails (code 289) ...
+        clickhouse_sql(
+            &replicas.only(&url, 0),
+            &format!("ALTER TABLE `{db}`.`spool_lease` DROP PARTITION {day}"),
+        );
+        let wedged = rt.block_on(catalog.renew(&guard));
+        let Err(e) = &wedged else {
+            panic!("a wedged catalog renewed: {wedged:?}")
+        };
+        assert!(e.to_string().contains("289"), "{e}");
+        // ... until one quorum row lands in that day again.
+        rt.block_on(cleanup.admin.testing_execute_with_quorum(&into_day))
+            .unwrap();
+        let healed = rt.block_on(catalog.renew(&guard)).unwrap();
+        assert!(matches!(healed, LeaseClaim::Held(_)), "{healed:?}");
+    }
+
     #[test]
     fn with_two_replicas_down_an_insert_fails_and_a_lease_claim_fails_closed() {
         let Some(replicas) = spool_tests::servers::replicas() else {
@@ -289,10 +360,7 @@ mod serial {
             started.elapsed()
         );
         // Sequentially consistent, the survivor shows no unconfirmed row.
-        let db = spool_catalog::CatalogUrl::parse(&url)
-            .unwrap()
-            .database()
-            .to_string();
+        let db = database_of(&url);
         let consistent = try_clickhouse_sql(
             &replicas.only(&url, 0),
             &format!(
@@ -341,10 +409,7 @@ mod serial {
         let rt = &cleanup.rt;
         let a = spool_catalog::open_with_timeout(&url, Duration::from_secs(3)).unwrap();
         rt.block_on(a.ensure_schema()).unwrap();
-        let db = spool_catalog::CatalogUrl::parse(&url)
-            .unwrap()
-            .database()
-            .to_string();
+        let db = database_of(&url);
         let lagging = replicas.only(&url, 2);
         clickhouse_sql(
             &lagging,

@@ -16,8 +16,8 @@
 use super::{ClickHouseCatalog, Mode};
 use crate::error::{Error, Result};
 use crate::sql::{
-    DAY_MS, INDEXED_AT_DEFAULT, LEASE_PARTITION, LEASE_SCHEMA, PACKS_PARTITION, PACKS_SCHEMA,
-    UNPARTITIONED,
+    Tables, DAY_MS, INDEXED_AT_DEFAULT, LEASE_PARTITION, LEASE_SCHEMA, PACKS_PARTITION,
+    PACKS_SCHEMA, UNPARTITIONED,
 };
 use crate::SCHEMA_VERSION;
 use std::collections::BTreeMap;
@@ -81,6 +81,9 @@ impl ClickHouseCatalog {
     pub(super) async fn install_or_verify(&self) -> Result<()> {
         let t = &self.tables;
         let server = self.target.redacted();
+        if let Some(cluster) = &t.cluster {
+            self.check_quorum(cluster).await?;
+        }
         let prefixed = |n: &str| format!("{}{n}", t.prefix);
         let before = self.layout().await?;
         // On a cluster a `CREATE ... ON CLUSTER` waits for every replica:
@@ -187,15 +190,25 @@ impl ClickHouseCatalog {
         for (table, key) in [("packs", PACKS_PARTITION), ("lease", LEASE_PARTITION)] {
             let name = prefixed(table);
             let (engine, partition_key) = layout.get(&name).cloned().unwrap_or_default();
-            if let Some(cluster) = &t.cluster {
-                if !engine.starts_with("Replicated") {
-                    return Err(Error::SchemaMismatch {
+            // A clustered and a one-server spool never share tables: the
+            // one would wait for a quorum, the other not.
+            match (&t.cluster, engine.starts_with("Replicated")) {
+                (Some(cluster), false) => {
+                    return Err(Error::NotReplicated {
                         server,
-                        detail: format!(
-                            "table {name} is {engine}, not replicated, while the catalog is set to the cluster {cluster}; move a one-server catalog to a cluster as the README's \"Replicated catalog\" says, or unset catalog.cluster"
-                        ),
-                    });
+                        table: name,
+                        engine,
+                        cluster: cluster.clone(),
+                    })
                 }
+                (None, true) => {
+                    return Err(Error::ReplicatedWithoutCluster {
+                        server,
+                        table: name,
+                        engine,
+                    })
+                }
+                _ => {}
             }
             if partition_key.is_empty() {
                 self.partition(table, &layout).await?;
@@ -238,6 +251,44 @@ impl ClickHouseCatalog {
                 &t.insert_schema_version(SCHEMA_VERSION),
             )
             .await?;
+        }
+        Ok(())
+    }
+
+    /// Refuses an `insert_quorum` that is not a majority of the cluster's
+    /// replicas (two claimants could each be confirmed by a quorum that
+    /// lacks the other's claim) or that no insert could reach.
+    async fn check_quorum(&self, cluster: &str) -> Result<()> {
+        let replicas: u64 = self
+            .fetch_one(
+                "count the cluster's replicas",
+                Mode::Plain,
+                &Tables::select_cluster_replicas(cluster),
+            )
+            .await?;
+        let server = self.target.redacted();
+        let cluster = cluster.to_string();
+        let insert_quorum = self.target.insert_quorum;
+        let replicas = u32::try_from(replicas).unwrap_or(u32::MAX);
+        if replicas == 0 {
+            return Err(Error::UnknownCluster { server, cluster });
+        }
+        if u64::from(insert_quorum) * 2 <= u64::from(replicas) {
+            return Err(Error::QuorumBelowMajority {
+                server,
+                cluster,
+                insert_quorum,
+                replicas,
+                majority: replicas / 2 + 1,
+            });
+        }
+        if insert_quorum > replicas {
+            return Err(Error::QuorumAboveReplicas {
+                server,
+                cluster,
+                insert_quorum,
+                replicas,
+            });
         }
         Ok(())
     }
@@ -300,15 +351,26 @@ impl ClickHouseCatalog {
     /// clock), after carrying the head term of every name idle since then
     /// into today (`sql.rs`, `carry_idle_lease_heads`). Returns how many
     /// days were dropped.
+    ///
+    /// Not on a replicated catalog whose server is older than
+    /// [`QUORUM_SAFE_DROP_FROM`]: there a `DROP PARTITION` leaves the
+    /// dropped day's entry in ZooKeeper's `/quorum/last_part` (one entry per
+    /// partition, naming its last quorum part), and every sequentially
+    /// consistent read then fails with code 289 for good (ClickHouse issue
+    /// 9946, fixed in 20.4). The lease log then keeps every day (the crate
+    /// docs, "Bounded tables").
     pub(super) async fn trim_lease_days(&self) -> Result<u64> {
         let t = &self.tables;
         self.ready().await?;
+        if t.cluster.is_some() {
+            let version = self.server_version().await?;
+            if !version_at_least(&version, QUORUM_SAFE_DROP_FROM) {
+                tracing::debug!(server = %self.target.redacted(), %version, "the lease log is not trimmed on a replicated catalog before ClickHouse 20.4");
+                return Ok(0);
+            }
+        }
         let now_ms: u64 = self
-            .fetch_one(
-                "read the server clock",
-                Mode::Plain,
-                &crate::sql::Tables::select_now(),
-            )
+            .fetch_one("read the server clock", Mode::Plain, &Tables::select_now())
             .await?;
         let today = now_ms / DAY_MS;
         let partitions: Vec<String> = self
@@ -398,6 +460,20 @@ impl ClickHouseCatalog {
             &self.tables.select_schema_version(),
         )
         .await
+    }
+}
+
+/// The first release whose `DROP PARTITION` also clears the partition's
+/// entry of a replicated table's `/quorum/last_part` (ClickHouse issue 9946).
+pub(super) const QUORUM_SAFE_DROP_FROM: (u32, u32) = (20, 4);
+
+/// Whether `version` (`SELECT version()`, `MAJOR.MINOR...`) is at least
+/// `(major, minor)`; an unreadable version is not.
+pub(super) fn version_at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
     }
 }
 

@@ -10,6 +10,7 @@ fn bad_responses_are_classified() {
         error_from_clickhouse(
             s,
             "count packs",
+            &["hunter2"],
             clickhouse::error::Error::BadResponse(m.into()),
         )
     };
@@ -41,6 +42,28 @@ fn bad_responses_are_classified() {
     assert!(e.is_retryable(), "{e}");
     let e = bad("404 Not Found");
     assert!(!e.is_retryable(), "{e}");
+    // The server's words: classified on what it said, shown escaped,
+    // bounded and without the password.
+    let hostile = format!(
+        "Code: 193, e.displayText() = DB::Exception: Wrong password hunter2 \x1b[2J\n2026-12-06 INFO forged line{}",
+        "x".repeat(1 << 20)
+    );
+    let e = bad(&hostile);
+    assert!(matches!(e, Error::Auth { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        !msg.contains("hunter2") && !msg.contains('\x1b') && !msg.contains('\n'),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("\\u{1b}[2J\\n2026-12-06 INFO forged line"),
+        "{msg}"
+    );
+    assert!(msg.len() < 1024, "{}", msg.len());
+    assert!(
+        msg.contains(&format!("… ({} bytes)", hostile.len())),
+        "{msg}"
+    );
 }
 
 fn row_on_day(day: u64, n: u64) -> PackRow {
@@ -75,4 +98,20 @@ fn index_statements_hold_at_most_256_rows_and_64_days() {
     let rejoined: Vec<&PackRow> = chunks.iter().flat_map(|c| c.iter()).collect();
     assert!(rejoined.iter().zip(&days).all(|(a, b)| *a == b), "in order");
     assert!(statements(&[]).is_empty());
+}
+
+#[test]
+fn the_lease_log_is_dropped_by_partition_only_from_20_4() {
+    use schema::{version_at_least, QUORUM_SAFE_DROP_FROM};
+    for (v, ok) in [
+        ("18.16.1", false),
+        ("20.3.19.4", false),
+        ("20.4.2.9", true),
+        ("20.10.1", true),
+        ("24.8.1.1", true),
+        ("", false),
+        ("x.y", false),
+    ] {
+        assert_eq!(version_at_least(v, QUORUM_SAFE_DROP_FROM), ok, "{v}");
+    }
 }
