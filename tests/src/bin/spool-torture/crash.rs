@@ -178,7 +178,10 @@ impl Run {
                 .map_or(port, |p| p.port)
         };
         let mut env: Vec<(String, String)> = vec![
-            ("RUST_LOG".into(), "warn".into()),
+            (
+                "RUST_LOG".into(),
+                std::env::var("SPOOL_TORTURE_LOG").unwrap_or_else(|_| "warn".into()),
+            ),
             ("SPOOL_STAGING_MAX_AGE".into(), STAGING_MAX_AGE.into()),
             ("SPOOL_STOP_FLUSH_TIMEOUT".into(), STOP_FLUSH_TIMEOUT.into()),
             (
@@ -306,6 +309,8 @@ impl Run {
         for r in std::mem::take(&mut self.stdout_readers) {
             let _ = r.join();
         }
+        self.keep_logs();
+        self.judge_paused_opens();
         let durable: std::collections::BTreeMap<String, (String, String)> = self
             .shared
             .durable()
@@ -419,7 +424,6 @@ impl Run {
                 self.shared.problem(p);
             }
         }
-        self.plants.remove();
         for p in &mut self.proxies {
             p.tick(true)?;
         }
@@ -428,6 +432,9 @@ impl Run {
         if let Some(d) = &mut self.disk {
             d.tick(&mut self.rng, true)?;
         }
+        // (once the spool is writable again: a read-only window would
+        // keep them)
+        self.plants.remove();
         self.drain()
     }
 
@@ -619,6 +626,41 @@ impl Run {
         self.shared.unpaused(i);
         if let Some(r) = self.procs[i].release.take() {
             let _ = std::fs::write(r, b"");
+        }
+    }
+
+    /// A paused owner's `.open` may go only by its own hand: a stage whose
+    /// write failed (the disk full) and which it gave up, naming that temp
+    /// file in its log ("staging pack … failed (will retry): write <path>").
+    fn judge_paused_opens(&self) {
+        for (i, path) in self.shared.paused_opens_gone() {
+            let p = &self.procs[i];
+            let log = p.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if !gave_up_stage(&log, &path) {
+                self.shared.live_touched(format!(
+                    "live directory of #{i} {:?} (pid {}): {} disappeared, and its owner gave up no stage there",
+                    p.kind,
+                    p.pid,
+                    path.display()
+                ));
+            }
+        }
+    }
+
+    /// Each process's stderr, as `logs/<n>-<kind>-<pid>.log` in the run's
+    /// directory (kept when the run fails; `SPOOL_TORTURE_LOG=info` for more).
+    fn keep_logs(&mut self) {
+        for p in &mut self.procs {
+            if let Some(reader) = p.stderr_reader.take() {
+                let _ = reader.join();
+            }
+        }
+        let logs = self.dir.join("logs");
+        let _ = std::fs::create_dir_all(&logs);
+        for (i, p) in self.procs.iter().enumerate() {
+            let text = p.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let name = format!("{i}-{:?}-{}.log", p.kind, p.pid);
+            let _ = std::fs::write(logs.join(name), text);
         }
     }
 
@@ -996,4 +1038,12 @@ impl Run {
         });
         Ok(())
     }
+}
+
+/// Whether a producer's `log` says it gave up the stage written to `open`
+/// (its write failed, the sink retries with a new temp file).
+pub(crate) fn gave_up_stage(log: &str, open: &Path) -> bool {
+    let needle = format!(": write {}: ", open.display());
+    log.lines()
+        .any(|l| l.contains("failed (will retry)") && l.contains(&needle))
 }

@@ -63,6 +63,9 @@ pub struct Owner {
     settled: bool,
     /// Its packs (`[w<k>/]<id>.ready`) at the last hand-off look.
     ready_seen: BTreeSet<PathBuf>,
+    /// `.open` files of a paused owner that disappeared while it lived:
+    /// judged once its log is complete ([`Board::paused_opens_gone`]).
+    opens_gone: Vec<PathBuf>,
 }
 
 /// What [`Board`] holds.
@@ -174,6 +177,24 @@ impl Board {
     /// What producers reported durable: pack id → (sha256, process).
     pub fn durable(&self) -> BTreeMap<String, (String, usize)> {
         self.lock().durable.clone()
+    }
+
+    /// `.open` files of paused owners that disappeared while they lived:
+    /// (process, path). Each is a touch of a live writer's file unless the
+    /// owner's own log says it gave that stage up.
+    pub fn paused_opens_gone(&self) -> Vec<(usize, PathBuf)> {
+        let s = self.lock();
+        s.owners
+            .iter()
+            .flat_map(|(i, o)| o.opens_gone.iter().map(|p| (*i, p.clone())))
+            .collect()
+    }
+
+    /// A live owner's file touched by someone else (found after the run).
+    pub fn live_touched(&self, problem: String) {
+        let mut s = self.lock();
+        s.live_touched += 1;
+        s.problems.push(problem);
     }
 
     /// Adds what the threads counted to a run's `figures`; returns the
@@ -291,6 +312,9 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                         for (name, sig) in before {
                             let is_open = name.to_string_lossy().ends_with(".open");
                             match now.get(name) {
+                                // a stage its owner is still writing
+                                // (seen mid-write: it only grows)
+                                Some(n) if is_open && n.size >= sig.size && n != sig => {}
                                 Some(n) if n != sig => touched.push(format!(
                                     "{} changed ({sig} -> {n})",
                                     dir.join(name).display()
@@ -305,6 +329,12 @@ pub fn monitor(shared: &Board, stop: &AtomicBool) {
                                         format!("{} disappeared", dir.join(name).display()),
                                         name.extension().is_some_and(|e| e == "ready"),
                                     )),
+                                // a paused owner's stage that failed (a
+                                // full disk) goes by its own hand: judged
+                                // against its log once it is complete
+                                None if is_open && o.paused => {
+                                    o.opens_gone.push(dir.join(name));
+                                }
                                 None if o.check_lost || is_open => touched
                                     .push(format!("{} disappeared", dir.join(name).display())),
                                 None => {}

@@ -232,3 +232,24 @@ fn a_pack_gone_with_its_ref_there_and_no_confirmation_was_released_early() {
         None
     );
 }
+
+#[test]
+fn a_paused_owner_s_temp_file_goes_only_when_its_own_log_says_it_gave_that_stage_up() {
+    let dir = Path::new("/s/k/r0-9dc7a0e7");
+    let open = dir.join(".01a24b4535707e6a121c3d17bf545c58.3970daaf.open");
+    let log = format!(
+        "2026-12-06T12:12:37.003647Z  WARN spool_core::sink: staging pack 01a24b4535707e6a121c3d17bf545c58 into {d} failed (will retry): write {p}: No space left on device (os error 28) dir={d}\n",
+        d = dir.display(),
+        p = open.display()
+    );
+    assert!(crash::gave_up_stage(&log, &open));
+    // another stage's failure, or no failure, is no excuse
+    let other = dir.join(".01a24b4535707e6a121c3d17bf545c58.eea93340.open");
+    assert!(!crash::gave_up_stage(&log, &other));
+    assert!(!crash::gave_up_stage(
+        "spool: rank directory /s/k/r0-9dc7a0e7\n",
+        &open
+    ));
+    let prefix = dir.join(".01a24b4535707e6a121c3d17bf545c58.3970daa");
+    assert!(!crash::gave_up_stage(&log, &prefix));
+}
