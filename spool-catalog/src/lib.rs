@@ -142,7 +142,7 @@
 //! 20.4: there `DROP PARTITION` leaves the dropped day's entry in
 //! ZooKeeper's `/quorum/last_part` (one entry per partition, naming its
 //! last quorum part; measured on 18.16), and every sequentially consistent
-//! read then fails with code 289 for good (ClickHouse issue 9946), so the
+//! read then fails with code 289 for good (a ClickHouse bug fixed in 20.4; README.md), so the
 //! trim drops nothing there. The log then grows by one row per renewal
 //! (ttl/3) of each held lease, plus one per acquisition and release: with
 //! the default 30 s TTL, 8,640 rows a day per held name, and lease reads

@@ -409,6 +409,9 @@ impl AtDir {
         if self.kind(name)? == Some(Kind::Dir) {
             return Err(self.unexpected(name, Kind::Dir.described(), "a regular file"));
         }
+        // a writer killed between its temp file and the rename left one:
+        // the next replacement sweeps it (one writer per name at a time)
+        self.remove_replace_temps(name)?;
         let tmp = format!("{name}.{:08x}.tmp", rand::random::<u32>());
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -431,6 +434,25 @@ impl AtDir {
             let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
         }
         written
+    }
+
+    /// Removes the temp files [`AtDir::replace_file`] makes for `name`
+    /// (`<name>.<8 hex>.tmp`, regular files only) that a killed writer
+    /// left; how many.
+    pub fn remove_replace_temps(&self, name: &str) -> Result<usize, Error> {
+        let mut removed = 0;
+        for n in self.names()? {
+            let Name::Utf8(n) = n else { continue };
+            let is_temp = n
+                .strip_prefix(name)
+                .and_then(|r| r.strip_prefix('.'))
+                .and_then(|r| r.strip_suffix(".tmp"))
+                .is_some_and(|hex| hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+            if is_temp && self.kind(&n)? == Some(Kind::Regular) && self.remove_file(&n)? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// Renames regular file `from` to `to` within this directory

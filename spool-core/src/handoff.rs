@@ -278,6 +278,7 @@ pub fn clear_shipper(key_dir: &Path) {
     };
     if let Ok(Some(shipped)) = key.open_dir(SHIPPED_DIR) {
         let _ = shipped.remove_file(SHIPPER_FILE);
+        let _ = shipped.remove_replace_temps(SHIPPER_FILE);
     }
     let _ = key.remove_dir(SHIPPED_DIR);
 }

@@ -256,7 +256,7 @@ mod serial {
     /// The lease survives its trim on 18.16: a lease-log day written with
     /// the quorum three days back is not dropped by the holder's trim (a
     /// `DROP PARTITION` there leaves ZooKeeper's `/quorum/last_part` naming
-    /// a dropped part, ClickHouse issue 9946), so sequentially consistent
+    /// a dropped part, a ClickHouse bug fixed in 20.4), so sequentially consistent
     /// reads go on and the lease is claimed again. A catalog an older
     /// spool wedged that way (code 289) is repaired by the README's step:
     /// one quorum row into the dropped day.

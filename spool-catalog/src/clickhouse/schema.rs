@@ -356,8 +356,8 @@ impl ClickHouseCatalog {
     /// [`QUORUM_SAFE_DROP_FROM`]: there a `DROP PARTITION` leaves the
     /// dropped day's entry in ZooKeeper's `/quorum/last_part` (one entry per
     /// partition, naming its last quorum part), and every sequentially
-    /// consistent read then fails with code 289 for good (ClickHouse issue
-    /// 9946, fixed in 20.4). The lease log then keeps every day (the crate
+    /// consistent read then fails with code 289 for good (a ClickHouse bug
+    /// fixed in 20.4). The lease log then keeps every day (the crate
     /// docs, "Bounded tables").
     pub(super) async fn trim_lease_days(&self) -> Result<u64> {
         let t = &self.tables;
@@ -464,7 +464,7 @@ impl ClickHouseCatalog {
 }
 
 /// The first release whose `DROP PARTITION` also clears the partition's
-/// entry of a replicated table's `/quorum/last_part` (ClickHouse issue 9946).
+/// entry of a replicated table's `/quorum/last_part` (a ClickHouse bug fixed in 20.4; README.md).
 pub(super) const QUORUM_SAFE_DROP_FROM: (u32, u32) = (20, 4);
 
 /// Whether `version` (`SELECT version()`, `MAJOR.MINOR...`) is at least

@@ -187,3 +187,33 @@ fn what_it_creates_gets_the_spools_mode() {
     assert!(d.remove_file("a.ref").unwrap());
     assert!(!d.remove_file("a.ref").unwrap());
 }
+
+#[test]
+fn a_killed_writer_s_temp_file_is_swept_by_the_next_replacement_and_nothing_else_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = key(tmp.path());
+    let dir = tmp.path().join("root").join("0123456789ab");
+    // what a writer killed between its temp file and the rename leaves
+    std::fs::write(dir.join(".shipper.61c682a1.tmp"), b"half").unwrap();
+    // not a temp of this name, or not a regular file: left alone
+    std::fs::write(dir.join(".shipper.xyz.tmp"), b"other").unwrap();
+    std::fs::write(dir.join(".shipperx.61c682a1.tmp"), b"other").unwrap();
+    std::os::unix::fs::symlink(tmp.path(), dir.join(".shipper.0badcafe.tmp")).unwrap();
+    key.replace_file(".shipper", b"r0\n", &Access::PRIVATE)
+        .unwrap();
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            ".shipper",
+            ".shipper.0badcafe.tmp",
+            ".shipper.xyz.tmp",
+            ".shipperx.61c682a1.tmp"
+        ]
+    );
+    assert_eq!(std::fs::read(dir.join(".shipper")).unwrap(), b"r0\n");
+}
