@@ -891,8 +891,8 @@ mod serial {
         fx.store
             .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))));
         let mut c = fx.config(own.dir());
-        // the shortest TTL the default 5 s fence margin allows: latch at 20 s
-        c.lease_ttl = Duration::from_secs(10);
+        // the shortest TTL (its fence margin lowered to 2 s): latch at 10 s
+        c.lease_ttl = Duration::from_secs(5);
         c.max_backoff = Duration::from_secs(60);
         c.poll_interval = Duration::from_secs(60);
         c.recheck_interval = Duration::from_secs(120);
@@ -909,14 +909,14 @@ mod serial {
         );
         // Another adopter takes the lease once ours has lapsed on the
         // catalog's clock, and keeps it.
-        fx.memory().advance_clock(Duration::from_secs(11));
+        fx.memory().advance_clock(Duration::from_secs(6));
         let rt = tokio::runtime::Runtime::new().unwrap();
         let foreign = rt.block_on(async {
             spool_catalog::LeaseKeeper::new(
                 catalog,
                 name,
                 spool_catalog::LeaseHolder::parse("another-adopter"),
-                spool_catalog::LeaseConfig::new(Duration::from_secs(10)).unwrap(),
+                spool_catalog::LeaseConfig::new(Duration::from_secs(5)).unwrap(),
             )
             .unwrap()
             .spawn()
@@ -927,14 +927,14 @@ mod serial {
         // sibling (adoption pauses) until the foreign lease has outlived
         // 2 x TTL; then it latches and lets go at once, although its loop
         // sleeps up to 60 s and its next discovery is 120 s away.
-        std::thread::sleep(Duration::from_secs(15));
+        std::thread::sleep(Duration::from_secs(7));
         assert!(
             is_held(&dir),
             "let go before the latch: {:?}",
             svc.snapshot()
         );
         assert!(!svc.snapshot().latched);
-        let latch_by = Duration::from_secs(4) + Duration::from_secs(20);
+        let latch_by = Duration::from_secs(2) + Duration::from_secs(10);
         assert!(
             wait_for(Duration::from_secs(40), || !is_held(&dir)),
             "sibling still held after the latch: {:?}",

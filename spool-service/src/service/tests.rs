@@ -771,15 +771,15 @@ mod serial {
 
     /// No blocking file system work on the async workers. On
     /// a runtime of one worker (where any blocking call stalls every task)
-    /// the service lists, validates and drains a dead sibling of 100 000
+    /// the service lists, validates and drains a dead sibling of 40 000
     /// small packs (`Spool::open` of it reconciles every file), and takes
     /// five siblings a reader holds shared (each take waits out the shared
     /// flock for a second, spool-lock's retry), while its lease keeper renews
     /// on time throughout: no renewal more than `ttl / 3 + 1 s` after the
     /// previous one.
     #[test]
-    fn lease_renewals_stay_on_time_while_a_sibling_of_100k_packs_is_adopted() {
-        const PACKS: usize = 100_000;
+    fn lease_renewals_stay_on_time_while_a_sibling_of_40k_packs_is_adopted() {
+        const PACKS: usize = 40_000;
         let base = Path::new("/dev/shm");
         let root = if base.is_dir() {
             tempfile::tempdir_in(base).unwrap()
