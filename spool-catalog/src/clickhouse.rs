@@ -28,6 +28,12 @@ const VALIDATION_FROM_MAJOR: u32 = 23;
 /// `wait_for_async_insert` settings this crate relies on.
 const ASYNC_INSERT_FROM_MAJOR: u32 = 22;
 
+/// How long a request waits for its answer before the replica is named in
+/// a warning (once per replica per minute, `spool_core::throttle`): a
+/// replica that accepts and does not answer is otherwise silent for the
+/// whole request timeout, at start too (the version read).
+const SLOW_NOTICE: Duration = Duration::from_secs(2);
+
 /// ClickHouse exception codes that mean "the credentials were refused".
 const AUTH_CODES: &[u32] = &[192, 193, 194, 195, 516];
 /// Codes that mean the tables are not what this build expects.
@@ -103,6 +109,46 @@ struct Replica {
     /// `HOST:PORT`, for messages.
     label: String,
     connected: OnceCell<Connected>,
+    /// Its "no answer yet" warnings ([`SLOW_NOTICE`]).
+    slow: Quiet,
+    /// Its "failed; trying the next one" warnings.
+    failed: Quiet,
+}
+
+/// A warning that can come back on every request, shown at most once per
+/// [`QUIET_FOR`] (the rule spool-core's `throttle` keeps for the spool's
+/// warnings; this crate links no spool crate): [`Quiet::admit`] says
+/// whether to show it now at `warn` and how many were not shown since, the
+/// caller logs the rest at `debug`.
+#[derive(Debug, Default)]
+struct Quiet {
+    last: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+/// How long a replica's repeated warning stays quiet after it was shown.
+const QUIET_FOR: Duration = Duration::from_secs(60);
+
+impl Quiet {
+    /// `Some(unshown)` when the warning is shown now, `None` while it was
+    /// shown less than [`QUIET_FOR`] ago.
+    fn admit(&self) -> Option<u64> {
+        let now = std::time::Instant::now();
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &mut *last {
+            Some((at, unshown)) if now.duration_since(*at) < QUIET_FOR => {
+                *unshown += 1;
+                None
+            }
+            other => {
+                let unshown = other.map_or(0, |(_, n)| n);
+                *other = Some((now, 0));
+                Some(unshown)
+            }
+        }
+    }
 }
 
 /// What a statement needs of a replicated catalog (nothing on one
@@ -320,6 +366,8 @@ impl ClickHouseCatalog {
                     base,
                     label: format!("{h}:{p}"),
                     connected: OnceCell::new(),
+                    slow: Quiet::default(),
+                    failed: Quiet::default(),
                 }
             })
             .collect();
@@ -374,26 +422,59 @@ impl ClickHouseCatalog {
         timeout: Duration,
         fut: impl Future<Output = clickhouse::error::Result<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(
-                match error_from_clickhouse(&self.server_of(r), purpose, &self.secrets(), e) {
-                    Error::Timeout {
-                        server, purpose, ..
-                    } => Error::Timeout {
-                        server,
-                        purpose,
-                        after: timeout,
-                    },
-                    other => other,
-                },
-            ),
+        let mut fut = std::pin::pin!(fut);
+        let mut left = timeout;
+        // A server that accepts and does not answer is named once it is
+        // late, not only when the timeout runs out (see `SLOW_NOTICE`).
+        if timeout > SLOW_NOTICE {
+            left = timeout - SLOW_NOTICE;
+            if let Ok(answer) = tokio::time::timeout(SLOW_NOTICE, &mut fut).await {
+                return self.answered(r, purpose, timeout, answer);
+            }
+            let then = if self.replicas.len() > 1 {
+                "then tries the next replica"
+            } else {
+                "then gives up on this request"
+            };
+            let server = self.server_of(r);
+            let msg = format!(
+                "no answer yet to \"{purpose}\" after {SLOW_NOTICE:?}: waits up to {timeout:?} in all, {then}"
+            );
+            match r.slow.admit() {
+                Some(unshown) => tracing::warn!(unshown, %server, "{msg}"),
+                None => tracing::debug!(%server, "{msg}"),
+            }
+        }
+        match tokio::time::timeout(left, fut).await {
+            Ok(answer) => self.answered(r, purpose, timeout, answer),
             Err(_) => Err(Error::Timeout {
                 server: self.server_of(r),
                 purpose,
                 after: timeout,
             }),
         }
+    }
+
+    /// A replica's answer as this crate's result.
+    fn answered<T>(
+        &self,
+        r: &Replica,
+        purpose: &'static str,
+        timeout: Duration,
+        answer: clickhouse::error::Result<T>,
+    ) -> Result<T> {
+        answer.map_err(|e| {
+            match error_from_clickhouse(&self.server_of(r), purpose, &self.secrets(), e) {
+                Error::Timeout {
+                    server, purpose, ..
+                } => Error::Timeout {
+                    server,
+                    purpose,
+                    after: timeout,
+                },
+                other => other,
+            }
+        })
     }
 
     /// The replica's client, its version read (and checked) on first use.
@@ -546,7 +627,12 @@ impl ClickHouseCatalog {
                     return Ok(v);
                 }
                 Err(e) if n > 1 && fails_over(&e) => {
-                    tracing::warn!(error = %e, "replica failed; trying the next one");
+                    match r.failed.admit() {
+                        Some(unshown) => {
+                            tracing::warn!(unshown, error = %e, "replica failed; trying the next one")
+                        }
+                        None => tracing::debug!(error = %e, "replica failed; trying the next one"),
+                    }
                     last = Some(e);
                 }
                 Err(e) => {

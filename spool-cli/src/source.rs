@@ -115,9 +115,11 @@ pub fn open_store(cfg: &Config, url: &str) -> Result<spool_upload::Store> {
     })
 }
 
-/// Opens a catalog for reading. An SQLite catalog must already exist (an
-/// inspection never creates one); a bad URL is a usage error.
-pub fn open_catalog(url: &str) -> Result<Arc<dyn spool_catalog::Catalog>> {
+/// Opens a catalog for reading, each request bounded by `cfg`'s
+/// `catalog.request_timeout` as the service's are. An SQLite catalog must
+/// already exist (an inspection never creates one); a bad URL is a usage
+/// error.
+pub fn open_catalog(cfg: &Config, url: &str) -> Result<Arc<dyn spool_catalog::Catalog>> {
     let parsed =
         spool_catalog::CatalogUrl::parse(url).map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
     if let spool_catalog::CatalogUrl::Sqlite { path, .. } = &parsed {
@@ -132,7 +134,8 @@ pub fn open_catalog(url: &str) -> Result<Arc<dyn spool_catalog::Catalog>> {
             ));
         }
     }
-    spool_catalog::open(url).map_err(|e| coded(ExitCode::Usage, e.to_string()))
+    spool_catalog::open_with_timeout(url, keys::CATALOG_REQUEST_TIMEOUT.get(cfg))
+        .map_err(|e| coded(ExitCode::Usage, e.to_string()))
 }
 
 /// A single-threaded tokio runtime for one command's catalog and store

@@ -156,6 +156,14 @@
 //! and the directory fsync, never before. The lost-wakeup contract (re-check
 //! after `take_dirty`) is stated and tested in the module.
 //!
+//! # Repeated warnings ([`throttle`])
+//!
+//! A warning that can come back on every step (a planted entry a scan
+//! skips, a stage retried on a full filesystem, a hand-off directory that
+//! cannot be read, a replica that does not answer) goes through
+//! [`warn_throttled!`]: shown once per cause per minute at `warn`, each
+//! occurrence at `debug`, the next `warn` line counting what it did not show.
+//!
 //! # What is tested where
 //!
 //! Unit tests beside each module (`pack`, `layout`, `spool_tests.rs`,
@@ -186,6 +194,7 @@ pub mod seams;
 pub mod siblings;
 pub mod sink;
 pub mod spool;
+pub mod throttle;
 
 /// The owner-lock API.
 pub(crate) use spool_lock as lk;

@@ -789,7 +789,7 @@ fn stager(shared: &Shared) {
                             state.full = Some(full);
                         }
                         StageFailure::Failed(err) => {
-                            tracing::warn!(dir = %shared.id.display(), "staging pack {} into {} failed (will retry): {err}", id.to_hex(), shared.id.display());
+                            crate::warn_throttled!(format!("stage into {}", shared.id.display()), dir = %shared.id.display(), "staging pack {} into {} failed (will retry): {err}", id.to_hex(), shared.id.display());
                             state.full = None;
                             state.last_error = Some(err.to_string());
                         }

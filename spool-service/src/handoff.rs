@@ -524,7 +524,7 @@ fn look(key: &Path, own: &Path, only: Option<&HashSet<PathBuf>>) -> Vec<Looked> 
     let dirs = match siblings::rank_dirs(key) {
         Ok(d) => d,
         Err(e) => {
-            tracing::warn!(dir = %key.display(), "listing owners to ship for: {e}");
+            spool_core::warn_throttled!(format!("list owners of {}", key.display()), dir = %key.display(), "listing owners to ship for: {e}");
             return Vec::new();
         }
     };
@@ -550,7 +550,7 @@ fn look(key: &Path, own: &Path, only: Option<&HashSet<PathBuf>>) -> Vec<Looked> 
                 consents,
             }),
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), "reading what {} consented to: {e}", dir.display())
+                spool_core::warn_throttled!(format!("read consents of {}", dir.display()), dir = %dir.display(), "reading what {} consented to: {e}", dir.display())
             }
         }
     }

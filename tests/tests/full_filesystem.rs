@@ -200,3 +200,43 @@ fn with_no_free_byte_a_daemon_starts_ships_and_the_owner_frees_its_packs() {
 fn with_no_free_inode_confirmations_cost_none_and_the_owner_frees_its_packs() {
     case(false, Before::EmptyAndLive);
 }
+
+/// A producer whose stages fail on a full filesystem retries them (a new
+/// temp file each time, hundreds in 3 s) and says so once, not once per
+/// attempt: the warning is throttled per cause (`spool_core::throttle`),
+/// every attempt still a `debug` line.
+#[test]
+fn a_stage_retried_on_a_full_filesystem_is_warned_about_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&tmp.path().join("mnt"), "size=1m");
+    let log = tmp.path().join("producer.log");
+    let producer = KillOnDrop(
+        spool()
+            .args(["produce", "--packs", "30", "--pack-bytes", "65536"])
+            .arg("--spool-root")
+            .arg(fs.at.join("spool"))
+            .env("RUST_LOG", "warn,spool_core::sink=debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    drop(producer);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let retries = |level: &str| {
+        text.lines()
+            .filter(|l| l.contains(level) && l.contains("failed (will retry)"))
+            .count()
+    };
+    assert!(
+        retries("DEBUG") >= 5,
+        "the stage was not retried on the full filesystem:\n{text}"
+    );
+    assert_eq!(
+        retries("WARN"),
+        1,
+        "one warning per cause wanted, {} attempts:\n{text}",
+        retries("DEBUG") + retries("WARN")
+    );
+}

@@ -125,3 +125,65 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
     assert_eq!(rt.block_on(catalog.count()).unwrap(), 10);
     rt.block_on(admin.testing_drop_database()).unwrap();
 }
+
+/// A URL whose first host accepts and never answers: `spool ls` names that
+/// host in a warning about 2 s into its wait (`SLOW_NOTICE` in
+/// spool-catalog), long before the 8 s request timeout runs out and it
+/// moves on to the live server, and then lists.
+#[test]
+fn a_replica_that_stalls_at_start_is_named_while_it_is_waited_for() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let Some(ch) = spool_tests::server_env("SPOOL_TEST_CLICKHOUSE_URL") else {
+        return;
+    };
+    let (catalog_url, admin) = spool_tests::servers::fresh_clickhouse(&ch);
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_at = silent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let authority = catalog_url
+        .split("://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let url = catalog_url.replacen(&authority, &format!("{silent_at},{authority}"), 1);
+    let started = Instant::now();
+    let mut child = spool_tests::KillOnDrop(
+        spool()
+            .args(["ls", "--json", "--catalog", &url])
+            .env("SPOOL_CATALOG_REQUEST_TIMEOUT", "8s")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let lines: Vec<(Duration, String)> = std::io::BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| (started.elapsed(), l))
+        .collect();
+    let status = child.wait().unwrap();
+    let _ = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(admin.testing_drop_database());
+    let shown: String = lines.iter().map(|(t, l)| format!("{t:?} {l}\n")).collect();
+    assert!(status.success(), "spool ls failed:\n{shown}");
+    let named = lines
+        .iter()
+        .find(|(_, l)| l.contains(&silent_at) && l.contains("no answer yet"))
+        .unwrap_or_else(|| panic!("no line names the stalled host {silent_at}:\n{shown}"));
+    assert!(
+        named.0 >= Duration::from_millis(1500) && named.0 < Duration::from_secs(5),
+        "the stalled host is named {:?} into the wait (about 2 s wanted, the timeout is 8 s):\n{shown}",
+        named.0
+    );
+}

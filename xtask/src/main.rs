@@ -123,21 +123,28 @@ fn test_steps(
         let at = root.to_path_buf();
         std::thread::spawn(move || servers::Servers::install(&at))
     });
-    // clippy's check build shares nothing with the tests' build; it runs
+    // The Python extension builds (and its virtualenv fills from PyPI)
     // beside the fast tier's tests, which mostly wait (liveness bounds,
-    // TTLs), at the lowest CPU priority and in a target directory of its
-    // own so it holds no lock a test or the next step needs.
-    let clippy = lint.then(|| Clippy::start(root)).transpose()?;
+    // TTLs), at a low CPU priority.
+    let python = fast.then(|| {
+        let at = root.to_path_buf();
+        std::thread::spawn(move || python_install(&at))
+    });
+    // clippy's check build shares nothing with the tests' build; it runs
+    // beside tests that mostly wait (the real tier's when there is one,
+    // else the fast tier's), at the lowest CPU priority and in a target
+    // directory of its own so it holds no lock a test or the next step
+    // needs.
+    let mut clippy = (lint && !real).then(|| Clippy::start(root)).transpose()?;
     if fast {
         steps.time("fast tier run", || {
             run(nextest_ci("not binary(/^real_/)").env("SPOOL_REQUIRE_STRACE", "1"))
         })?;
-    }
-    if let Some(clippy) = clippy {
-        steps.time("clippy (what is left of it)", || clippy.finish())?;
-    }
-    if fast {
-        steps.time("pytest (build and run)", || {
+        steps.time("pytest (what is left of the build, and the run)", || {
+            python
+                .expect("started when fast")
+                .join()
+                .map_err(|_| anyhow::anyhow!("building the Python extension panicked"))??;
             python_tests(root, "not real", &[])
         })?;
         // a short seeded crash torture (RELIABILITY.md): real processes
@@ -149,6 +156,9 @@ fn test_steps(
     if real {
         // Build first, so server start-up is not counted against a cold compile.
         steps.time("real tier build", build_tests)?;
+        if lint {
+            clippy = Some(Clippy::start(root)?);
+        }
         steps.time("server installs (left after the fast tier)", || {
             installing
                 .expect("started when real")
@@ -164,7 +174,14 @@ fn test_steps(
         }
         let result = steps
             .time("real tier", || run(&mut cmd))
-            .and_then(|()| steps.time("real pytest", || python_tests(root, "real", &servers.env())))
+            .and_then(|()| {
+                steps.time("real pytest", || {
+                    if !fast {
+                        python_install(root)?;
+                    }
+                    python_tests(root, "real", &servers.env())
+                })
+            })
             // a short fault torture (RELIABILITY.md) on these servers
             .and_then(|()| {
                 steps.time("fault torture", || {
@@ -180,6 +197,9 @@ fn test_steps(
         steps.time("two-node lease pass", || {
             torture::ci(root, "ci-lease-netns-replicas", &[])
         })?;
+    }
+    if let Some(clippy) = clippy {
+        steps.time("clippy (what is left of it)", || clippy.finish())?;
     }
     Ok(())
 }
@@ -314,11 +334,30 @@ fn venv_path(venv: &Path) -> String {
     format!("{}:{path}", venv.join("bin").display())
 }
 
+/// Makes the virtualenv of [`python_test_venv`] and builds and installs
+/// the package into it as a user does (`pip install ./spool-py`, maturin
+/// as the PEP 517 backend of pyproject.toml), with the venv's maturin
+/// instead of a download and the dev profile, so it reuses the workspace's
+/// build; at a low CPU priority (`nice -n 10`), as it runs beside tests.
+fn python_install(root: &Path) -> Result<()> {
+    let venv = python_test_venv(root)?;
+    let path = venv_path(&venv);
+    run(Command::new("nice")
+        .args(["-n", "10"])
+        .arg(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(["--no-build-isolation", "--no-deps", "--force-reinstall"])
+        .arg(root.join("spool-py"))
+        .env("MATURIN_PEP517_ARGS", "--profile dev --locked")
+        .env("VIRTUAL_ENV", &venv)
+        .env("PATH", &path))
+    .context("pip install ./spool-py")
+}
+
 /// The Python binding's tests (`spool-py/tests`, pytest) in the
-/// virtualenv of [`python_test_venv`]: builds and installs the package
-/// into it as a user does (`pip install ./spool-py`, in the dev profile so
-/// it reuses the workspace's build), and runs the tests selected by the marker
-/// expression `markers` with `env` added. The shared-filesystem test needs
+/// virtualenv of [`python_test_venv`], the package installed there by
+/// [`python_install`]: runs the tests selected by the marker expression
+/// `markers` with `env` added. The shared-filesystem test needs
 /// a FUSE mount (bindfs, installed here) and the optional readers pandas
 /// and pyarrow: both are required (`SPOOL_REQUIRE_FUSE`,
 /// `SPOOL_REQUIRE_OPTIONAL`), never skipped. pytest's own exit code
@@ -328,17 +367,6 @@ fn python_tests(root: &Path, markers: &str, env: &[(String, String)]) -> Result<
     let venv = python_test_venv(root)?;
     install_missing(&["bindfs"])?;
     let path = venv_path(&venv);
-    // The path a user takes (`pip install ./spool-py`, maturin as the PEP
-    // 517 backend of pyproject.toml), with the venv's maturin instead of a
-    // download and the dev profile, so it reuses the workspace's build.
-    run(Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check"])
-        .args(["--no-build-isolation", "--no-deps", "--force-reinstall"])
-        .arg(root.join("spool-py"))
-        .env("MATURIN_PEP517_ARGS", "--profile dev --locked")
-        .env("VIRTUAL_ENV", &venv)
-        .env("PATH", &path))
-    .context("pip install ./spool-py")?;
     let mut cmd = Command::new(venv.join("bin/python"));
     cmd.args(["-m", "pytest", "-q", "-m", markers, "spool-py/tests"])
         .env("PATH", &path)

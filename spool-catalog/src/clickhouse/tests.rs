@@ -115,3 +115,15 @@ fn the_lease_log_is_dropped_by_partition_only_from_20_4() {
         assert_eq!(version_at_least(v, QUORUM_SAFE_DROP_FROM), ok, "{v}");
     }
 }
+
+#[test]
+fn a_replicas_repeated_warning_is_shown_once_per_quiet_window() {
+    let q = Quiet::default();
+    assert_eq!(q.admit(), Some(0));
+    assert_eq!(q.admit(), None);
+    assert_eq!(q.admit(), None);
+    // once the window has passed, the next is shown with the count
+    *q.last.lock().unwrap() = Some((std::time::Instant::now() - QUIET_FOR, 2));
+    assert_eq!(q.admit(), Some(2));
+    assert_eq!(q.admit(), None);
+}

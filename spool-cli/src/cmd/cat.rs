@@ -114,7 +114,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
     let cfg = args.target.config(args.store.as_deref(), config_file)?;
     let catalog_url = crate::source::catalog_url(&cfg)?;
     let store_url = crate::source::store_url(&cfg)?;
-    let catalog = open_catalog(&catalog_url)?;
+    let catalog = open_catalog(&cfg, &catalog_url)?;
     let store = crate::source::open_store(&cfg, &store_url)?;
 
     let rt = runtime()?;

@@ -85,8 +85,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
             ),
         ));
     }
-    let url = catalog_url(&args.target.config(None, config_file)?)?;
-    let catalog = open_catalog(&url)?;
+    let cfg = args.target.config(None, config_file)?;
+    let url = catalog_url(&cfg)?;
+    let catalog = open_catalog(&cfg, &url)?;
     let rt = runtime()?;
     let (mut rows, total) = rt
         .block_on(async {

@@ -80,7 +80,7 @@ pub fn scan_dir(dir: &Path, cancel: &AtomicBool) -> Result<Vec<ReadyPack>, Error
                     ordinal: e.ordinal,
                 });
             } else {
-                tracing::warn!(dir = %dir.display(), "scan skips {}: {}", e.path.display(), not_regular_reason(e.what));
+                crate::warn_throttled!(format!("scan skips {}", e.path.display()), dir = %dir.display(), "scan skips {}: {}", e.path.display(), not_regular_reason(e.what));
             }
         }
         Ok(true)

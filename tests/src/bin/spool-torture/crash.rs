@@ -180,7 +180,12 @@ impl Run {
         let mut env: Vec<(String, String)> = vec![
             (
                 "RUST_LOG".into(),
-                std::env::var("SPOOL_TORTURE_LOG").unwrap_or_else(|_| "warn".into()),
+                // the sink at debug whatever the level: every stage it gave
+                // up is a line (`gave_up_stage`), not only the first of a minute
+                format!(
+                    "{},spool_core::sink=debug",
+                    std::env::var("SPOOL_TORTURE_LOG").unwrap_or_else(|_| "warn".into())
+                ),
             ),
             ("SPOOL_STAGING_MAX_AGE".into(), STAGING_MAX_AGE.into()),
             ("SPOOL_STOP_FLUSH_TIMEOUT".into(), STOP_FLUSH_TIMEOUT.into()),
@@ -1041,7 +1046,9 @@ impl Run {
 }
 
 /// Whether a producer's `log` says it gave up the stage written to `open`
-/// (its write failed, the sink retries with a new temp file).
+/// (its write failed, the sink retries with a new temp file): a line at
+/// `warn` or, for all but the first of a minute (`spool_core::throttle`),
+/// at `debug`, which the producers' `RUST_LOG` keeps for the sink.
 pub(crate) fn gave_up_stage(log: &str, open: &Path) -> bool {
     let needle = format!(": write {}: ", open.display());
     log.lines()
