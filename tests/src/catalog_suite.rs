@@ -1,6 +1,7 @@
 //! One behavioural suite for every [`Catalog`] implementation:
 //! `tests/tests/catalog_fast.rs` runs it on the in-memory fake and SQLite,
-//! `tests/tests/real_clickhouse.rs` on the real ClickHouse server.
+//! `tests/src/clickhouse_suite.rs` on the real ClickHouse engines (18.16
+//! and the current one).
 //!
 //! Each case takes a [`Fixture`]: a fresh, empty catalog and a way to open
 //! the same storage again as a new catalog object (which re-runs the schema
