@@ -14,6 +14,27 @@ use spool_catalog::{
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Calls the macro named in brackets with `$args` and then the name of
+/// every case each catalog runs (all but the contender processes and the
+/// lease timing cases, which take more), so the list is written once:
+/// `catalog_suite_cases!([m] x,)` expands to `m!(x, index_get_list_count, ...)`.
+#[macro_export]
+macro_rules! catalog_suite_cases {
+    ([$($m:tt)*] $($args:tt)*) => {
+        $($m)*!(
+            $($args)*
+            index_get_list_count,
+            hostile_text_round_trips,
+            reindex_reads_one_row,
+            lease_lifecycle,
+            fence_and_reacquire,
+            contested_term_has_at_most_one_holder,
+            newer_schema_version_refused,
+            migration_from_v1_keeps_rows,
+        );
+    };
+}
+
 /// A fresh catalog under test.
 pub struct Fixture {
     /// The catalog.

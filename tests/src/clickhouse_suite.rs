@@ -52,16 +52,7 @@ where
 #[macro_export]
 macro_rules! clickhouse_cases {
     ($var:expr) => {
-        $crate::clickhouse_cases!(@each $var, catalog_suite:
-            index_get_list_count,
-            hostile_text_round_trips,
-            reindex_reads_one_row,
-            lease_lifecycle,
-            fence_and_reacquire,
-            contested_term_has_at_most_one_holder,
-            newer_schema_version_refused,
-            migration_from_v1_keeps_rows,
-        );
+        $crate::catalog_suite_cases!([$crate::clickhouse_cases] @each $var, catalog_suite:);
         $crate::clickhouse_cases!(@each $var, clickhouse_suite:
             server_version_is_read_and_schema_installs_on_it,
             packs_table_with_other_columns_is_refused,
