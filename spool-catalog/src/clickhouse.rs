@@ -532,44 +532,53 @@ impl ClickHouseCatalog {
             .await
     }
 
-    /// The replica's client with the settings `mode` needs on a cluster:
-    /// a quorum insert also sends `insert_quorum_parallel=0` where the
-    /// replica has that setting (sequential consistency holds only for
-    /// quorum inserts that do not overlap), and never where it has not.
+    /// The replica's client with the settings `mode` needs on a cluster
+    /// ([`Self::mode_settings`]).
     fn with_mode(&self, connected: &Connected, mode: Mode) -> clickhouse::Client {
-        let c = connected.client.clone();
+        self.mode_settings(connected.quorum_parallel, mode)
+            .into_iter()
+            .fold(connected.client.clone(), |c, (name, value)| {
+                c.with_setting(name, value)
+            })
+    }
+
+    /// The settings a request in `mode` carries on a cluster (none on one
+    /// server): a quorum insert also sends `insert_quorum_parallel=0` where
+    /// the replica has that setting (`quorum_parallel`: sequential
+    /// consistency holds only for quorum inserts that do not overlap), and
+    /// never where it has not.
+    fn mode_settings(&self, quorum_parallel: bool, mode: Mode) -> Vec<(&'static str, String)> {
         if self.target.cluster.is_none() {
-            return c;
+            return Vec::new();
         }
-        let quorum = |c: clickhouse::Client| {
-            let c = if connected.quorum_parallel {
-                c.with_setting(QUORUM_PARALLEL, "0")
-            } else {
-                c
-            };
-            c.with_setting("insert_quorum", self.target.insert_quorum.to_string())
-                // The server gives up a second before the client would, so
-                // the answer names the quorum (code 319), not a timeout.
-                .with_setting(
-                    "insert_quorum_timeout",
-                    self.request_timeout
-                        .saturating_sub(Duration::from_secs(1))
-                        .max(Duration::from_secs(1))
-                        .as_millis()
-                        .to_string(),
-                )
-        };
-        let consistent =
-            |c: clickhouse::Client| c.with_setting("select_sequential_consistency", "1");
+        let mut quorum = Vec::new();
+        if quorum_parallel {
+            quorum.push((QUORUM_PARALLEL, "0".to_string()));
+        }
+        quorum.push(("insert_quorum", self.target.insert_quorum.to_string()));
+        // The server gives up a second before the client would, so the
+        // answer names the quorum (code 319), not a timeout.
+        quorum.push((
+            "insert_quorum_timeout",
+            self.request_timeout
+                .saturating_sub(Duration::from_secs(1))
+                .max(Duration::from_secs(1))
+                .as_millis()
+                .to_string(),
+        ));
+        let consistent = ("select_sequential_consistency", "1".to_string());
         match mode {
-            Mode::Plain => c,
-            Mode::Quorum => quorum(c),
-            Mode::Consistent => consistent(c),
-            Mode::QuorumConsistent => consistent(quorum(c)),
-            Mode::Ddl => c.with_setting(
+            Mode::Plain => Vec::new(),
+            Mode::Quorum => quorum,
+            Mode::Consistent => vec![consistent],
+            Mode::QuorumConsistent => {
+                quorum.push(consistent);
+                quorum
+            }
+            Mode::Ddl => vec![(
                 "distributed_ddl_task_timeout",
                 self.request_timeout.as_secs().max(1).to_string(),
-            ),
+            )],
         }
     }
 
@@ -742,6 +751,35 @@ impl ClickHouseCatalog {
     #[cfg(any(test, feature = "testing"))]
     pub async fn testing_execute(&self, sql: &str) -> Result<()> {
         self.execute("run a test statement", Mode::Plain, sql).await
+    }
+
+    /// Test seam: every statement this catalog sends, once each with
+    /// sample arguments (see [`crate::testing::clickhouse_statements`]).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn testing_statements(&self) -> Vec<(&'static str, String)> {
+        self.tables.every_statement()
+    }
+
+    /// Test seam: every setting this catalog's requests carry on its
+    /// cluster, over all kinds of request, on a server that has
+    /// `insert_quorum_parallel` (none on one server).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn testing_cluster_settings(&self) -> Vec<(&'static str, String)> {
+        let mut all: Vec<(&'static str, String)> = Vec::new();
+        for mode in [
+            Mode::Plain,
+            Mode::Quorum,
+            Mode::Consistent,
+            Mode::QuorumConsistent,
+            Mode::Ddl,
+        ] {
+            for s in self.mode_settings(true, mode) {
+                if !all.contains(&s) {
+                    all.push(s);
+                }
+            }
+        }
+        all
     }
 }
 

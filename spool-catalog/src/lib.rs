@@ -237,9 +237,13 @@
 //!   playing ClickHouse for exception bodies, auth failures, 5xx, and a
 //!   closed port; two contender processes (`lease-contender`) on SQLite;
 //!   TTL expiry and the latch in a `serial` module.
-//! - `tests/tests/real_clickhouse.rs`: the same suite and the contender
-//!   processes against the real server (`cargo xtask test`), each test in
-//!   its own database, dropped afterwards.
+//! - `tests/tests/real_clickhouse.rs` and `tests/tests/real_chdb.rs`: the
+//!   same suite, the contender processes, the migrations and the lease
+//!   log's trim (`tests/src/clickhouse_suite.rs`) against Debian's
+//!   ClickHouse 18.16 and against the current engine (chdb-core), each
+//!   test in its own database, dropped afterwards (`cargo xtask test`); on
+//!   the current engine every statement is also parsed on a cluster
+//!   ([`testing::clickhouse_statements`]).
 //!
 //! # Features
 //!
@@ -454,6 +458,28 @@ pub mod testing {
             Some(Backend::Sqlite(c)) => c.testing_schema_version().await,
             Some(Backend::Memory(c)) => Ok(c.testing_schema_version()),
             None => Ok(0),
+        }
+    }
+
+    /// Named texts: statements, or settings with their values.
+    pub type Named = Vec<(&'static str, String)>;
+
+    /// Every statement the ClickHouse catalog at `url` sends (its database,
+    /// table prefix and cluster), once each with sample arguments, named
+    /// after what makes it; and every setting its requests carry on its
+    /// cluster (none without one). The current engine, which runs no
+    /// replicated table, parses them (`tests/tests/real_chdb.rs`).
+    #[cfg(feature = "clickhouse")]
+    pub fn clickhouse_statements(url: &str) -> Result<(Named, Named)> {
+        match CatalogUrl::parse(url)? {
+            CatalogUrl::ClickHouse(t) => {
+                let c = ClickHouseCatalog::new(t);
+                Ok((c.testing_statements(), c.testing_cluster_settings()))
+            }
+            _ => Err(Error::InvalidUrl {
+                url: redact::mask_url(url),
+                reason: "not a clickhouse:// URL".into(),
+            }),
         }
     }
 

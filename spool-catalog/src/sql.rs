@@ -621,6 +621,105 @@ impl Tables {
     }
 }
 
+/// Every statement the ClickHouse catalog sends, once each with sample
+/// arguments, named after the function that makes it (the cluster's only
+/// check on the current engine, which cannot run replicated tables: it
+/// parses each one; `crate::testing::clickhouse_statements`).
+#[cfg(any(test, feature = "testing"))]
+impl Tables {
+    pub(crate) fn every_statement(&self) -> Vec<(&'static str, String)> {
+        let row = PackRow {
+            pack_id: "0".repeat(32),
+            object_key: format!("pre/v1/date=2026-11-29/{}.pack", "0".repeat(32)),
+            store_id: "default".into(),
+            sha256: "ab".repeat(32),
+            bytes: 1,
+            records: 1,
+            source_host: "node1".into(),
+            source_pid: 1,
+            rank_dir: "r0-0badcafe".into(),
+            ordinal: None,
+            created_at_ms: 1_795_965_709_123,
+            indexed_at_ms: 0,
+            trailer_sha256: "cd".repeat(32),
+        };
+        let lease_id = uuid::Uuid::nil();
+        let guard = LeaseGuard {
+            name: "k/node1".into(),
+            lease_id,
+            holder: "node1 pid 1".into(),
+            acquired_term: 1,
+            term: 1,
+            expires_at_ms: 0,
+            config: crate::LeaseConfig::default(),
+            claimed_at: tokio::time::Instant::now(),
+        };
+        let claim = NewClaim {
+            name: "k/node1".into(),
+            term: 2,
+            lease_id,
+            holder: "node1 pid 1".into(),
+            ttl_ms: 30_000,
+        };
+        let rows = std::slice::from_ref(&row);
+        vec![
+            ("create_database", self.create_database()),
+            ("create_schema_table", self.create_schema_table()),
+            ("create_packs", self.create_packs()),
+            ("create_lease", self.create_lease()),
+            ("select_tables", self.select_tables()),
+            (
+                "create_partitioned_new packs",
+                self.create_partitioned_new("packs"),
+            ),
+            (
+                "create_partitioned_new lease",
+                self.create_partitioned_new("lease"),
+            ),
+            ("swap_partitioned_in", self.swap_partitioned_in("packs")),
+            ("drop_partitioned_new", self.drop_partitioned_new("packs")),
+            ("copy_unpartitioned_packs", self.copy_unpartitioned_packs()),
+            ("copy_lease_heads_to_new", self.copy_lease_heads_to_new()),
+            ("select_lease_partitions", self.select_lease_partitions()),
+            (
+                "carry_idle_lease_heads",
+                self.carry_idle_lease_heads(DAY_MS),
+            ),
+            ("drop_lease_partition", self.drop_lease_partition(20_000)),
+            ("migrate_v1_ordinal", self.migrate_v1_ordinal()),
+            (
+                "migrate_v3_trailer_sha256",
+                self.migrate_v3_trailer_sha256(),
+            ),
+            ("set_indexed_at_default", self.set_indexed_at_default()),
+            (
+                "select_has_quorum_parallel",
+                Self::select_has_quorum_parallel(),
+            ),
+            (
+                "select_cluster_replicas",
+                Self::select_cluster_replicas("c"),
+            ),
+            ("select_schema_version", self.select_schema_version()),
+            ("insert_schema_version", self.insert_schema_version(1)),
+            ("select_columns", self.select_columns()),
+            ("index_values", self.index_values(rows)),
+            ("index_fenced", self.index_fenced(rows, &guard)),
+            ("select_pack", self.select_pack(&row.pack_id)),
+            ("select_range", self.select_range(0, u64::MAX)),
+            ("select_count", self.select_count()),
+            ("lease_head", self.lease_head(&guard.name)),
+            ("select_now", Self::select_now()),
+            ("append_claim", self.append_claim(&claim)),
+            ("read_claims", self.read_claims(&guard.name, 1)),
+            ("lease_log", self.lease_log(&guard.name)),
+            ("v1_create_packs", self.v1_create_packs()),
+            ("v2_create_lease", self.v2_create_lease()),
+            ("v1_insert", self.v1_insert(rows)),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Golden SQL: any change to a statement's text shows here first.
@@ -666,6 +765,38 @@ mod tests {
             indexed_at_ms: 0,
             trailer_sha256: "cd".repeat(32),
         }
+    }
+
+    /// `every_statement` (what the current engine parses, on one server
+    /// and on a cluster) lists every statement this file makes: a new one
+    /// left out of it turns this red.
+    #[test]
+    fn every_statement_names_each_statement_maker() {
+        // Names and fragments of statements, not statements.
+        let not_statements = [
+            "quote",
+            "packs_name",
+            "lease_name",
+            "packs",
+            "lease",
+            "schema",
+            "fence_scalar",
+            "fence_condition",
+        ];
+        let makers: std::collections::BTreeSet<&str> = include_str!("sql.rs")
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("pub(crate) fn "))
+            .filter(|l| l.ends_with("-> String {"))
+            .map(|l| l.split(['(', '<']).next().unwrap())
+            .filter(|n| !not_statements.contains(n))
+            .collect();
+        let listed: std::collections::BTreeSet<&str> = tables()
+            .every_statement()
+            .iter()
+            .map(|(n, _)| n.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(makers, listed);
+        assert!(makers.len() > 30, "{makers:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One behavioural suite for every [`Catalog`] implementation:
 //! `tests/tests/catalog_fast.rs` runs it on the in-memory fake and SQLite,
-//! `tests/tests/real_clickhouse.rs` on the real ClickHouse server.
+//! `tests/src/clickhouse_suite.rs` on the real ClickHouse engines (18.16
+//! and the current one).
 //!
 //! Each case takes a [`Fixture`]: a fresh, empty catalog and a way to open
 //! the same storage again as a new catalog object (which re-runs the schema
@@ -12,6 +13,27 @@ use spool_catalog::{
 };
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Calls the macro named in brackets with `$args` and then the name of
+/// every case each catalog runs (all but the contender processes and the
+/// lease timing cases, which take more), so the list is written once:
+/// `catalog_suite_cases!([m] x,)` expands to `m!(x, index_get_list_count, ...)`.
+#[macro_export]
+macro_rules! catalog_suite_cases {
+    ([$($m:tt)*] $($args:tt)*) => {
+        $($m)*!(
+            $($args)*
+            index_get_list_count,
+            hostile_text_round_trips,
+            reindex_reads_one_row,
+            lease_lifecycle,
+            fence_and_reacquire,
+            contested_term_has_at_most_one_holder,
+            newer_schema_version_refused,
+            migration_from_v1_keeps_rows,
+        );
+    };
+}
 
 /// A fresh catalog under test.
 pub struct Fixture {

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod catalog_suite;
+pub mod clickhouse_suite;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

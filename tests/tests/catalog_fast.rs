@@ -58,16 +58,7 @@ macro_rules! both {
     };
 }
 
-both!(
-    index_get_list_count,
-    hostile_text_round_trips,
-    reindex_reads_one_row,
-    lease_lifecycle,
-    fence_and_reacquire,
-    contested_term_has_at_most_one_holder,
-    newer_schema_version_refused,
-    migration_from_v1_keeps_rows,
-);
+spool_tests::catalog_suite_cases!([both]);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contenders_across_processes_on_sqlite() {

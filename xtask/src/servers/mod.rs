@@ -3,6 +3,7 @@
 //! stopped when [`Servers`] is dropped (SIGTERM, then SIGKILL after 5 s).
 
 pub mod azurite;
+pub mod chdb;
 pub mod clickhouse;
 pub mod gcs;
 pub mod moto;
@@ -112,6 +113,9 @@ impl Servers {
         // with the partly built vector, and the thread's when it ends.
         let at = root.to_path_buf();
         let replicated = std::thread::spawn(move || replicas::start(&at));
+        // chdb's engine loads for about a second: on its own thread too.
+        let at = root.to_path_buf();
+        let current = std::thread::spawn(move || chdb::start(&at));
         let mut processes = vec![
             clickhouse::start(root)?,
             moto::start(root)?,
@@ -123,11 +127,17 @@ impl Servers {
             .map_err(|_| anyhow::anyhow!("starting the replicated ClickHouse panicked"))?
             .context("starting ZooKeeper and the ClickHouse replicas")?;
         processes.extend(replicated);
+        processes.push(
+            current
+                .join()
+                .map_err(|_| anyhow::anyhow!("starting chdb panicked"))?
+                .context("starting chdb (ClickHouse's current engine)")?,
+        );
         Ok(Servers { processes })
     }
 
     /// Installs what [`Servers::start`] runs and is missing (Debian's
-    /// ClickHouse and ZooKeeper, moto, Azurite, fake-gcs-server), starting
+    /// ClickHouse and ZooKeeper, moto, Azurite, fake-gcs-server, chdb-core), starting
     /// nothing: `cargo xtask test` does it on a thread of its own while
     /// the fast tier builds and runs, so a fresh machine's downloads
     /// overlap the compile.
@@ -137,6 +147,7 @@ impl Servers {
         moto::install(root)?;
         azurite::install(root)?;
         gcs::install(root)?;
+        chdb::install(root)?;
         Ok(())
     }
 
