@@ -169,7 +169,18 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let database = format!("fleet_{}", std::process::id());
     let create = format!("CREATE DATABASE IF NOT EXISTS {database}");
     server.on_each(&create, Duration::from_secs(60))?;
+    // The engines' catalog is their host's (one client per process), so
+    // `catalog.cluster` must be in its URL too: without it the tables are
+    // created on the first server alone and no insert asks for a quorum.
     let catalog_url = server.catalog_url(&database);
+    let catalog_url = match o
+        .settings
+        .iter()
+        .find_map(|s| s.strip_prefix("catalog.cluster="))
+    {
+        Some(cluster) => spool_catalog::CatalogUrl::with_cluster(&catalog_url, cluster)?,
+        None => catalog_url,
+    };
     let scratch = std::path::absolute(&o.scratch)?;
     // Two runs on one scratch directory would clear each other's live
     // spools: the first holds `<scratch>.lock` for its whole run.
