@@ -9,12 +9,12 @@ use crate::redact::foreign_text;
 use crate::row::{check_pack_id, PackRow};
 use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE, QUORUM_PARALLEL};
 use crate::target::ClickHouseTarget;
-use crate::{Catalog, MAX_ROWS_PER_STATEMENT};
+use crate::{Catalog, CatalogCounters, MAX_ROWS_PER_STATEMENT};
 use async_trait::async_trait;
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 
 /// Default bound on one request (connect, send, answer).
@@ -172,6 +172,46 @@ enum Mode {
     Ddl,
 }
 
+/// `UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE`: a quorum insert arrived while
+/// an earlier quorum insert into the same table (anyone's) still waits for
+/// its quorum. Contention, not a failure: retried on the same replica
+/// (crate docs, "Quorum contention").
+pub const QUORUM_CONTENTION_CODE: u32 = 286;
+
+/// The first pause before a statement answered [`QUORUM_CONTENTION_CODE`]
+/// is sent again; each further pause doubles, up to
+/// [`CONTENTION_MAX_PAUSE`], and each is drawn between half and the whole
+/// of its step (jitter: writers that met one pending quorum do not all
+/// come back together).
+pub const CONTENTION_FIRST_PAUSE: Duration = Duration::from_millis(25);
+
+/// The longest pause between two tries of a statement answered
+/// [`QUORUM_CONTENTION_CODE`].
+pub const CONTENTION_MAX_PAUSE: Duration = Duration::from_millis(400);
+
+/// Whether `e` is a replica's answer that an earlier quorum insert is not
+/// satisfied yet ([`QUORUM_CONTENTION_CODE`]).
+fn is_contention(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Server {
+            code: Some(QUORUM_CONTENTION_CODE),
+            ..
+        }
+    )
+}
+
+/// The pause after the `tries`-th contention answer (1-based): the
+/// doubling step, jittered down to no less than half of it.
+fn contention_pause(tries: u32) -> Duration {
+    let step = CONTENTION_FIRST_PAUSE
+        .saturating_mul(1 << tries.saturating_sub(1).min(8))
+        .min(CONTENTION_MAX_PAUSE);
+    // any random bits do: a fresh v4 UUID's
+    let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;
+    step / 2 + step / 2 * r / 1000
+}
+
 /// ClickHouse exception codes after which another replica may do better:
 /// the network, ZooKeeper, a read-only (detached from ZooKeeper) replica,
 /// one that lacks a part the quorum has.
@@ -223,6 +263,10 @@ pub struct ClickHouseCatalog {
     preferred: AtomicUsize,
     request_timeout: Duration,
     schema_ok: OnceCell<()>,
+    /// Contention answers ([`QUORUM_CONTENTION_CODE`]) received, and
+    /// statements that gave up on one at the end of their budget.
+    contention: AtomicU64,
+    contention_gave_up: AtomicU64,
 }
 
 impl std::fmt::Debug for ClickHouseCatalog {
@@ -383,6 +427,8 @@ impl ClickHouseCatalog {
             preferred: AtomicUsize::new(0),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             schema_ok: OnceCell::new(),
+            contention: AtomicU64::new(0),
+            contention_gave_up: AtomicU64::new(0),
         }
     }
 
@@ -619,13 +665,7 @@ impl ClickHouseCatalog {
                 replicas: n,
                 done: false,
             };
-            let answer = match self.connect(r).await {
-                Ok(c) => {
-                    self.run(r, purpose, timeout, f(self.with_mode(c, mode)))
-                        .await
-                }
-                Err(e) => Err(e),
-            };
+            let answer = self.on_replica(r, purpose, mode, timeout, &f).await;
             match answer {
                 Ok(v) => {
                     attempt.done = true;
@@ -655,6 +695,49 @@ impl ClickHouseCatalog {
             purpose,
             detail: "no replica".into(),
         }))
+    }
+
+    /// Runs `f` on replica `r` within `budget`; a contention answer
+    /// ([`QUORUM_CONTENTION_CODE`]) is tried again on the same replica
+    /// after a jittered pause ([`contention_pause`]) while the next try
+    /// still starts within the budget, every try bounded by what is left
+    /// of it; past that the answer is returned as is (retryable).
+    async fn on_replica<T, F, Fut>(
+        &self,
+        r: &Replica,
+        purpose: &'static str,
+        mode: Mode,
+        budget: Duration,
+        f: &F,
+    ) -> Result<T>
+    where
+        F: Fn(clickhouse::Client) -> Fut,
+        Fut: Future<Output = clickhouse::error::Result<T>>,
+    {
+        let deadline = Instant::now() + budget;
+        let mut tries = 0;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let answer = match self.connect(r).await {
+                Ok(c) => self.run(r, purpose, left, f(self.with_mode(c, mode))).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Err(e) if is_contention(&e) => {
+                    self.contention.fetch_add(1, Ordering::Relaxed);
+                    tries += 1;
+                    let pause = contention_pause(tries);
+                    if Instant::now() + pause >= deadline {
+                        self.contention_gave_up.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, tries, "an earlier quorum insert stayed unsatisfied for the whole budget");
+                        return Err(e);
+                    }
+                    tracing::debug!(server = %self.server_of(r), tries, ?pause, "quorum contention; trying again");
+                    tokio::time::sleep(pause).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Runs one statement that returns nothing.
@@ -932,6 +1015,13 @@ impl Catalog for ClickHouseCatalog {
 
     async fn trim_lease_log(&self) -> Result<u64> {
         self.trim_lease_days().await
+    }
+
+    fn counters(&self) -> CatalogCounters {
+        CatalogCounters {
+            quorum_contention: self.contention.load(Ordering::Relaxed),
+            quorum_contention_gave_up: self.contention_gave_up.load(Ordering::Relaxed),
+        }
     }
 }
 

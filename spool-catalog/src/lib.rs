@@ -179,7 +179,7 @@
 //! both read back alone (each claim is confirmed before its read-back, and
 //! each read-back sees every confirmed claim), and the fence sees the head
 //! a rival's claim needs confirmed. Without a quorum an insert fails
-//! (retryable: codes 285, 286, 319; the pack stays in its spool) and a
+//! (retryable: codes 285, 319; the pack stays in its spool) and a
 //! claim fails closed (an error, never `Held`; a renewing holder lets go at
 //! its local deadline). A claim whose insert failed may still land once the
 //! replicas return (code 319: "unknown status"): it then lives out its TTL
@@ -192,6 +192,55 @@
 //! each at most once per call; the one that answers is tried first next
 //! time, and a request cut by its caller's deadline moves the preference
 //! on too.
+//!
+//! ## Quorum contention (code 286)
+//!
+//! ClickHouse before current releases' `insert_quorum_parallel` (18.16
+//! among them; current releases with it off, as this crate sends it) runs
+//! quorum inserts into one table one at a time: while an insert waits for
+//! its quorum (the table's one `quorum/status` node in ZooKeeper), any
+//! other quorum insert into that table, on any replica, is answered code
+//! 286 (`UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE`,
+//! [`QUORUM_CONTENTION_CODE`]). A fleet's writers meet it all the time: one
+//! table of claims and one of packs take every node's inserts. It is
+//! contention, handled as such:
+//!
+//! - **Tried again, where it was answered.** The statement is sent again
+//!   to the same replica after a pause of [`CONTENTION_FIRST_PAUSE`]
+//!   doubling up to [`CONTENTION_MAX_PAUSE`], each drawn between half and
+//!   the whole of its step so writers that met one pending quorum come
+//!   back apart. Another replica would answer the same (the pending quorum
+//!   is the table's, shared by all), so it is no reason to fail over nor
+//!   to move the preferred replica.
+//! - **Safe to repeat.** 286 is answered before anything is written: the
+//!   replica checks for a pending quorum before it writes the part, and a
+//!   rival that started its quorum between that check and the commit
+//!   fails the commit's ZooKeeper transaction, which rolls the part back.
+//!   So a retried claim or row lands once (unlike code 319, "unknown
+//!   status", after which a claim may still land). A fenced insert is one
+//!   statement each try: each try's fence is checked again by the server,
+//!   so a holding that lapsed during the pauses writes nothing (code 395,
+//!   [`Error::Fenced`]), and the margin argument above holds for each try
+//!   as it does for one.
+//! - **Bounded by the statement's budget.** All tries of a statement on a
+//!   replica share one budget: the request timeout (the URL's, 30 s by
+//!   default), the fence margin for a fenced insert. Each try is cut by
+//!   what is left of it, and when the next pause would end past it the 286
+//!   is returned as the error (retryable: the pack stays in its spool, the
+//!   service tries it at its next cycle). A lease claim is cut sooner by
+//!   its keeper: a renewal at the holding's local deadline (send time +
+//!   ttl − 1 s), an acquisition after one renew interval. So a quorum
+//!   stalled longer than a holding has left costs that holding, as a
+//!   failed renewal does (the keeper lets go at its local deadline; the
+//!   fence has refused its inserts `fence_margin` earlier), and never a
+//!   late or doubled claim: a try cut in its pause has nothing in flight,
+//!   and one cut mid-request is the timeout case above.
+//! - **Counted, not failed.** A 286 that a later try overcomes is no
+//!   error: [`Catalog::counters`] counts every 286 answer
+//!   ([`CatalogCounters::quorum_contention`]) and the statements that gave
+//!   up on one ([`CatalogCounters::quorum_contention_gave_up`]); the
+//!   service's snapshot and `/metrics` show them
+//!   (`spool_catalog_quorum_contention_total`).
 //!
 //! # Latch
 //!
@@ -275,7 +324,10 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 #[cfg(feature = "clickhouse")]
-pub use crate::clickhouse::{ClickHouseCatalog, DEFAULT_REQUEST_TIMEOUT};
+pub use crate::clickhouse::{
+    ClickHouseCatalog, CONTENTION_FIRST_PAUSE, CONTENTION_MAX_PAUSE, DEFAULT_REQUEST_TIMEOUT,
+    QUORUM_CONTENTION_CODE,
+};
 pub use crate::error::{Error, Result};
 pub use crate::holder::LeaseHolder;
 pub use crate::lease::{
@@ -309,6 +361,20 @@ pub const LEASE_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_s
 /// Most rows one index statement carries; larger batches are split (each
 /// statement fenced on its own).
 pub const MAX_ROWS_PER_STATEMENT: usize = 256;
+
+/// What a catalog counted since it was opened (cheap to read: a few
+/// atomics). Backends that count nothing report zeros.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CatalogCounters {
+    /// Contention answers of a replicated catalog (ClickHouse code 286: an
+    /// earlier quorum insert into the same table not satisfied yet), each
+    /// tried again on the same replica; not failures (crate docs, "Quorum
+    /// contention").
+    pub quorum_contention: u64,
+    /// Statements that met contention until the end of their budget and
+    /// returned it (retryable): a stalled quorum, not a busy one.
+    pub quorum_contention_gave_up: u64,
+}
 
 /// A pack catalog with its lease. Usable as `Arc<dyn Catalog>`.
 ///
@@ -359,6 +425,13 @@ pub trait Catalog: Send + Sync {
     /// log of its own (a wrapper) keeps this default, which trims nothing.
     async fn trim_lease_log(&self) -> Result<u64> {
         Ok(0)
+    }
+
+    /// What this catalog counted so far ([`CatalogCounters`]). A backend
+    /// that counts nothing (SQLite, the fake) keeps this default; a
+    /// wrapper forwards its inner catalog's.
+    fn counters(&self) -> CatalogCounters {
+        CatalogCounters::default()
     }
 
     /// Acquires `name` for `holder` with a new lease id.

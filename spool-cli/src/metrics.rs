@@ -241,6 +241,24 @@ impl Collector for SnapshotCollector {
             "Service cycles run (loop and flush).",
             s.cycles,
         )?;
+        counter(
+            e,
+            "lease_losses",
+            "Holdings of this service's lease lost (superseded, lapsed, or not renewed in time).",
+            s.lease_losses,
+        )?;
+        counter(
+            e,
+            "catalog_quorum_contention",
+            "Replicated catalog: answers that an earlier quorum insert was not satisfied yet (ClickHouse code 286), each tried again.",
+            s.catalog.quorum_contention,
+        )?;
+        counter(
+            e,
+            "catalog_quorum_contention_gave_up",
+            "Replicated catalog: statements that met code 286 until the end of their budget (retried at a later cycle).",
+            s.catalog.quorum_contention_gave_up,
+        )?;
         gauge(
             e,
             "pending_index_packs",

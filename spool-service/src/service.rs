@@ -586,7 +586,9 @@ impl StorageService {
             let st = rx.borrow();
             s.lease_renewals = st.renewals;
             s.max_renewal_gap = st.max_renewal_gap;
+            s.lease_losses = st.losses;
         }
+        s.catalog = self.config.catalog.counters();
         s
     }
 }
@@ -1035,6 +1037,9 @@ impl Core {
             latched: lease.as_ref().is_some_and(|s| s.latched),
             lease_renewals: lease.as_ref().map_or(0, |s| s.renewals),
             max_renewal_gap: lease.as_ref().and_then(|s| s.max_renewal_gap),
+            lease_losses: lease.as_ref().map_or(0, |s| s.losses),
+            // read live by `snapshot()` from the catalog itself
+            catalog: Default::default(),
             // the lease keeper's failure talking to the catalog counts too (a
             // daemon that cannot get the lease says why)
             last_error: c.last_error().map(str::to_string).or_else(|| {

@@ -57,6 +57,15 @@ pub struct Snapshot {
     /// file system work never runs on the service's async workers, so this
     /// stays near `ttl / 3`). Live at each `snapshot()`.
     pub max_renewal_gap: Option<std::time::Duration>,
+    /// Holdings of this service's lease lost (superseded, lapsed, or not
+    /// renewed before the local deadline) while it ran. Live at each
+    /// `snapshot()`.
+    pub lease_losses: u64,
+    /// What the catalog counted in this process (quorum contention on a
+    /// replicated catalog: answers retried, statements that gave up). Live
+    /// at each `snapshot()`; the catalog's, so services sharing one
+    /// catalog object show the same counts.
+    pub catalog: spool_catalog::CatalogCounters,
     /// A foreign lease outlived 2 x TTL: lease-gated work stopped for good.
     pub latched: bool,
     /// The last error recorded.

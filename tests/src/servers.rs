@@ -330,6 +330,24 @@ impl Replicas {
         self.wait_healthy(i);
     }
 
+    /// Starts replica `i` again from its config unless it runs, without
+    /// waiting for it (after its killed session lapsed,
+    /// [`REPLICA_SESSION`]).
+    pub fn start(&self, i: usize) {
+        self.start_if_dead(i);
+    }
+
+    /// Whether replica `i` answers that its replicated tables are
+    /// writable, see every peer active and have nothing left to fetch.
+    pub fn is_healthy(&self, i: usize) -> bool {
+        let url = self.only(&format!("{}?table_prefix=x", self.url), i);
+        let unhealthy = try_clickhouse_sql(
+            &url,
+            "SELECT count() FROM system.replicas WHERE is_readonly OR active_replicas < total_replicas OR queue_size > 0 FORMAT TSV",
+        );
+        matches!(unhealthy, Ok((200, ref n)) if n.trim() == "0")
+    }
+
     fn start_if_dead(&self, i: usize) {
         if self.pid(i).is_some() {
             return;
@@ -362,18 +380,13 @@ impl Replicas {
 
     fn wait_healthy(&self, i: usize) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let url = self.only(&format!("{}?table_prefix=x", self.url), i);
         loop {
-            let unhealthy = try_clickhouse_sql(
-                &url,
-                "SELECT count() FROM system.replicas WHERE is_readonly OR active_replicas < total_replicas OR queue_size > 0 FORMAT TSV",
-            );
-            if matches!(unhealthy, Ok((200, ref n)) if n.trim() == "0") {
+            if self.is_healthy(i) {
                 return;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "replica {i} did not come back healthy: {unhealthy:?}"
+                "replica {i} did not come back healthy within 30 s"
             );
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -6,7 +6,8 @@
 //! replica killed; with two down an insert fails and a lease claim
 //! fails closed; a claim through a replica that lags fails closed; the
 //! URL's failover past a host that refuses or stalls; the lease surviving
-//! its trim, and a catalog wedged by a dropped day repaired. The tests
+//! its trim, and a catalog wedged by a dropped day repaired; an insert
+//! behind an unsatisfied quorum (code 286) waiting within its budget. The tests
 //! kill and stall the shared replicas, so they run one at a time (module
 //! `serial`); each heals the replicas and drops its database, pass or fail.
 #![forbid(unsafe_code)]
@@ -501,5 +502,126 @@ mod serial {
             started.elapsed()
         );
         replicas.resume(0);
+    }
+
+    /// ClickHouse 18.16 runs quorum inserts into one table one at a time:
+    /// while one waits for its quorum, the next is answered code 286. With
+    /// the other two replicas' fetches stopped, a first insert through
+    /// replica 1 waits for its quorum; a second insert meets 286 and is
+    /// tried again on the same replica (counted, not failed) until fetches
+    /// resume and the first's quorum is met, then lands. With the quorum
+    /// stalled past a statement's budget, the statement gives up with the
+    /// 286 (retryable) at its budget, not later.
+    #[test]
+    fn an_insert_behind_an_unsatisfied_quorum_waits_for_it_within_its_budget() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let rt = &cleanup.rt;
+        let db = database_of(&url);
+        let first =
+            spool_catalog::open_with_timeout(&replicas.only(&url, 0), Duration::from_secs(30))
+                .unwrap();
+        let first: Arc<dyn spool_catalog::Catalog> = first;
+        rt.block_on(first.ensure_schema()).unwrap();
+        let fetches = |verb: &str| {
+            for i in 1..replicas.len() {
+                clickhouse_sql(
+                    &replicas.only(&url, i),
+                    &format!("SYSTEM {verb} FETCHES `{db}`.`spool_packs`"),
+                );
+            }
+        };
+        // fetches started again however the test ends (before the cleanup
+        // heals: a replica that fetches nothing never comes back healthy)
+        struct Restart<F: Fn(&str)>(F);
+        impl<F: Fn(&str)> Drop for Restart<F> {
+            fn drop(&mut self) {
+                let _ =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.0)("START")));
+            }
+        }
+        let _restart = Restart(fetches);
+        // the packs table's quorum node: there while an insert waits for it
+        let quorum_pending = || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let sql = format!("SELECT count() FROM system.zookeeper WHERE path = '/clickhouse/tables/01/{db}/spool_packs/quorum' AND name = 'status' FORMAT TSV");
+                if clickhouse_sql(&replicas.only(&url, 0), &sql).trim() == "1" {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the first insert's quorum never pended"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        let index_in_background = |c: &Arc<dyn spool_catalog::Catalog>, n: u64| {
+            let c = c.clone();
+            rt.spawn(async move { c.index(&rows(n, 1), None).await })
+        };
+
+        // a quorum met while the second insert waits on it
+        fetches("STOP");
+        let a = index_in_background(&first, 0);
+        quorum_pending();
+        let second: Arc<dyn spool_catalog::Catalog> =
+            spool_catalog::open_with_timeout(&url, Duration::from_secs(20)).unwrap();
+        rt.block_on(second.ensure_schema()).unwrap();
+        let started = Instant::now();
+        let b = index_in_background(&second, 1);
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            !b.is_finished(),
+            "the second insert did not wait for the quorum: {:?}",
+            rt.block_on(b)
+        );
+        assert!(
+            second.counters().quorum_contention >= 1,
+            "{:?}",
+            second.counters()
+        );
+        fetches("START");
+        rt.block_on(a).unwrap().unwrap();
+        rt.block_on(b).unwrap().unwrap_or_else(|e| {
+            panic!("the second insert, tried again once the quorum was met: {e}")
+        });
+        assert!(started.elapsed() >= Duration::from_secs(2));
+        assert_eq!(second.counters().quorum_contention_gave_up, 0);
+        assert_eq!(rt.block_on(second.count()).unwrap(), 2);
+
+        // a quorum stalled past the budget: given up at the budget
+        fetches("STOP");
+        let a = index_in_background(&first, 2);
+        quorum_pending();
+        let budget = Duration::from_secs(3);
+        let third = spool_catalog::open_with_timeout(&url, budget).unwrap();
+        rt.block_on(third.ensure_schema()).unwrap();
+        let started = Instant::now();
+        let given_up = rt.block_on(third.index(&rows(3, 1), None));
+        let took = started.elapsed();
+        match &given_up {
+            Err(
+                e @ spool_catalog::Error::Server {
+                    code: Some(286), ..
+                },
+            ) => {
+                assert!(e.is_retryable(), "{e}")
+            }
+            other => panic!("expected code 286 at the budget: {other:?}"),
+        }
+        assert!(
+            took >= budget / 2 && took <= budget + Duration::from_secs(1),
+            "gave up after {took:?} of a {budget:?} budget"
+        );
+        let counted = third.counters();
+        assert!(
+            counted.quorum_contention >= 2 && counted.quorum_contention_gave_up == 1,
+            "{counted:?}"
+        );
+        fetches("START");
+        rt.block_on(a).unwrap().unwrap();
     }
 }

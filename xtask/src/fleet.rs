@@ -4,7 +4,9 @@
 //! `target/xtask/fleet-clickhouse/` (the `real_*` tests' set-up,
 //! `servers::clickhouse`) — or, with `--replicas N`, ZooKeeper and N
 //! replicas of one shard (`servers::replicas`) with `catalog.cluster` set
-//! for every engine —, runs `spool-fleet run` with the arguments given
+//! for every engine and the replicas described in the simulator's
+//! environment (so `--kill-replica I` can SIGKILL one and start it
+//! again) —, runs `spool-fleet run` with the arguments given
 //! and the server's URL at the lowest CPU priority (`nice -n 19`: the
 //! simulated nodes stand for machines of their own, so they must not
 //! starve the server on the cores they share), prints its report and stops
@@ -24,7 +26,7 @@ use crate::{cargo, run, servers, target_dir};
 
 /// `cargo xtask fleet [--debug] [--replicas N] ARGS...` (ARGS as
 /// `spool-fleet run` takes them: `--nodes N --ranks R --rate P --minutes M
-/// [--kill K] ...`).
+/// [--kill K] [--kill-replica I] ...`).
 pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     let (mut debug, mut replicas, mut rest) = (false, None, Vec::new());
     let mut it = args.iter();
@@ -66,6 +68,10 @@ pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     if replicas.is_some() {
         let cluster = servers::replicas::CLUSTER;
         cmd.args(["--set", &format!("catalog.cluster={cluster}")]);
+        // the replicas' configs and pids, for `--kill-replica I`
+        for s in &servers {
+            cmd.envs(s.env.iter().map(|(k, v)| (k, v)));
+        }
     }
     cmd.arg("--scratch")
         .arg(target_dir(root).join("fleet-data"))

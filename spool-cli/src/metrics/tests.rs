@@ -35,6 +35,9 @@ fn render_names_every_snapshot_field_with_units() {
         "spool_sibling_bytes",
         "spool_latched",
         "spool_cycles_total",
+        "spool_lease_losses_total",
+        "spool_catalog_quorum_contention_total",
+        "spool_catalog_quorum_contention_gave_up_total",
     ] {
         assert!(text.contains(name), "{name} missing in\n{text}");
     }

@@ -9,7 +9,7 @@
 //! (`max_connections`), which is not what a fleet run measures. Latency is
 //! measured around the whole call, a wait for a free slot included.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use spool_catalog::{Catalog, LeaseGuard, LeaseHead, LeaseRecord, NewClaim, PackRow, Result};
+use spool_catalog::{
+    Catalog, CatalogCounters, Error, LeaseGuard, LeaseHead, LeaseRecord, NewClaim, PackRow, Result,
+};
 
 /// What the engines of one process asked of the catalog.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -44,6 +46,18 @@ pub struct CallStats {
     pub lease_rows: u64,
     /// The first few distinct error messages.
     pub errors: Vec<String>,
+    /// Failed index inserts and claims by what failed them: `code N` (a
+    /// ClickHouse exception), `timeout`, `unreachable`, `fenced`, `other`.
+    #[serde(default)]
+    pub errors_by_code: BTreeMap<String, u64>,
+    /// Code-286 answers the catalog client met and tried again (quorum
+    /// contention, [`CatalogCounters::quorum_contention`]): not errors.
+    #[serde(default)]
+    pub quorum_contention: u64,
+    /// Statements that met code 286 until the end of their budget
+    /// (counted in `errors_by_code` too).
+    #[serde(default)]
+    pub quorum_contention_gave_up: u64,
 }
 
 impl CallStats {
@@ -61,6 +75,23 @@ impl CallStats {
         for e in other.errors {
             note_error(&mut self.errors, e);
         }
+        for (k, n) in other.errors_by_code {
+            *self.errors_by_code.entry(k).or_default() += n;
+        }
+        self.quorum_contention += other.quorum_contention;
+        self.quorum_contention_gave_up += other.quorum_contention_gave_up;
+    }
+}
+
+/// The key an error is counted under in [`CallStats::errors_by_code`].
+fn error_key(e: &Error) -> String {
+    match e {
+        Error::Server { code: Some(c), .. } => format!("code {c}"),
+        Error::Server { code: None, .. } => "server (no code)".into(),
+        Error::Timeout { .. } => "timeout".into(),
+        Error::Unreachable { .. } => "unreachable".into(),
+        Error::Fenced { .. } => "fenced".into(),
+        _ => "other".into(),
     }
 }
 
@@ -181,6 +212,10 @@ impl Catalog for OnRuntime {
         self.run("read the lease log", async move { c.lease_log(&n).await })
             .await
     }
+
+    fn counters(&self) -> CatalogCounters {
+        self.inner.counters()
+    }
 }
 
 /// The timing decorator (see the module doc).
@@ -210,6 +245,9 @@ impl TimedCatalog {
     pub fn stats(&self) -> CallStats {
         let mut s = self.stats.lock().expect("stats lock").clone();
         s.lease_rows = self.inner.lease_rows.load(Ordering::Relaxed);
+        let counted = self.inner.counters();
+        s.quorum_contention = counted.quorum_contention;
+        s.quorum_contention_gave_up = counted.quorum_contention_gave_up;
         s
     }
 
@@ -231,6 +269,7 @@ impl TimedCatalog {
             s.insert_us.push(us);
         }
         if let Err(e) = r {
+            *s.errors_by_code.entry(error_key(e)).or_default() += 1;
             note_error(&mut s.errors, e.to_string());
         }
     }
@@ -279,14 +318,25 @@ impl Catalog for TimedCatalog {
             }
             Err(e) => {
                 s.claim_errors += 1;
+                *s.errors_by_code.entry(error_key(e)).or_default() += 1;
                 note_error(&mut s.errors, e.to_string());
             }
         }
         r
     }
 
+    /// A failed append ends its claim as a failure.
     async fn append_claim(&self, claim: &NewClaim) -> Result<()> {
-        self.inner.append_claim(claim).await
+        let r = self.inner.append_claim(claim).await;
+        if let Err(e) = &r {
+            let key = (claim.name.clone(), tokio::task::try_id());
+            self.claiming.lock().expect("claims lock").remove(&key);
+            let mut s = self.stats.lock().expect("stats lock");
+            s.claim_errors += 1;
+            *s.errors_by_code.entry(error_key(e)).or_default() += 1;
+            note_error(&mut s.errors, e.to_string());
+        }
+        r
     }
 
     /// ... and ends with its read-back: a claim's latency is from its head
@@ -307,5 +357,9 @@ impl Catalog for TimedCatalog {
 
     async fn release(&self, guard: &LeaseGuard) -> Result<bool> {
         self.inner.release(guard).await
+    }
+
+    fn counters(&self) -> CatalogCounters {
+        self.inner.counters()
     }
 }

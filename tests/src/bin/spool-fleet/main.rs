@@ -2,13 +2,13 @@
 //! "Fleet" section of BENCHMARKS.md. N simulated nodes (each its own spool
 //! root and node name, its daemon and R ranks producing packs at P per
 //! second) run in a few host processes against one ClickHouse and a local
-//! `file://` store; some nodes are SIGKILLed and restarted mid-run; the
-//! report says what the server saw and whether every sealed pack reached
+//! `file://` store; some nodes are SIGKILLed and restarted mid-run (and,
+//! on a replicated catalog, one replica); the report says what the server saw and whether every sealed pack reached
 //! the store and the catalog exactly once.
 //!
 //! ```text
 //! spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K]
-//!     [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL]
+//!     [--kill-replica I] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL]
 //!     [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS]
 //!     [--json FILE] [--keep] [--server-pid PID]
 //! spool-fleet host ...      (internal: one host process)
@@ -63,7 +63,7 @@ fn main() -> Result<()> {
         }
         Some("host") => host::main(&args[1..]),
         _ => {
-            eprintln!("usage: spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL] [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS] [--json FILE] [--keep] [--server-pid PID]");
+            eprintln!("usage: spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K] [--kill-replica I] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL] [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS] [--json FILE] [--keep] [--server-pid PID]");
             std::process::exit(2);
         }
     }

@@ -167,6 +167,12 @@ pub struct NodeReport {
     pub left_ready: usize,
     /// What did not close cleanly.
     pub problems: Vec<String>,
+    /// Holdings of a lease lost while its engine lived (superseded,
+    /// lapsed, or not renewed before the local deadline: a renewal that a
+    /// stalled catalog held past it), summed over the node's engines as
+    /// their snapshots say before they close.
+    #[serde(default)]
+    pub lease_lapses: u64,
 }
 
 /// A running node.
@@ -235,6 +241,8 @@ impl Node {
         if let Some(p) = self.producer.take() {
             let _ = p.join();
         }
+        let lapses = |e: &Engine| e.service().map_or(0, |s| s.snapshot().lease_losses);
+        let mut lease_lapses: u64 = self.ranks.iter().map(lapses).sum();
         let mut problems = Vec::new();
         for r in std::mem::take(&mut self.ranks) {
             let rep = r.close();
@@ -257,6 +265,7 @@ impl Node {
             std::thread::sleep(Duration::from_millis(200));
             left = count_ready(&root);
         }
+        lease_lapses += lapses(&self.daemon);
         let rep = self.daemon.close();
         if !rep.problems.is_empty() {
             problems.push(format!("daemon: {:?}", rep.problems));
@@ -268,6 +277,7 @@ impl Node {
             late_ticks: self.late.load(Ordering::SeqCst),
             left_ready: count_ready(&root),
             problems,
+            lease_lapses,
         }
     }
 }

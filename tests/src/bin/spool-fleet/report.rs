@@ -52,6 +52,20 @@ impl Sampled {
     }
 }
 
+/// A replica SIGKILLed mid-window (`--kill-replica`) and started again.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct ReplicaKill {
+    /// The replica (1-based, as the URL lists them).
+    pub replica: usize,
+    /// Seconds into the window of the SIGKILL.
+    pub killed_at: f64,
+    /// Seconds into the window of its start.
+    pub restarted_at: f64,
+    /// Seconds into the window when it was healthy again (writable, every
+    /// peer active, nothing left to fetch); `None`: not by the drain's end.
+    pub healthy_at: Option<f64>,
+}
+
 /// The coordinator's own figures of a run.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Run {
@@ -77,6 +91,9 @@ pub struct Run {
     pub missing_reports: usize,
     /// CPU seconds the server used in the window (with `--server-pid`).
     pub server_cpu_secs: Option<f64>,
+    /// The replica killed mid-window, if any.
+    #[serde(default)]
+    pub replica_kill: Option<ReplicaKill>,
 }
 
 /// Everything a run reports.
@@ -122,6 +139,18 @@ pub struct Report {
     pub errors: u64,
     /// Client: the first distinct error messages.
     pub error_examples: Vec<String>,
+    /// Client: failed index inserts and claims by what failed them
+    /// (`code N`, `timeout`, `unreachable`, `fenced`, ...).
+    pub errors_by_code: BTreeMap<String, u64>,
+    /// Client: code-286 answers (an earlier quorum insert into the table
+    /// not satisfied yet) met and tried again: contention, not errors.
+    pub quorum_contention: u64,
+    /// Client: statements that met 286 until their budget ran out
+    /// (counted in `errors_by_code` as `code 286` too).
+    pub quorum_contention_gave_up: u64,
+    /// Lease holdings lost while their engine lived (superseded, lapsed,
+    /// or not renewed before the local deadline), surviving processes.
+    pub lease_lapses: u64,
     /// Packs sealed per second (all ranks).
     pub sealed_per_s: f64,
     /// Produce errors, and ticks more than an interval late.
@@ -137,7 +166,10 @@ pub struct Report {
 }
 
 fn delta(r: &Run, k: &str) -> u64 {
-    r.events1.get(k).copied().unwrap_or(0) - r.events0.get(k).copied().unwrap_or(0)
+    let (a, b) = (r.events0.get(k), r.events1.get(k));
+    b.copied()
+        .unwrap_or(0)
+        .saturating_sub(a.copied().unwrap_or(0))
 }
 
 /// The `p`-th percentile of microsecond samples, in milliseconds.
@@ -162,12 +194,14 @@ impl Report {
         let mut calls = CallStats::default();
         let (mut sealed, mut produce_errors, mut late_ticks, mut node_problems) =
             (0, 0, 0, Vec::new());
+        let mut lease_lapses = 0;
         for h in hosts {
             calls.merge(h.calls);
             for n in h.nodes {
                 sealed += n.sealed;
                 produce_errors += n.produce_errors;
                 late_ticks += n.late_ticks;
+                lease_lapses += n.lease_lapses;
                 if n.left_ready > 0 || !n.problems.is_empty() {
                     node_problems.push(format!(
                         "node {}: {} ready left; {}",
@@ -214,6 +248,10 @@ impl Report {
             lease_rows_per_s: calls.lease_rows as f64 / whole,
             errors: calls.insert_errors + calls.claim_errors,
             error_examples: calls.errors,
+            errors_by_code: calls.errors_by_code,
+            quorum_contention: calls.quorum_contention,
+            quorum_contention_gave_up: calls.quorum_contention_gave_up,
+            lease_lapses,
             sealed_per_s: sealed as f64 / secs,
             produce_errors,
             late_ticks,
@@ -264,8 +302,27 @@ impl fmt::Display for Report {
             "  client: {:.1} index inserts/s, {:.1} rows/insert, insert p50 {:.1} ms p99 {:.1} ms; {:.1} lease claims begun/s, {:.1} appended/s, claim p50 {:.1} ms p99 {:.1} ms; {:.1} lease rows/s; {} errors",
             self.index_per_s, self.rows_per_index, self.index_ms.0, self.index_ms.1, self.claim_attempts_per_s, self.claims_per_s, self.claim_ms.0, self.claim_ms.1, self.lease_rows_per_s, self.errors
         )?;
+        if !self.errors_by_code.is_empty() {
+            writeln!(f, "    errors by code: {:?}", self.errors_by_code)?;
+        }
         for e in &self.error_examples {
             writeln!(f, "    error: {e}")?;
+        }
+        writeln!(
+            f,
+            "  contention: {} code-286 answers tried again, {} gave up at their budget; {} lease lapses",
+            self.quorum_contention, self.quorum_contention_gave_up, self.lease_lapses
+        )?;
+        if let Some(k) = &r.replica_kill {
+            let healthy = k.healthy_at.map_or_else(
+                || "not healthy by the drain's end".to_string(),
+                |t| format!("healthy at {t:.1} s"),
+            );
+            writeln!(
+                f,
+                "  replica {} SIGKILLed at {:.1} s, started again at {:.1} s, {healthy}",
+                k.replica, k.killed_at, k.restarted_at
+            )?;
         }
         writeln!(
             f,

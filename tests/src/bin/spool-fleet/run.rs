@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::host::HostReport;
 use crate::node::RankMode;
-use crate::report::{Report, Sampled};
+use crate::report::{ReplicaKill, Report, Sampled};
 use crate::server::Server;
 use crate::value;
 
@@ -37,6 +37,11 @@ pub struct Options {
     pub kill: usize,
     /// Catalog replicas (1: one server).
     pub replicas: usize,
+    /// The replica (1-based, as the URL lists them; never the first, whose
+    /// counters the report reads) SIGKILLed at 30 % of the window and
+    /// started again at 60 % (`--kill-replica I`; the replicas as `cargo
+    /// xtask fleet --replicas N` describes them in the environment).
+    pub kill_replica: Option<usize>,
     /// Host processes for the nodes that are not killed.
     pub processes: usize,
     /// Seed of the kill times and the nodes' phases.
@@ -69,6 +74,7 @@ impl Options {
             minutes: 1.0,
             kill: 0,
             replicas: 1,
+            kill_replica: None,
             processes: 4,
             seed: 1,
             scratch: PathBuf::from("target/fleet"),
@@ -89,6 +95,7 @@ impl Options {
                 "--minutes" => o.minutes = value(&mut it, a)?.parse()?,
                 "--kill" => o.kill = value(&mut it, a)?.parse()?,
                 "--replicas" => o.replicas = value(&mut it, a)?.parse()?,
+                "--kill-replica" => o.kill_replica = Some(value(&mut it, a)?.parse()?),
                 "--processes" => o.processes = value(&mut it, a)?.parse()?,
                 "--seed" => o.seed = value(&mut it, a)?.parse()?,
                 "--scratch" => o.scratch = PathBuf::from(value(&mut it, a)?),
@@ -115,6 +122,9 @@ impl Options {
         }
         if o.nodes == 0 || o.ranks == 0 || o.rate <= 0.0 || o.minutes <= 0.0 || o.processes == 0 {
             bail!("--nodes, --ranks, --rate, --minutes and --processes must be above zero");
+        }
+        if o.kill_replica.is_some_and(|r| r < 2) {
+            bail!("--kill-replica takes a replica number from 2 (the first's counters are the report's)");
         }
         if o.kill > o.nodes {
             bail!("--kill {} is more than --nodes {}", o.kill, o.nodes);
@@ -143,10 +153,34 @@ enum Said {
 pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let server = Server::from_url(&o.clickhouse)?;
     let version = server.version()?;
+    // the replica to kill, checked before anything starts
+    let replicas = match o.kill_replica {
+        None => None,
+        Some(r) => {
+            let Some(all) = spool_tests::servers::replicas() else {
+                bail!("--kill-replica {r}: no replicas described in the environment (run through cargo xtask fleet --replicas N)");
+            };
+            if r > all.len() {
+                bail!("--kill-replica {r}: there are {} replicas", all.len());
+            }
+            Some(Arc::new(all))
+        }
+    };
     let database = format!("fleet_{}", std::process::id());
     let create = format!("CREATE DATABASE IF NOT EXISTS {database}");
     server.on_each(&create, Duration::from_secs(60))?;
+    // The engines' catalog is their host's (one client per process), so
+    // `catalog.cluster` must be in its URL too: without it the tables are
+    // created on the first server alone and no insert asks for a quorum.
     let catalog_url = server.catalog_url(&database);
+    let catalog_url = match o
+        .settings
+        .iter()
+        .find_map(|s| s.strip_prefix("catalog.cluster="))
+    {
+        Some(cluster) => spool_catalog::CatalogUrl::with_cluster(&catalog_url, cluster)?,
+        None => catalog_url,
+    };
     let scratch = std::path::absolute(&o.scratch)?;
     // Two runs on one scratch directory would clear each other's live
     // spools: the first holds `<scratch>.lock` for its whole run.
@@ -283,23 +317,71 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
         })
     };
 
-    // kill times, spread over the middle of the run
+    // kill times, spread over the middle of the run; the replica's kill
+    // and restart among them
     let window = Duration::from_secs_f64(o.minutes * 60.0);
     let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed);
-    let mut kills: Vec<(Duration, usize)> = (0..o.kill)
-        .map(|v| (window.mul_f64(rng.random_range(0.2..0.6)), v))
+    let mut events: Vec<(Duration, Event)> = (0..o.kill)
+        .map(|v| (window.mul_f64(rng.random_range(0.2..0.6)), Event::Node(v)))
         .collect();
-    kills.sort();
+    if let Some(r) = o.kill_replica {
+        events.push((window.mul_f64(0.3), Event::ReplicaKill(r - 1)));
+        events.push((window.mul_f64(0.6), Event::ReplicaStart(r - 1)));
+    }
+    events.sort_by_key(|(at, _)| *at);
     let mut killed = Vec::new();
-    for (at, victim) in kills {
+    let mut replica_kill = o.kill_replica.map(|r| ReplicaKill {
+        replica: r,
+        ..ReplicaKill::default()
+    });
+    let healthy_at = Arc::new(Mutex::new(None));
+    let mut health_watch = None;
+    for (at, event) in events {
         sleep_until(window_start + at);
-        let h = &mut hosts[victim];
-        h.child.kill().context("SIGKILL of a victim host")?;
-        let _ = h.child.wait();
-        killed.push((window_start.elapsed().as_secs_f64(), h.first));
-        std::thread::sleep(Duration::from_secs(1));
-        let (first, count) = (h.first, h.count);
-        *h = spawn(first, count, victim)?;
+        let victim = match event {
+            Event::Node(v) => {
+                kill_node(&mut hosts, v, &window_start, &mut killed, &spawn)?;
+                continue;
+            }
+            Event::ReplicaKill(i) | Event::ReplicaStart(i) => i,
+        };
+        let (Some(all), Some(rk)) = (&replicas, &mut replica_kill) else {
+            bail!("replica {} to kill, but no replicas", victim + 1);
+        };
+        match event {
+            Event::Node(_) => {}
+            Event::ReplicaKill(i) => {
+                all.kill(i);
+                rk.killed_at = window_start.elapsed().as_secs_f64();
+                eprintln!(
+                    "spool-fleet: replica {} SIGKILLed at {:.1} s",
+                    i + 1,
+                    rk.killed_at
+                );
+            }
+            Event::ReplicaStart(i) => {
+                all.start(i);
+                rk.restarted_at = window_start.elapsed().as_secs_f64();
+                eprintln!(
+                    "spool-fleet: replica {} started again at {:.1} s",
+                    i + 1,
+                    rk.restarted_at
+                );
+                // healthy: writable, every peer active, nothing left to fetch
+                let (all, healthy_at) = (all.clone(), healthy_at.clone());
+                health_watch = Some(std::thread::spawn(move || {
+                    let until = Instant::now() + Duration::from_secs(600);
+                    while Instant::now() < until {
+                        if all.is_healthy(i) {
+                            *healthy_at.lock().expect("healthy_at") =
+                                Some(window_start.elapsed().as_secs_f64());
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                }));
+            }
+        }
     }
     sleep_until(window_start + window);
     let events1 = server.events()?;
@@ -341,6 +423,12 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let drain_secs = drain_start.elapsed().as_secs_f64();
     stop_sampling.store(true, Ordering::SeqCst);
     let _ = sampler.join();
+    // a replica not healthy by now is reported so (the watch goes on
+    // alone until the process ends)
+    drop(health_watch);
+    if let Some(rk) = &mut replica_kill {
+        rk.healthy_at = *healthy_at.lock().expect("healthy_at");
+    }
     let missing_reports = reports.iter().filter(|r| r.is_none()).count();
 
     eprintln!("spool-fleet: drained in {drain_secs:.1} s; checking");
@@ -359,6 +447,7 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
             killed,
             missing_reports,
             server_cpu_secs,
+            replica_kill,
         },
         reports.into_iter().flatten().collect(),
         std::mem::take(&mut *sampled.lock().expect("sampled")),
@@ -401,6 +490,36 @@ impl Leftovers {
             );
         }
     }
+}
+
+/// What happens at a time of the window.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    /// The victim host of node group `v` is SIGKILLed and restarted.
+    Node(usize),
+    /// Replica `i` (0-based) is SIGKILLed.
+    ReplicaKill(usize),
+    /// Replica `i` is started again.
+    ReplicaStart(usize),
+}
+
+/// SIGKILLs the victim host `victim` and starts it again a second later
+/// on the same roots.
+fn kill_node(
+    hosts: &mut [Host],
+    victim: usize,
+    window_start: &Instant,
+    killed: &mut Vec<(f64, usize)>,
+    spawn: &dyn Fn(usize, usize, usize) -> Result<Host>,
+) -> Result<()> {
+    let h = &mut hosts[victim];
+    h.child.kill().context("SIGKILL of a victim host")?;
+    let _ = h.child.wait();
+    killed.push((window_start.elapsed().as_secs_f64(), h.first));
+    std::thread::sleep(Duration::from_secs(1));
+    let (first, count) = (h.first, h.count);
+    *h = spawn(first, count, victim)?;
+    Ok(())
 }
 
 fn sleep_until(t: Instant) {
