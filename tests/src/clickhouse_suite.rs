@@ -5,10 +5,10 @@
 //! current engine (`SPOOL_TEST_CHDB_URL`: PyPI's chdb-core behind
 //! ClickHouse's HTTP interface, xtask's `servers/chdb_http.py`), so every
 //! kind of statement the catalog sends runs on both: the behavioural suite
-//! ([`crate::catalog_suite`]), contender processes, schema refusals, the
-//! migrations from every older schema version, the lease log's trim, and
-//! the lease timing cases (in `serial`). Each case works in a database of
-//! its own, dropped afterwards, pass or fail ([`with_db`]).
+//! ([`crate::catalog_suite`]), schema refusals, the migrations from every
+//! older schema version, the lease log's trim. The contender processes and
+//! the lease timing cases (in `serial`) run on 18.16 only. Each case works
+//! in a database of its own, dropped afterwards, pass or fail ([`with_db`]).
 
 use crate::catalog_suite::{self as suite, Fixture};
 use crate::server_env;
@@ -47,24 +47,16 @@ where
 
 /// The tests of one ClickHouse engine, reached through the environment
 /// variable `$var`: one `#[tokio::test]` per case of the behavioural suite
-/// and of this module, the contender processes (the calling test binary's
-/// `lease-contender`), and the lease timing cases in a module `serial`.
+/// and of this module, which between them send every kind of statement the
+/// catalog makes. `clickhouse_cases!(timing $var)` adds the contender
+/// processes (the calling test binary's `lease-contender`) and the lease
+/// timing cases in a module `serial`: they send no statement the others do
+/// not, and what they test is the lease's timing on a real server, so they
+/// run on the 18.16 server only (the current engine's stand-in serialises
+/// its requests, and they would double the real tier's serial chain).
 #[macro_export]
 macro_rules! clickhouse_cases {
-    ($var:expr) => {
-        $crate::catalog_suite_cases!([$crate::clickhouse_cases] @each $var, catalog_suite:);
-        $crate::clickhouse_cases!(@each $var, clickhouse_suite:
-            server_version_is_read_and_schema_installs_on_it,
-            packs_table_with_other_columns_is_refused,
-            a_batch_larger_than_one_statement_is_indexed_whole,
-            full_batches_across_clock_seconds_are_indexed,
-            async_insert_knob_follows_the_server_version,
-            a_packs_table_without_the_clock_default_gets_it,
-            dyn_catalog_from_url_is_send_and_sync,
-            a_version_2_catalog_is_partitioned_in_place_keeping_rows_and_the_holder,
-            trimming_the_lease_log_drops_old_days_and_keeps_every_head,
-        );
-
+    (timing $var:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn contenders_across_processes() {
             $crate::clickhouse_suite::with_db($var, |fx, url| async move {
@@ -85,6 +77,20 @@ macro_rules! clickhouse_cases {
                 fence_shuts_inside_the_margin,
             );
         }
+    };
+    ($var:expr) => {
+        $crate::catalog_suite_cases!([$crate::clickhouse_cases] @each $var, catalog_suite:);
+        $crate::clickhouse_cases!(@each $var, clickhouse_suite:
+            server_version_is_read_and_schema_installs_on_it,
+            packs_table_with_other_columns_is_refused,
+            a_batch_larger_than_one_statement_is_indexed_whole,
+            full_batches_across_clock_seconds_are_indexed,
+            async_insert_knob_follows_the_server_version,
+            a_packs_table_without_the_clock_default_gets_it,
+            dyn_catalog_from_url_is_send_and_sync,
+            a_version_2_catalog_is_partitioned_in_place_keeping_rows_and_the_holder,
+            trimming_the_lease_log_drops_old_days_and_keeps_every_head,
+        );
     };
     (@each $var:expr, catalog_suite: $($case:ident),* $(,)?) => {
         $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

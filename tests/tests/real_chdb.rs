@@ -1,9 +1,9 @@
 //! spool-catalog on the current ClickHouse engine: PyPI's chdb-core behind
 //! ClickHouse's HTTP interface (xtask's `servers/chdb_http.py`,
 //! `SPOOL_TEST_CHDB_URL`). Every case `real_clickhouse.rs` runs on
-//! Debian's 18.16 runs here too (`spool_tests::clickhouse_suite`), so a
-//! statement the current dialect refuses or reads otherwise turns a test
-//! red; what needs a cluster (`ON CLUSTER`, replicated engines, the
+//! Debian's 18.16 but the lease timing ones runs here too
+//! (`spool_tests::clickhouse_suite`), so a statement the current dialect
+//! refuses or reads otherwise turns a test red; what needs a cluster (`ON CLUSTER`, replicated engines, the
 //! quorum's settings) cannot run in one process and is parsed instead.
 #![forbid(unsafe_code)]
 
