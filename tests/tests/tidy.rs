@@ -492,15 +492,7 @@ fn no_declared_dependency_is_unused() {
             .join("\n");
         for section in ["dependencies", "dev-dependencies"] {
             for dep in declared(&manifest, section) {
-                let id = dep.replace('-', "_");
-                let used = [
-                    format!("{id}::"),
-                    format!("use {id}"),
-                    format!("{id}!"),
-                    format!("extern crate {id}"),
-                ]
-                .iter()
-                .any(|needle| text.contains(needle.as_str()));
+                let used = uses_crate(&text, &dep.replace('-', "_"));
                 if !used && !allowed.contains(&(member.as_str(), dep.as_str())) {
                     unused.push(format!("{member}: [{section}] {dep}"));
                 }
@@ -508,6 +500,36 @@ fn no_declared_dependency_is_unused() {
         }
     }
     assert!(unused.is_empty(), "declared and never used: {unused:#?}");
+}
+
+/// Whether `text` uses the crate `id` as a path (`id::`), a macro
+/// (`id!`), or in `use id` / `extern crate id`: the name whole, so
+/// `serde_json::` is no use of `serde`, nor `my_serde::` of it.
+fn uses_crate(text: &str, id: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(id).any(|(at, _)| {
+        let before = &text[..at];
+        let after = &text[at + id.len()..];
+        if before.chars().next_back().is_some_and(ident) {
+            return false;
+        }
+        after.starts_with("::")
+            || after.starts_with('!')
+            || ((before.ends_with("use ") || before.ends_with("extern crate "))
+                && !after.chars().next().is_some_and(ident))
+    })
+}
+
+#[test]
+fn a_crate_is_used_only_by_its_whole_name() {
+    assert!(uses_crate("use serde::Serialize;", "serde"));
+    assert!(uses_crate("x = serde_json::to_string(&v)?;", "serde_json"));
+    assert!(!uses_crate("use serde_json;", "serde"));
+    assert!(!uses_crate("x = serde_json::to_string(&v)?;", "serde"));
+    assert!(!uses_crate("my_serde::f()", "serde"));
+    assert!(uses_crate("use nix;", "nix"));
+    assert!(!uses_crate("std::os::unix::fs", "nix"));
+    assert!(uses_crate("anyhow!(\"x\")", "anyhow"));
 }
 
 /// The code cites the repository's own documents (ARCHITECTURE.md, the
