@@ -131,10 +131,10 @@ fn test_steps(
         std::thread::spawn(move || python_install(&at))
     });
     // clippy's check build shares nothing with the tests' build; it runs
-    // beside tests that mostly wait (the real tier's when there is one,
-    // else the fast tier's), at the lowest CPU priority and in a target
-    // directory of its own so it holds no lock a test or the next step
-    // needs.
+    // beside tests that mostly wait (once the Python extension is built,
+    // the tortures and the real tier when there is one, else the fast
+    // tier's tests), at the lowest CPU priority and in a target directory
+    // of its own so it holds no lock a test or the next step needs.
     let mut clippy = (lint && !real).then(|| Clippy::start(root)).transpose()?;
     if fast {
         steps.time("fast tier run", || {
@@ -147,6 +147,9 @@ fn test_steps(
                 .map_err(|_| anyhow::anyhow!("building the Python extension panicked"))??;
             python_tests(root, "not real", &[])
         })?;
+        if lint && real {
+            clippy = Some(Clippy::start(root)?);
+        }
         // a short seeded crash torture (RELIABILITY.md): real processes
         // on a file:// store and an SQLite catalog
         steps.time("crash torture", || torture::ci(root, "ci", &[]))?;
@@ -156,7 +159,7 @@ fn test_steps(
     if real {
         // Build first, so server start-up is not counted against a cold compile.
         steps.time("real tier build", build_tests)?;
-        if lint {
+        if lint && clippy.is_none() {
             clippy = Some(Clippy::start(root)?);
         }
         steps.time("server installs (left after the fast tier)", || {
