@@ -185,6 +185,7 @@
 compile_error!("spool-core supports Linux only (see spool-lock)");
 
 pub mod at;
+pub mod backlog;
 pub mod error;
 pub mod handoff;
 pub mod layout;

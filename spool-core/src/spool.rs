@@ -5,7 +5,8 @@
 //! One concern per file: `names.rs` (what a file name says), `walk.rs` (the
 //! one directory walk and its skips, the fs helpers), `stage.rs` (stage,
 //! reserve and account, the pause-before-publish seam), `recovery.rs`
-//! (sweep, validate, quarantine, reject, purge), `inspect.rs` (lock-free
+//! (sweep, validate, quarantine, reject, purge), `requeue.rs` (set-aside
+//! packs back to ready), `inspect.rs` (lock-free
 //! reads: scan, counts, verify), `charge.rs` (the dead-sibling charge);
 //! this file holds the [`Spool`] itself and its shared types.
 
@@ -24,6 +25,7 @@ mod charge;
 mod inspect;
 mod names;
 mod recovery;
+mod requeue;
 mod stage;
 mod walk;
 
@@ -34,6 +36,7 @@ pub use inspect::{
 };
 pub use names::{file_kind, ordinal_dir_name, parse_ordinal_dir, FileKind};
 pub use recovery::{Recovery, RecoveryReport, RecoveryStep, SetAside};
+pub use requeue::Requeued;
 pub use stage::set_pause_before_publish;
 pub use walk::file_type_name;
 

@@ -53,14 +53,7 @@ impl EngineCell {
             return Ok(None);
         };
         let report = py.detach(move || engine.close());
-        for s in self
-            .sinks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain(..)
-        {
-            s.get().cell.detach_from_engine();
-        }
+        self.detach_sinks();
         let d = PyDict::new(py);
         d.set_item("dir", report.dir)?;
         d.set_item("sealed", report.sealed)?;
@@ -69,6 +62,20 @@ impl EngineCell {
         d.set_item("claim_kept", report.claim_kept)?;
         d.set_item("problems", report.problems)?;
         Ok(Some(d))
+    }
+}
+
+impl EngineCell {
+    /// The engine is closing: its Python sinks no longer reach it.
+    fn detach_sinks(&self) {
+        for s in self
+            .sinks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+        {
+            s.get().cell.detach_from_engine();
+        }
     }
 }
 
@@ -280,6 +287,89 @@ impl Engine {
         }
     }
 
+    /// Drains once, as `spool run --once` does, then closes the engine:
+    /// runs until the own directory and every adoptable sibling are drained,
+    /// `timeout` seconds pass, the destination refuses the run, or the lease
+    /// latches (GIL released; Ctrl-C stops it cleanly, then raises
+    /// KeyboardInterrupt). Returns a dict: `end` (`"drained"`, `"blocked"`,
+    /// `"left_to_shipper"`, `"deadline"`, `"refused"`, `"latched"`,
+    /// `"loop_failed"`), `message` (what it shipped and what it left where),
+    /// `left_packs` (ready packs left in rank directories of this catalog
+    /// key), `elsewhere_packs` (under other catalog keys of the root),
+    /// `blocked` (`[(dir, why)]`), `elapsed` (seconds) and `snapshot`.
+    /// With `wait_for_siblings`, waits (within `timeout`) while another live
+    /// service ships the dead siblings.
+    #[pyo3(signature = (timeout=600.0, wait_for_siblings=false))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: f64,
+        wait_for_siblings: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.cell.check(py)?;
+        let timeout = sink::secs(py, "timeout", timeout)?;
+        let engine = {
+            let mut guard = self
+                .cell
+                .engine
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match guard.as_ref().map(|e| e.ship()) {
+                None => return Err(self.cell.closed_error(py)),
+                Some(spool_service::Ship::Daemon) => {
+                    return Err(errors::plain(
+                        py,
+                        format!(
+                            "the engine on {} hands its packs to the node's daemon (ship = \
+                             \"daemon\"): it has no service to run; flush() waits for the \
+                             daemon's confirmations",
+                            self.cell.dir.display()
+                        ),
+                    ))
+                }
+                Some(spool_service::Ship::Itself) => guard.take().expect("checked above"),
+            }
+        };
+        self.cell.detach_sinks();
+        // the close at the end of the run flushes (close_flush_timeout)
+        let plan = spool_service::RunPlan::until_drained(timeout, Duration::ZERO)
+            .wait_for_siblings(wait_for_siblings);
+        let mut interrupted = None;
+        let report = py.detach(|| {
+            engine.run(&plan, |_| {
+                Python::attach(|py| py.check_signals()).err().map(|e| {
+                    interrupted = Some(e);
+                    "interrupted".to_string()
+                })
+            })
+        });
+        if let Some(e) = interrupted {
+            return Err(e);
+        }
+        let report = report.map_err(|e| errors::service(py, &e))?;
+        let d = PyDict::new(py);
+        d.set_item(
+            "end",
+            match report.end() {
+                spool_service::RunEnd::Drained => "drained",
+                spool_service::RunEnd::Blocked => "blocked",
+                spool_service::RunEnd::LeftToShipper(_) => "left_to_shipper",
+                spool_service::RunEnd::Deadline(_) => "deadline",
+                spool_service::RunEnd::Refused(_) => "refused",
+                spool_service::RunEnd::Latched => "latched",
+                spool_service::RunEnd::LoopFailed(_) => "loop_failed",
+                spool_service::RunEnd::Stopped(_) => "stopped",
+            },
+        )?;
+        d.set_item("message", report.message())?;
+        d.set_item("left_packs", report.left().packs())?;
+        d.set_item("elsewhere_packs", report.elsewhere().packs())?;
+        d.set_item("blocked", report.blocked().to_vec())?;
+        d.set_item("elapsed", report.elapsed().as_secs_f64())?;
+        d.set_item("snapshot", snapshot_dict(py, report.snapshot())?)?;
+        Ok(d)
+    }
+
     /// The service's snapshot as a dict.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.cell.check(py)?;
@@ -296,30 +386,8 @@ impl Engine {
         let Some(service) = engine.service() else {
             return Ok(d); // shipped by the node's daemon: no service here
         };
-        let s = service.snapshot();
-        d.set_item("staged", s.staged)?;
-        d.set_item("uploaded", s.uploaded)?;
-        d.set_item("indexed", s.indexed)?;
-        d.set_item("pending_index", s.pending_index)?;
-        d.set_item("upload_failures", s.upload_failures)?;
-        d.set_item("cancelled_uploads", s.cancelled_uploads)?;
-        d.set_item("deferred", s.deferred)?;
-        d.set_item("quarantined", s.quarantined)?;
-        d.set_item("rejected", s.rejected)?;
-        d.set_item("adopted_spools", s.adopted_spools)?;
-        d.set_item("adopted_packs", s.adopted_packs)?;
-        d.set_item("adoption_owed", s.adoption_owed)?;
-        d.set_item("live_siblings", s.live_siblings)?;
-        d.set_item("blocked_siblings", s.blocked_siblings)?;
-        d.set_item("sibling_bytes", s.sibling_bytes)?;
-        d.set_item("cycles", s.cycles)?;
-        d.set_item("lease_held", s.lease_held)?;
-        d.set_item(
-            "lease_holder",
-            s.lease_holder.as_ref().map(|h| h.as_str().to_owned()),
-        )?;
-        d.set_item("latched", s.latched)?;
-        d.set_item("last_error", s.last_error)?;
+        let snap = snapshot_dict(py, &service.snapshot())?;
+        d.update(snap.as_mapping())?;
         Ok(d)
     }
 
@@ -369,6 +437,38 @@ impl Engine {
             self.cell.dir.display().to_string()
         )
     }
+}
+
+/// A service snapshot as a Python dict.
+fn snapshot_dict<'py>(
+    py: Python<'py>,
+    s: &spool_service::Snapshot,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("staged", s.staged)?;
+    d.set_item("uploaded", s.uploaded)?;
+    d.set_item("indexed", s.indexed)?;
+    d.set_item("pending_index", s.pending_index)?;
+    d.set_item("upload_failures", s.upload_failures)?;
+    d.set_item("cancelled_uploads", s.cancelled_uploads)?;
+    d.set_item("deferred", s.deferred)?;
+    d.set_item("quarantined", s.quarantined)?;
+    d.set_item("rejected", s.rejected)?;
+    d.set_item("adopted_spools", s.adopted_spools)?;
+    d.set_item("adopted_packs", s.adopted_packs)?;
+    d.set_item("adoption_owed", s.adoption_owed)?;
+    d.set_item("live_siblings", s.live_siblings)?;
+    d.set_item("blocked_siblings", &s.blocked_siblings)?;
+    d.set_item("sibling_bytes", s.sibling_bytes)?;
+    d.set_item("cycles", s.cycles)?;
+    d.set_item("lease_held", s.lease_held)?;
+    d.set_item(
+        "lease_holder",
+        s.lease_holder.as_ref().map(|h| h.as_str().to_owned()),
+    )?;
+    d.set_item("latched", s.latched)?;
+    d.set_item("last_error", &s.last_error)?;
+    Ok(d)
 }
 
 fn lease_lost(py: Python<'_>, dir: &std::path::Path, snap: &spool_service::Snapshot) -> PyErr {

@@ -89,6 +89,31 @@ def test_sink_claim_is_sink_only_and_leaves_a_dead_sibling_for_spool_run(root):
     assert sorted(all_records(root)) == [b"a", b"b", b"c"]
 
 
+def test_run_drains_dead_siblings_as_spool_run_once_does_and_closes(root):
+    # a dead sibling (a sink-only producer's directory) and a pack of the
+    # engine's own
+    with spool.Sink.claim(root=str(root), rank=7, seal_records=2) as sink:
+        sink.write_many([b"a", b"b", b"c"])
+        dead = sink.dir
+    engine = spool.Engine(root=str(root))
+    engine.sink(seal_records=1).write(b"own")
+    report = engine.run(timeout=60)
+    assert report["end"] == "drained", report
+    assert report["message"].startswith("drained: "), report
+    assert report["left_packs"] == 0 and report["elsewhere_packs"] == 0, report
+    assert report["snapshot"]["adopted_spools"] == 1, report
+    assert engine.closed, "run() closes the engine"
+    assert not dead.exists(), "adopted and removed"
+    assert sorted(all_records(root)) == [b"a", b"b", b"c", b"own"]
+
+
+def test_run_refuses_an_engine_the_daemon_ships_and_keeps_it_open(root):
+    with spool.Engine(root=str(root), ship="daemon") as engine:
+        with pytest.raises(spool.Error, match="no service to run"):
+            engine.run(timeout=5)
+        assert not engine.closed
+
+
 def test_sink_open_on_a_plain_directory(tmp_path):
     d = tmp_path / "plain"
     with spool.Sink.open(str(d), seal_records=1) as sink:

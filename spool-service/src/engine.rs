@@ -164,6 +164,7 @@ pub struct Engine {
     registry: Arc<spool_core::registry::Registry>,
     close_flush_timeout: Duration,
     ship: Ship,
+    lease_scope: spool_catalog::LeaseScope,
 }
 
 impl Engine {
@@ -194,6 +195,7 @@ impl Engine {
             .min();
         let lock = service.lock.clone();
         let registry = service.registry.clone();
+        let lease_scope = service.lease_scope;
 
         let started = match ship {
             Ship::Itself => StorageService::new(service)
@@ -254,6 +256,7 @@ impl Engine {
             lock,
             registry,
             close_flush_timeout,
+            lease_scope,
         })
     }
 
@@ -320,6 +323,11 @@ impl Engine {
     /// Who ships this engine's packs.
     pub fn ship(&self) -> Ship {
         self.ship
+    }
+
+    /// The lease scope of its service (`service.lease_scope`).
+    pub fn lease_scope(&self) -> spool_catalog::LeaseScope {
+        self.lease_scope
     }
 
     /// Flushes every sink, then the service, within `timeout` in all:

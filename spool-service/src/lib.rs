@@ -171,6 +171,7 @@ pub mod fetch;
 mod handoff;
 mod offload;
 pub mod reindex;
+mod run;
 mod service;
 mod snapshot;
 
@@ -179,5 +180,6 @@ pub use drain::StageTimes;
 pub use engine::{CloseReport, Engine, EngineConfig, Ship};
 pub use error::Error;
 pub use handoff::HandOffCounts;
+pub use run::{Look, RunEnd, RunPlan, RunReport};
 pub use service::{check_rank_dir, CycleOutcome, StorageService};
 pub use snapshot::Snapshot;

@@ -211,6 +211,35 @@ fn child_stderr(child: &mut Child) -> String {
     s
 }
 
+/// A run for one destination beside another destination's packs in the
+/// same spool root: drained is true of its own destination only, and the
+/// message says what it left under the other catalog key (and ships none
+/// of it).
+#[test]
+fn run_once_says_what_another_destination_left_under_the_root() {
+    let root = tempfile::tempdir().unwrap();
+    let kd = key_dir(root.path(), &[]);
+    let ids = stage(&kd.join("r1-0000abcd"), 3);
+    let other_catalog = format!("sqlite://{}/other.db", root.path().display());
+    let out = run_once(
+        root.path(),
+        &["--timeout", "60", "--catalog", &other_catalog],
+    );
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("drained: 0 pack(s)")
+            && stdout.contains(&format!(
+                "Not this run's destination: 3 ready pack(s) under 1 other catalog key(s) of this \
+                 spool root ({} (3))",
+                kd.display()
+            )),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(ready(&kd.join("r1-0000abcd")), ids.into_iter().collect());
+}
+
 #[test]
 fn run_once_on_embedded_defaults_drains_dead_siblings_into_store_and_catalog() {
     let root = tempfile::tempdir().unwrap();

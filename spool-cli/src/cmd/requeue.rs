@@ -3,15 +3,15 @@
 //! good, e.g. a different object at its key), and with `--quarantined` the
 //! `<id>.quarantined` packs that now validate. The directory's lock is held
 //! throughout (refused with exit 3 while anyone holds it), a ready pack is
-//! never replaced (a hard link to the new name, then the old one removed,
-//! then the directory fsynced), and it says what it changed.
+//! never replaced (spool-core's `Spool::requeue`), and it says what it changed.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde_json::json;
-use spool_core::PackId;
+use spool_core::spool::Requeued;
+use spool_core::{Spool, SpoolConfig};
+use spool_lock::LockMode;
 
 use crate::exit::{coded, ExitCode};
 
@@ -58,53 +58,18 @@ Examples:
   spool requeue /var/lib/spool/3f2a9c01b7de/r3-8c1d22e0
   spool requeue --quarantined --rejected DIR";
 
-/// One pack looked at.
-struct Seen {
-    from: PathBuf,
-    to: PathBuf,
-    kept: Option<String>,
-}
-
-/// `<id>.<ext>` files of `dir` and its `w<ordinal>/` subdirectories.
-fn set_aside(dir: &Path, ext: &str, out: &mut Vec<(PathBuf, PackId)>) -> Result<()> {
-    let rd = std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    for e in rd {
-        let e = e.with_context(|| format!("cannot read {}", dir.display()))?;
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            if spool_core::spool::parse_ordinal_dir(name).is_some() {
-                set_aside(&e.path(), ext, out)?;
-            }
-            continue;
-        }
-        if let Some(id) = name
-            .strip_suffix(ext)
-            .and_then(|stem| PackId::from_hex(stem).ok())
-        {
-            out.push((e.path(), id));
-        }
-    }
-    Ok(())
-}
-
-/// Renames `from` to `to` without ever replacing `to`, durably.
-fn requeue_one(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::hard_link(from, to)?;
-    std::fs::remove_file(from)?;
-    if let Some(parent) = to.parent() {
-        std::fs::File::open(parent)?.sync_all()?;
-    }
-    Ok(())
-}
-
 /// Runs `spool requeue`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let dir = &args.dir;
     let opts = super::existing_spool_dir(dir, args.allow_shared_filesystem)?;
-    let claim = match spool_lock::acquire(dir, &opts) {
-        Ok(c) => c,
-        Err(e) if e.is_owned_by_another() => {
+    let config = SpoolConfig {
+        lock_mode: LockMode::Take,
+        lock: opts,
+        ..SpoolConfig::default()
+    };
+    let spool = match Spool::open(dir, &config) {
+        Ok(s) => s,
+        Err(spool_core::Error::Lock(e)) if e.is_owned_by_another() => {
             return Err(coded(
                 ExitCode::Owned,
                 format!(
@@ -120,63 +85,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     };
     let rejected = args.rejected || !args.quarantined;
-    let mut seen = Vec::new();
-    let result = (|| -> Result<()> {
-        let mut found = Vec::new();
-        if rejected {
-            set_aside(dir, ".rejected", &mut found)?;
-        }
-        if args.quarantined {
-            set_aside(dir, ".quarantined", &mut found)?;
-        }
-        found.sort();
-        let never = AtomicBool::new(false);
-        for (from, id) in found {
-            let to = from.with_file_name(format!("{}.ready", id.to_hex()));
-            let quarantined = from.extension().is_some_and(|e| e == "quarantined");
-            let kept = if to.exists() {
-                Some(format!("{} already exists", to.display()))
-            } else if quarantined {
-                match spool_core::spool::validate_file(&from, id, &never) {
-                    Ok(_) => None,
-                    Err(e) => Some(format!("still does not validate: {e}")),
-                }
-            } else {
-                None
-            };
-            let kept = match kept {
-                Some(k) => Some(k),
-                None => requeue_one(&from, &to)
-                    .err()
-                    .map(|e| format!("cannot rename it to {}: {e}", to.display())),
-            };
-            seen.push(Seen { from, to, kept });
-        }
-        Ok(())
-    })();
-    let released = claim.release();
-    result?;
+    let result = spool.requeue(rejected, args.quarantined);
+    let released = spool.into_claim().map_or(Ok(()), |c| c.release());
+    let seen = result.with_context(|| format!("cannot requeue in {}", dir.display()))?;
     released.with_context(|| format!("releasing the lock of {}", dir.display()))?;
-    let requeued: Vec<&Seen> = seen.iter().filter(|s| s.kept.is_none()).collect();
-    let kept: Vec<&Seen> = seen.iter().filter(|s| s.kept.is_some()).collect();
+    let requeued: Vec<&Requeued> = seen.iter().filter(|s| s.kept().is_none()).collect();
+    let kept: Vec<&Requeued> = seen.iter().filter(|s| s.kept().is_some()).collect();
     if args.json {
         outln!(
             "{}",
             json!({
                 "dir": dir,
-                "requeued": requeued.iter().map(|s| json!({"from": s.from, "to": s.to})).collect::<Vec<_>>(),
-                "kept": kept.iter().map(|s| json!({"path": s.from, "why": s.kept})).collect::<Vec<_>>(),
+                "requeued": requeued.iter().map(|s| json!({"from": s.from(), "to": s.to()})).collect::<Vec<_>>(),
+                "kept": kept.iter().map(|s| json!({"path": s.from(), "why": s.kept()})).collect::<Vec<_>>(),
             })
         );
     } else {
         for s in &requeued {
-            outln!("requeued {} -> {}", s.from.display(), s.to.display());
+            outln!("requeued {} -> {}", s.from().display(), s.to().display());
         }
         for s in &kept {
             outln!(
                 "kept {}: {}",
-                s.from.display(),
-                s.kept.as_deref().unwrap_or_default()
+                s.from().display(),
+                s.kept().unwrap_or_default()
             );
         }
         outln!(

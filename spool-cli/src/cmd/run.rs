@@ -1,29 +1,25 @@
-//! `spool run`: the daemon — an engine with no sink. It claims
-//! its own (empty) rank directory under the destination's catalog key,
-//! competes for the node's adopter lease and adopts dead siblings.
+//! `spool run`: the daemon — an engine with no sink, run by
+//! spool-service's [`spool_service::Engine::run`] (whose module doc says
+//! when a run ends and what it reports). This file maps the command line to
+//! a [`RunPlan`], presents the looks (progress, `/metrics`, `/healthz`) and
+//! the report, and maps its [`RunEnd`] to an exit code:
 //!
 //! - Daemon (default): runs until SIGTERM/SIGINT/SIGHUP, then a bounded flush
-//!   (`service.stop_flush_timeout`) and a stop; exit 0. A stop lets go of
-//!   every adopted sibling whole: what it did not drain stays for the next
-//!   service.
-//! - `--once`: runs until its own directory and every adoptable sibling is
-//!   drained (exit 0), `--timeout` passes (exit 6, saying what is owed), or
-//!   a signal (exit 0 after the same bounded stop). Siblings found blocked
-//!   make it exit 1, naming them and why.
-//! - Either: exit 7 as soon as the lease latched.
+//!   (`service.stop_flush_timeout`) and a stop; exit 0.
+//! - `--once`: until drained (exit 0), `--timeout` (exit 6, saying what is
+//!   owed), a refusing destination or blocked siblings (exit 1, naming
+//!   them and why), or a signal (exit 0 after the same bounded stop).
+//! - Either: exit 7 as soon as the lease latched, 10 when the loop failed.
 //!
 //! Progress for `--once`: an indicatif bar on a terminal; plain lines every
 //! `--progress-interval` otherwise, JSON lines with `--json`.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use spool_catalog::LeaseHolder;
-use spool_core::siblings::{self, Owner};
-use spool_lock::Purpose;
-use spool_service::Snapshot;
+use spool_service::{RunEnd, RunPlan, Snapshot};
 
 use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags};
 use crate::exit::ExitCode;
@@ -57,21 +53,6 @@ pub struct Args {
     pub progress_interval: String,
 }
 
-/// How a run ended.
-enum End {
-    Drained,
-    /// Own directory drained; another live service holds the adopter lease
-    /// and adopts the rest.
-    LeftToHolder(LeaseHolder),
-    Timeout,
-    /// The store or catalog refuses the destination for good (`--once`).
-    Refused(String),
-    Latched,
-    /// The service loop panicked.
-    LoopFailed(String),
-    Signal(nix::sys::signal::Signal),
-}
-
 /// Runs `spool run`.
 pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let cfg = crate::config::load(config_file, &args.config)?;
@@ -102,6 +83,11 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         )
         .into());
     }
+    let stop_flush = keys::STOP_FLUSH_TIMEOUT.get(&cfg);
+    let plan = match timeout {
+        Some(t) => RunPlan::until_drained(t, stop_flush).wait_for_siblings(args.wait_for_siblings),
+        None => RunPlan::until_stopped(stop_flush),
+    };
     // Before any thread: every thread inherits the blocked mask.
     let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
     let status = metrics::shared();
@@ -109,7 +95,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         Some(addr) => Some(metrics::Server::start(addr, status.clone())?),
         None => None,
     };
-    let (key, key_dir) = cfg.key_dir()?;
+    let (key, _) = cfg.key_dir()?;
     let engine = crate::engine::start(&cfg, Vec::new(), Duration::ZERO)?;
     let out = Output { json: args.json };
     out.event(
@@ -137,207 +123,54 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         },
     );
 
-    let started = Instant::now();
+    let dir = engine.dir().to_path_buf();
     let mut health = Health::new(keys::UNHEALTHY_AFTER.get(&cfg));
-    let mut progress = args.once.then(|| Progress::new(&out, progress_every));
+    let mut progress = plan
+        .is_until_drained()
+        .then(|| Progress::new(&out, progress_every));
     let mut told_holder = false;
-    let node_scope = keys::LEASE_SCOPE.get(&cfg) == spool_catalog::LeaseScope::Node;
-    // Snapshots the service has published (one per cycle): until one has,
-    // the snapshot is that of a service that has looked at nothing yet.
-    let mut published = 0;
-    let end = loop {
-        let snap = service(&engine).snapshot();
-        let unhealthy = health.judge(&snap);
+    let report = engine.run(&plan, |look| {
+        let snap = look.snapshot();
+        let unhealthy = health.judge(snap);
         {
             let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
             if unhealthy.is_some() && st.unhealthy.is_none() {
-                tracing::warn!(dir = %engine.dir().display(), "unhealthy: {}", unhealthy.as_deref().unwrap_or(""));
+                tracing::warn!(dir = %dir.display(), "unhealthy: {}", unhealthy.as_deref().unwrap_or(""));
             }
             st.snapshot = snap.clone();
             st.unhealthy = unhealthy;
         }
-        if snap.latched {
-            break End::Latched;
-        }
-        if let Some(why) = &snap.loop_failed {
-            break End::LoopFailed(why.clone());
-        }
         if let Some(p) = progress.as_mut() {
-            p.tick(&snap, &key_dir, engine.dir());
+            p.tick(snap, look.owed_packs().unwrap_or(0));
         }
-        // node scope only: in catalog scope nothing moves without the lease
-        // (a foreign holder there ends in the latch, exit 7)
-        let other = node_scope.then(|| other_adopter(&snap)).flatten();
-        if args.once && !told_holder {
-            if let Some(h) = &other {
-                told_holder = true;
-                out.event(
-                    json!({"event": "lease_held_elsewhere", "holder": h.as_str(), "host": h.host(), "pid": h.pid()}),
-                    || format!(
-                        "spool run: the node's adopter lease is held by {h}: that service adopts the dead \
-                         siblings; this run {}",
-                        if args.wait_for_siblings {
-                            "ships its own directory and waits (--wait-for-siblings, within --timeout) until they are shipped"
-                        } else {
-                            "ships only its own directory (--wait-for-siblings to wait for the rest)"
-                        }
-                    ),
-                );
-            }
+        if let (true, false, Some(h)) = (args.once, told_holder, look.other_shipper()) {
+            told_holder = true;
+            out.event(
+                json!({"event": "lease_held_elsewhere", "holder": h.as_str(), "host": h.host(), "pid": h.pid()}),
+                || format!(
+                    "spool run: the node's adopter lease is held by {h}: that service adopts the dead \
+                     siblings; this run {}",
+                    if args.wait_for_siblings {
+                        "ships its own directory and waits (--wait-for-siblings, within --timeout) until they are shipped"
+                    } else {
+                        "ships only its own directory (--wait-for-siblings to wait for the rest)"
+                    }
+                ),
+            );
         }
-        let looked = published > 0;
-        if args.once && looked && drained(&snap) {
-            break End::Drained;
-        }
-        // Siblings only the lease holder may adopt are not owed to this run.
-        if args.once && looked && own_drained(&snap) && !snap.latched {
-            if let Some(h) = &other {
-                if !args.wait_for_siblings {
-                    break End::LeftToHolder(h.clone());
-                }
-                if Backlog::scan_with_adopting(&key_dir, engine.dir()).packs() == 0 {
-                    break End::Drained;
-                }
-            }
-        }
-        // A store or catalog that refuses the destination for good (bad
-        // credentials, a missing bucket) is no reason for `--once` to wait
-        // out its timeout: it says so at once; every pack stays ready.
-        if args.once {
-            if let Some(why) = &snap.destination_refused {
-                break End::Refused(why.clone());
-            }
-        }
-        if timeout.is_some_and(|t| started.elapsed() >= t) {
-            break End::Timeout;
-        }
-        if let Ok(sig) = signals.try_recv() {
-            break End::Signal(sig);
-        }
-        // Woken at the end of each cycle, so a drain is seen the moment it
-        // is done; at the latest after 100 ms for a signal, the timeout,
-        // progress and health.
-        published = service(&engine).wait_published(published, Duration::from_millis(100));
-    };
+        signals.try_recv().ok().map(|sig| format!("{sig:?}"))
+    })?;
     if let Some(p) = progress.take() {
         p.finish();
     }
-    let dir = engine.dir().to_path_buf();
-    let (code, message) = match end {
-        End::Signal(sig) => {
-            tracing::info!(dir = %dir.display(), "{sig:?}: flushing (at most {:?}) and stopping", keys::STOP_FLUSH_TIMEOUT.get(&cfg));
-            if let Err(e) = engine.flush(keys::STOP_FLUSH_TIMEOUT.get(&cfg)) {
-                tracing::warn!(dir = %dir.display(), "last flush before the stop: {e}");
-            }
-            let snap = close(engine);
-            let backlog = Backlog::scan(&key_dir, &dir);
-            (
-                ExitCode::Ok,
-                format!(
-                    "{sig:?}: stopped; {} pack(s) uploaded and indexed by this run; {}",
-                    snap.indexed,
-                    backlog.left_for_next()
-                ),
-            )
-        }
-        End::Drained => {
-            let snap = close(engine);
-            if snap.blocked_siblings.is_empty() {
-                (
-                    ExitCode::Ok,
-                    format!(
-                        "drained: {} pack(s) uploaded and indexed, {} sibling director{} adopted, {} live sibling(s) left alone",
-                        snap.indexed,
-                        snap.adopted_spools,
-                        if snap.adopted_spools == 1 { "y" } else { "ies" },
-                        snap.live_siblings
-                    ),
-                )
-            } else {
-                (ExitCode::Other, blocked_message(&snap))
-            }
-        }
-        End::LeftToHolder(h) => {
-            let backlog = Backlog::scan_with_adopting(&key_dir, &dir);
-            let snap = close(engine);
-            (
-                ExitCode::Ok,
-                format!(
-                    "own directory drained: {} pack(s) uploaded and indexed by this run; the node's \
-                     adopter lease is held by {h}, which adopts the dead siblings ({})",
-                    snap.indexed,
-                    backlog.describe()
-                ),
-            )
-        }
-        End::Timeout => {
-            let backlog = Backlog::scan(&key_dir, &dir);
-            let snap = close(engine);
-            (
-                ExitCode::Deadline,
-                format!(
-                    "not drained within {}: {} own ready pack(s) not uploaded, {} pack(s) uploaded \
-                     but not indexed (owed to the catalog), adoption {}; {}; {} pack(s) indexed by \
-                     this run; {}{}. Nothing is lost: the packs stay \
-                     in their spool directories for the next run",
-                    crate::config::Value::Secs(timeout.unwrap_or_default()),
-                    snap.deferred,
-                    snap.pending_index,
-                    if snap.adoption_owed { "owed" } else { "not owed" },
-                    backlog.describe(),
-                    snap.indexed,
-                    cause(&snap),
-                    node_scope
-                        .then(|| other_adopter(&snap))
-                        .flatten()
-                        .map(|h| format!("; the adopter lease is held by {h}"))
-                        .unwrap_or_default()
-                ),
-            )
-        }
-        End::Refused(why) => {
-            let backlog = Backlog::scan(&key_dir, &dir);
-            let snap = close(engine);
-            (
-                ExitCode::Other,
-                format!(
-                    "the destination refuses this run: {why}. Fix the credentials, bucket or \
-                     database it names, then run again; nothing is lost: {}; {} pack(s) indexed by \
-                     this run",
-                    backlog.describe(),
-                    snap.indexed,
-                ),
-            )
-        }
-        End::LoopFailed(why) => {
-            let snap = close(engine);
-            (
-                ExitCode::LoopFailed,
-                format!(
-                    "{why}: stopped after letting go of every adopted sibling ({} pack(s) indexed by \
-                     this run); nothing is lost, the packs stay in their spool directories. \
-                     Restart spool run (exit code 10 tells a supervisor to)",
-                    snap.indexed
-                ),
-            )
-        }
-        End::Latched => {
-            let snap = close(engine);
-            (
-                ExitCode::LeaseLost,
-                format!(
-                    "lease lost (latched): a foreign lease{} outlived 2 x TTL, so this process \
-                     stopped all lease-gated work and let go of every sibling it was adopting; \
-                     find the other writer (lease scope {:?}), then run again",
-                    snap.lease_holder
-                        .as_ref()
-                        .map(|h| format!(" held by {h}"))
-                        .unwrap_or_default(),
-                    keys::LEASE_SCOPE.get(&cfg)
-                ),
-            )
-        }
+    let code = match report.end() {
+        RunEnd::Drained | RunEnd::LeftToShipper(_) | RunEnd::Stopped(_) => ExitCode::Ok,
+        RunEnd::Blocked | RunEnd::Refused(_) => ExitCode::Other,
+        RunEnd::Deadline(_) => ExitCode::Deadline,
+        RunEnd::LoopFailed(_) => ExitCode::LoopFailed,
+        RunEnd::Latched => ExitCode::LeaseLost,
     };
+    let message = report.message();
     let snap = status
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -358,103 +191,12 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             "event": "done",
             "exit_code": code as u8,
             "message": message,
-            "elapsed_s": started.elapsed().as_secs_f64(),
+            "elapsed_s": report.elapsed().as_secs_f64(),
             "snapshot": snapshot_json(&snap),
         }),
         || message.clone(),
     );
     Ok(code)
-}
-
-/// The service of `spool run`'s engine (it ships itself: `service.ship =
-/// "daemon"` is refused before the engine starts).
-fn service(engine: &spool_service::Engine) -> &spool_service::StorageService {
-    engine
-        .service()
-        .expect("spool run's engine ships itself, so it has a service")
-}
-
-/// Stops the service and releases the claim; the last snapshot first.
-fn close(engine: spool_service::Engine) -> Snapshot {
-    let snap = service(&engine).snapshot();
-    let report = engine.close();
-    for p in &report.problems {
-        tracing::warn!(dir = %report.dir.display(), "closing {}: {p}", report.dir.display());
-    }
-    snap
-}
-
-/// What the service last failed on and what it waits for, as a timeout
-/// message says it: never "last error: none" while a call is in flight.
-fn cause(s: &Snapshot) -> String {
-    match (&s.last_error, &s.waiting_on) {
-        (Some(e), Some(w)) => format!("last error: {e}; waiting on: {w}"),
-        (Some(e), None) => format!("last error: {e}"),
-        (None, Some(w)) => format!("waiting on: {w}"),
-        (None, None) => "no store or catalog call failed or was in flight".into(),
-    }
-}
-
-/// Drained for `--once`: nothing own left, nothing owed, no adoption owed.
-fn drained(s: &Snapshot) -> bool {
-    own_drained(s) && !s.adoption_owed
-}
-
-/// No own ready pack left and nothing owed to the catalog.
-fn own_drained(s: &Snapshot) -> bool {
-    s.deferred == 0 && s.pending_index == 0
-}
-
-/// Another live service holds the adopter lease (this one does not).
-fn other_adopter(s: &Snapshot) -> Option<LeaseHolder> {
-    if s.lease_held {
-        return None;
-    }
-    let holder = s.lease_holder.clone()?;
-    // Another *live* service only while its own rank directory is held (the
-    // product's one liveness rule, the flock): a holder on this host that
-    // was SIGKILLed leaves a lease that runs out within its TTL, and this
-    // run waits for that and adopts, as before. A holder elsewhere cannot
-    // be probed from here: its lease is taken at its word. Held by this
-    // very process (this run is adopting the dead holder's directory, or
-    // its adoption is probing it right now) is not another live service.
-    if let (Some(dir), true) = (holder.dir(), holder.host() == spool_lock::host_name()) {
-        // Twice, a moment apart: a probe of this process's adoption holds
-        // the lock for an instant and may be closed before it is seen.
-        let live = || siblings::probe(Path::new(dir)).is_ok_and(|p| p.owner() == Owner::Live);
-        if !(live() && {
-            std::thread::sleep(Duration::from_millis(50));
-            live()
-        }) {
-            return None;
-        }
-    }
-    Some(holder)
-}
-
-fn blocked_message(snap: &Snapshot) -> String {
-    let list: Vec<String> = snap
-        .blocked_siblings
-        .iter()
-        .map(|d| {
-            let why = spool_lock::read_owner(d)
-                .ok()
-                .and_then(|o| o.record)
-                .and_then(|r| match r.purpose {
-                    Purpose::Blocked(why) => Some(why),
-                    _ => None,
-                })
-                .unwrap_or_else(|| "see the service's last error".into());
-            format!("{}: {why}", d.display())
-        })
-        .collect();
-    format!(
-        "{} sibling director{} blocked; their packs stay where they are until a person acts: {}. \
-         Fix the cause, then `spool unblock DIR` and run again",
-        list.len(),
-        if list.len() == 1 { "y is" } else { "ies are" },
-        list.join("; ")
-    )
 }
 
 /// The snapshot as JSON.
@@ -526,114 +268,12 @@ impl Output {
     }
 }
 
-/// Ready packs still on disk in dead (unheld, or adopted by this process)
-/// and not blocked rank directories under the catalog key, the own one
-/// included: what `--once` still has to drain. A read-only walk by name,
-/// for progress and messages; it never counts a live owner's directory.
-#[derive(Debug, Default)]
-struct Backlog {
-    dirs: Vec<(PathBuf, u64)>,
-}
-
-impl Backlog {
-    fn scan(key_dir: &Path, own: &Path) -> Backlog {
-        Backlog::scan_inner(key_dir, own, false)
-    }
-
-    /// [`Backlog::scan`], also counting directories another process holds
-    /// as an adoption (what the lease holder is still shipping).
-    fn scan_with_adopting(key_dir: &Path, own: &Path) -> Backlog {
-        Backlog::scan_inner(key_dir, own, true)
-    }
-
-    fn scan_inner(key_dir: &Path, own: &Path, adopting: bool) -> Backlog {
-        let mut dirs = Vec::new();
-        let Ok(all) = siblings::rank_dirs(key_dir) else {
-            return Backlog::default();
-        };
-        for dir in all {
-            if dir != own {
-                let Ok(probe) = siblings::probe(&dir) else {
-                    continue;
-                };
-                // With `adopting`, a sibling another live service holds to
-                // adopt it is counted too (the lease holder drains it).
-                let adopted_elsewhere = adopting
-                    && matches!(
-                        probe.status.record.as_ref().map(|r| &r.purpose),
-                        Some(Purpose::Adopting)
-                    );
-                match probe.owner() {
-                    Owner::Live if !adopted_elsewhere => continue, // never counted by anyone else
-                    Owner::Blocked(_) => continue,
-                    Owner::Live | Owner::Dead | Owner::HeldHere { .. } | Owner::NotOurs(_) => {}
-                }
-            }
-            let packs = count_ready(&dir);
-            if packs > 0 {
-                dirs.push((dir, packs));
-            }
-        }
-        dirs.sort();
-        Backlog { dirs }
-    }
-
-    fn packs(&self) -> u64 {
-        self.dirs.iter().map(|(_, n)| n).sum()
-    }
-
-    fn describe(&self) -> String {
-        if self.dirs.is_empty() {
-            return "no ready pack left in a dead rank directory".into();
-        }
-        let list: Vec<String> = self
-            .dirs
-            .iter()
-            .map(|(d, n)| format!("{} ({n})", d.display()))
-            .collect();
-        format!(
-            "{} ready pack(s) left in {} rank director{}: {}",
-            self.packs(),
-            self.dirs.len(),
-            if self.dirs.len() == 1 { "y" } else { "ies" },
-            list.join(", ")
-        )
-    }
-
-    fn left_for_next(&self) -> String {
-        if self.dirs.is_empty() {
-            "nothing left to drain".into()
-        } else {
-            format!("{}, kept for the next run", self.describe())
-        }
-    }
-}
-
-/// `<id>.ready` files in a rank directory and its `w<ordinal>/` subdirectories.
-fn count_ready(dir: &Path) -> u64 {
-    let mut n = 0;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(".ready") {
-            n += 1;
-        } else if name.starts_with('w') && e.file_type().is_ok_and(|t| t.is_dir()) {
-            n += count_ready(&e.path());
-        }
-    }
-    n
-}
-
 /// Progress of `--once`.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
     json: bool,
     every: Duration,
     last_line: Option<Instant>,
-    last_scan: Option<(Instant, u64)>,
 }
 
 impl Progress {
@@ -655,20 +295,10 @@ impl Progress {
             json: out.json,
             every,
             last_line: None,
-            last_scan: None,
         }
     }
 
-    fn tick(&mut self, s: &Snapshot, key_dir: &Path, own: &Path) {
-        // the disk walk at most every 500 ms
-        let owed = match self.last_scan {
-            Some((at, n)) if at.elapsed() < Duration::from_millis(500) => n,
-            _ => {
-                let n = Backlog::scan(key_dir, own).packs();
-                self.last_scan = Some((Instant::now(), n));
-                n
-            }
-        };
+    fn tick(&mut self, s: &Snapshot, owed: u64) {
         let drained = s.indexed;
         if let Some(b) = &self.bar {
             b.set_length(drained + owed);
@@ -732,31 +362,4 @@ fn hand_off_json(h: &spool_service::HandOffCounts) -> Value {
         "last_lag_ms": h.last_lag_ms,
         "max_lag_ms": h.max_lag_ms,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backlog_counts_ready_packs_of_dead_dirs_only() {
-        let key = tempfile::tempdir().unwrap();
-        let own = key.path().join("r0-0000000a");
-        let dead = key.path().join("r1-0000000b");
-        std::fs::create_dir_all(dead.join("w2")).unwrap();
-        std::fs::create_dir_all(&own).unwrap();
-        for p in [
-            dead.join("a.ready"),
-            dead.join("w2/b.ready"),
-            dead.join("c.quarantined"),
-            own.join("d.ready"),
-        ] {
-            std::fs::write(p, b"x").unwrap();
-        }
-        std::fs::create_dir_all(key.path().join("not-a-rank")).unwrap();
-        std::fs::write(key.path().join("not-a-rank/e.ready"), b"x").unwrap();
-        let b = Backlog::scan(key.path(), &own);
-        assert_eq!(b.packs(), 3, "{b:?}");
-        assert!(b.describe().contains("r1-0000000b (2)"), "{}", b.describe());
-    }
 }

@@ -156,6 +156,10 @@ class Engine:
         """True when drained, else the owed figures (with ``ship="daemon"``:
         True once the daemon confirmed every pack, else ``Undrained`` whose
         ``ready`` counts the packs still waiting)."""
+    def run(self, timeout: float = 600.0, wait_for_siblings: bool = False) -> Dict[str, Any]:
+        """Drains once, as ``spool run --once`` does, then closes the engine;
+        the report: ``end``, ``message``, ``left_packs``,
+        ``elsewhere_packs``, ``blocked``, ``elapsed``, ``snapshot``."""
     def snapshot(self) -> Dict[str, Any]:
         """The service's snapshot, with ``ship``; only ``{"ship": "daemon"}``
         when the node's daemon ships (``ship="daemon"``: no service here)."""

@@ -262,10 +262,23 @@ impl Net {
         }
     }
 
-    /// Restores node `i`'s link (both ways).
+    /// Restores node `i`'s link (both ways). After a cut the bridge port
+    /// has no carrier until the kernel's link watch sees the inner end up
+    /// (asynchronously, up to a second later), and a port without carrier
+    /// refuses any state but disabled (`ENETDOWN`, "Network is down"): so
+    /// the port is re-enabled once its carrier is back.
     fn restore(&self, i: usize) -> Result<()> {
         self.inner_link(i, "up")?;
-        bridge_port(&self.ports[i], "3")
+        let port = &self.ports[i];
+        let operstate = format!("/sys/class/net/{port}/operstate");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(&operstate).map(|s| s.trim() != "up")? {
+            if Instant::now() > deadline {
+                bail!("bridge port {port} has no carrier 10 s after node {i}'s link came up");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bridge_port(port, "3")
     }
 }
 

@@ -1,0 +1,88 @@
+//! Requeue: packs set aside turned back into ready packs once a person
+//! fixed the cause (`spool requeue`): `<id>.rejected` (an own pack that
+//! failed for good), and `<id>.quarantined` packs that validate now. Done
+//! under the spool's owner lock (a [`Spool`] opened with mode `Take`),
+//! never replacing a ready pack (`RENAME_NOREPLACE`), the directory fsynced
+//! after each rename. A pack that stays set aside says why.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use super::inspect::validate_file;
+use super::names::FileKind;
+use super::walk::{fsync_dir, rename_noreplace, walk};
+use super::Spool;
+use crate::Error;
+
+/// One pack [`Spool::requeue`] looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeued {
+    from: PathBuf,
+    to: PathBuf,
+    kept: Option<String>,
+}
+
+impl Requeued {
+    /// The set-aside pack.
+    pub fn from(&self) -> &Path {
+        &self.from
+    }
+
+    /// Its ready name.
+    pub fn to(&self) -> &Path {
+        &self.to
+    }
+
+    /// Why it stayed set aside; `None` when it was requeued.
+    pub fn kept(&self) -> Option<&str> {
+        self.kept.as_deref()
+    }
+}
+
+impl Spool {
+    /// Renames every `<id>.rejected` (with `rejected`) and every
+    /// `<id>.quarantined` that validates now (with `quarantined`) of this
+    /// spool and its worker subdirectories to `<id>.ready`, in path order.
+    /// A pack whose ready name exists, or that still does not validate, or
+    /// that cannot be renamed, is kept as it is, with the reason. Fails
+    /// only when the directory cannot be walked.
+    pub fn requeue(&self, rejected: bool, quarantined: bool) -> Result<Vec<Requeued>, Error> {
+        let mut found = Vec::new();
+        walk(self.dir(), |e| {
+            let wanted = match e.kind {
+                FileKind::Rejected => rejected,
+                FileKind::Quarantined => quarantined,
+                FileKind::Ready | FileKind::Open => false,
+            };
+            if wanted && e.regular {
+                found.push((e.path, e.kind, e.id));
+            }
+            Ok(true)
+        })?;
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        let never = AtomicBool::new(false);
+        let mut out = Vec::with_capacity(found.len());
+        for (from, kind, id) in found {
+            let to = from.with_file_name(format!("{}.ready", id.to_hex()));
+            let kept = if kind == FileKind::Quarantined {
+                validate_file(&from, id, &never)
+                    .err()
+                    .map(|e| format!("still does not validate: {e}"))
+            } else {
+                None
+            };
+            let kept = kept.or_else(|| match rename_noreplace(&from, &to) {
+                Ok(()) => {
+                    if let Err(e) = fsync_dir(to.parent().unwrap_or(self.dir())) {
+                        tracing::warn!(dir = %self.dir().display(), "requeued {}, but {e}", to.display());
+                    }
+                    None
+                }
+                Err(_) if to.exists() => Some(format!("{} already exists", to.display())),
+                Err(e) => Some(format!("cannot rename it to {}: {e}", to.display())),
+            });
+            out.push(Requeued { from, to, kept });
+        }
+        Ok(out)
+    }
+}
