@@ -34,8 +34,8 @@
 //!   - 3 → 4: the row's `sha256` becomes the SHA-256 of the whole object
 //!     (what `sha256sum` of it prints, and S3's `ChecksumSHA256`), and the
 //!     trailer's checksum (of every byte before the trailer's hash field)
-//!     moves to a column of its own, `trailer_sha256` (ARCHITECTURE.md
-//!     "Which hash is which"). ClickHouse adds it with `ALTER TABLE ADD
+//!     moves to a column of its own, `trailer_sha256` (spool-core's crate
+//!     docs, "Which hash is which"). ClickHouse adds it with `ALTER TABLE ADD
 //!     COLUMN trailer_sha256 String DEFAULT sha256` (metadata only: rows
 //!     already there read their `sha256` in it), SQLite adds it and copies
 //!     `sha256` in, in the install's transaction. Rows written before

@@ -41,7 +41,8 @@ pub(crate) const PACK_COLUMNS_V3: &str = "pack_id, object_key, store_id, sha256,
 
 /// The default of `trailer_sha256`: a row written before schema version 4
 /// carried the trailer's checksum as its `sha256`, so on such rows the
-/// column reads as that value (ARCHITECTURE.md "Which hash is which").
+/// column reads as that value (spool-core's crate docs, "Which hash is
+/// which").
 pub(crate) const TRAILER_SHA256_DEFAULT: &str = "sha256";
 
 /// The expected columns (name, type) of the packs table.

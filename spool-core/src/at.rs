@@ -24,9 +24,10 @@
 //!   device where a file belongs is an error at once, never a blocked read.
 //! - An entry of the wrong kind is [`Error::UnexpectedEntry`]: it names the
 //!   path, what is there and what spool expects. Whoever meets it sets the
-//!   directory aside (adoption blocks it once, the shipper refuses the
-//!   owner) instead of retrying it in a loop; nothing is followed, read or
-//!   removed through it.
+//!   directory aside instead of retrying it in a loop (adoption ships a
+//!   dead owner's packs, then blocks it: it still holds other files; the
+//!   shipper refuses a live owner; one under `<key>/_shipped/` is left and
+//!   logged); nothing is followed, read or removed through it.
 //!
 //! Names that are not UTF-8 are listed as such ([`Name::Foreign`]) so that a
 //! caller reports them instead of skipping them silently.

@@ -11,8 +11,14 @@
 //! <key>/<rank>/_refs/w<k>.<id>.ref            consent for w<k>/<id>.ready
 //! <key>/_shipped/<rank>/<ref name>.pending    its confirmation's slot (the owner's; empty)
 //! <key>/_shipped/<rank>/<ref name>            confirmation (the slot, renamed by the daemon)
-//! <key>/_shipped/.shipper                      the serving daemon's rank directory name
+//! <key>/_shipped/.shipper                      the shipper record (ShipperRecord)
 //! ```
+//!
+//! The shipper record names the serving daemon's rank directory and node
+//! name, the refs it refused (why, at most [`RECORDED_REFUSALS`] listed)
+//! and the owners it cannot confirm to (how many packs, why): `spool
+//! status` reads it, so a refused or unconfirmable pack is said as such,
+//! never "being shipped".
 //!
 //! Every one of them is reached from the spool root down without following
 //! a link, read with a bound and never on a blocking open (`crate::at`),

@@ -1,6 +1,18 @@
 //! The spool layout: `<root>/<catalog_key>/r<rank>-<inc>/`,
 //! the catalog key, rank directory names, claiming a rank directory, and
 //! the flat-spool upgrade warning.
+//!
+//! - The catalog key ([`Destination::catalog_key`]) hashes the destination
+//!   as spelled, both URLs through [`strip_credentials`]: a secret never
+//!   changes the key (golden tests below).
+//! - [`claim_rank_dir`] creates a fresh rank directory already locked
+//!   (through spool-lock). On a filesystem with no free inode or byte,
+//!   where no directory can be made, it takes a dead sibling's directory
+//!   in place instead, the emptiest first, and settles its hand-off: its
+//!   packs are then the claim's own to drain. That is how a daemon starts
+//!   on a full filesystem and frees it.
+//! - [`find_flat_packs`] finds packs staged outside the layout (the
+//!   flat-spool upgrade warning).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -345,7 +345,7 @@ pub struct PackSummary {
     pub records: u64,
     /// The SHA-256 of the whole pack, trailer included: what `sha256sum`
     /// of the file or of its object prints, and the catalog row's
-    /// `sha256` (ARCHITECTURE.md "Which hash is which").
+    /// `sha256` (crate docs, "Which hash is which").
     pub sha256: [u8; 32],
     /// The checksum its trailer carries, checked: the SHA-256 of every byte
     /// before the trailer's hash field ([`Trailer::sha256`]); the row's

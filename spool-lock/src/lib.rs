@@ -97,7 +97,11 @@
 //! never takes the lock. A take refused with `EWOULDBLOCK` reads
 //! `/proc/locks` for its inode: only shared locks (probes) → it retries for
 //! up to 1 s; an exclusive one → refused at once; nothing listed → a few
-//! 1 ms retries. So a probe never makes a legitimate take fail.
+//! 1 ms retries. So a probe never makes a legitimate take fail. A shared
+//! lock that outlasts that second (a reader in group mode that stays) fails
+//! the take with [`Error::HeldShared`] naming the readers' pids, never with
+//! the dead owner's record; [`OwnerStatus::shared_by`] lets `spool status`
+//! say who holds it shared.
 //!
 //! ## Fork safety
 //! Every descriptor on a lock file or a locked/probed directory is a

@@ -1,5 +1,12 @@
 //! Takes (create-locked, lock-in-place), the nesting check, the claim and
-//! its release, `held_by_caller`.
+//! its release, `held_by_caller`. The design is the crate docs'.
+//!
+//! A take leaves nothing behind when it fails: missing parents are made by
+//! [`create_parents`] (each new entry fsynced) and removed again while
+//! empty; a refused take removes the directory and lock file it created;
+//! and when the parent's fsync after a create-locked rename fails, the new
+//! directory is removed while still locked, so no unlocked empty directory
+//! is ever left to read as a dead sibling.
 
 use std::ffi::OsStr;
 use std::io;

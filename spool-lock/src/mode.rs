@@ -1,5 +1,11 @@
 //! How a spool is opened with respect to its owner lock, and the options
 //! every lock operation takes.
+//!
+//! Every directory and file the spool creates (missing parents, staging
+//! copies, rank and worker directories, lock files, temp files and so
+//! packs) gets its mode and group from [`Access`] on its new descriptor,
+//! never from the umask: private (0700 / 0600) unless `spool.mode` shares
+//! it with the group ([`Sharing`]).
 
 use std::str::FromStr;
 use std::time::Duration;

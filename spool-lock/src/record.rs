@@ -14,8 +14,9 @@
 //! The `producer_*` lines carry the provenance of the directory's packs
 //! across takes: a claim's holder is its producer; an adopter (and a
 //! `blocked` mark, and the clearing of one) rewrites the record but
-//! carries the producer it found, so catalog rows name the process that
-//! staged a pack, never the one that drained it. Readers
+//! carries the producer it found (`Claim::producer` hands it to the
+//! adopter), so catalog rows name the process that staged a pack, never
+//! the one that drained it. Readers
 //! that predate these lines ignore them as unknown keys.
 //!
 //! Parsing is defensive: unknown keys are ignored, a missing or garbled

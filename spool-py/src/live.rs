@@ -4,8 +4,10 @@
 //! engines and sinks: their threads did not survive the fork and spool-lock
 //! closed the child's copies of the lock descriptors. Every handle records
 //! the pid that opened it and refuses ([`owner_check`]) to run anything in
-//! another process; on drop in another process it forgets its Rust state
-//! instead of running destructors that would wait on dead threads.
+//! another process, checked first in every method, before any lock is
+//! taken (a fork may have copied a lock held); on drop in another process
+//! it forgets its Rust state instead of running destructors that would wait
+//! on dead threads.
 //!
 //! [`register`] keeps a weak reference to every engine and sink, so
 //! `spool._native._close_at_exit` (registered with `atexit`) closes what the

@@ -28,6 +28,17 @@
 //! stay for its successor, which uploads them again (the store finds each
 //! already there) and indexes them; the drain never removes a file in a
 //! directory it no longer holds.
+//!
+//! # Failures that are not retried
+//!
+//! A non-retryable upload failure is about the pack (a different object at
+//! its key, a pack over the in-flight bound): an own pack is renamed
+//! `.rejected`, an adopted one dooms its sibling (blocked once the rest is
+//! drained). Or it is about the whole destination (401, 403, a missing
+//! bucket, the catalog's credentials: spool-upload's
+//! `UploadFailure::destination_wide`): every pack stays ready, the loop
+//! only backs off, and the snapshot's `destination_refused` says why until
+//! a call lands again.
 
 mod counters;
 mod job;

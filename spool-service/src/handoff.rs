@@ -32,6 +32,15 @@
 //! file where `_shipped/` should be) is reported once per owner and tried
 //! again with the service's retry backoff; the pack is not shipped again
 //! meanwhile, and stays with its owner.
+//!
+//! The shipper records itself in `<key>/_shipped/.shipper` (spool-core's
+//! `ShipperRecord`). A service whose node name differs from that of a live
+//! recorded shipper serves no owner (two node names on one root would each
+//! hold a node lease and both ship every owner's packs); its adoption,
+//! which the lock makes exclusive, goes on. Its owners' rows share the
+//! drain's index calls, paced by the index linger
+//! (`drain/pipeline.rs`), so a node sends one insert stream whatever its
+//! ranks.
 
 mod watch;
 

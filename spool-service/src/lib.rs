@@ -25,13 +25,11 @@
 //!   `drain/pipeline.rs`), whose stages overlap: validate each pack
 //!   once (a corrupt one is quarantined, never uploaded), upload with
 //!   `max_workers` at once within `max_in_flight_bytes`, index in batches
-//!   (closing at `index_batch`, after `index_linger`, or at once when no
-//!   upload is in flight, but never sooner than `index_linger` after the
-//!   last call unless full; `index_linger` defaults to 0 with a local
-//!   catalog; fenced in catalog scope) or owe them, remove what
-//!   is indexed; at most `pipeline_depth` packs out and not indexed. A
-//!   non-retryable failure renames the pack `<id>.rejected`; a retryable one
-//!   stops new uploads and counts toward the backoff. Then reconcile, then
+//!   (paced by the index linger: `drain/pipeline.rs`, "The index linger";
+//!   fenced in catalog scope) or owe them, remove what is indexed; at
+//!   most `pipeline_depth` packs out and not indexed. A non-retryable
+//!   failure renames the pack `<id>.rejected`; a retryable one stops new
+//!   uploads and counts toward the backoff. Then reconcile, then
 //!   adopt through [`adoption::Adopter::run_cycle`] with a
 //!   [`adoption::StepBudget`] built from the flush count, the stop token,
 //!   the lease state, the drain's backlog and the own packs left.

@@ -1,4 +1,19 @@
-//! The storage service: its runtime, loop, cycle, flush, stop and snapshot.
+//! The storage service: its runtime, loop, cycle, flush, stop and snapshot
+//! (their rules are the crate docs', "The service").
+//!
+//! - **A bounded stop.** Every call in the loop watches the stop token;
+//!   `stop()` then waits at most [`STOP_LOOP_GRACE`] for the loop,
+//!   [`STOP_LEASE_GRACE`] for the lease's release tombstone (a claim in
+//!   flight is cut; a lease not released lapses after its TTL) and
+//!   [`STOP_SHUTDOWN_GRACE`] for blocking tasks.
+//! - **A panic stops the work, not the process.** A panic in a cycle (the
+//!   loop's or a flush's) is caught: the snapshot's `loop_failed` says
+//!   it, every adopted sibling is let go, a flush refuses with
+//!   [`Error::LoopFailed`] and the loop does no more work (`spool run`
+//!   exits 10); the lease keeper catches its own panic into its state's
+//!   `task_failed`.
+//! - **The runtime** has `ServiceConfig::runtime_workers` workers (2 by
+//!   default); blocking work stays off them (`crate::offload`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

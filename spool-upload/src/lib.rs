@@ -56,7 +56,7 @@
 //!   the staged copy itself, chunk by chunk as it is written, before it
 //!   publishes it.
 //! - **How often a pack's bytes are read and hashed** (between the spool
-//!   file and the socket; ARCHITECTURE.md "Which hash is which"):
+//!   file and the socket; spool-core's crate docs, "Which hash is which"):
 //!   - a single PUT (up to `multipart_threshold`): read once into 1 MiB
 //!     buffers; hashed once by spool-core's validation of those buffers
 //!     (the trailer's checksum and the whole pack's SHA-256 from one pass:

@@ -2,6 +2,27 @@
 //! recovery listing, the siblings this service holds ([`Held`]), and the
 //! service's [`Drain`] (which validates each adopted pack just ahead of its
 //! upload).
+//!
+//! # Unadoptable is not a backoff
+//!
+//! A take that fails for a reason no retry fixes from here blocks the
+//! sibling once: an I/O error spool-lock judges
+//! [`Permanent`](spool_lock::IoVerdict::Permanent) (its errno list is
+//! there), a shared filesystem, a held ancestor, a lock file that is not a
+//! regular file (spool-lock's `LockFileNotRegular`: opened only
+//! non-blocking), a sibling that cannot be opened. `last_error` names it,
+//! the cycle is not failed, and the loop keeps its pace. A
+//! [`Transient`](spool_lock::IoVerdict::Transient) failure is no verdict:
+//! the probe lets the take decide, and a take that fails transiently leaves
+//! the sibling queued for the next pass (counted toward the backoff, like
+//! any retryable failure). A read-only filesystem
+//! ([`ReadOnly`](spool_lock::IoVerdict::ReadOnly), in the lock's error or
+//! `Spool::open`'s) is neither: the sibling is listed blocked, not owed,
+//! reported once, no backoff, and taken again every `recheck_interval`,
+//! since a remount ends it. A take that meets only readers' shared flocks
+//! (spool-lock's `HeldShared`) is tried again on a later pass, within
+//! [`HELD_SHARED_RECHECK`](crate::adoption::HELD_SHARED_RECHECK): never
+//! blocked, never a backoff.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -231,11 +231,8 @@ impl Config {
     }
 
     /// With a local catalog (`sqlite://` or `memory://`) and no source
-    /// setting `service.index_linger`: 0. The linger and the spacing of
-    /// index calls spare a shared server (ClickHouse) many small inserts;
-    /// a local commit costs about as much alone as batched, and one commit
-    /// in flight already lets the next batch form. So a lone pack is
-    /// indexed at once, however soon after the last one it landed.
+    /// setting `service.index_linger`: 0 (why: spool-service's
+    /// `drain/pipeline.rs`, "The index linger").
     fn local_catalog_linger(&mut self) {
         let local = keys::CATALOG
             .get(self)

@@ -51,14 +51,11 @@ pub struct ServiceConfig {
     pub upload: UploadConfig,
     /// Most packs indexed in one catalog call.
     pub index_batch: usize,
-    /// How long an index batch waits for more uploads to land before it
-    /// goes to the catalog (a batch also closes at `index_batch` rows, and
-    /// at once when no upload is in flight, so a lone pack never waits for
-    /// it). Default 50 ms: while packs stream in, a row waits at most that
-    /// long, and the catalog gets a few statements a second instead of
-    /// hundreds (after a 10 000-pack drain with a 5 ms linger, ClickHouse
-    /// 18.16 was too busy to answer a `DROP DATABASE` within 30 s;
-    /// BENCHMARKS.md).
+    /// The index linger (its rule: `drain/pipeline.rs`, "The index
+    /// linger"). Default 50 ms: the catalog gets a few statements a second
+    /// instead of hundreds (after a 10 000-pack drain with a 5 ms linger,
+    /// ClickHouse 18.16 was too busy to answer a `DROP DATABASE` within
+    /// 30 s; BENCHMARKS.md).
     pub index_linger: Duration,
     /// At most this many packs of one pipeline run are out of their spool
     /// (uploading or uploaded) and not yet in the catalog; an adoption step

@@ -54,6 +54,32 @@
 //!   refusal of the destination stops new uploads (the store is in
 //!   trouble: the loop backs off); a failed, refused or cut index call
 //!   stops the pipeline (the rest of what was uploaded is owed).
+//!
+//! # The index linger
+//!
+//! This is the one statement of the rule (`service.index_linger`); the
+//! other docs point here. A batch of uploaded packs goes to the catalog
+//! at once when it is full (`index_batch` rows) or the pipeline is at its
+//! depth; else at once when no upload is in flight (nothing more is
+//! coming soon), or one linger after its oldest pack landed. And a run of
+//! own or handed-off packs (a trickle, not an adoption step's piece of a
+//! backlog) never sends a batch that is not full sooner than one linger
+//! after the last index call: a steady trickle makes at most one insert
+//! per linger (the shipper serving many owners included) without capping
+//! a backlog's throughput.
+//!
+//! The linger in force (the snapshot's `index_pace`) is `index_linger`,
+//! doubled up to [`MAX_PACE`] (5 s) each time the catalog pushes back (a
+//! failed call, or one slower than [`SLOW_INDEX`]), halved back toward
+//! `index_linger` on each quick answer.
+//!
+//! `index_linger` defaults to 50 ms
+//! ([`ServiceConfig::index_linger`](crate::ServiceConfig::index_linger)), and
+//! to 0 when the configuration names a local catalog (`sqlite://`,
+//! `memory://`) and no source sets the key (`config/resolve.rs`): the
+//! linger and the spacing spare a shared server (ClickHouse) many small
+//! inserts, while a local commit costs about as much alone as batched, and
+//! one commit in flight already lets the next batch form.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -273,15 +299,8 @@ impl Drain {
     }
 
     /// When the uploaded packs' batch may go to the catalog (`None`: none
-    /// is uploaded): at once when full, or when the pipeline is at its
-    /// depth (no upload may start until packs are indexed); else at once
-    /// when no upload is in flight (nothing more is coming soon), or the
-    /// linger in force (`pace`: `index_linger`, longer while the catalog
-    /// pushes back) after the oldest landed; and never sooner than the
-    /// linger after the last index call when `paced`, so a steady trickle
-    /// of packs makes at most one insert per linger (the node's shipper
-    /// serving many owners included) without capping a backlog's
-    /// throughput.
+    /// is uploaded), by the index linger's rule (module docs, "The index
+    /// linger"); `paced` for a run of own or handed-off packs.
     fn index_due(&self, st: &Stages, limits: (usize, usize), paced: bool) -> Option<Instant> {
         let linger = self.pace;
         let (batch_max, depth) = limits;
