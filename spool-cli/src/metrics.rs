@@ -4,7 +4,8 @@
 //! verdict into a shared [`Status`]; [`Server`] (`server.rs`) serves it
 //! over HTTP. `/metrics` is encoded by the Prometheus project's Rust
 //! client (`prometheus-client`) from a [`Collector`] that reads the latest
-//! snapshot at scrape time: every field of the snapshot, `spool_` prefix,
+//! snapshot at scrape time: every field of spool-service's one table
+//! ([`spool_service::FIELDS`]), `spool_` prefix,
 //! units in the names (`_packs`, `_bytes`, `_seconds`; counters end in
 //! `_total`). `/healthz` answers `200 ok` while healthy and `503` with the
 //! reason when the service latched or the stores keep failing
@@ -18,7 +19,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use spool_service::Snapshot;
+use spool_service::{FieldKind, Snapshot};
 
 mod server;
 pub use server::Server;
@@ -139,192 +140,17 @@ impl Collector for SnapshotCollector {
         let st = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let s = &st.snapshot;
         let e = &mut e;
-        counter(
-            e,
-            "staged_packs",
-            "Packs staged by sinks in this process.",
-            s.staged,
-        )?;
-        counter(
-            e,
-            "uploaded_packs",
-            "Packs put in the object store (own and adopted).",
-            s.uploaded,
-        )?;
-        counter(
-            e,
-            "indexed_packs",
-            "Packs indexed in the catalog (own and adopted).",
-            s.indexed,
-        )?;
-        counter(
-            e,
-            "upload_failures",
-            "Failed upload attempt series.",
-            s.upload_failures,
-        )?;
-        counter(
-            e,
-            "cancelled_uploads",
-            "Uploads cut by a cancel (deadline, flush, stop).",
-            s.cancelled_uploads,
-        )?;
-        counter(
-            e,
-            "quarantined_packs",
-            "Corrupt packs set aside as .quarantined.",
-            s.quarantined,
-        )?;
-        counter(
-            e,
-            "rejected_packs",
-            "Own packs set aside as .rejected after a non-retryable failure.",
-            s.rejected,
-        )?;
-        counter(
-            e,
-            "adopted_spools",
-            "Dead sibling directories drained by this service.",
-            s.adopted_spools,
-        )?;
-        counter(
-            e,
-            "adopted_packs",
-            "Sibling packs uploaded by this service.",
-            s.adopted_packs,
-        )?;
-        counter(
-            e,
-            "handed_off_shipped",
-            "Packs live sink-only owners handed off, indexed by this service.",
-            s.hand_off.shipped,
-        )?;
-        counter(
-            e,
-            "handed_off_confirmed",
-            "Handed-off packs whose owners were told their rows are confirmed.",
-            s.hand_off.confirmed,
-        )?;
-        counter(
-            e,
-            "handed_off_refused",
-            "Consent refs refused (no valid pack behind them).",
-            s.hand_off.refused,
-        )?;
-        gauge(
-            e,
-            "handed_off_unconfirmed",
-            "Handed-off packs indexed whose confirmations cannot be written yet (kept by their owners).",
-            s.hand_off.unconfirmed as i64,
-        )?;
-        gauge(
-            e,
-            "index_pace_milliseconds",
-            "The index linger in force: service.index_linger, longer while the catalog pushes back.",
-            s.index_pace.as_millis() as i64,
-        )?;
-        gauge(
-            e,
-            "handed_off_last_lag_milliseconds",
-            "Consent to confirmation of the last handed-off pack confirmed.",
-            s.hand_off.last_lag_ms as i64,
-        )?;
-        gauge(
-            e,
-            "handed_off_max_lag_milliseconds",
-            "The longest consent-to-confirmation lag of a handed-off pack so far.",
-            s.hand_off.max_lag_ms as i64,
-        )?;
-        counter(
-            e,
-            "cycles",
-            "Service cycles run (loop and flush).",
-            s.cycles,
-        )?;
-        counter(
-            e,
-            "lease_losses",
-            "Holdings of this service's lease lost (superseded, lapsed, or not renewed in time).",
-            s.lease_losses,
-        )?;
-        counter(
-            e,
-            "catalog_quorum_contention",
-            "Replicated catalog: answers that an earlier quorum insert was not satisfied yet (ClickHouse code 286), each tried again.",
-            s.catalog.quorum_contention,
-        )?;
-        counter(
-            e,
-            "catalog_quorum_contention_gave_up",
-            "Replicated catalog: statements that met code 286 until the end of their budget (retried at a later cycle).",
-            s.catalog.quorum_contention_gave_up,
-        )?;
-        gauge(
-            e,
-            "pending_index_packs",
-            "Packs uploaded and not yet indexed (owed to the catalog).",
-            s.pending_index as i64,
-        )?;
-        gauge(
-            e,
-            "deferred_packs",
-            "Own ready packs not uploaded at the end of the last cycle.",
-            s.deferred as i64,
-        )?;
-        gauge(
-            e,
-            "adoption_owed",
-            "1 while adoptable sibling work is not done.",
-            s.adoption_owed as i64,
-        )?;
-        gauge(
-            e,
-            "live_siblings",
-            "Sibling directories found live at their last probe.",
-            s.live_siblings as i64,
-        )?;
-        gauge(
-            e,
-            "blocked_siblings",
-            "Sibling directories nobody adopts until a person acts.",
-            s.blocked_siblings.len() as i64,
-        )?;
-        gauge(
-            e,
-            "sibling_bytes",
-            "Bytes held by dead siblings (charged to the own budget).",
-            s.sibling_bytes as i64,
-        )?;
-        gauge(
-            e,
-            "lease_held",
-            "1 while this service holds its lease.",
-            s.lease_held as i64,
-        )?;
-        gauge(
-            e,
-            "latched",
-            "1 once a foreign lease outlived 2 x TTL (lease-gated work stopped).",
-            s.latched as i64,
-        )?;
-        gauge(
-            e,
-            "destination_refused",
-            "1 while the store or catalog refuses the whole destination (401, 403, missing bucket); packs stay ready.",
-            s.destination_refused.is_some() as i64,
-        )?;
-        gauge(
-            e,
-            "loop_failed",
-            "1 once the service loop panicked (the daemon stops and exits 10).",
-            s.loop_failed.is_some() as i64,
-        )?;
-        gauge(
-            e,
-            "last_error_present",
-            "1 when an error has been recorded (the text is in /healthz).",
-            s.last_error.is_some() as i64,
-        )?;
+        for (field, value) in s.fields() {
+            match field.kind() {
+                FieldKind::Counter => counter(e, field.metric(), field.help(), value.as_metric())?,
+                FieldKind::Gauge | FieldKind::Text => gauge(
+                    e,
+                    field.metric(),
+                    field.help(),
+                    i64::try_from(value.as_metric()).unwrap_or(i64::MAX),
+                )?,
+            }
+        }
         gauge(
             e,
             "healthy",

@@ -439,36 +439,40 @@ impl Engine {
     }
 }
 
-/// A service snapshot as a Python dict.
+/// A service snapshot as a Python dict: every field of spool-service's one
+/// table ([`spool_service::FIELDS`]), dotted names nested, as `spool run
+/// --json` shows it.
 fn snapshot_dict<'py>(
     py: Python<'py>,
     s: &spool_service::Snapshot,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("staged", s.staged)?;
-    d.set_item("uploaded", s.uploaded)?;
-    d.set_item("indexed", s.indexed)?;
-    d.set_item("pending_index", s.pending_index)?;
-    d.set_item("upload_failures", s.upload_failures)?;
-    d.set_item("cancelled_uploads", s.cancelled_uploads)?;
-    d.set_item("deferred", s.deferred)?;
-    d.set_item("quarantined", s.quarantined)?;
-    d.set_item("rejected", s.rejected)?;
-    d.set_item("adopted_spools", s.adopted_spools)?;
-    d.set_item("adopted_packs", s.adopted_packs)?;
-    d.set_item("adoption_owed", s.adoption_owed)?;
-    d.set_item("live_siblings", s.live_siblings)?;
-    d.set_item("blocked_siblings", &s.blocked_siblings)?;
-    d.set_item("sibling_bytes", s.sibling_bytes)?;
-    d.set_item("cycles", s.cycles)?;
-    d.set_item("lease_held", s.lease_held)?;
-    d.set_item(
-        "lease_holder",
-        s.lease_holder.as_ref().map(|h| h.as_str().to_owned()),
-    )?;
-    d.set_item("latched", s.latched)?;
-    d.set_item("last_error", &s.last_error)?;
-    Ok(d)
+    use spool_service::FieldValue;
+    let root = PyDict::new(py);
+    for (field, value) in s.fields() {
+        let value = match value {
+            FieldValue::Number(n) => n.into_pyobject(py)?.into_any(),
+            FieldValue::Flag(b) => b.into_pyobject(py)?.to_owned().into_any(),
+            FieldValue::Text(t) => t.into_pyobject(py)?,
+            FieldValue::List(l) => l.into_pyobject(py)?,
+        };
+        let mut at = root.clone();
+        let mut parts = field.name().split('.').peekable();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                at.set_item(part, &value)?;
+                break;
+            }
+            at = match at.get_item(part)? {
+                Some(d) => d.cast_into::<PyDict>()?,
+                None => {
+                    let d = PyDict::new(py);
+                    at.set_item(part, &d)?;
+                    d
+                }
+            };
+        }
+    }
+    Ok(root)
 }
 
 fn lease_lost(py: Python<'_>, dir: &std::path::Path, snap: &spool_service::Snapshot) -> PyErr {

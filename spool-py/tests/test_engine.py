@@ -107,6 +107,21 @@ def test_run_drains_dead_siblings_as_spool_run_once_does_and_closes(root):
     assert sorted(all_records(root)) == [b"a", b"b", b"c", b"own"]
 
 
+def test_snapshot_dict_has_the_fields_of_spool_run_json(root):
+    # both views are generated from spool-service's one table of fields
+    import json
+
+    def keys(d):
+        return {k: keys(v) if isinstance(v, dict) else None for k, v in d.items()}
+
+    with spool.Engine(root=str(root)) as engine:
+        snap = engine.snapshot()
+    done = run_spool("run", "--once", "--json", "--timeout", "30", "--spool-root", root)
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert keys(snap) == keys(dict(last["snapshot"], ship="self"))
+
+
 def test_run_refuses_an_engine_the_daemon_ships_and_keeps_it_open(root):
     with spool.Engine(root=str(root), ship="daemon") as engine:
         with pytest.raises(spool.Error, match="no service to run"):

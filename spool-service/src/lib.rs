@@ -180,4 +180,4 @@ pub use error::Error;
 pub use handoff::HandOffCounts;
 pub use run::{Look, RunEnd, RunPlan, RunReport};
 pub use service::{check_rank_dir, CycleOutcome, StorageService};
-pub use snapshot::Snapshot;
+pub use snapshot::{Field, FieldKind, FieldValue, Snapshot, FIELDS};

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use spool_service::{RunEnd, RunPlan, Snapshot};
+use spool_service::{FieldValue, RunEnd, RunPlan, Snapshot};
 
 use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags};
 use crate::exit::ExitCode;
@@ -199,49 +199,32 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// The snapshot as JSON.
+/// The snapshot as JSON: every field of spool-service's one table
+/// ([`spool_service::FIELDS`]), dotted names nested.
 pub fn snapshot_json(s: &Snapshot) -> Value {
-    json!({
-        "staged": s.staged,
-        "uploaded": s.uploaded,
-        "indexed": s.indexed,
-        "pending_index": s.pending_index,
-        "upload_failures": s.upload_failures,
-        "cancelled_uploads": s.cancelled_uploads,
-        "deferred": s.deferred,
-        "quarantined": s.quarantined,
-        "rejected": s.rejected,
-        "adopted_spools": s.adopted_spools,
-        "adopted_packs": s.adopted_packs,
-        "adoption_owed": s.adoption_owed,
-        "hand_off": hand_off_json(&s.hand_off),
-        "live_siblings": s.live_siblings,
-        "blocked_siblings": s.blocked_siblings,
-        "sibling_bytes": s.sibling_bytes,
-        "cycles": s.cycles,
-        "lease_held": s.lease_held,
-        "lease_holder": s.lease_holder.as_ref().map(|h| h.as_str()),
-        "latched": s.latched,
-        "last_error": s.last_error,
-        "waiting_on": s.waiting_on,
-        "destination_refused": s.destination_refused,
-        "loop_failed": s.loop_failed,
-        "stage_ms": stage_json(&s.stage_times),
-    })
-}
-
-/// Where the drains' time went, in milliseconds per stage (busy stages
-/// overlap; `idle` is time with nothing in flight).
-fn stage_json(t: &spool_service::StageTimes) -> Value {
-    let ms = |d: std::time::Duration| d.as_millis() as u64;
-    json!({
-        "list": ms(t.list),
-        "validate": ms(t.validate),
-        "upload": ms(t.upload),
-        "index": ms(t.index),
-        "remove": ms(t.remove),
-        "idle": ms(t.idle),
-    })
+    let mut root = serde_json::Map::new();
+    for (field, value) in s.fields() {
+        let value = match value {
+            FieldValue::Number(n) => json!(n),
+            FieldValue::Flag(b) => json!(b),
+            FieldValue::Text(t) => json!(t),
+            FieldValue::List(l) => json!(l),
+        };
+        let mut at = &mut root;
+        let mut parts = field.name().split('.').peekable();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                at.insert(part.to_owned(), value);
+                break;
+            }
+            at = at
+                .entry(part)
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .expect("a dotted name's parent is an object");
+        }
+    }
+    Value::Object(root)
 }
 
 /// Where human and JSON output go.
@@ -329,7 +312,7 @@ impl Progress {
                             "live_siblings": s.live_siblings,
                             "blocked_siblings": s.blocked_siblings.len(),
                             "adoption_owed": s.adoption_owed,
-                "hand_off": hand_off_json(&s.hand_off),
+                "hand_off": snapshot_json(s)["hand_off"].clone(),
                         })
             );
         } else {
@@ -348,18 +331,4 @@ impl Progress {
             b.finish_and_clear();
         }
     }
-}
-
-/// The hand-off figures of a snapshot (run's JSON events and summary).
-fn hand_off_json(h: &spool_service::HandOffCounts) -> Value {
-    json!({
-        "owners": h.owners,
-        "waiting": h.waiting,
-        "shipped": h.shipped,
-        "confirmed": h.confirmed,
-        "refused": h.refused,
-        "unconfirmed": h.unconfirmed,
-        "last_lag_ms": h.last_lag_ms,
-        "max_lag_ms": h.max_lag_ms,
-    })
 }
