@@ -18,11 +18,13 @@ use crate::config::{keys, mask_url, Config};
 /// `sinks` on it. A start that fails releases the claim (and removes the
 /// empty directory) before returning the error. `close_flush_timeout`: how
 /// long the engine's close flushes (zero for `spool run`, which flushes,
-/// bounded, before it closes on a signal).
+/// bounded, before it closes on a signal). `daemon`: the node's daemon
+/// (`spool run`), which ships itself whatever `service.ship` says.
 pub fn start(
     cfg: &Config,
     sinks: Vec<SinkConfig>,
     close_flush_timeout: Duration,
+    daemon: bool,
 ) -> anyhow::Result<Engine> {
     let root = cfg.spool_root()?;
     if !root.is_dir() {
@@ -43,6 +45,9 @@ pub fn start(
         )
     })?;
     config.sinks = sinks;
+    if daemon {
+        config.ship = spool_service::Ship::Itself;
+    }
     let engine = Engine::start(config)
         .with_context(|| format!("cannot start the service under {}", root.display()))?;
     match engine.ship() {

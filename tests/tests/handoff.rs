@@ -206,7 +206,8 @@ fn without_a_daemon_a_hand_off_producer_ships_by_exiting() {
 /// in its directory, consented and unindexed, while it lives; once a daemon
 /// starts they are shipped and the engine removes them itself, and its
 /// close (it waits for confirmations while they come) ends drained, exit 0.
-/// `spool run` refuses the key: it is the daemon.
+/// `spool run` refuses the key as its own flag (it is the daemon) and
+/// ignores it in a shared configuration file.
 #[test]
 fn an_engine_set_to_ship_by_the_daemon_hands_its_packs_off_and_ships_nothing_itself() {
     let tmp = tempfile::tempdir().unwrap();
@@ -271,6 +272,23 @@ fn an_engine_set_to_ship_by_the_daemon_hands_its_packs_off_and_ships_nothing_its
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("spool run is that daemon"),
+        "{}",
+        describe(&out)
+    );
+    // the same key in a configuration file the producers share (or their
+    // environment) does not stop the daemon: it ships itself
+    let file = tmp.path().join("shared.toml");
+    std::fs::write(&file, "[service]\nship = \"daemon\"\n").unwrap();
+    let out = output(
+        spool()
+            .arg("--config")
+            .arg(&file)
+            .args(["run", "--once", "--timeout", "30", "--spool-root"])
+            .arg(&root),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("drained:"),
         "{}",
         describe(&out)
     );

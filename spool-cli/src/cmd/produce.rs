@@ -242,7 +242,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         eprintln!("spool: {err}");
         Ok(ExitCode::Usage)
     };
-    let mut cfg = match load(&args, config_file) {
+    let cfg = match load(&args, config_file) {
         Ok(cfg) => cfg,
         Err(err) => return usage(&err),
     };
@@ -259,12 +259,6 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     if let Place::Root(root) = &place {
         spool_lock::create_parents(root, &lock.access)
             .with_context(|| format!("cannot create the spool root {}", root.display()))?;
-        // Again, now that the root exists: the embedded store and catalog
-        // are named after its canonical path, as `spool run` names them.
-        cfg = match load(&args, config_file) {
-            Ok(cfg) => cfg,
-            Err(err) => return usage(&err),
-        };
         match crate::engine::destination_line(&cfg) {
             Ok(line) => eprintln!(
                 "spool produce: {} {line}",
@@ -431,7 +425,7 @@ fn open_target(
         Place::Root(root) => root,
     };
     if args.serve {
-        let engine = crate::engine::start(cfg, vec![sink_config], timeout)?;
+        let engine = crate::engine::start(cfg, vec![sink_config], timeout, false)?;
         eprintln!("spool: rank directory {}", engine.dir().display());
         return Ok(Target::Engine(Box::new(engine)));
     }

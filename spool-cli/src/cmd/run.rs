@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use spool_service::{FieldValue, RunEnd, RunPlan, Snapshot};
 
-use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags};
+use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags, Source};
 use crate::exit::ExitCode;
 use crate::metrics::{self, Health};
 
@@ -74,14 +74,25 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 args.progress_interval
             ))
         })?;
+    // `service.ship` is for producers' engines: a shared file or
+    // environment that sets it does not stop the daemon; a flag that asks
+    // spool run itself to hand its packs off is a usage error.
     if keys::SHIP.get(&cfg) == spool_service::Ship::Daemon {
-        return Err(ConfigError(
-            "service.ship = \"daemon\" is for producers' engines (they hand their packs to the \
-             node's `spool run`); spool run is that daemon and ships itself: leave the key out \
-             (or set it to \"self\") for spool run"
-                .into(),
-        )
-        .into());
+        match cfg.source(&keys::SHIP.key) {
+            Some(Source::Flag(flag)) => {
+                return Err(ConfigError(format!(
+                    "service.ship = \"daemon\" ({flag}) is for producers' engines (they hand their \
+                     packs to the node's `spool run`); spool run is that daemon and ships itself: \
+                     leave the key out (or set it to \"self\") for spool run"
+                ))
+                .into())
+            }
+            source => tracing::info!(
+                "service.ship = \"daemon\" (from {}) applies to producers' engines; spool run is the \
+                 node's daemon and ships itself",
+                source.map_or_else(|| "the configuration".into(), ToString::to_string)
+            ),
+        }
     }
     let stop_flush = keys::STOP_FLUSH_TIMEOUT.get(&cfg);
     let plan = match timeout {
@@ -96,7 +107,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let (key, _) = cfg.key_dir()?;
-    let engine = crate::engine::start(&cfg, Vec::new(), Duration::ZERO)?;
+    let engine = crate::engine::start(&cfg, Vec::new(), Duration::ZERO, true)?;
     let out = Output { json: args.json };
     out.event(
         json!({

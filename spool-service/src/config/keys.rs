@@ -97,6 +97,23 @@ impl<T: SettingValue> Setting<T> {
     }
 }
 
+impl<T: SettingValue> Setting<T> {
+    /// The key's built-in default as a `T` (the library constructors'
+    /// defaults, e.g. [`crate::ServiceConfig::new`]'s, are read from here,
+    /// so the table is the one place they are written). Only for keys with
+    /// a default.
+    pub fn default_value(&self) -> T {
+        let raw = self
+            .key
+            .default
+            .unwrap_or_else(|| panic!("configuration key {} has no default", self.key.name));
+        let value = super::kind::parse_value(&self.key, raw, &super::Source::Default)
+            .unwrap_or_else(|e| panic!("the default of {} is refused: {e}", self.key.name));
+        T::from_value(Some(&value))
+            .unwrap_or_else(|| panic!("configuration key {} read as the wrong type", self.key.name))
+    }
+}
+
 /// A Rust type a [`Setting`] resolves to.
 pub trait SettingValue: Sized {
     /// Converts a resolved value (`None`: unset); `None` when the kind does
@@ -140,6 +157,16 @@ const SECS: Kind = Kind::Secs {
 };
 const SECS0: Kind = Kind::Secs {
     min_ms: 0,
+    whole: false,
+};
+/// A loop's wake-up or slice: under 10 ms it only burns a core.
+const SECS_LOOP: Kind = Kind::Secs {
+    min_ms: 10,
+    whole: false,
+};
+/// A network timeout: under 100 ms no connect or answer can make it.
+const SECS_NET: Kind = Kind::Secs {
+    min_ms: 100,
     whole: false,
 };
 
@@ -218,7 +245,7 @@ pub const CATALOG_REQUEST_TIMEOUT: Setting<Duration> = Setting::new(Key {
     name: "catalog.request_timeout",
     env: "SPOOL_CATALOG_REQUEST_TIMEOUT",
     flag: None,
-    kind: SECS,
+    kind: SECS_NET,
     default: Some("30s"),
     help: "bound on one catalog statement (connect, send, answer); every call is also cut by the enclosing flush or stop",
 });
@@ -292,7 +319,7 @@ pub const POLL_INTERVAL: Setting<Duration> = Setting::new(Key {
     name: "service.poll_interval",
     env: "SPOOL_POLL_INTERVAL",
     flag: Some("--poll-interval"),
-    kind: SECS,
+    kind: SECS_LOOP,
     default: Some("1s"),
     help: "the loop's safety-net wake-up",
 });
@@ -312,7 +339,7 @@ pub const MAX_BACKOFF: Setting<Duration> = Setting::new(Key {
     name: "service.max_backoff",
     env: "SPOOL_MAX_BACKOFF",
     flag: Some("--max-backoff"),
-    kind: SECS,
+    kind: SECS_LOOP,
     default: Some("30s"),
     help: "longest wait between cycles while a store is down",
 });
@@ -332,7 +359,7 @@ pub const ADOPTION_SLICE: Setting<Duration> = Setting::new(Key {
     name: "service.adoption_slice",
     env: "SPOOL_ADOPTION_SLICE",
     flag: None,
-    kind: SECS,
+    kind: SECS_LOOP,
     default: Some("1s"),
     help: "how long one adopting cycle may keep stepping",
 });
@@ -502,7 +529,7 @@ pub const CLIENT_CONNECT_TIMEOUT: Setting<Duration> = Setting::new(Key {
     name: "client.connect_timeout",
     env: "SPOOL_CLIENT_CONNECT_TIMEOUT",
     flag: None,
-    kind: SECS,
+    kind: SECS_NET,
     default: Some("5s"),
     help: "object store TCP connect timeout",
 });
@@ -512,7 +539,7 @@ pub const CLIENT_REQUEST_TIMEOUT: Setting<Duration> = Setting::new(Key {
     name: "client.request_timeout",
     env: "SPOOL_CLIENT_REQUEST_TIMEOUT",
     flag: None,
-    kind: SECS,
+    kind: SECS_NET,
     default: Some("120s"),
     help: "object store whole-request timeout",
 });
@@ -532,7 +559,7 @@ pub const CLIENT_RETRY_TIMEOUT: Setting<Duration> = Setting::new(Key {
     name: "client.retry_timeout",
     env: "SPOOL_CLIENT_RETRY_TIMEOUT",
     flag: None,
-    kind: SECS,
+    kind: SECS_NET,
     default: Some("10s"),
     help: "cap on object_store's retrying of one request",
 });

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use super::environment::{derived_allow_http, derived_rank, Environment, ProcessEnv, CONFIG_ENV};
 use super::file::{config_path, read_file};
@@ -230,17 +229,19 @@ impl Config {
         Ok(())
     }
 
-    /// With a local catalog (`sqlite://` or `memory://`) and no source
-    /// setting `service.index_linger`: 0 (why: spool-service's
-    /// `drain/pipeline.rs`, "The index linger").
+    /// With no source setting `service.index_linger`: the default for
+    /// the catalog ([`super::service_config::default_index_linger`], 0 for a
+    /// local one).
     fn local_catalog_linger(&mut self) {
-        let local = keys::CATALOG
-            .get(self)
-            .is_some_and(|url| url.starts_with("sqlite:") || url.starts_with("memory:"));
+        let Some(url) = keys::CATALOG.get(self) else {
+            return;
+        };
         let linger = keys::INDEX_LINGER.key.name;
         if let Some(e) = self.entries.get_mut(linger) {
-            if local && matches!(e.source, Source::Default) {
-                e.value = Some(Value::Secs(Duration::ZERO));
+            if matches!(e.source, Source::Default) {
+                e.value = Some(Value::Secs(super::service_config::default_index_linger(
+                    &url,
+                )));
             }
         }
     }
@@ -250,8 +251,7 @@ impl Config {
         let Some(root) = keys::ROOT.get(self) else {
             return Ok(());
         };
-        let root = std::path::absolute(&root).unwrap_or(root);
-        let root = root.canonicalize().unwrap_or(root);
+        let root = canonical(&root);
         // spelled by `destination`, like `spool produce --spool-root`: one
         // spelling, one catalog key
         for (key, url) in [
@@ -290,5 +290,27 @@ impl Config {
     /// Where a key's value came from.
     pub fn source(&self, key: &Key) -> Option<&Source> {
         self.entries.get(key.name).map(|e| &e.source)
+    }
+}
+
+/// `path` absolute with its links resolved, also when it does not exist
+/// yet: its deepest existing ancestor canonicalized, the rest appended. So
+/// a spool root is spelled the same before and after it is created (one
+/// embedded store and catalog URL, one catalog key).
+fn canonical(path: &std::path::Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = existing.canonicalize() {
+            return rest.iter().rev().fold(c, |p, part| p.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return abs,
+        }
     }
 }

@@ -10,6 +10,20 @@ use spool_core::Destination;
 use spool_lock::{LockMode, LockOptions};
 use spool_upload::{Store, UploadConfig};
 
+use super::keys;
+
+/// `service.index_linger`'s default for a catalog: 0 for a local one
+/// (`sqlite://`, `memory://`), else the key table's (why: `drain/pipeline.rs`,
+/// "The index linger"). [`ServiceConfig::new`] and the configuration
+/// resolver both use it.
+pub fn default_index_linger(catalog_url: &str) -> Duration {
+    if catalog_url.starts_with("sqlite:") || catalog_url.starts_with("memory:") {
+        Duration::ZERO
+    } else {
+        keys::INDEX_LINGER.default_value()
+    }
+}
+
 /// Everything a [`StorageService`](crate::StorageService) needs.
 #[derive(Clone)]
 pub struct ServiceConfig {
@@ -87,12 +101,11 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
-    /// A configuration with the documented defaults: node scope on this
-    /// host's name, 30 s lease,
-    /// 1 s poll, 30 s recheck, 30 s max backoff, 60 s staging age, 1 s
-    /// adoption slice, index batch 256, 50 ms index linger, pipeline depth 64,
-    /// adoption on, the global registry,
-    /// lock mode `Take`.
+    /// A configuration with the key table's defaults
+    /// ([`keys`](super::keys): lease, poll, recheck, backoff, staging age,
+    /// adoption slice, index batch, pipeline depth; the index linger by
+    /// [`default_index_linger`]), node scope on this host's name, adoption
+    /// on, the global registry, lock mode `Take`.
     pub fn new(
         dir: impl Into<PathBuf>,
         destination: Destination,
@@ -101,27 +114,27 @@ impl ServiceConfig {
     ) -> ServiceConfig {
         ServiceConfig {
             dir: dir.into(),
-            destination,
             store,
             catalog,
-            lease_scope: LeaseScope::Node,
+            lease_scope: keys::LEASE_SCOPE.default_value(),
             node_name: spool_lock::host_name(),
-            lease_ttl: Duration::from_secs(30),
-            poll_interval: Duration::from_secs(1),
-            recheck_interval: Duration::from_secs(30),
-            max_backoff: Duration::from_secs(30),
-            staging_max_age: Duration::from_secs(60),
-            adoption_slice: Duration::from_secs(1),
+            lease_ttl: keys::LEASE_TTL.default_value(),
+            poll_interval: keys::POLL_INTERVAL.default_value(),
+            recheck_interval: keys::RECHECK_INTERVAL.default_value(),
+            max_backoff: keys::MAX_BACKOFF.default_value(),
+            staging_max_age: keys::STAGING_MAX_AGE.default_value(),
+            adoption_slice: keys::ADOPTION_SLICE.default_value(),
             upload: UploadConfig::default(),
-            index_batch: spool_catalog::MAX_ROWS_PER_STATEMENT,
-            index_linger: Duration::from_millis(50),
-            pipeline_depth: 64,
+            index_batch: keys::INDEX_BATCH.default_value() as usize,
+            index_linger: default_index_linger(&destination.catalog_url),
+            pipeline_depth: keys::PIPELINE_DEPTH.default_value() as usize,
             adopt: true,
             registry: Registry::global(),
             lock_mode: LockMode::Take,
             lock: LockOptions::default(),
             max_bytes: None,
             runtime_workers: 2,
+            destination,
         }
     }
 }

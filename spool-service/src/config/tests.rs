@@ -455,3 +455,103 @@ fn the_catalog_cluster_comes_from_set_the_file_or_the_environment_and_joins_the_
     .to_string();
     assert!(e.contains("name one"), "{e}");
 }
+
+/// The defaults are written once, in the key table: what a library user
+/// gets from the constructors (`ServiceConfig::new`, spool-upload's
+/// `UploadConfig`/`ClientConfig` defaults, spool-catalog's request
+/// timeout) is what the configuration resolves to with nothing set,
+/// the local catalog's zero linger included.
+#[test]
+fn the_library_constructors_default_to_the_key_table() {
+    let root = tempfile::tempdir().unwrap();
+    for catalog in ["memory://", "clickhouse://127.0.0.1:8123/spool"] {
+        let cfg = load(
+            None,
+            &[("SPOOL_CATALOG", catalog), ("SPOOL_STORE", "memory://")],
+            vec![FlagValue::new(
+                &keys::ROOT.key,
+                root.path().display().to_string(),
+            )],
+        )
+        .unwrap();
+        let store = spool_upload::Store::from_url("memory://", &cfg.client()).unwrap();
+        let memory = spool_catalog::open("memory://").unwrap();
+        let resolved = cfg.service_config(store.clone(), memory.clone()).unwrap();
+        let library = ServiceConfig::new(root.path(), cfg.destination().unwrap(), store, memory);
+        assert_eq!(resolved.lease_scope, library.lease_scope);
+        for (a, b, what) in [
+            (resolved.poll_interval, library.poll_interval, "poll"),
+            (resolved.lease_ttl, library.lease_ttl, "lease_ttl"),
+            (
+                resolved.recheck_interval,
+                library.recheck_interval,
+                "recheck",
+            ),
+            (resolved.max_backoff, library.max_backoff, "max_backoff"),
+            (resolved.staging_max_age, library.staging_max_age, "staging"),
+            (resolved.adoption_slice, library.adoption_slice, "slice"),
+            (resolved.index_linger, library.index_linger, "linger"),
+        ] {
+            assert_eq!(a, b, "{what} with {catalog}");
+        }
+        assert_eq!(resolved.index_batch, library.index_batch);
+        assert_eq!(resolved.pipeline_depth, library.pipeline_depth);
+        assert_eq!(resolved.upload, library.upload, "upload.*");
+        assert_eq!(
+            cfg.client(),
+            spool_upload::ClientConfig::default(),
+            "client.*"
+        );
+        assert_eq!(
+            keys::CATALOG_REQUEST_TIMEOUT.get(&cfg),
+            spool_catalog::DEFAULT_REQUEST_TIMEOUT
+        );
+    }
+    assert_eq!(
+        keys::INDEX_BATCH.default_value() as usize,
+        spool_catalog::MAX_ROWS_PER_STATEMENT
+    );
+}
+
+/// A value that would only burn a core, or that no network answer can
+/// meet, is refused by the table's floor, naming it.
+#[test]
+fn values_under_a_keys_floor_are_refused() {
+    for (var, value) in [
+        ("SPOOL_POLL_INTERVAL", "1ms"),
+        ("SPOOL_ADOPTION_SLICE", "1ms"),
+        ("SPOOL_CLIENT_CONNECT_TIMEOUT", "1ms"),
+        ("SPOOL_CATALOG_REQUEST_TIMEOUT", "50ms"),
+    ] {
+        let err = load(None, &[(var, value)], Vec::new()).unwrap_err();
+        assert!(
+            err.0.contains(var) && err.0.contains("at least"),
+            "{var}: {err}"
+        );
+    }
+    load(None, &[("SPOOL_POLL_INTERVAL", "10ms")], Vec::new()).unwrap();
+}
+
+/// A spool root that does not exist yet, under a symlink, resolves to the
+/// same embedded destination as once it is created: a command that
+/// creates the root loads its configuration once.
+#[test]
+fn a_missing_root_is_spelled_as_it_will_be_once_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("real")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("real"), tmp.path().join("link")).unwrap();
+    let root = tmp.path().join("link/a/spool");
+    let urls = || {
+        let cfg = load(
+            None,
+            &[],
+            vec![FlagValue::new(&keys::ROOT.key, root.display().to_string())],
+        )
+        .unwrap();
+        (cfg.store_url().unwrap(), cfg.catalog_url().unwrap())
+    };
+    let before = urls();
+    assert!(before.1.contains("/real/a/spool/"), "{before:?}");
+    std::fs::create_dir_all(&root).unwrap();
+    assert_eq!(urls(), before);
+}

@@ -72,6 +72,8 @@ impl Fixture {
         c.lock_mode = LockMode::HeldByCaller;
         c.lease_ttl = Duration::from_secs(10);
         c.poll_interval = Duration::from_millis(200);
+        // the memory catalog stands in for a remote one: its index linger
+        c.index_linger = crate::config::keys::INDEX_LINGER.default_value();
         c.max_backoff = Duration::from_millis(500);
         c.upload.max_attempts = 2;
         c.upload.backoff_initial = Duration::from_millis(10);

@@ -68,6 +68,8 @@ fn main() {
     c.lock_mode = LockMode::HeldByCaller;
     c.lease_ttl = Duration::from_secs(10);
     c.poll_interval = Duration::from_millis(200);
+    // the memory catalog stands in for a remote one: its index linger
+    c.index_linger = spool_service::config::keys::INDEX_LINGER.default_value();
     c.max_backoff = Duration::from_secs(10);
     let registry = Arc::new(spool_core::registry::Registry::new());
     c.registry = registry.clone();
