@@ -175,16 +175,31 @@ fn test_steps(
         for (k, v) in servers.env() {
             cmd.env(k, v);
         }
-        let result = steps
-            .time("real tier", || run(&mut cmd))
-            .and_then(|()| {
-                steps.time("real pytest", || {
-                    if !fast {
-                        python_install(root)?;
-                    }
-                    python_tests(root, "real", &servers.env())
-                })
+        let result = steps.time("real tier", || run(&mut cmd)).and_then(|()| {
+            steps.time("real pytest", || {
+                if !fast {
+                    python_install(root)?;
+                }
+                python_tests(root, "real", &servers.env())
             })
+        });
+        // Two nodes, one lease, on replicas of the pass's own (RELIABILITY.md
+        // "Two nodes, one lease"; root only, skipped saying why otherwise),
+        // beside the fault torture and the fleet pass: all three mostly
+        // wait (TTLs, faults' windows, the fleet's pace).
+        let lease_pass = result.is_ok().then(|| {
+            let at = root.to_path_buf();
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let r = torture::ci(&at, "ci-lease-netns-replicas", &[]);
+                eprintln!(
+                    "xtask: two-node lease pass took {:.1} s (beside the fault torture and the fleet pass)",
+                    started.elapsed().as_secs_f64()
+                );
+                r
+            })
+        });
+        let result = result
             // a short fault torture (RELIABILITY.md) on these servers
             .and_then(|()| {
                 steps.time("fault torture", || {
@@ -194,12 +209,14 @@ fn test_steps(
             // the fleet simulator's short pass (BENCHMARKS.md "Fleet")
             .and_then(|()| steps.time("fleet pass", || fleet::ci(root, &servers.env())));
         drop(servers); // stops every server, whatever `result` is
+        let lease_result = steps.time("two-node lease pass (what is left of it)", || {
+            lease_pass.map_or(Ok(()), |t| {
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("the two-node lease pass panicked"))?
+            })
+        });
         result?;
-        // two nodes, one lease, on replicas (RELIABILITY.md "Two nodes, one
-        // lease"; root only, skipped saying why otherwise)
-        steps.time("two-node lease pass", || {
-            torture::ci(root, "ci-lease-netns-replicas", &[])
-        })?;
+        lease_result?;
     }
     if let Some(clippy) = clippy {
         steps.time("clippy (what is left of it)", || clippy.finish())?;
