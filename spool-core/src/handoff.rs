@@ -93,6 +93,16 @@ use crate::pack::PackId;
 use crate::spool::{ordinal_dir_name, parse_ordinal_dir, ReadyPack, Spool, REFS_DIR};
 use crate::Error;
 
+/// How long a hand-off owner's release waits for a confirmation before it
+/// leaves what is still handed off to adoption (no daemon runs, or it is
+/// stuck): [`Spool::wait_confirmed`]'s `stalled`.
+pub const STALLED_HAND_OFF: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The longest a hand-off sink's release waits for confirmations that keep
+/// coming (the default `close_flush_timeout` of an engine, which waits the
+/// same way within its own).
+pub const HAND_OFF_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The directory beside the rank directories (under the catalog key) that
 /// holds the daemon's confirmations, one subdirectory per owner.
 pub const SHIPPED_DIR: &str = "_shipped";
@@ -460,6 +470,38 @@ impl Spool {
             refs.remove_file(name)?;
         }
         Ok(packs.len())
+    }
+
+    /// Removes the confirmed packs (as [`Spool::release_confirmed`]) until
+    /// none is handed off and unconfirmed, `deadline` passes, or
+    /// (`stalled`) that long passes without a confirmation, looking every
+    /// few milliseconds; returns how many are still waiting. A hand-off
+    /// engine's close waits here (its sinks gone); a sink's release waits
+    /// the same way while its own confirmations thread removes them
+    /// ([`crate::sink::Sink::release`]): the one release behaviour of a
+    /// hand-off owner, what is left going with the directory to the
+    /// daemon's adoption. No other thread may remove confirmed packs
+    /// meanwhile.
+    pub fn wait_confirmed(
+        &self,
+        deadline: std::time::Instant,
+        stalled: Option<std::time::Duration>,
+    ) -> Result<usize, Error> {
+        let mut last_progress = std::time::Instant::now();
+        loop {
+            if self.release_confirmed()? > 0 {
+                last_progress = std::time::Instant::now();
+            }
+            let waiting = self.consented_packs()?;
+            let now = std::time::Instant::now();
+            if waiting == 0
+                || now >= deadline
+                || stalled.is_some_and(|s| now.duration_since(last_progress) >= s)
+            {
+                return Ok(waiting);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// The adopter of a dead owner's directory settles its hand-off before

@@ -127,6 +127,12 @@ pub trait StageTarget: Send + Sync + 'static {
     fn prepare_confirmations(&self) -> Result<PathBuf, Error> {
         Ok(crate::handoff::confirmations_dir(self.dir()))
     }
+
+    /// How many packs this target consented to hand off and has not
+    /// removed yet ([`Spool::consented_packs`]).
+    fn consented_packs(&self) -> Result<usize, Error> {
+        Ok(0)
+    }
 }
 
 /// What a producer's write does when the sink's buffer is full.
@@ -361,6 +367,19 @@ impl Sink {
         let mut sink = Sink::start(spool.clone(), config)?;
         sink.spool = Some(spool);
         Ok(sink)
+    }
+
+    /// Claims a fresh rank directory `<root>/<key>/r<rank>-<incarnation>/`
+    /// ([`crate::layout::claim_rank_dir`]) and opens a hand-off sink on it
+    /// that owns the claim: the one way to build a sink-only producer in
+    /// the layout (`spool produce`, Python's `Sink.claim`). Its packs are
+    /// handed off to the node's daemon while it lives ([`crate::handoff`]);
+    /// its release waits for the confirmations while they come, then lets
+    /// the claim go, leaving what is left to adoption.
+    pub fn claim(root: &Path, key: &str, rank: u64, mut config: SinkConfig) -> Result<Sink, Error> {
+        config.hand_off = true;
+        let claim = crate::layout::claim_rank_dir(root, key, rank, &config.spool.lock)?;
+        Sink::open_claimed(claim, config)
     }
 
     /// Opens the directory of `claim` (a rank directory this process
@@ -632,15 +651,53 @@ impl Sink {
         shared.progress.notify_all();
         match self.flush(shared.config.release_flush_timeout) {
             Ok(()) => {
-                let mut state = lock(&shared.state);
-                state.sealed_on_release = true;
+                lock(&shared.state).sealed_on_release = true;
                 tracing::debug!(dir = %shared.id.display(), "sink for {} sealed on release", shared.id.display());
+                self.wait_confirmed(Instant::now() + crate::handoff::HAND_OFF_RELEASE_WAIT);
                 Ok(())
             }
             Err(err) => {
                 tracing::warn!(dir = %shared.id.display(), "release of the sink for {} did not seal: {err}", shared.id.display());
                 Err(err)
             }
+        }
+    }
+
+    /// A hand-off sink, sealed: waits while its confirmations thread
+    /// removes what the node's shipper confirms, until nothing is waiting,
+    /// `deadline`, or [`crate::handoff::STALLED_HAND_OFF`] without a
+    /// confirmation (the engine's close waits the same way,
+    /// [`Spool::wait_confirmed`]); what is still waiting goes with the
+    /// directory to the daemon's adoption once the claim is let go.
+    fn wait_confirmed(&self, deadline: Instant) {
+        let shared = self.shared();
+        if !shared.config.hand_off {
+            return;
+        }
+        let mut last = usize::MAX;
+        let mut progress = Instant::now();
+        let waiting = loop {
+            let waiting = match shared.target.consented_packs() {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(dir = %shared.id.display(), "counting the packs {} handed off: {e}", shared.id.display());
+                    return;
+                }
+            };
+            if waiting < last {
+                (last, progress) = (waiting, Instant::now());
+            }
+            let now = Instant::now();
+            if waiting == 0
+                || now >= deadline
+                || now.duration_since(progress) >= crate::handoff::STALLED_HAND_OFF
+            {
+                break waiting;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        if waiting > 0 {
+            tracing::info!(dir = %shared.id.display(), "{waiting} pack(s) of {} handed off and not confirmed yet: they go with the directory to the daemon's adoption", shared.id.display());
         }
     }
 
@@ -682,6 +739,7 @@ impl Drop for Sink {
         {
             c.stop(shared.target.dir());
         }
+        let hand_off = shared.config.hand_off;
         let (idle, sealed) = {
             let mut state = lock(&shared.state);
             state.shutdown = true;
@@ -715,6 +773,13 @@ impl Drop for Sink {
         };
         let dir = spool.dir().to_path_buf();
         match spool.into_claim() {
+            // A hand-off owner in the layout whose packs were all
+            // confirmed leaves nothing to adopt: its empty directory goes.
+            Some(claim) if sealed && hand_off => {
+                if let Err(err) = claim.release_and_remove_if_empty() {
+                    tracing::warn!(dir = %dir.display(), "releasing the claim on {}: {err}", dir.display());
+                }
+            }
             Some(claim) if sealed => {
                 if let Err(err) = claim.release() {
                     tracing::warn!(dir = %dir.display(), "releasing the claim on {}: {err}", dir.display());
@@ -871,6 +936,10 @@ impl StageTarget for Spool {
 
     fn release_confirmed(&self) -> Result<usize, Error> {
         Spool::release_confirmed(self)
+    }
+
+    fn consented_packs(&self) -> Result<usize, Error> {
+        Spool::consented_packs(self)
     }
 
     fn stage(&self, ordinal: Option<u32>, id: PackId, bytes: &[u8]) -> Result<(), StageFailure> {

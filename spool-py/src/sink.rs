@@ -303,13 +303,8 @@ impl Sink {
         config.spool.max_bytes = keys::MAX_BYTES.get(&cfg);
         // a sink-only producer in the layout hands each pack to the node's
         // shipper while it lives (with none, its packs go when it exits)
-        config.hand_off = true;
-        let lock = config.spool.lock.clone();
         let sink = py
-            .detach(move || {
-                let claim = spool_core::layout::claim_rank_dir(&root, &key, rank, &lock)?;
-                CoreSink::open_claimed(claim, config)
-            })
+            .detach(move || CoreSink::claim(&root, &key, rank, config))
             .map_err(|e| errors::core(py, &e))?;
         wrap(py, Arc::new(sink), true)
     }

@@ -360,7 +360,7 @@ impl Engine {
         timeout: Duration,
         deadline: std::time::Instant,
     ) -> Result<bool, Error> {
-        match wait_confirmed(spool, deadline, None)? {
+        match spool.wait_confirmed(deadline, None)? {
             0 => Ok(true),
             waiting => Err(Error::HandOffTimeout {
                 dir: self.dir.clone(),
@@ -394,7 +394,7 @@ impl Engine {
             // Shipping through the daemon: wait for the confirmations while
             // they come; what is left goes with the directory to adoption.
             let deadline = std::time::Instant::now() + self.close_flush_timeout;
-            match wait_confirmed(&spool, deadline, Some(STALLED_HAND_OFF)) {
+            match spool.wait_confirmed(deadline, Some(spool_core::handoff::STALLED_HAND_OFF)) {
                 Ok(0) => {
                     drained = spool
                         .scan(&std::sync::atomic::AtomicBool::new(false))
@@ -447,35 +447,6 @@ impl Drop for Engine {
                 tracing::warn!(dir = %report.dir.display(), "engine on {} closed on drop: {}", report.dir.display(), report.problems.join("; "));
             }
         }
-    }
-}
-
-/// How long [`Engine::close`] waits for a confirmation before it leaves
-/// what is still handed off to adoption (no daemon runs, or it is stuck).
-const STALLED_HAND_OFF: Duration = Duration::from_secs(1);
-
-/// Removes the packs of `spool` the node's shipper confirmed, until none is
-/// handed off and unconfirmed, `deadline` passes, or (`stalled`) that long
-/// passes without a confirmation. Returns how many are still waiting.
-fn wait_confirmed(
-    spool: &Spool,
-    deadline: std::time::Instant,
-    stalled: Option<Duration>,
-) -> Result<usize, Error> {
-    let mut last_progress = std::time::Instant::now();
-    loop {
-        if spool.release_confirmed()? > 0 {
-            last_progress = std::time::Instant::now();
-        }
-        let waiting = spool.consented_packs()?;
-        let now = std::time::Instant::now();
-        if waiting == 0
-            || now >= deadline
-            || stalled.is_some_and(|s| now.duration_since(last_progress) >= s)
-        {
-            return Ok(waiting);
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

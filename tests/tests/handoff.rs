@@ -177,6 +177,46 @@ fn a_live_sink_only_producer_is_shipped_by_the_daemon_while_it_lives() {
     assert_eq!(indexed_ids(&root), staged, "a row that is no staged pack's");
 }
 
+/// A sink-only producer that exits beside a daemon releases as an engine
+/// does: it waits while the daemon's confirmations come and removes its
+/// packs, so it leaves nothing to adopt (its rank directory is gone at
+/// its exit), and every pack is indexed once.
+#[test]
+fn a_sink_only_producer_exiting_beside_a_daemon_waits_for_its_confirmations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let _daemon = daemon(&root);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = output(
+        spool()
+            .args(["produce", "--packs", "40", "--spool-root"])
+            .arg(&root),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let staged: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(staged.len(), 40);
+    let left: Vec<PathBuf> = std::fs::read_dir(key_dir(&root))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(spool_core::RankDirName::parse)
+                .is_some_and(|r| !r.is_manual())
+                && p.join("_refs").exists()
+        })
+        .collect();
+    assert!(left.is_empty(), "the producer left {left:?} to adoption");
+    wait_for("every pack indexed", Duration::from_secs(30), || {
+        indexed_ids(&root).is_superset(&staged)
+    });
+    assert_eq!(indexed_ids(&root), staged);
+}
+
 /// With no daemon, a hand-off producer's packs wait in its directory; once
 /// it exits, `run --once` adopts them as any dead sibling's: each indexed
 /// once, and no ref or confirmation left behind.

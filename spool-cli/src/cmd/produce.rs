@@ -148,9 +148,9 @@ fn max_bytes_arg(s: &str) -> Result<u64, String> {
 enum Target {
     /// `--dir`: the sink took the directory's lock itself.
     Dir(Sink),
-    /// `--spool-root` without `--serve`: a claimed rank directory, a sink
-    /// held by caller.
-    Claimed(Sink, spool_lock::Claim),
+    /// `--spool-root` without `--serve`: a claimed rank directory, the
+    /// sink owning the claim (spool-core's `Sink::claim`).
+    Claimed(Sink),
     /// `--spool-root --serve`: the engine.
     Engine(Box<Engine>),
 }
@@ -158,7 +158,7 @@ enum Target {
 impl Target {
     fn sink(&self) -> &Sink {
         match self {
-            Target::Dir(sink) | Target::Claimed(sink, _) => sink,
+            Target::Dir(sink) | Target::Claimed(sink) => sink,
             Target::Engine(engine) => &engine.sinks()[0],
         }
     }
@@ -430,18 +430,9 @@ fn open_target(
         return Ok(Target::Engine(Box::new(engine)));
     }
     let (key, _) = cfg.key_dir()?;
-    let rank = keys::RANK.get(cfg);
-    let claim = spool_core::layout::claim_rank_dir(root, &key, rank, &sink_config.spool.lock)?;
-    eprintln!("spool: rank directory {}", claim.dir().display());
-    let mut config = sink_config;
-    config.spool.lock_mode = spool_lock::LockMode::HeldByCaller;
-    match Sink::open(claim.dir(), config) {
-        Ok(sink) => Ok(Target::Claimed(sink, claim)),
-        Err(err) => {
-            let _ = claim.release_and_remove_if_empty();
-            Err(err.into())
-        }
-    }
+    let sink = Sink::claim(root, &key, keys::RANK.get(cfg), sink_config)?;
+    eprintln!("spool: rank directory {}", sink.dir().display());
+    Ok(Target::Claimed(sink))
 }
 
 /// Lets go of the directory in the right order and picks the exit code.
@@ -451,17 +442,11 @@ fn close(target: Target) -> ExitCode {
             drop(sink);
             ExitCode::Ok
         }
-        Target::Claimed(sink, claim) => {
-            let sealed = sink.sealed_on_release();
+        Target::Claimed(sink) => {
+            // sealed, the sink lets go of its claim (the directory a dead
+            // sibling to adopt, removed at once if nothing is left); else
+            // the claim stays held until exit, with a warning
             drop(sink);
-            if sealed {
-                // Hand the packs over: an unlocked rank directory is a dead
-                // sibling (removed at once if nothing was staged).
-                if let Err(err) = claim.release_and_remove_if_empty() {
-                    eprintln!("spool: releasing the rank directory: {err}");
-                    return ExitCode::Other;
-                }
-            } // else: the dropped claim stays held until exit, with a warning
             ExitCode::Ok
         }
         Target::Engine(engine) => {
