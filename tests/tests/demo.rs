@@ -28,6 +28,17 @@ fn the_demo_loses_nothing_and_the_daemon_adopts_the_killed_rank() {
     assert!(produced >= 2 * 12 + 6, "{result:#}");
     assert_eq!(result["uploaded"], produced, "{result:#}");
     assert_eq!(result["indexed"], produced, "{result:#}");
+    // the hand-off shipped packs while their producers lived, and the
+    // SIGKILLed rank left packs the daemon had not confirmed, adopted
+    assert!(
+        result["handed_off"].as_u64().unwrap() >= 2 * 12,
+        "{result:#}"
+    );
+    assert!(result["adopted"].as_u64().unwrap() >= 1, "{result:#}");
+    assert_eq!(
+        result["daemon"]["snapshot"]["adopted_packs"], result["adopted"],
+        "{result:#}"
+    );
     let ranks = result["ranks"].as_array().unwrap();
     assert_eq!(ranks.iter().filter(|r| r["killed"] == true).count(), 1);
     // Without --keep the scratch directory is gone.

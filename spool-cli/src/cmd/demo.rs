@@ -5,21 +5,23 @@
 //! embedded defaults — a local-directory store at `ROOT/.store` and a SQLite
 //! catalog at `ROOT/.catalog.db`:
 //!
-//! 1. `--ranks` producers start as real child processes (`spool produce
-//!    --spool-root ROOT --serve --rank K`): each claims its rank directory
-//!    and runs the whole engine, so its own service uploads and indexes its
-//!    packs as it goes.
-//! 2. Once the victim (rank 1, or 0 with a single rank) has staged half of
-//!    its packs, it is SIGKILLed mid-stream: no flush, no release. Whatever
-//!    it had staged but not yet shipped stays in its rank directory, which
-//!    is now a dead sibling. The other producers finish and close cleanly.
-//! 3. The daemon (`spool run --once --spool-root ROOT`) starts, waits out
-//!    the dead producer's lease if it held the adopter lease, adopts the
-//!    dead directory, ships what is in it and removes it.
+//! 1. The node's daemon starts (`spool run --spool-root ROOT`), then
+//!    `--ranks` sink-only producers as real child processes (`spool
+//!    produce --spool-root ROOT --rank K`): each claims its rank directory
+//!    and hands every pack it stages to the daemon, which uploads and
+//!    indexes it and confirms it, and the producer removes it — while the
+//!    producer lives. The producers but the victim (rank 1, or 0 with a
+//!    single rank) exit once every pack is confirmed.
+//! 2. The daemon stops (SIGTERM) once the victim, which stages twice as
+//!    many packs, has staged `--packs`; the victim hands off a few more,
+//!    which nobody confirms, and is SIGKILLed mid-stream: its directory,
+//!    holding them, is now a dead sibling.
+//! 3. A daemon again (`spool run --once`) adopts the dead directory, ships
+//!    what is in it and removes it.
 //! 4. Every pack id any producer reported staged is looked up in the
 //!    catalog, and its object is read back from the store and validated
 //!    (trailer id and SHA-256). The final table counts packs produced,
-//!    uploaded, indexed, adopted, left in a spool and **lost** (reported
+//!    uploaded, indexed, handed off, adopted, left in a spool and **lost** (reported
 //!    staged but neither shipped nor still spooled). Exit 0 only if nothing
 //!    was lost and the daemon drained.
 //!
@@ -191,7 +193,10 @@ impl Ui {
 struct Outcome {
     ranks: Vec<Rank>,
     victim: usize,
-    /// Ready packs in the victim's directory right after the kill.
+    /// Packs the running daemon shipped for live producers (hand-off).
+    handed_off: u64,
+    /// Ready packs in the victim's directory right after the kill: handed
+    /// off, not yet confirmed, adopted by the next daemon.
     adopted: Vec<String>,
     daemon_exit: Option<i32>,
     daemon_result: Option<serde_json::Value>,
@@ -227,28 +232,52 @@ fn child(exe: &Path, subcommand: &str, root: &Path) -> Command {
 fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outcome> {
     let exe = spool_exe()?;
     let victim = if args.ranks > 1 { 1 } else { 0 };
+
+    // 1. The node's daemon, running until stopped.
+    let spinner = ui.multi.add(ProgressBar::new_spinner());
+    spinner.set_message("daemon: spool run (ships what live producers hand off)");
+    spinner.enable_steady_tick(Duration::from_millis(120));
+    let mut daemon = child(&exe, "run", root)
+        .args(["--json", "--lease-ttl", DEMO_LEASE_TTL])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(logs.join("daemon.log"))?))
+        .spawn()
+        .context("cannot start the daemon")?;
+    let mut daemon_lines = BufReader::new(daemon.stdout.take().context("daemon stdout")?).lines();
+    daemon_lines
+        .next()
+        .transpose()?
+        .context("the daemon exited before it started; see its log")?;
+
+    // 2. Sink-only producers: each hands its packs to the daemon while it
+    //    lives. The victim has twice the packs, so it is still staging
+    //    when the others are done.
     let ranks: Arc<Mutex<Vec<Rank>>> =
         Arc::new(Mutex::new(vec![Rank::default(); args.ranks as usize]));
     let mut children: Vec<Child> = Vec::new();
     let mut readers = Vec::new();
     for k in 0..args.ranks as usize {
+        let packs = if k == victim {
+            2 * args.packs
+        } else {
+            args.packs
+        };
         let log = std::fs::File::create(logs.join(format!("rank-{k}.log")))?;
         let mut child = child(&exe, "produce", root)
-            .args(["--serve", "--rank", &k.to_string()])
-            .args(["--packs", &args.packs.to_string()])
+            .args(["--rank", &k.to_string()])
+            .args(["--packs", &packs.to_string()])
             .args(["--pack-bytes", &args.pack_bytes.to_string()])
             .args(["--pack-interval", &args.pack_interval.to_string()])
-            .args(["--lease-ttl", DEMO_LEASE_TTL, "--poll-interval", "0.5"])
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .spawn()
             .context("cannot start a producer")?;
         let stdout = child.stdout.take().context("producer stdout")?;
-        let bar = ui.bar(args.packs, format!("rank {k}"));
+        let bar = ui.bar(packs, format!("rank {k}"));
         bar.set_message(if k == victim {
-            "staging (will be SIGKILLed)"
+            "handing off (will be SIGKILLed)"
         } else {
-            "staging"
+            "handing off"
         });
         let ranks = ranks.clone();
         readers.push(std::thread::spawn(move || {
@@ -263,17 +292,23 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
         }));
         children.push(child);
     }
-
-    // Kill the victim once half its packs are staged.
-    let half = (args.packs / 2) as usize;
+    let staged = |k: usize| ranks.lock().unwrap_or_else(|e| e.into_inner())[k].ids.len();
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let staged = ranks.lock().unwrap_or_else(|e| e.into_inner())[victim]
-            .ids
-            .len();
-        if staged >= half {
-            break;
+    let mut exits = vec![None; children.len()];
+    for (k, child) in children.iter_mut().enumerate() {
+        if k != victim {
+            let status = child.wait()?;
+            exits[k] = status.code();
+            if !status.success() {
+                ui.line(format!(
+                    "rank {k} exited with {status}; see {}",
+                    logs.join(format!("rank-{k}.log")).display()
+                ));
+            }
         }
+    }
+    // At least half the victim's packs handed off while the daemon runs.
+    while staged(victim) < args.packs as usize {
         if let Some(status) = children[victim].try_wait()? {
             anyhow::bail!(
                 "rank {victim} exited ({status}) before it could be killed; see {}",
@@ -281,52 +316,75 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
             );
         }
         if Instant::now() > deadline {
-            anyhow::bail!("rank {victim} staged only {staged} packs in 120 s");
+            anyhow::bail!(
+                "rank {victim} staged only {} packs in 120 s",
+                staged(victim)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // 3. The daemon stops: what the victim hands off from now on waits,
+    //    unconfirmed, in its directory.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .context("SIGTERM the daemon")?;
+    let running = daemon_lines
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .last();
+    daemon.wait()?;
+    let handed_off = running
+        .as_ref()
+        .and_then(|r| r.pointer("/snapshot/hand_off/shipped"))
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    spinner.finish_with_message(format!(
+        "daemon: shipped {handed_off} pack(s) handed off by live producers, then stopped (SIGTERM)"
+    ));
+
+    // 4. The victim hands off a few more, then is SIGKILLed mid-stream.
+    let at_stop = staged(victim);
+    while staged(victim) < at_stop + 3 && children[victim].try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "rank {victim} staged only {} packs in 120 s",
+                staged(victim)
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     children[victim].kill().context("SIGKILL the victim")?; // SIGKILL
     let _ = children[victim].wait();
     let victim_dir = rank_dir(&logs.join(format!("rank-{victim}.log")));
-    let adopted: Vec<String> = victim_dir.as_deref().map(ready_ids).unwrap_or_default();
+    let unconfirmed: Vec<String> = victim_dir.as_deref().map(ready_ids).unwrap_or_default();
     ui.line(format!(
-        "rank {victim} SIGKILLed after {} staged pack(s); {} not yet shipped stay in {}",
-        ranks.lock().unwrap_or_else(|e| e.into_inner())[victim]
-            .ids
-            .len(),
-        adopted.len(),
+        "rank {victim} SIGKILLed after {} staged pack(s); {} handed off and not yet confirmed stay in {}",
+        staged(victim),
+        unconfirmed.len(),
         victim_dir
             .as_deref()
             .map_or("its rank directory".into(), |d| d.display().to_string())
     ));
-
-    let mut exits = Vec::new();
-    for (k, child) in children.iter_mut().enumerate() {
-        let status = child.wait()?;
-        exits.push(status.code());
-        if k != victim && !status.success() {
-            ui.line(format!(
-                "rank {k} exited with {status}; see {}",
-                logs.join(format!("rank-{k}.log")).display()
-            ));
-        }
-    }
     for (k, reader) in readers.into_iter().enumerate() {
         if let Ok(bar) = reader.join() {
             if k == victim {
                 bar.abandon_with_message("SIGKILLed");
             } else {
-                bar.finish_with_message("closed: shipped, directory removed");
+                bar.finish_with_message("exited: every pack confirmed, directory removed");
             }
         }
     }
 
-    // The daemon adopts the dead directory.
+    // 5. A daemon again (`spool run --once`) adopts the dead directory.
     let spinner = ui.multi.add(ProgressBar::new_spinner());
-    spinner
-        .set_message("daemon: spool run --once (waiting out the dead producer's lease, adopting)");
+    spinner.set_message("daemon: spool run --once (adopting the SIGKILLed rank's directory)");
     spinner.enable_steady_tick(Duration::from_millis(120));
-    let daemon_log = std::fs::File::create(logs.join("daemon.log"))?;
+    let daemon_log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(logs.join("daemon.log"))?;
     let daemon = child(&exe, "run", root)
         .args(["--once", "--json", "--lease-ttl", DEMO_LEASE_TTL])
         .args(["--timeout", &args.timeout.to_string()])
@@ -358,7 +416,8 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
     Ok(Outcome {
         ranks,
         victim,
-        adopted,
+        handed_off,
+        adopted: unconfirmed,
         daemon_exit: daemon.status.code(),
         daemon_result,
     })
@@ -489,6 +548,7 @@ fn print_report(
             "produced": report.produced,
             "uploaded": report.uploaded,
             "indexed": report.indexed,
+            "handed_off": outcome.handed_off,
             "adopted": adopted_packs,
             "left_in_spool": report.left,
             "lost": report.lost,
@@ -517,7 +577,7 @@ fn print_report(
             }
         } else {
             match r.exit {
-                Some(0) => "closed cleanly (shipped its own packs)".to_string(),
+                Some(0) => "exited cleanly (every pack confirmed by the daemon)".to_string(),
                 other => format!("exit {other:?}"),
             }
         };
@@ -536,7 +596,11 @@ fn print_report(
     );
     outln!("packs indexed   {:>8}", report.indexed);
     outln!(
-        "packs adopted   {:>8}  (left behind by the SIGKILLed rank, shipped by the daemon)",
+        "packs handed off{:>8}  (shipped by the daemon while their producers lived)",
+        outcome.handed_off
+    );
+    outln!(
+        "packs adopted   {:>8}  (handed off by the SIGKILLed rank, not yet confirmed: adopted by the next daemon)",
         adopted_packs
     );
     outln!("left in spool   {:>8}", report.left);
