@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::layout::is_catalog_key;
+use crate::layout::catalog_key_dirs;
 use crate::lk::Purpose;
 use crate::siblings::{self, Owner};
 
@@ -62,24 +62,18 @@ impl Backlog {
     /// whoever owns them: one entry per key directory holding some (the
     /// key's directory, its packs).
     pub fn elsewhere(root: &Path, own_key: &str) -> Backlog {
-        let Ok(entries) = std::fs::read_dir(root) else {
-            return Backlog::default();
-        };
         let mut dirs = Vec::new();
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name == own_key || !is_catalog_key(name) || !e.file_type().is_ok_and(|t| t.is_dir())
-            {
+        for (key, key_dir) in catalog_key_dirs(root).unwrap_or_default() {
+            if key == own_key {
                 continue;
             }
-            let packs: u64 = siblings::rank_dirs(&e.path())
+            let packs: u64 = siblings::rank_dirs(&key_dir)
                 .unwrap_or_default()
                 .iter()
                 .map(|d| ready_packs(d))
                 .sum();
             if packs > 0 {
-                dirs.push((e.path(), packs));
+                dirs.push((key_dir, packs));
             }
         }
         dirs.sort();

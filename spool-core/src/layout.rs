@@ -169,6 +169,23 @@ pub fn is_catalog_key(s: &str) -> bool {
     s.len() == 12 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The catalog key directories directly under a spool root `root`
+/// (directories named by [`is_catalog_key`]; never a link), with their
+/// keys, sorted.
+pub fn catalog_key_dirs(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root)?.flatten() {
+        let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if is_catalog_key(&name) && e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.push((name, e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// A rank directory's name: `r<rank>-<incarnation>`, rank decimal (no
 /// leading zeros), incarnation 8 lowercase hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

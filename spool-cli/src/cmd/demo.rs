@@ -431,25 +431,12 @@ fn rank_dir(log: &Path) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Ids of the ready packs in `dir` (top level and worker subdirectories).
+/// Ids of the ready packs in `dir` (top level and worker subdirectories),
+/// as spool-core's scan lists them.
 fn ready_ids(dir: &Path) -> Vec<String> {
-    let mut ids = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return ids;
-    };
-    for entry in rd.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            ids.extend(ready_ids(&path));
-        } else if let Some(id) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.strip_suffix(".ready"))
-        {
-            ids.push(id.to_string());
-        }
-    }
-    ids
+    spool_core::spool::scan_dir(dir, &AtomicBool::new(false))
+        .map(|packs| packs.iter().map(|p| p.id.to_hex()).collect())
+        .unwrap_or_default()
 }
 
 /// What the read-back found.
@@ -472,20 +459,10 @@ fn verify(root: &Path, outcome: &Outcome) -> anyhow::Result<Report> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let spooled: std::collections::HashSet<String> = std::fs::read_dir(root)?
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(spool_core::layout::is_catalog_key)
-        })
-        .flat_map(|key| {
-            std::fs::read_dir(key.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-                .flat_map(|d| ready_ids(&d.path()))
-        })
+    let spooled: std::collections::HashSet<String> = spool_core::layout::catalog_key_dirs(root)?
+        .iter()
+        .flat_map(|(_, key_dir)| spool_core::siblings::rank_dirs(key_dir).unwrap_or_default())
+        .flat_map(|d| ready_ids(&d))
         .collect();
     let store_dir = root.join(crate::dest::EMBEDDED_STORE_DIR);
     let mut report = Report {

@@ -173,17 +173,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .into_iter()
         .map(|d| (key_of(path), d))
         .collect();
-    let mut keys: Vec<_> = std::fs::read_dir(path)
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .flatten()
-        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-        .filter_map(|e| {
-            let name = e.file_name().to_str()?.to_owned();
-            (!name.starts_with('.') && spool_core::layout::is_catalog_key(&name))
-                .then(|| (name, e.path()))
-        })
-        .collect();
-    keys.sort();
+    let keys = spool_core::layout::catalog_key_dirs(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     for (key, key_dir) in keys {
         dirs.extend(
             rank_dirs(&key_dir)
