@@ -187,40 +187,7 @@ impl ClickHouseCatalog {
         } else {
             self.layout().await?
         };
-        for (table, key) in [("packs", PACKS_PARTITION), ("lease", LEASE_PARTITION)] {
-            let name = prefixed(table);
-            let (engine, partition_key) = layout.get(&name).cloned().unwrap_or_default();
-            // A clustered and a one-server spool never share tables: the
-            // one would wait for a quorum, the other not.
-            match (&t.cluster, engine.starts_with("Replicated")) {
-                (Some(cluster), false) => {
-                    return Err(Error::NotReplicated {
-                        server,
-                        table: name,
-                        engine,
-                        cluster: cluster.clone(),
-                    })
-                }
-                (None, true) => {
-                    return Err(Error::ReplicatedWithoutCluster {
-                        server,
-                        table: name,
-                        engine,
-                    })
-                }
-                _ => {}
-            }
-            if partition_key.is_empty() {
-                self.partition(table, &layout).await?;
-            } else if squash(&partition_key) != squash(key) {
-                return Err(Error::SchemaMismatch {
-                    server,
-                    detail: format!(
-                        "table {name} is partitioned by {partition_key}, this spool expects {key}"
-                    ),
-                });
-            }
-        }
+        self.check_engines_and_partitions(&layout).await?;
         if found < SCHEMA_VERSION
             && self
                 .layout()
@@ -251,6 +218,50 @@ impl ClickHouseCatalog {
                 &t.insert_schema_version(SCHEMA_VERSION),
             )
             .await?;
+        }
+        Ok(())
+    }
+
+    /// Each table's engine matches the catalog's (replicated exactly when
+    /// it names a cluster), and its partition key is spool's: a table made
+    /// unpartitioned is partitioned now, another key is refused.
+    async fn check_engines_and_partitions(&self, layout: &Layout) -> Result<()> {
+        let t = &self.tables;
+        let server = self.target.redacted();
+        let prefixed = |n: &str| format!("{}{n}", t.prefix);
+        for (table, key) in [("packs", PACKS_PARTITION), ("lease", LEASE_PARTITION)] {
+            let name = prefixed(table);
+            let (engine, partition_key) = layout.get(&name).cloned().unwrap_or_default();
+            // A clustered and a one-server spool never share tables: the
+            // one would wait for a quorum, the other not.
+            match (&t.cluster, engine.starts_with("Replicated")) {
+                (Some(cluster), false) => {
+                    return Err(Error::NotReplicated {
+                        server,
+                        table: name,
+                        engine,
+                        cluster: cluster.clone(),
+                    })
+                }
+                (None, true) => {
+                    return Err(Error::ReplicatedWithoutCluster {
+                        server,
+                        table: name,
+                        engine,
+                    })
+                }
+                _ => {}
+            }
+            if partition_key.is_empty() {
+                self.partition(table, layout).await?;
+            } else if squash(&partition_key) != squash(key) {
+                return Err(Error::SchemaMismatch {
+                    server,
+                    detail: format!(
+                        "table {name} is partitioned by {partition_key}, this spool expects {key}"
+                    ),
+                });
+            }
         }
         Ok(())
     }

@@ -234,64 +234,12 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
     let victim = if args.ranks > 1 { 1 } else { 0 };
 
     // 1. The node's daemon, running until stopped.
-    let spinner = ui.multi.add(ProgressBar::new_spinner());
-    spinner.set_message("daemon: spool run (ships what live producers hand off)");
-    spinner.enable_steady_tick(Duration::from_millis(120));
-    let mut daemon = child(&exe, "run", root)
-        .args(["--json", "--lease-ttl", DEMO_LEASE_TTL])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(std::fs::File::create(logs.join("daemon.log"))?))
-        .spawn()
-        .context("cannot start the daemon")?;
-    let mut daemon_lines = BufReader::new(daemon.stdout.take().context("daemon stdout")?).lines();
-    daemon_lines
-        .next()
-        .transpose()?
-        .context("the daemon exited before it started; see its log")?;
+    let (mut daemon, daemon_lines, spinner) = start_daemon(&exe, root, logs, ui)?;
 
     // 2. Sink-only producers: each hands its packs to the daemon while it
     //    lives. The victim has twice the packs, so it is still staging
     //    when the others are done.
-    let ranks: Arc<Mutex<Vec<Rank>>> =
-        Arc::new(Mutex::new(vec![Rank::default(); args.ranks as usize]));
-    let mut children: Vec<Child> = Vec::new();
-    let mut readers = Vec::new();
-    for k in 0..args.ranks as usize {
-        let packs = if k == victim {
-            2 * args.packs
-        } else {
-            args.packs
-        };
-        let log = std::fs::File::create(logs.join(format!("rank-{k}.log")))?;
-        let mut child = child(&exe, "produce", root)
-            .args(["--rank", &k.to_string()])
-            .args(["--packs", &packs.to_string()])
-            .args(["--pack-bytes", &args.pack_bytes.to_string()])
-            .args(["--pack-interval", &args.pack_interval.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .context("cannot start a producer")?;
-        let stdout = child.stdout.take().context("producer stdout")?;
-        let bar = ui.bar(packs, format!("rank {k}"));
-        bar.set_message(if k == victim {
-            "handing off (will be SIGKILLed)"
-        } else {
-            "handing off"
-        });
-        let ranks = ranks.clone();
-        readers.push(std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                ranks.lock().unwrap_or_else(|e| e.into_inner())[k]
-                    .ids
-                    .push(line);
-                bar.inc(1);
-            }
-            bar
-        }));
-        children.push(child);
-    }
+    let (ranks, mut children, readers) = start_producers(&exe, args, root, logs, ui, victim)?;
     let staged = |k: usize| ranks.lock().unwrap_or_else(|e| e.into_inner())[k].ids.len();
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut exits = vec![None; children.len()];
@@ -379,13 +327,131 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
     }
 
     // 5. A daemon again (`spool run --once`) adopts the dead directory.
+    let (daemon_exit, daemon_result) = adopt(&exe, args, root, logs, ui)?;
+
+    let mut ranks = ranks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    for (k, rank) in ranks.iter_mut().enumerate() {
+        rank.killed = k == victim;
+        rank.exit = exits[k];
+        rank.dir = rank_dir(&logs.join(format!("rank-{k}.log")));
+    }
+    Ok(Outcome {
+        ranks,
+        victim,
+        handed_off,
+        adopted: unconfirmed,
+        daemon_exit,
+        daemon_result,
+    })
+}
+
+/// What [`start_producers`] started: what each rank reported staged, the
+/// children, the threads reading their stdout (each ends with its bar).
+type Producers = (
+    Arc<Mutex<Vec<Rank>>>,
+    Vec<Child>,
+    Vec<std::thread::JoinHandle<ProgressBar>>,
+);
+
+/// Starts the sink-only producers (`spool produce --rank K`), the
+/// victim with twice the packs.
+fn start_producers(
+    exe: &Path,
+    args: &Args,
+    root: &Path,
+    logs: &Path,
+    ui: &Ui,
+    victim: usize,
+) -> anyhow::Result<Producers> {
+    let ranks: Arc<Mutex<Vec<Rank>>> =
+        Arc::new(Mutex::new(vec![Rank::default(); args.ranks as usize]));
+    let mut children: Vec<Child> = Vec::new();
+    let mut readers = Vec::new();
+    for k in 0..args.ranks as usize {
+        let packs = if k == victim {
+            2 * args.packs
+        } else {
+            args.packs
+        };
+        let log = std::fs::File::create(logs.join(format!("rank-{k}.log")))?;
+        let mut child = child(exe, "produce", root)
+            .args(["--rank", &k.to_string()])
+            .args(["--packs", &packs.to_string()])
+            .args(["--pack-bytes", &args.pack_bytes.to_string()])
+            .args(["--pack-interval", &args.pack_interval.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .context("cannot start a producer")?;
+        let stdout = child.stdout.take().context("producer stdout")?;
+        let bar = ui.bar(packs, format!("rank {k}"));
+        bar.set_message(if k == victim {
+            "handing off (will be SIGKILLed)"
+        } else {
+            "handing off"
+        });
+        let ranks = ranks.clone();
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                ranks.lock().unwrap_or_else(|e| e.into_inner())[k]
+                    .ids
+                    .push(line);
+                bar.inc(1);
+            }
+            bar
+        }));
+        children.push(child);
+    }
+    Ok((ranks, children, readers))
+}
+
+/// Starts the node's daemon (`spool run --json`, until stopped) and waits
+/// for its `started` line: the child, its remaining JSON lines, its
+/// spinner.
+fn start_daemon(
+    exe: &Path,
+    root: &Path,
+    logs: &Path,
+    ui: &Ui,
+) -> anyhow::Result<(
+    Child,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+    ProgressBar,
+)> {
+    let spinner = ui.multi.add(ProgressBar::new_spinner());
+    spinner.set_message("daemon: spool run (ships what live producers hand off)");
+    spinner.enable_steady_tick(Duration::from_millis(120));
+    let mut daemon = child(exe, "run", root)
+        .args(["--json", "--lease-ttl", DEMO_LEASE_TTL])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(logs.join("daemon.log"))?))
+        .spawn()
+        .context("cannot start the daemon")?;
+    let mut daemon_lines = BufReader::new(daemon.stdout.take().context("daemon stdout")?).lines();
+    daemon_lines
+        .next()
+        .transpose()?
+        .context("the daemon exited before it started; see its log")?;
+    Ok((daemon, daemon_lines, spinner))
+}
+
+/// Runs `spool run --once` (the daemon again, adopting the dead
+/// directory): its exit code and its last JSON line.
+fn adopt(
+    exe: &Path,
+    args: &Args,
+    root: &Path,
+    logs: &Path,
+    ui: &Ui,
+) -> anyhow::Result<(Option<i32>, Option<serde_json::Value>)> {
     let spinner = ui.multi.add(ProgressBar::new_spinner());
     spinner.set_message("daemon: spool run --once (adopting the SIGKILLed rank's directory)");
     spinner.enable_steady_tick(Duration::from_millis(120));
     let daemon_log = std::fs::OpenOptions::new()
         .append(true)
         .open(logs.join("daemon.log"))?;
-    let daemon = child(&exe, "run", root)
+    let daemon = child(exe, "run", root)
         .args(["--once", "--json", "--lease-ttl", DEMO_LEASE_TTL])
         .args(["--timeout", &args.timeout.to_string()])
         .stdout(Stdio::piped())
@@ -406,21 +472,7 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
         daemon.status,
         if adopted_dirs == 1 { "y" } else { "ies" }
     ));
-
-    let mut ranks = ranks.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    for (k, rank) in ranks.iter_mut().enumerate() {
-        rank.killed = k == victim;
-        rank.exit = exits[k];
-        rank.dir = rank_dir(&logs.join(format!("rank-{k}.log")));
-    }
-    Ok(Outcome {
-        ranks,
-        victim,
-        handed_off,
-        adopted: unconfirmed,
-        daemon_exit: daemon.status.code(),
-        daemon_result,
-    })
+    Ok((daemon.status.code(), daemon_result))
 }
 
 /// The rank directory a producer reported in its log.

@@ -287,32 +287,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
     // A stop signal taken while staging: no more packs.
     let mut stopped = None;
 
-    let spool = SpoolConfig {
-        lock,
-        max_bytes: keys::MAX_BYTES.get(&cfg),
-        // In the layout, dead siblings' packs count against the budget,
-        // so a crash-restart loop cannot grow the node's disk
-        // use by a budget per incarnation. (With --serve the engine's
-        // service spool does the same.)
-        charge_dead_siblings: matches!(place, Place::Root(_)),
-        ..SpoolConfig::default() // lock mode `take`
-    };
-    let sink_config = SinkConfig {
-        spool,
-        ordinal: args.ordinal,
-        seal_bytes: u64::MAX,
-        seal_records: args.records,
-        seal_age: Duration::from_secs(24 * 3600),
-        admission: AdmissionPolicy::Refuse,
-        buffer_bytes: u64::MAX,
-        // Every pack was flushed (within --timeout) before the release; a
-        // flush that failed (a full spool) is not waited out a second time.
-        release_flush_timeout: Duration::ZERO,
-        registry: Registry::global(),
-        // A sink-only producer in the layout hands each pack to the node's
-        // shipper while it lives (with none, its packs go when it exits).
-        hand_off: matches!(place, Place::Root(_)) && !args.serve,
-    };
+    let sink_config = sink_config(&args, &cfg, &place, lock);
     let target = match open_target(&args, &cfg, &place, sink_config, timeout) {
         Ok(target) => target,
         Err(err) => return Ok(report_open(&err)),
@@ -346,26 +321,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
             }
         }
         if let Err(err) = flush_or_refuse(sink, timeout) {
-            return Ok(match sink.stats().spool_full {
-                Some(full) => {
-                    eprintln!(
-                        "spool: pack {} of {} refused: the spool is full: {} of {} bytes used, \
-                         {} of them by dead siblings (spool directory {}); drain it (spool run) \
-                         or raise --max-bytes / spool.max_bytes",
-                        pack + 1,
-                        args.packs,
-                        full.used,
-                        full.budget,
-                        full.dead_sibling_bytes,
-                        sink.dir().display()
-                    );
-                    ExitCode::Full
-                }
-                None => {
-                    eprintln!("spool: {err}");
-                    ExitCode::Other
-                }
-            });
+            return Ok(refused(sink, &err, pack, args.packs));
         }
         let stats = sink.stats();
         let id = stats.last_staged.context("a flushed pack has an id")?;
@@ -395,6 +351,66 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> anyhow::Result<
         tracing::info!(dir = %dir, "{signal:?}: letting go of {dir}");
     }
     Ok(close(target))
+}
+
+/// The sink `spool produce` stages through: one pack per flush, refusing
+/// (never waiting) when the spool is full.
+fn sink_config(
+    args: &Args,
+    cfg: &Config,
+    place: &Place,
+    lock: spool_lock::LockOptions,
+) -> SinkConfig {
+    let spool = SpoolConfig {
+        lock,
+        max_bytes: keys::MAX_BYTES.get(cfg),
+        // In the layout, dead siblings' packs count against the budget,
+        // so a crash-restart loop cannot grow the node's disk
+        // use by a budget per incarnation. (With --serve the engine's
+        // service spool does the same.)
+        charge_dead_siblings: matches!(place, Place::Root(_)),
+        ..SpoolConfig::default() // lock mode `take`
+    };
+    SinkConfig {
+        spool,
+        ordinal: args.ordinal,
+        seal_bytes: u64::MAX,
+        seal_records: args.records,
+        seal_age: Duration::from_secs(24 * 3600),
+        admission: AdmissionPolicy::Refuse,
+        buffer_bytes: u64::MAX,
+        // Every pack was flushed (within --timeout) before the release; a
+        // flush that failed (a full spool) is not waited out a second time.
+        release_flush_timeout: Duration::ZERO,
+        registry: Registry::global(),
+        // A sink-only producer in the layout hands each pack to the node's
+        // shipper while it lives (with none, its packs go when it exits).
+        hand_off: matches!(place, Place::Root(_)) && !args.serve,
+    }
+}
+
+/// Says why pack `pack` (of `packs`) was refused, and picks the exit code.
+fn refused(sink: &Sink, err: &dyn std::fmt::Display, pack: u64, packs: u64) -> ExitCode {
+    match sink.stats().spool_full {
+        Some(full) => {
+            eprintln!(
+                "spool: pack {} of {} refused: the spool is full: {} of {} bytes used, \
+                         {} of them by dead siblings (spool directory {}); drain it (spool run) \
+                         or raise --max-bytes / spool.max_bytes",
+                pack + 1,
+                packs,
+                full.used,
+                full.budget,
+                full.dead_sibling_bytes,
+                sink.dir().display()
+            );
+            ExitCode::Full
+        }
+        None => {
+            eprintln!("spool: {err}");
+            ExitCode::Other
+        }
+    }
 }
 
 /// Flushes within `timeout`, but gives up at the first stage refused for a

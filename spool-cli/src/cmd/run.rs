@@ -109,30 +109,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (key, _) = cfg.key_dir()?;
     let engine = crate::engine::start(&cfg, Vec::new(), Duration::ZERO, true)?;
     let out = Output { json: args.json };
-    out.event(
-        json!({
-            "event": "started",
-            "dir": engine.dir(),
-            "catalog_key": key,
-            "store": mask_url(&cfg.store_url()?),
-            "catalog": mask_url(&cfg.catalog_url()?),
-            "once": args.once,
-            "metrics_addr": server.as_ref().map(|s| s.addr.to_string()),
-            "pid": std::process::id(),
-        }),
-        || {
-            format!(
-                "spool run: claimed {} (catalog key {key}); store {}; catalog {}{}",
-                engine.dir().display(),
-                mask_url(&cfg.store_url().unwrap_or_default()),
-                mask_url(&cfg.catalog_url().unwrap_or_default()),
-                server
-                    .as_ref()
-                    .map(|s| format!("; metrics on http://{}/metrics", s.addr))
-                    .unwrap_or_default()
-            )
-        },
-    );
+    started(&out, &cfg, &engine, &key, args.once, server.as_ref())?;
 
     let dir = engine.dir().to_path_buf();
     let mut health = Health::new(keys::UNHEALTHY_AFTER.get(&cfg));
@@ -174,13 +151,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     if let Some(p) = progress.take() {
         p.finish();
     }
-    let code = match report.end() {
-        RunEnd::Drained | RunEnd::LeftToShipper(_) | RunEnd::Stopped(_) => ExitCode::Ok,
-        RunEnd::Blocked | RunEnd::Refused(_) => ExitCode::Other,
-        RunEnd::Deadline(_) => ExitCode::Deadline,
-        RunEnd::LoopFailed(_) => ExitCode::LoopFailed,
-        RunEnd::Latched => ExitCode::LeaseLost,
-    };
+    let code = exit_code(report.end());
     let message = report.message();
     let snap = status
         .lock()
@@ -208,6 +179,53 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
         || message.clone(),
     );
     Ok(code)
+}
+
+/// The exit code of a run's end.
+fn exit_code(end: &RunEnd) -> ExitCode {
+    match end {
+        RunEnd::Drained | RunEnd::LeftToShipper(_) | RunEnd::Stopped(_) => ExitCode::Ok,
+        RunEnd::Blocked | RunEnd::Refused(_) => ExitCode::Other,
+        RunEnd::Deadline(_) => ExitCode::Deadline,
+        RunEnd::LoopFailed(_) => ExitCode::LoopFailed,
+        RunEnd::Latched => ExitCode::LeaseLost,
+    }
+}
+
+/// The `started` event: the claimed directory and the destination.
+fn started(
+    out: &Output,
+    cfg: &crate::config::Config,
+    engine: &spool_service::Engine,
+    key: &str,
+    once: bool,
+    server: Option<&metrics::Server>,
+) -> anyhow::Result<()> {
+    out.event(
+        json!({
+            "event": "started",
+            "dir": engine.dir(),
+            "catalog_key": key,
+            "store": mask_url(&cfg.store_url()?),
+            "catalog": mask_url(&cfg.catalog_url()?),
+            "once": once,
+            "metrics_addr": server.as_ref().map(|s| s.addr.to_string()),
+            "pid": std::process::id(),
+        }),
+        || {
+            format!(
+                "spool run: claimed {} (catalog key {key}); store {}; catalog {}{}",
+                engine.dir().display(),
+                mask_url(&cfg.store_url().unwrap_or_default()),
+                mask_url(&cfg.catalog_url().unwrap_or_default()),
+                server
+                    .as_ref()
+                    .map(|s| format!("; metrics on http://{}/metrics", s.addr))
+                    .unwrap_or_default()
+            )
+        },
+    );
+    Ok(())
 }
 
 /// The snapshot as JSON: every field of spool-service's one table
