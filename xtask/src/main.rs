@@ -164,7 +164,8 @@ fn test_steps(
         // a short seeded crash torture (RELIABILITY.md): real processes
         // on a file:// store and an SQLite catalog
         steps.time("crash torture", || torture::ci(root, "ci", &[]))?;
-        // the same with a spool that fills up and turns read-only (root)
+        // the same with a spool that fills up and turns read-only (root:
+        // it fails otherwise, under SPOOL_REQUIRE_ALL)
         steps.time("disk torture", || torture::ci(root, "ci-disk", &[]))?;
     }
     if real {
@@ -206,7 +207,7 @@ fn test_steps(
         drop(servers); // stops every server, whatever `result` is
         result?;
         // two nodes, one lease, on replicas (RELIABILITY.md "Two nodes, one
-        // lease"; root only, skipped saying why otherwise)
+        // lease"; root only: it fails otherwise, under SPOOL_REQUIRE_ALL)
         steps.time("two-node lease pass", || {
             torture::ci(root, "ci-lease-netns-replicas", &[])
         })?;
