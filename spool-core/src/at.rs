@@ -500,5 +500,14 @@ fn name_bytes(n: &Name) -> &[u8] {
     }
 }
 
+/// Renames `from` to `to` (paths, not a directory descriptor's names),
+/// refusing to replace anything at `to` (`RENAME_NOREPLACE`): spool-core's
+/// one `*at` call by path, here with the others.
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> Result<(), Error> {
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE)
+        .map_err(|e| Error::io("rename (no replace)", to, io::Error::from(e)))
+}
+
 #[cfg(test)]
 mod tests;

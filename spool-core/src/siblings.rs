@@ -214,8 +214,8 @@ mod tests {
             }
             return;
         }
-        if !nix::unistd::Uid::effective().is_root() {
-            eprintln!("skipped: needs root to run a child as another user");
+        let root = nix::unistd::Uid::effective().is_root();
+        if !lk::testing::required(root, "root, to run a child as another user") {
             return;
         }
         let mode = |p: &Path, m: u32| {

@@ -182,6 +182,29 @@ pub mod testing {
         HIDE_FDINFO_LOCKS.load(Ordering::SeqCst)
     }
 
+    /// The environment variable that makes a missing requirement a failure
+    /// ([`required`]); `cargo xtask test` sets it to `1` (TESTING.md).
+    pub const REQUIRE_ALL: &str = "SPOOL_REQUIRE_ALL";
+
+    /// Whether a test can run: `present` says whether what it `needs`
+    /// (root, a tool such as strace, a server) is there. When it is not,
+    /// the test panics under `SPOOL_REQUIRE_ALL=1` (so CI, which sets it,
+    /// skips nothing) and otherwise says why on stderr and returns `false`
+    /// (the caller returns: skipped).
+    pub fn required(present: bool, needs: &str) -> bool {
+        if present {
+            return true;
+        }
+        if std::env::var(REQUIRE_ALL).as_deref() == Ok("1") {
+            panic!(
+                "this test needs {needs}, which is missing, and {REQUIRE_ALL}=1 makes that a \
+                 failure (cargo xtask test sets it and installs what its tiers need)"
+            );
+        }
+        eprintln!("skipped: this test needs {needs} ({REQUIRE_ALL}=1 makes this a failure)");
+        false
+    }
+
     pub(crate) fn run_hook(point: HookPoint, path: &Path) {
         let hooks: Vec<Hook> = HOOKS
             .lock()

@@ -4,8 +4,9 @@
 //! binary next to its own executable, runs it in a scratch directory, and
 //! asserts on exit code, stdout and stderr. Real-server tests read the
 //! servers' addresses from the environment `cargo xtask test` sets, through
-//! [`server_env`], which fails loudly under `SPOOL_REQUIRE_SERVERS=1` and
-//! skips otherwise.
+//! [`server_env`]. A test that needs root, a tool or a server asks
+//! [`required`], which fails it under `SPOOL_REQUIRE_ALL=1` (`cargo xtask
+//! test` sets it) and skips it, saying why, otherwise.
 #![forbid(unsafe_code)]
 
 pub mod catalog_suite;
@@ -14,18 +15,36 @@ pub mod clickhouse_suite;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Path of the `spool` binary built alongside this test executable.
-pub fn spool_bin() -> PathBuf {
+pub use spool_lock::testing::required;
+
+/// The variable naming the `spool` binary the tests run: `cargo xtask
+/// test` builds it as README's install does (`-p spool-cli`, no test seam)
+/// and sets it; unset, the tests run the workspace build's `spool`, whose
+/// library crates carry the `testing` seams spool-tests turns on.
+pub const SPOOL_BIN: &str = "SPOOL_BIN";
+
+/// The directory of this build's binaries: `target/<profile>` (a test
+/// executable lives in its `deps/`, a helper binary in it).
+pub fn build_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test>-<hash> → target/<profile>/spool
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable lives in target/<profile>/deps");
-    let bin = dir.join("spool");
+    let dir = exe.parent().expect("an executable lives in a directory");
+    match dir.file_name() {
+        Some(name) if name == "deps" => dir.parent().expect("deps lives in target/<profile>"),
+        _ => dir,
+    }
+    .to_path_buf()
+}
+
+/// Path of the `spool` binary the tests run: [`SPOOL_BIN`]'s, else the
+/// one built alongside this test executable.
+pub fn spool_bin() -> PathBuf {
+    let bin = std::env::var_os(SPOOL_BIN)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| build_dir().join("spool"), PathBuf::from);
     assert!(
         bin.exists(),
-        "the spool binary is missing at {}: build the workspace first (cargo build --workspace)",
+        "the spool binary is missing at {}: build it first (cargo build --workspace, or as cargo \
+         xtask test does, cargo build -p spool-cli, with {SPOOL_BIN} naming a copy)",
         bin.display()
     );
     bin
@@ -44,7 +63,7 @@ pub fn spool() -> Command {
 /// [`spool`], after setting the test seams its leading options ask for
 /// (`--pause-before-publish FILE`, `--test-filesystem-type HEX`).
 pub fn spool_with_seams(seams: &[&str]) -> Command {
-    let bin = spool_bin().with_file_name("spool-with-seams");
+    let bin = build_dir().join("spool-with-seams");
     assert!(
         bin.exists(),
         "the spool-with-seams helper is missing at {}",
@@ -77,21 +96,35 @@ pub fn describe(out: &Output) -> String {
 
 /// Reads a real server's address from the environment variable `var`.
 ///
-/// Returns `None` (after printing why) when it is unset and
-/// `SPOOL_REQUIRE_SERVERS` is not `1`; panics when it is unset and servers
-/// are required (the real-server tier of `cargo xtask test`), so a missing
-/// server never passes silently in CI.
+/// Returns `None` (after printing why) when it is unset, unless
+/// `SPOOL_REQUIRE_ALL=1` (the real-server tier of `cargo xtask test`),
+/// which makes it a failure: a missing server never passes silently in CI
+/// ([`required`]).
 pub fn server_env(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => Some(v),
         _ => {
-            if std::env::var("SPOOL_REQUIRE_SERVERS").as_deref() == Ok("1") {
-                panic!("{var} is not set but SPOOL_REQUIRE_SERVERS=1: the real-server tier must start this server (cargo xtask test)");
-            }
-            eprintln!("skipped: no server ({var} unset; run under `cargo xtask test`)");
+            required(
+                false,
+                &format!(
+                    "a server ({var} unset; the real-server tier of cargo xtask test starts it)"
+                ),
+            );
             None
         }
     }
+}
+
+/// Whether this process runs as root; else a test that needs it is
+/// [`required`] to say so.
+pub fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// Whether `program` is a file in one of `PATH`'s directories.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
 /// Every `<id>.ready` file directly in `dir`: id → bytes.

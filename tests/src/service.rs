@@ -318,12 +318,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 /// Path of a test helper binary built alongside this test executable.
 pub fn helper_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable lives in target/<profile>/deps");
-    let bin = dir.join(name);
+    let bin = crate::build_dir().join(name);
     assert!(bin.exists(), "helper {} is not built", bin.display());
     bin
 }

@@ -9,11 +9,6 @@
 use std::path::Path;
 use std::process::Command;
 
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-}
-
 fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
@@ -40,10 +35,11 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
     let bin = Path::new(env!("CARGO_BIN_EXE_spool-bench"));
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().join("results.jsonl");
-    let with_core = on_path("openssl") && on_path("sha256sum");
-    if !with_core {
-        eprintln!("skipped the core case: openssl or sha256sum is not installed");
-    }
+    // the core case compares with `openssl` and `sha256sum`
+    let with_core = spool_tests::required(
+        spool_tests::on_path("openssl") && spool_tests::on_path("sha256sum"),
+        "openssl and sha256sum, for the core case",
+    );
     let mut cmd = Command::new(bin);
     cmd.args(["run", "--smoke", "--scratch"])
         .arg(tmp.path().join("scratch"))

@@ -3,8 +3,8 @@
 //! `strace`: the order of the system calls is the evidence.
 //!
 //! `strace` is installed by `cargo xtask test` (which sets
-//! `SPOOL_REQUIRE_STRACE=1`, so a missing one fails there); elsewhere a test
-//! that finds no `strace` says so and skips.
+//! `SPOOL_REQUIRE_ALL=1`, so a missing one fails there); elsewhere a test
+//! that finds no `strace` says so and skips ([`spool_tests::required`]).
 
 #![forbid(unsafe_code)]
 
@@ -20,12 +20,10 @@ fn strace() -> Option<PathBuf> {
             .map(|d| d.join("strace"))
             .find(|p| p.is_file())
     });
-    if found.is_none() {
-        if std::env::var("SPOOL_REQUIRE_STRACE").as_deref() == Ok("1") {
-            panic!("strace is not installed but SPOOL_REQUIRE_STRACE=1: apt-get install -y strace (cargo xtask test does)");
-        }
-        eprintln!("skipped: strace is not installed (apt-get install -y strace, or run under cargo xtask test)");
-    }
+    spool_tests::required(
+        found.is_some(),
+        "strace (apt-get install -y strace; cargo xtask test installs it)",
+    );
     found
 }
 

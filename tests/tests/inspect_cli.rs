@@ -745,12 +745,10 @@ fn every_command_has_a_long_help_with_examples_and_the_exit_codes_are_listed() {
 #[test]
 fn on_a_terminal_verify_and_recover_draw_a_bar_instead_of_plain_lines() {
     // `script` (util-linux) gives the child a pseudo-terminal.
-    if std::process::Command::new("script")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: no `script` to allocate a terminal");
+    if !spool_tests::required(
+        spool_tests::on_path("script"),
+        "`script` (util-linux), to allocate a terminal",
+    ) {
         return;
     }
     let (_tmp, dir) = spool_dir_with_packs(3);
@@ -781,12 +779,10 @@ fn on_a_terminal_verify_and_recover_draw_a_bar_instead_of_plain_lines() {
 
 #[test]
 fn cat_refuses_to_write_a_raw_pack_to_a_terminal() {
-    if std::process::Command::new("script")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: no `script` to allocate a terminal");
+    if !spool_tests::required(
+        spool_tests::on_path("script"),
+        "`script` (util-linux), to allocate a terminal",
+    ) {
         return;
     }
     let (_tmp, root, packs) = root_with_packs();

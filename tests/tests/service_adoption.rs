@@ -509,8 +509,7 @@ mod serial {
     /// keep shipping at their pace, while the other dead sibling is adopted.
     #[test]
     fn a_sibling_on_a_read_only_mount_is_blocked_once_and_own_packs_keep_shipping() {
-        if !nix::unistd::Uid::effective().is_root() {
-            eprintln!("skipped: needs root for a mount namespace");
+        if !spool_tests::required(spool_tests::is_root(), "root, for a mount namespace") {
             return;
         }
         let fx = Fixture::new();

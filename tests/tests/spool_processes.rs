@@ -249,8 +249,10 @@ fn write_blob(dir: &Path, len: usize) {
 /// privileges cannot take or empty it. The same child as root charges it.
 #[test]
 fn another_users_sibling_is_not_charged() {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: needs root to drop privileges in the child");
+    if !spool_tests::required(
+        spool_tests::is_root(),
+        "root, to drop privileges in the child",
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -438,8 +440,10 @@ fn intruder(dir: &Path, pack: &Path, gid: u32) -> (spool_tests::KillOnDrop, Vec<
 /// at once beside it.
 #[test]
 fn private_by_default_another_user_cannot_read_lock_or_stall_adoption() {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: needs root to drop privileges in the child");
+    if !spool_tests::required(
+        spool_tests::is_root(),
+        "root, to drop privileges in the child",
+    ) {
         return;
     }
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
@@ -480,8 +484,10 @@ fn private_by_default_another_user_cannot_read_lock_or_stall_adoption() {
 /// N", also in `spool status`), and succeeds once the reader lets go.
 #[test]
 fn group_mode_a_members_shared_flock_delays_adoption_and_is_named() {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: needs root to drop privileges in the child");
+    if !spool_tests::required(
+        spool_tests::is_root(),
+        "root, to drop privileges in the child",
+    ) {
         return;
     }
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));

@@ -2,12 +2,14 @@
 //! tidy): a test binary of the tests crate, so the fast tier runs it. Each
 //! test reads the tree or asks `cargo tree`; none builds anything.
 //!
-//! - the dependency edges of ARCHITECTURE.md: spool-upload and
+//! - the dependency edges of ARCHITECTURE.md: each crate's spool
+//!   dependencies are those its code map lists, spool-upload and
 //!   spool-catalog do not depend on each other, nothing below spool-service
 //!   depends on it, and no tokio is in the normal-dependency tree of
 //!   spool-lock or spool-core;
 //! - a workspace build (`cargo build --release` at the root, the default
-//!   members) links no `testing` feature into the `spool` binary;
+//!   members) links no `testing` feature into the `spool` binary, and the
+//!   `spool` the tests run carries no test seam;
 //! - `#![forbid(unsafe_code)]` in every crate root but spool-lock's library;
 //! - no `LOCK_UN` and no `nix::fcntl::Flock` anywhere;
 //! - no `anyhow` in a library's manifest, no transparent error variant;
@@ -18,6 +20,10 @@
 //! - every test TESTING.md names exists;
 //! - no declared dependency unused;
 //! - the code cites no document outside the repository.
+//!
+//! Each rule's check is a function over text (a file, a manifest, a
+//! `cargo tree` listing, a binary's bytes), which its test runs on the tree
+//! and a `*_sees_*` test runs on a realistic violation, to see it red.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
@@ -111,36 +117,153 @@ fn normal_deps(package: &str) -> BTreeSet<String> {
         .collect()
 }
 
-#[test]
-fn dependency_edges_of_the_architecture() {
+/// The spool crates `package` depends on directly (normal dependencies).
+fn direct_spool_deps(package: &str) -> BTreeSet<String> {
+    cargo_tree(&[
+        "-p", package, "-e", "normal", "--depth", "1", "--format", "{p}",
+    ])
+    .lines()
+    .skip(1)
+    .filter_map(|l| l.split_whitespace().next())
+    .filter(|p| p.starts_with("spool-"))
+    .map(str::to_owned)
+    .collect()
+}
+
+/// The edges of ARCHITECTURE.md's code map: its `crate → a, b` lines
+/// (`(no spool crate)`: none).
+fn code_map(architecture: &str) -> Vec<(String, BTreeSet<String>)> {
+    architecture
+        .lines()
+        .filter_map(|l| l.split_once(" → "))
+        .filter(|(from, _)| {
+            let from = from.trim();
+            (from.starts_with("spool-") || from == "xtask")
+                && from.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+        })
+        .map(|(from, to)| {
+            let to = to
+                .split(',')
+                .map(str::trim)
+                .filter(|t| t.starts_with("spool-"))
+                .map(str::to_owned)
+                .collect();
+            (from.trim().to_owned(), to)
+        })
+        .collect()
+}
+
+/// Where the crates' direct spool dependencies (`deps`) differ from the
+/// code map of `architecture`, and the transitive edges the invariants
+/// forbid (`tree`: a crate's whole normal-dependency tree).
+fn broken_edges(
+    architecture: &str,
+    deps: impl Fn(&str) -> BTreeSet<String>,
+    tree: impl Fn(&str) -> BTreeSet<String>,
+) -> Vec<String> {
     let mut broken = Vec::new();
-    let forbid = |from: &str, to: &[&str], broken: &mut Vec<String>| {
-        let deps = normal_deps(from);
+    let map = code_map(architecture);
+    if map.len() < 5 {
+        broken.push(format!("ARCHITECTURE.md's code map lists only {map:?}"));
+    }
+    for (from, listed) in &map {
+        let actual = deps(from);
+        for extra in actual.difference(listed) {
+            broken.push(format!(
+                "{from} depends on {extra}, which the code map does not list"
+            ));
+        }
+        for missing in listed.difference(&actual) {
+            broken.push(format!(
+                "the code map says {from} → {missing}, which it does not use"
+            ));
+        }
+    }
+    let mut forbid = |from: &str, to: &[&str]| {
+        let deps = tree(from);
         for t in to {
             if deps.contains(*t) {
                 broken.push(format!("{from} depends on {t}"));
             }
         }
     };
-    forbid("spool-upload", &["spool-catalog"], &mut broken);
+    forbid("spool-upload", &["spool-catalog"]);
     forbid(
         "spool-catalog",
-        &["spool-upload", "spool-core"],
-        &mut broken,
+        &["spool-upload", "spool-core", "spool-lock"],
     );
     for below in ["spool-lock", "spool-core", "spool-upload", "spool-catalog"] {
-        forbid(below, &["spool-service", "spool-cli"], &mut broken);
+        forbid(below, &["spool-service", "spool-cli"]);
     }
     for sync in ["spool-lock", "spool-core"] {
-        forbid(
-            sync,
-            &["tokio", "tokio-util", "futures-executor"],
-            &mut broken,
-        );
+        forbid(sync, &["tokio", "tokio-util", "futures-executor"]);
     }
+    broken
+}
+
+#[test]
+fn dependency_edges_of_the_architecture() {
+    let broken = broken_edges(
+        &read(Path::new("ARCHITECTURE.md")),
+        direct_spool_deps,
+        normal_deps,
+    );
     assert!(
         broken.is_empty(),
-        "ARCHITECTURE.md's dependency rules are broken: {broken:?}"
+        "ARCHITECTURE.md's dependency rules are broken: {broken:#?}"
+    );
+}
+
+#[test]
+fn the_dependency_check_sees_an_edge_the_code_map_does_not_list() {
+    let architecture = "```\n\
+        spool-core     → spool-lock\n\
+        spool-upload   → spool-core\n\
+        spool-catalog  → (no spool crate)\n\
+        spool-service  → spool-lock, spool-core, spool-upload, spool-catalog\n\
+        spool-cli      → spool-lock, spool-core, spool-upload, spool-catalog, spool-service\n\
+        ```";
+    let map = code_map(architecture);
+    assert_eq!(map.len(), 5, "{map:?}");
+    let good = |c: &str| {
+        map.iter()
+            .find(|(f, _)| f == c)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default()
+    };
+    let none = |_: &str| BTreeSet::new();
+    assert_eq!(broken_edges(architecture, good, none), Vec::<String>::new());
+    // spool-catalog → spool-lock: a direct edge the map does not list
+    let with_lock = |c: &str| {
+        let mut deps = good(c);
+        if c == "spool-catalog" {
+            deps.insert("spool-lock".into());
+        }
+        deps
+    };
+    assert_eq!(
+        broken_edges(architecture, with_lock, none),
+        ["spool-catalog depends on spool-lock, which the code map does not list"]
+    );
+    // the same edge through another crate: the invariants forbid it
+    assert_eq!(
+        broken_edges(architecture, good, with_lock),
+        ["spool-catalog depends on spool-lock"]
+    );
+    // an edge the map lists and the crate dropped
+    let without_core = |c: &str| {
+        let mut deps = good(c);
+        deps.remove("spool-core");
+        deps
+    };
+    assert!(broken_edges(architecture, without_core, none)
+        .contains(&"the code map says spool-upload → spool-core, which it does not use".into()));
+    // tokio in spool-core's tree (through some other crate)
+    let tokio = |c: &str| BTreeSet::from([format!("{c}-dep"), "tokio".to_string()]);
+    let broken = broken_edges(architecture, good, tokio);
+    assert!(
+        broken.contains(&"spool-core depends on tokio".to_string()),
+        "{broken:?}"
     );
 }
 
@@ -157,14 +280,82 @@ fn a_workspace_build_links_no_test_seam_into_spool() {
         "{p} {f}",
     ]);
     let all = cargo_tree(&["-e", "normal,features", "--format", "{p} {f}"]);
-    let seams: Vec<&str> = all
-        .lines()
-        .filter(|l| l.starts_with("spool-") && l.contains("testing"))
-        .collect();
+    let seams = seams_in_tree(&all);
     assert!(
         seams.is_empty(),
         "a root build enables test seams: {seams:?} (spool-cli's tree:\n{tree})"
     );
+}
+
+/// The spool crates of a `cargo tree --format "{p} {f}"` listing built
+/// with their `testing` feature.
+fn seams_in_tree(tree: &str) -> Vec<&str> {
+    tree.lines()
+        .filter(|l| l.starts_with("spool-"))
+        .filter(|l| l.split([' ', ',']).any(|w| w == "testing"))
+        .collect()
+}
+
+#[test]
+fn the_tree_check_sees_a_testing_feature() {
+    let tree = "spool-cli v0.1.0 (/w/spool-cli) \n\
+                spool-core v0.1.0 (/w/spool-core) default,testing\n\
+                tokio v1.0.0 rt,testing";
+    assert_eq!(
+        seams_in_tree(tree),
+        ["spool-core v0.1.0 (/w/spool-core) default,testing"]
+    );
+    assert!(seams_in_tree("spool-core v0.1.0 (/w/spool-core) default").is_empty());
+}
+
+/// What a test seam leaves in a binary (its debug symbols and texts), one
+/// per crate whose `testing` feature the `spool` command could link: the
+/// seams of spool-lock (`seams::testing`), spool-core's kill points (their
+/// message, `seams::armed`), spool-catalog's (`testing`, the `memory://`
+/// catalog).
+const SEAM_MARKS: &[&str] = &[
+    "10spool_lock5seams7testing",
+    "10spool_core5seams5armed",
+    "SIGKILL (test seam)",
+    "13spool_catalog7testing",
+    "13spool_catalog6memory13MemoryCatalog",
+];
+
+/// The marks of [`SEAM_MARKS`] found in `binary`.
+fn seams_in_binary(binary: &[u8]) -> Vec<&'static str> {
+    SEAM_MARKS
+        .iter()
+        .copied()
+        .filter(|m| binary.windows(m.len()).any(|w| w == m.as_bytes()))
+        .collect()
+}
+
+#[test]
+fn the_spool_the_tests_run_carries_no_test_seam() {
+    // The tests run `spool_tests::spool_bin()`: `$SPOOL_BIN`, which cargo
+    // xtask test builds as README's install does; the workspace build's
+    // own `spool` links the seams spool-tests turns on.
+    let set = std::env::var_os(spool_tests::SPOOL_BIN).is_some();
+    let needs =
+        "SPOOL_BIN naming a spool built as README's install does (cargo xtask test sets it)";
+    if !spool_tests::required(set, needs) {
+        return;
+    }
+    let bin = spool_tests::spool_bin();
+    let seams = seams_in_binary(&std::fs::read(&bin).unwrap());
+    assert!(
+        seams.is_empty(),
+        "{} carries test seams: {seams:?}",
+        bin.display()
+    );
+}
+
+#[test]
+fn the_seam_check_sees_the_seams_of_spool_with_seams() {
+    // the same command with every seam linked: each mark must be there, or
+    // the marks no longer say what a seam leaves
+    let bin = std::fs::read(env!("CARGO_BIN_EXE_spool-with-seams")).unwrap();
+    assert_eq!(seams_in_binary(&bin), SEAM_MARKS);
 }
 
 /// Crate roots: `lib.rs`, `main.rs`, `src/bin/*.rs`, `src/bin/*/main.rs`,
@@ -193,7 +384,7 @@ fn unsafe_is_forbidden_in_every_crate_but_spool_locks_library() {
     let missing: Vec<_> = roots
         .iter()
         .filter(|p| !allowed.contains(&p.as_path()))
-        .filter(|p| !read(p).contains("#![forbid(unsafe_code)]"))
+        .filter(|p| !forbids_unsafe(&read(p)))
         .collect();
     assert!(
         missing.is_empty(),
@@ -201,18 +392,49 @@ fn unsafe_is_forbidden_in_every_crate_but_spool_locks_library() {
     );
 }
 
+/// Whether a crate root's `text` has the attribute itself on a line of its
+/// own (not in a comment, a doc or a string).
+fn forbids_unsafe(text: &str) -> bool {
+    text.lines().any(|l| l.trim() == "#![forbid(unsafe_code)]")
+}
+
+#[test]
+fn the_unsafe_check_sees_a_root_without_the_attribute() {
+    assert!(forbids_unsafe(
+        "//! doc\n#![forbid(unsafe_code)]\nfn main() {}"
+    ));
+    assert!(!forbids_unsafe("//! doc\nfn main() {}"));
+    assert!(!forbids_unsafe(
+        "//! every crate has #![forbid(unsafe_code)]\nfn main() {}"
+    ));
+    assert!(!forbids_unsafe("// #![forbid(unsafe_code)]\nfn main() {}"));
+    assert!(!forbids_unsafe("#![deny(unsafe_code)]\nfn main() {}"));
+}
+
+/// The lines of `text`'s code (comments and string literals left out)
+/// that unlock or use nix's flock API: `LOCK_UN`, `Flock`, `FlockArg`,
+/// `fcntl::flock`, each as a whole name.
+fn unlocks(text: &str) -> Vec<String> {
+    // spelled in pieces, so this file does not find itself
+    let names = [
+        ["LOCK", "_UN"].concat(),
+        ["Fl", "ock"].concat(),
+        ["Fl", "ockArg"].concat(),
+    ];
+    let nix_flock = ["fcntl::", "flock"].concat();
+    code_only(text)
+        .lines()
+        .filter(|l| names.iter().any(|n| uses_word(l, n)) || uses_word(l, &nix_flock))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
 #[test]
 fn no_unlock_and_no_nix_flock() {
-    // spelled in pieces, so this file does not find itself
-    let needles = [["LOCK", "_UN"].concat(), ["fcntl::", "Flock"].concat()];
     let mut hits = Vec::new();
     for p in rust_files() {
-        let text = read(&p);
-        let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
-        for (line, n) in code.flat_map(|l| needles.iter().map(move |n| (l, n))) {
-            if line.contains(n.as_str()) {
-                hits.push(format!("{} uses {n}: {}", p.display(), line.trim()));
-            }
+        for line in unlocks(&read(&p)) {
+            hits.push(format!("{}: {line}", p.display()));
         }
     }
     assert!(
@@ -222,14 +444,31 @@ fn no_unlock_and_no_nix_flock() {
 }
 
 #[test]
+fn the_unlock_check_sees_an_unlock_and_nix_flock() {
+    let flock = ["Fl", "ock"].concat();
+    let un = ["LOCK", "_UN"].concat();
+    for bad in [
+        format!("use nix::fcntl::{{{flock}, {flock}Arg}};"),
+        format!("use nix::fcntl::{{\n    {flock},\n}};"),
+        format!("let r = unsafe {{ libc::flock(fd, libc::{un}) }};"),
+        format!("nix::fcntl::{}(fd, {flock}Arg::Unlock)?;", "flock"),
+    ] {
+        assert!(!unlocks(&bad).is_empty(), "{bad}");
+    }
+    for good in [
+        format!("// never {un} here\nlet fs = std::os::unix::fs::MetadataExt::mode(&m);"),
+        format!("let why = \"not {un}\"; let r = libc::flock(fd, libc::LOCK_EX);"),
+        "let flocked = 1;".to_string(),
+    ] {
+        assert!(unlocks(&good).is_empty(), "{good}");
+    }
+}
+
+#[test]
 fn no_anyhow_in_a_library() {
     let with: Vec<_> = LIBRARIES
         .iter()
-        .filter(|l| {
-            read(&Path::new(l).join("Cargo.toml"))
-                .lines()
-                .any(|line| line.trim_start().starts_with("anyhow"))
-        })
+        .filter(|l| declares_anyhow(&read(&Path::new(l).join("Cargo.toml"))))
         .collect();
     assert!(
         with.is_empty(),
@@ -237,13 +476,69 @@ fn no_anyhow_in_a_library() {
     );
 }
 
+/// Whether a manifest declares anyhow, in any dependency section, by
+/// name (`anyhow = ...`, `anyhow.workspace`), as a table
+/// (`[dependencies.anyhow]`) or renamed (`package = "anyhow"`).
+fn declares_anyhow(manifest: &str) -> bool {
+    manifest.lines().map(str::trim).any(|l| {
+        let named = l
+            .strip_prefix("anyhow")
+            .is_some_and(|rest| rest.trim_start().starts_with(['=', '.']));
+        let table = l.starts_with('[') && l.trim_end_matches(']').ends_with(".anyhow");
+        let renamed = l.replace(' ', "").contains("package=\"anyhow\"");
+        named || table || renamed
+    })
+}
+
 #[test]
-fn no_transparent_error_variant() {
+fn the_anyhow_check_sees_every_spelling() {
+    for bad in [
+        "[dependencies]\nanyhow = \"1\"",
+        "[dependencies]\nanyhow.workspace = true",
+        "[dev-dependencies]\n  anyhow = { workspace = true }",
+        "[dependencies.anyhow]\nversion = \"1\"",
+        "[target.'cfg(unix)'.dependencies.anyhow]\nversion = \"1\"",
+        "[dependencies]\nah = { package = \"anyhow\", version = \"1\" }",
+    ] {
+        assert!(declares_anyhow(bad), "{bad}");
+    }
+    assert!(!declares_anyhow(
+        "[dependencies]\nthiserror = \"2\"\n# not anyhow"
+    ));
+}
+
+/// Whether `text` has an `#[error(transparent)]` attribute, however spaced
+/// or broken across lines.
+fn has_transparent_variant(text: &str) -> bool {
     // spelled in pieces, so this file does not find itself
     let needle = ["#[error(", "transparent)]"].concat();
+    let squeezed: String = code_only(text)
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    squeezed.contains(&needle)
+}
+
+#[test]
+fn the_transparent_check_sees_it_however_spaced() {
+    let t = ["trans", "parent"].concat();
+    for bad in [
+        format!("#[error({t})]\nIo(#[from] std::io::Error),"),
+        format!("#[error( {t} )]\nIo(#[from] std::io::Error),"),
+        format!("#[error(\n    {t}\n)]\nIo(#[from] std::io::Error),"),
+    ] {
+        assert!(has_transparent_variant(&bad), "{bad}");
+    }
+    assert!(!has_transparent_variant(&format!(
+        "#[error(\"{{0}}\")]\nIo(#[from] std::io::Error), // not #[error({t})]"
+    )));
+}
+
+#[test]
+fn no_transparent_error_variant() {
     let hits: Vec<_> = rust_files()
         .into_iter()
-        .filter(|p| read(p).contains(needle.as_str()))
+        .filter(|p| has_transparent_variant(&read(p)))
         .map(|p| p.display().to_string())
         .collect();
     assert!(
@@ -254,17 +549,35 @@ fn no_transparent_error_variant() {
     );
 }
 
+/// Whether `text` opens with a `//!` doc that says something.
+fn starts_with_a_module_doc(text: &str) -> bool {
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    first
+        .strip_prefix("//!")
+        .is_some_and(|doc| !doc.trim().is_empty())
+}
+
 #[test]
 fn every_source_file_starts_with_a_module_doc() {
     let missing: Vec<_> = rust_files()
         .into_iter()
-        .filter(|p| {
-            let text = read(p);
-            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            !first.starts_with("//!")
-        })
+        .filter(|p| !starts_with_a_module_doc(&read(p)))
         .collect();
     assert!(missing.is_empty(), "files without a //! doc: {missing:?}");
+}
+
+#[test]
+fn the_module_doc_check_sees_a_file_without_one() {
+    assert!(starts_with_a_module_doc("\n//! What this is.\nuse x;"));
+    for bad in [
+        "use x;\n//! late",
+        "// a plain comment\n//! then a doc",
+        "//!\n//! an empty first line",
+        "#![allow(dead_code)]\n//! after an attribute",
+        "",
+    ] {
+        assert!(!starts_with_a_module_doc(bad), "{bad:?}");
+    }
 }
 
 /// Inline unit-test modules longer than this move to `<module>/tests.rs`.
@@ -280,28 +593,83 @@ fn unit_tests_follow_one_convention() {
         if !p.components().any(|c| c.as_os_str() == "src") {
             continue;
         }
-        let text = read(&p);
-        let Some(start) = text.lines().position(|l| l.starts_with("mod tests {")) else {
-            continue;
-        };
         let is_dir_module = root().join(p.with_extension("")).is_dir();
-        let inline = text.lines().count() - start;
-        if is_dir_module {
-            wrong.push(format!(
-                "{}: a directory module with inline tests (move them to {}/tests.rs)",
-                p.display(),
-                p.with_extension("").display()
-            ));
-        } else if inline > MAX_INLINE_TEST_LINES {
-            wrong.push(format!("{}: {inline} lines of inline tests (over {MAX_INLINE_TEST_LINES}: make it a directory module with tests.rs)", p.display()));
+        if let Some(why) = misplaced_unit_tests(&read(&p), is_dir_module) {
+            wrong.push(format!("{}: {why}", p.display()));
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
-/// The contents of the one-line string literals of `text` (not raw, not
-/// in comments), with their line numbers.
-fn one_line_literals(text: &str) -> Vec<(usize, String)> {
+/// Why the inline unit tests of a file (`text`; `is_dir_module`: a
+/// directory beside it) break the convention, if they do. An inline test
+/// module is a `mod tests {` or `mod test {` line, whatever its
+/// indentation, visibility or a `#[cfg(test)]` before it on the line.
+fn misplaced_unit_tests(text: &str, is_dir_module: bool) -> Option<String> {
+    let opens_tests = |l: &str| {
+        let mut l = l.trim_start();
+        l = l.strip_prefix("#[cfg(test)]").unwrap_or(l).trim_start();
+        for vis in ["pub(crate) ", "pub(super) ", "pub "] {
+            l = l.strip_prefix(vis).unwrap_or(l).trim_start();
+        }
+        ["mod tests", "mod test"].iter().any(|m| {
+            l.strip_prefix(m)
+                .is_some_and(|rest| rest.trim_start().starts_with('{'))
+        })
+    };
+    let code = code_only(text);
+    let start = code.lines().position(opens_tests)?;
+    let inline = code.lines().count() - start;
+    if is_dir_module {
+        Some("a directory module with inline tests (move them to its tests.rs)".into())
+    } else if inline > MAX_INLINE_TEST_LINES {
+        Some(format!("{inline} lines of inline tests (over {MAX_INLINE_TEST_LINES}: make it a directory module with tests.rs)"))
+    } else {
+        None
+    }
+}
+
+#[test]
+fn the_unit_test_check_sees_misplaced_tests() {
+    let long = |head: &str| {
+        format!(
+            "//! m\nfn f() {{}}\n{head}\n{}}}\n",
+            "    #[test] fn t() {}\n".repeat(450)
+        )
+    };
+    for head in [
+        "#[cfg(test)]\nmod tests {",
+        "#[cfg(test)] mod tests {",
+        "pub(crate) mod tests {",
+        "    mod test{",
+    ] {
+        assert!(misplaced_unit_tests(&long(head), false).is_some(), "{head}");
+    }
+    let short = "//! m\n#[cfg(test)]\nmod tests {\n    #[test] fn t() {}\n}\n";
+    assert_eq!(misplaced_unit_tests(short, false), None);
+    assert!(misplaced_unit_tests(short, true).is_some());
+    assert_eq!(
+        misplaced_unit_tests("//! m\nmod tests;\n// mod tests {\n", true),
+        None
+    );
+}
+
+/// A piece of Rust source the checks must tell from code.
+#[derive(Debug, PartialEq)]
+enum Piece {
+    /// A comment (`//` to the end of the line, `/* */`): its byte range.
+    Comment(std::ops::Range<usize>),
+    /// A string literal's contents (between its quotes), its byte range and
+    /// first line; `raw` for `r"..."` / `r#"..."#`.
+    Str {
+        at: std::ops::Range<usize>,
+        line: usize,
+        raw: bool,
+    },
+}
+
+/// The comments and string literals of `text`, in order.
+fn pieces(text: &str) -> Vec<Piece> {
     let mut out = Vec::new();
     let b = text.as_bytes();
     let (mut i, mut line) = (0, 1);
@@ -309,9 +677,16 @@ fn one_line_literals(text: &str) -> Vec<(usize, String)> {
         match b[i] {
             b'\n' => line += 1,
             b'/' if b.get(i + 1) == Some(&b'/') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
+                let end = text[i..].find('\n').map_or(b.len(), |e| i + e);
+                out.push(Piece::Comment(i..end));
+                i = end;
+                continue;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let end = text[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
+                line += text[i..end].matches('\n').count();
+                out.push(Piece::Comment(i..end));
+                i = end;
                 continue;
             }
             b'\'' => {
@@ -337,6 +712,11 @@ fn one_line_literals(text: &str) -> Vec<(usize, String)> {
                 if b.get(j) == Some(&b'"') {
                     let close = format!("\"{}", "#".repeat(hashes));
                     let end = text[j + 1..].find(&close).map_or(b.len(), |e| j + 1 + e);
+                    out.push(Piece::Str {
+                        at: j + 1..end,
+                        line,
+                        raw: true,
+                    });
                     line += text[i..end].matches('\n').count();
                     i = end + close.len();
                     continue;
@@ -348,11 +728,13 @@ fn one_line_literals(text: &str) -> Vec<(usize, String)> {
                 while j < b.len() && b[j] != b'"' {
                     j += if b[j] == b'\\' { 2 } else { 1 };
                 }
-                let lit = &text[start..j.min(b.len())];
-                if !lit.contains('\n') && !lit.contains("\\n") {
-                    out.push((line, lit.to_string()));
-                }
-                line += lit.matches('\n').count();
+                let end = j.min(b.len());
+                out.push(Piece::Str {
+                    at: start..end,
+                    line,
+                    raw: false,
+                });
+                line += text[start..end].matches('\n').count();
                 i = j + 1;
                 continue;
             }
@@ -363,12 +745,32 @@ fn one_line_literals(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-#[test]
-fn no_run_of_spaces_inside_a_string_literal() {
-    let mut hits = Vec::new();
-    // A run of three or more spaces between words; a run after a one-word
-    // label or before a `{}` aligns a printed table and is fine.
-    let lost = |lit: &str| {
+/// `text` with its comments and the contents of its string literals
+/// blanked (line breaks kept): the code alone, for checks of names.
+fn code_only(text: &str) -> String {
+    let mut out = text.as_bytes().to_vec();
+    for p in pieces(text) {
+        let (Piece::Comment(r) | Piece::Str { at: r, .. }) = p;
+        for c in &mut out[r] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    }
+    // only ASCII was replaced, by ASCII; a multi-byte character became
+    // spaces whole
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The string literals of `text` that look like a lost line continuation,
+/// with their first lines: a line break inside the literal without the `\`
+/// that would drop the next line's indentation (the break and three or more
+/// spaces are then in the text), or, in a literal that prints as one line
+/// (its `\`-continuations joined, no `\n`), a run of three or more spaces
+/// between words. A run after a one-word label or before a `{}` aligns a
+/// printed table and is fine; a literal with `\n` is such a table.
+fn lost_continuations(text: &str) -> Vec<(usize, String)> {
+    let lost_run = |lit: &str| {
         let t = lit.trim_start();
         t.match_indices("   ").any(|(i, _)| {
             // `label   value` rows of a printed table are aligned on purpose
@@ -376,14 +778,46 @@ fn no_run_of_spaces_inside_a_string_literal() {
             !label && !t[i..].trim_start().starts_with('{')
         })
     };
+    let mut out = Vec::new();
+    for p in pieces(text) {
+        let Piece::Str {
+            at,
+            line,
+            raw: false,
+        } = p
+        else {
+            continue;
+        };
+        let lit = &text[at];
+        // a raw line break (not `\` + break) followed by indentation
+        let broken = lit
+            .match_indices('\n')
+            .any(|(i, _)| !lit[..i].ends_with('\\') && lit[i + 1..].starts_with("   "));
+        // what it prints, `\`-continuations joined
+        let mut printed = String::new();
+        let mut rest = lit;
+        while let Some(at) = rest.find("\\\n") {
+            printed.push_str(&rest[..at]);
+            rest = rest[at + 2..].trim_start();
+        }
+        printed.push_str(rest);
+        let one_line = !printed.contains('\n') && !printed.contains("\\n");
+        if broken || one_line && lost_run(&printed) {
+            out.push((line, lit.to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_run_of_spaces_inside_a_string_literal() {
+    let mut hits = Vec::new();
     for p in rust_files() {
         if p == Path::new("tests/tests/tidy.rs") {
-            continue; // its own scanner test spells a bad literal
+            continue; // its own scanner test spells bad literals
         }
-        for (line, lit) in one_line_literals(&read(&p)) {
-            if lost(&lit) {
-                hits.push(format!("{}:{line}: {lit:?}", p.display()));
-            }
+        for (line, lit) in lost_continuations(&read(&p)) {
+            hits.push(format!("{}:{line}: {lit:?}", p.display()));
         }
     }
     assert!(
@@ -394,65 +828,144 @@ fn no_run_of_spaces_inside_a_string_literal() {
 
 #[test]
 fn the_literal_scanner_sees_what_it_should() {
-    let text = "//! x\nlet a = \"it is   lost\"; // \"not  this\"\nlet b = r#\"raw   \"#; let c = '\"';\nlet d = \"ok\";";
-    let lits: Vec<_> = one_line_literals(text)
+    let text = "//! x\nlet a = \"it is   lost\"; // \"not   this\"\n/* \"nor   this\" */\nlet b = r#\"raw   \"#; let c = '\"';\nlet d = \"ok\";";
+    let strs: Vec<_> = pieces(text)
         .into_iter()
-        .map(|(_, l)| l)
+        .filter_map(|p| match p {
+            Piece::Str { at, raw: false, .. } => Some(&text[at]),
+            _ => None,
+        })
         .collect();
-    assert_eq!(lits, ["it is   lost", "ok"]);
+    assert_eq!(strs, ["it is   lost", "ok"]);
+    let lost = |t: &str| {
+        lost_continuations(t)
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(lost(text), ["it is   lost"]);
+    // a literal over lines, its `\` lost: the break and the indentation
+    // are in the message
+    let broken = "bail!(\"the store is down\n           and nothing ships\");";
+    assert_eq!(lost(broken).len(), 1, "{broken}");
+    // over lines with `\`: examined as the one line it prints
+    let joined = "bail!(\"the store is down, \\\n       and   nothing ships\");";
+    assert_eq!(lost(joined).len(), 1, "{joined}");
+    let fine = "bail!(\"the store is down, \\\n       and nothing ships\");";
+    assert!(lost(fine).is_empty(), "{fine}");
+    // a table: `\n` rows aligned on purpose; a label and its value
+    let table = "eprintln!(\"usage:\\n  \\\n  test [--fast]   fmt, clippy\\n\");\nlet r = \"label   value\";";
+    assert!(lost(table).is_empty(), "{table}");
+    assert_eq!(
+        code_only("a /* b */ \"c\" // d\ne"),
+        "a         \" \"     \ne"
+    );
 }
 
-/// The test names TESTING.md lists: every `` `path::name` `` in its table
-/// (Rust `.rs` files and pytest `.py` files).
-fn testing_md_tests() -> Vec<(String, String)> {
-    let text = read(Path::new("TESTING.md"));
+/// The tests TESTING.md names: every `` `FILE::name` `` and
+/// `` `FILE::module::name` `` (a Rust `.rs` file or a pytest `.py` file),
+/// in its tables and its text: the file, the modules, the name.
+fn testing_md_tests(md: &str) -> Vec<(String, Vec<String>, String)> {
     let mut out = Vec::new();
-    for row in text.lines().filter(|l| l.starts_with('|')) {
-        for cell in row.split('`').skip(1).step_by(2) {
-            if let Some((file, name)) = cell.rsplit_once("::") {
-                if file.ends_with(".rs") || file.ends_with(".py") {
-                    out.push((file.to_string(), name.to_string()));
-                }
-            }
-        }
+    for cell in md.split('`').skip(1).step_by(2) {
+        let Some(at) = [".rs::", ".py::"].iter().filter_map(|e| cell.find(e)).min() else {
+            continue;
+        };
+        let (file, path) = (&cell[..at + 3], &cell[at + 5..]);
+        let mut parts: Vec<String> = path.split("::").map(str::to_owned).collect();
+        let name = parts.pop().unwrap_or_default();
+        out.push((file.to_owned(), parts, name));
     }
     out
 }
 
+/// The tests of [`testing_md_tests`] that do not exist: the file missing
+/// (`source` gives a file's text), a module it names not declared in it
+/// (`mod m`), or no `fn name(` (Rust) / `def name(` (pytest) in it.
+fn testing_md_missing(md: &str, source: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut missing = Vec::new();
+    for (file, modules, name) in testing_md_tests(md) {
+        let keyword = if file.ends_with(".py") { "def" } else { "fn" };
+        let found = source(&file).is_some_and(|text| {
+            // Rust's comments left out (pytest's are not Rust)
+            let code = if keyword == "fn" {
+                code_only(&text)
+            } else {
+                text
+            };
+            modules.iter().all(|m| {
+                code.contains(&format!("mod {m} {{")) || code.contains(&format!("mod {m};"))
+            }) && code.contains(&format!("{keyword} {name}("))
+        });
+        if !found {
+            let path: Vec<&str> = modules
+                .iter()
+                .map(String::as_str)
+                .chain([name.as_str()])
+                .collect();
+            missing.push(format!("{file}::{}", path.join("::")));
+        }
+    }
+    missing
+}
+
 #[test]
 fn every_test_testing_md_names_exists() {
-    let tests = testing_md_tests();
+    let md = read(Path::new("TESTING.md"));
+    let tests = testing_md_tests(&md);
     assert!(
         tests.len() > 20,
         "TESTING.md names only {} tests",
         tests.len()
     );
-    let mut missing = Vec::new();
-    for (file, name) in tests {
-        let path = Path::new(&file);
-        // a Rust `fn` or a pytest `def`
-        let keyword = if file.ends_with(".py") { "def" } else { "fn" };
-        let found =
-            root().join(path).is_file() && read(path).contains(&format!("{keyword} {name}("));
-        if !found {
-            missing.push(format!("{file}::{name}"));
-        }
-    }
+    let missing = testing_md_missing(&md, |f| std::fs::read_to_string(root().join(f)).ok());
     assert!(
         missing.is_empty(),
         "TESTING.md names tests that do not exist: {missing:?}"
     );
 }
 
+#[test]
+fn the_testing_md_check_sees_a_test_that_is_not_there() {
+    let source = |f: &str| {
+        (f == "tests/tests/a.rs").then(|| {
+            "//! a\nmod serial {\n    #[test]\n    fn there() {}\n}\n// fn gone() {}\n".to_string()
+        })
+    };
+    let md = "| rule | `tests/tests/a.rs::serial::there` |\n\
+              | other | `tests/tests/a.rs::serial::gone`, `tests/tests/a.rs::other::there` |\n\
+              In the text: `tests/tests/b.rs::there`, and `a.py::x` names a pytest.\n";
+    assert_eq!(
+        testing_md_missing(md, source),
+        [
+            "tests/tests/a.rs::serial::gone",
+            "tests/tests/a.rs::other::there",
+            "tests/tests/b.rs::there",
+            "a.py::x",
+        ]
+    );
+}
+
 /// The dependencies a member's `Cargo.toml` declares in `section`
 /// (`dependencies`, `dev-dependencies`): the names before `=` or `.`.
+/// A `[target.'cfg(..)'.dependencies]` section counts as `dependencies`,
+/// and a `[dependencies.NAME]` table declares NAME.
 fn declared(manifest: &str, section: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut inside = false;
     for line in manifest.lines() {
         let line = line.trim();
-        if line.starts_with('[') {
-            inside = line == format!("[{section}]");
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.trim_end_matches(']');
+            // `target.'cfg(unix)'.dependencies` → `dependencies`
+            let header = match header.strip_prefix("target.") {
+                Some(rest) => rest.rsplit_once("'.").map_or(rest, |(_, s)| s),
+                None => header,
+            };
+            inside = header == section;
+            if let Some(name) = header.strip_prefix(&format!("{section}.")) {
+                out.push(name.to_owned());
+            }
             continue;
         }
         if !inside || line.is_empty() || line.starts_with('#') {
@@ -477,17 +990,19 @@ fn declared(manifest: &str, section: &str) -> Vec<String> {
 #[test]
 fn no_declared_dependency_is_unused() {
     // used through something the search cannot see: fuzz/src/lib.rs,
-    // included by tests/tests/fuzz_corpus.rs with `#[path]`
-    let allowed: &[(&str, &str)] = &[("tests", "url")];
+    // included by tests/tests/fuzz_corpus.rs with `#[path]`; a feature
+    // only (spool-upload's Cargo.toml says why)
+    let allowed: &[(&str, &str)] = &[("tests", "url"), ("spool-upload", "num-traits")];
     let root = root();
     let files = rust_files();
     let mut unused = Vec::new();
     for member in workspace_members() {
         let manifest = read(&Path::new(&member).join("Cargo.toml"));
+        // the code alone: a crate a comment names is not used
         let text: String = files
             .iter()
             .filter(|f| f.starts_with(&member))
-            .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+            .map(|f| code_only(&std::fs::read_to_string(root.join(f)).unwrap()))
             .collect::<Vec<_>>()
             .join("\n");
         for section in ["dependencies", "dev-dependencies"] {
@@ -521,6 +1036,29 @@ fn uses_crate(text: &str, id: &str) -> bool {
 }
 
 #[test]
+fn the_unused_dependency_check_sees_every_declaration_and_only_code() {
+    let manifest = "[package]\nname = \"x\"\n\
+                    [dependencies]\nserde = { workspace = true }\nthiserror.workspace = true\n\
+                    [dependencies.tokio]\nversion = \"1\"\n\
+                    [target.'cfg(unix)'.dependencies]\nnix = \"0.30\"\n\
+                    [dev-dependencies]\ntempfile = \"3\"\n";
+    assert_eq!(
+        declared(manifest, "dependencies"),
+        ["serde", "thiserror", "tokio", "nix"]
+    );
+    assert_eq!(declared(manifest, "dev-dependencies"), ["tempfile"]);
+    // named only in a doc comment and a string: unused
+    let code =
+        code_only("//! Built on [`serde::Serialize`].\nfn f() { let s = \"tokio::spawn\"; }");
+    assert!(!uses_crate(&code, "serde"));
+    assert!(!uses_crate(&code, "tokio"));
+    assert!(uses_crate(
+        &code_only("use serde::Serialize; // and tokio"),
+        "serde"
+    ));
+}
+
+#[test]
 fn a_crate_is_used_only_by_its_whole_name() {
     assert!(uses_crate("use serde::Serialize;", "serde"));
     assert!(uses_crate("x = serde_json::to_string(&v)?;", "serde_json"));
@@ -537,16 +1075,10 @@ fn a_crate_is_used_only_by_its_whole_name() {
 /// spec outside the repository (its section signs) nor an issue number.
 #[test]
 fn code_cites_no_document_outside_the_repository() {
-    let spec = ["SP", "EC"].concat();
     let mut found = Vec::new();
     for f in rust_files() {
         for (i, line) in read(&f).lines().enumerate() {
-            let lower = line.to_ascii_lowercase();
-            let issue = lower
-                .match_indices("issue ")
-                .any(|(at, _)| lower[at + 6..].starts_with(|c: char| c.is_ascii_digit()));
-            let outside = ["../", "shared/"].concat();
-            if line.contains(&spec) || line.contains('\u{a7}') || issue || line.contains(&outside) {
+            if cites_outside(line) {
                 found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
             }
         }
@@ -554,10 +1086,52 @@ fn code_cites_no_document_outside_the_repository() {
     assert!(found.is_empty(), "cites outside the repository: {found:#?}");
 }
 
+/// Whether `line` cites the product spec (its name, its section signs),
+/// an issue by its number (the word, then a number: after a space, a `#`,
+/// a `/` or a colon) or a file outside the repository.
+fn cites_outside(line: &str) -> bool {
+    // spelled in pieces, so this file does not find itself
+    let spec = ["SP", "EC"].concat();
+    let outside = ["../", "shared/"].concat();
+    let lower = line.to_ascii_lowercase();
+    let issue = lower.match_indices("issue").any(|(at, _)| {
+        let rest = lower[at + 5..]
+            .strip_prefix('s')
+            .unwrap_or(&lower[at + 5..]);
+        let rest = rest.trim_start_matches([' ', ':', '#', '/']);
+        let whole = !lower[..at].ends_with(|c: char| c.is_ascii_alphanumeric());
+        whole && rest.starts_with(|c: char| c.is_ascii_digit())
+    });
+    line.contains(&spec) || line.contains('\u{a7}') || issue || line.contains(&outside)
+}
+
+#[test]
+fn the_citation_check_sees_every_spelling() {
+    let issue = ["iss", "ue"].concat();
+    for bad in [
+        format!("// fixed for {issue} 43"),
+        format!("// see {issue} #43"),
+        format!("// {} #43: the lease", issue.to_uppercase()),
+        format!("// https://example.org/repo/{issue}s/43"),
+        format!("// {issue}: 43"),
+        format!("// as {}{} 3.2 says", "SP", "EC"),
+        format!("// see {}shared/notes.md", "../"),
+    ] {
+        assert!(cites_outside(&bad), "{bad}");
+    }
+    for good in [
+        format!("// an {issue} with the store"),
+        "// tissue 4".to_string(),
+        "// RELIABILITY.md says so".to_string(),
+    ] {
+        assert!(!cites_outside(&good), "{good}");
+    }
+}
+
 /// The words of path-based file system calls: a file that must reach its
 /// directories through `spool_core::at` uses none of them (`AtDir`'s own
 /// methods, `remove_file` and the like on a descriptor, are what it uses).
-const PATH_BASED_FS: [&str; 13] = [
+const PATH_BASED_FS: &[&str] = &[
     // std::fs and its types: every call by path
     "fs",
     "File",
@@ -573,6 +1147,18 @@ const PATH_BASED_FS: [&str; 13] = [
     "is_file",
     "canonicalize",
     "read_link",
+    // the system calls by path, through nix or libc
+    "open",
+    "unlink",
+    "rename",
+    "mkdir",
+    "rmdir",
+    "lstat",
+    "symlink",
+    "readlink",
+    "chmod",
+    "chown",
+    "truncate",
 ];
 
 /// Whether `line` uses `word` as a whole identifier (not `unix::fs` for
@@ -586,10 +1172,11 @@ fn uses_word(line: &str, word: &str) -> bool {
     })
 }
 
-/// Path-based file system calls in `text` (comments left out).
+/// Path-based file system calls in `text` (comments and strings left
+/// out).
 fn path_based_fs_calls(text: &str) -> Vec<String> {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
+    code_only(text)
+        .lines()
         .filter(|l| PATH_BASED_FS.iter().any(|w| uses_word(l, w)))
         .map(|l| l.trim().to_string())
         .collect()
@@ -605,6 +1192,12 @@ fn the_path_based_fs_check_sees_what_it_should() {
     assert!(path_based_fs_calls("use std::os::unix::ffi::OsStrExt; let files = 1;").is_empty());
     assert!(path_based_fs_calls("// std::fs::remove_file in a comment").is_empty());
     assert!(path_based_fs_calls("dir.remove_file(&name)?; let refs_dir = 2;").is_empty());
+    // through nix or libc, by path
+    assert!(!path_based_fs_calls("nix::unistd::unlink(&path)?;").is_empty());
+    assert!(!path_based_fs_calls("let fd = nix::fcntl::open(&p, flags, mode)?;").is_empty());
+    assert!(!path_based_fs_calls("libc::rename(a.as_ptr(), b.as_ptr())").is_empty());
+    assert!(path_based_fs_calls("let why = \"the .open file is gone\";").is_empty());
+    assert!(path_based_fs_calls("/* std::fs::remove_file */ let x = 1;").is_empty());
 }
 
 /// Architecture invariant (ARCHITECTURE.md, spool-core): the hand-off
@@ -630,7 +1223,25 @@ fn the_hand_off_works_only_through_at_and_only_at_makes_at_calls() {
         hits.is_empty(),
         "the hand-off makes path-based file system calls (use spool_core::at): {hits:?}"
     );
-    let at_calls = ["openat", "unlinkat", "mkdirat", "fstatat", "renameat"];
+    let at_calls = [
+        "openat",
+        "openat2",
+        "unlinkat",
+        "mkdirat",
+        "fstatat",
+        "renameat",
+        "renameat2",
+        "linkat",
+        "symlinkat",
+        "readlinkat",
+        "fchmodat",
+        "fchownat",
+        "faccessat",
+        "utimensat",
+        "mknodat",
+        "mkfifoat",
+        "statx",
+    ];
     let mut outside = Vec::new();
     for p in rust_files() {
         let rel = p.strip_prefix(root()).unwrap_or(&p).to_path_buf();
@@ -640,10 +1251,7 @@ fn the_hand_off_works_only_through_at_and_only_at_makes_at_calls() {
         {
             continue;
         }
-        for line in read(&p)
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-        {
+        for line in code_only(&read(&p)).lines() {
             if at_calls.iter().any(|w| uses_word(line, w)) {
                 outside.push(format!("{}: {}", rel.display(), line.trim()));
             }

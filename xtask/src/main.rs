@@ -11,6 +11,10 @@
 //! short fault torture on them and the fleet simulator's short pass, stops
 //! the servers (also when a step fails), and as root runs a two-node lease
 //! pass on three replicas of its own (`cargo xtask torture --lease-netns`).
+//! Each build step also builds the `spool` the tests run as README's
+//! install does, without test seams ([`build_shipped`]); every step runs
+//! with `SPOOL_REQUIRE_ALL=1`, so a test never skips for want of root, a
+//! tool or a server, and a filter that selects no test fails.
 #![forbid(unsafe_code)]
 
 mod fleet;
@@ -90,6 +94,12 @@ fn test(root: &Path, args: &[String]) -> Result<()> {
     let has = |flag: &str| args.iter().any(|a| a == flag);
     // `--fast-only`: no real-server tier; `--real-only`: no fast tier
     let (fast, real) = (!has("--real-only"), !has("--fast-only"));
+    // Every test, torture pass and pytest run below inherits these: a test
+    // that finds root, a tool or a server missing fails instead of skipping
+    // (TESTING.md), and the tests run the `spool` that ships
+    // ([`build_shipped`]), not the workspace build's.
+    std::env::set_var(REQUIRE_ALL, "1");
+    std::env::set_var("SPOOL_BIN", shipped_spool(root));
     let mut steps = Steps::default();
     let result = test_steps(root, (fast, real, !has("--no-lint")), &mut steps);
     steps.print();
@@ -116,7 +126,8 @@ fn test_steps(
         // with Debian's strace (tests/tests/durability.rs); the Python
         // tests mount with bindfs. Installed now, in one apt-get, so they
         // never wait behind the servers' installs.
-        install_missing(&["strace", "bindfs"])?;
+        // bench_smoke's core case compares with openssl.
+        install_missing(&["strace", "bindfs", "openssl"])?;
         steps.time("fast tier build", build_tests)?;
     }
     let installing = real.then(|| {
@@ -138,7 +149,7 @@ fn test_steps(
     let mut clippy = (lint && !real).then(|| Clippy::start(root)).transpose()?;
     if fast {
         steps.time("fast tier run", || {
-            run(nextest_ci("not binary(/^real_/)").env("SPOOL_REQUIRE_STRACE", "1"))
+            run(&mut nextest_ci("not binary(/^real_/)"))
         })?;
         steps.time("pytest (what is left of the build, and the run)", || {
             python
@@ -153,7 +164,8 @@ fn test_steps(
         // a short seeded crash torture (RELIABILITY.md): real processes
         // on a file:// store and an SQLite catalog
         steps.time("crash torture", || torture::ci(root, "ci", &[]))?;
-        // the same with a spool that fills up and turns read-only (root)
+        // the same with a spool that fills up and turns read-only (root:
+        // it fails otherwise, under SPOOL_REQUIRE_ALL)
         steps.time("disk torture", || torture::ci(root, "ci-disk", &[]))?;
     }
     if real {
@@ -171,7 +183,6 @@ fn test_steps(
         })?;
         let servers = steps.time("server start", || servers::Servers::start(root))?;
         let mut cmd = nextest_ci("binary(/^real_/)");
-        cmd.env("SPOOL_REQUIRE_SERVERS", "1");
         for (k, v) in servers.env() {
             cmd.env(k, v);
         }
@@ -184,7 +195,8 @@ fn test_steps(
             })
         });
         // Two nodes, one lease, on replicas of the pass's own (RELIABILITY.md
-        // "Two nodes, one lease"; root only, skipped saying why otherwise),
+        // "Two nodes, one lease"; root only: it fails otherwise, under
+        // SPOOL_REQUIRE_ALL),
         // beside the fault torture and the fleet pass: all three mostly
         // wait (TTLs, faults' windows, the fleet's pace).
         let lease_pass = result.is_ok().then(|| {
@@ -228,9 +240,39 @@ fn test_steps(
 /// `spool-with-seams`, `fault-proxy`, `spool-fleet`, ...) exactly as the
 /// fast tier's `cargo nextest run` does: one feature resolution, so the
 /// torture and fleet passes reuse the tests' build instead of compiling
-/// the workspace again with the features of a narrower package set.
+/// the workspace again with the features of a narrower package set. Then
+/// the `spool` the tests run ([`build_shipped`]).
 pub fn build_tests() -> Result<()> {
-    run(cargo().args(["nextest", "run", "--workspace", "--locked", "--no-run"]))
+    run(cargo().args(["nextest", "run", "--workspace", "--locked", "--no-run"]))?;
+    build_shipped()
+}
+
+/// The variable that makes a test fail, not skip, when root, a tool or a
+/// server it needs is missing (`spool_lock::testing::required`).
+const REQUIRE_ALL: &str = "SPOOL_REQUIRE_ALL";
+
+/// Where [`build_shipped`] puts the `spool` the tests run (`SPOOL_BIN`).
+fn shipped_spool(root: &Path) -> PathBuf {
+    target_dir(root).join("shipped/spool")
+}
+
+/// Builds `spool` as README's install does (`-p spool-cli`: the features
+/// spool-cli asks for, so no library crate's `testing` seam, which the
+/// workspace build's `spool` has through spool-tests), in the tests'
+/// target directory (only the crates whose features differ are compiled
+/// again), and copies it to [`shipped_spool`]: the workspace build's next
+/// `cargo nextest run` puts its own `spool` back at `debug/spool`.
+fn build_shipped() -> Result<()> {
+    let root = workspace_root();
+    run(cargo().args(["build", "--locked", "-p", "spool-cli", "--bin", "spool"]))?;
+    let to = shipped_spool(&root);
+    std::fs::create_dir_all(to.parent().expect("a file in a directory"))?;
+    // a copy beside the old one, renamed over it: a test that runs the old
+    // binary meanwhile never sees a half-written file
+    let part = to.with_extension("part");
+    std::fs::copy(target_dir(&root).join("debug/spool"), &part)?;
+    std::fs::rename(&part, &to)?;
+    Ok(())
 }
 
 /// `cargo clippy --workspace --all-targets -D warnings`, running in the
@@ -292,7 +334,8 @@ fn nextest_ci(filter: &str) -> Command {
         "--profile",
         "ci",
     ]);
-    cmd.args(["--no-tests=warn", "-E", filter]);
+    // a filter that selects nothing is a failure, not a green run
+    cmd.args(["--no-tests=fail", "-E", filter]);
     cmd
 }
 
@@ -383,14 +426,13 @@ fn python_install(root: &Path) -> Result<()> {
 /// `SPOOL_REQUIRE_OPTIONAL`), never skipped. pytest's own exit code
 /// decides: a run that collects no test (exit 5) fails.
 fn python_tests(root: &Path, markers: &str, env: &[(String, String)]) -> Result<()> {
-    let target = target_dir(root);
     let venv = python_test_venv(root)?;
     install_missing(&["bindfs"])?;
     let path = venv_path(&venv);
     let mut cmd = Command::new(venv.join("bin/python"));
     cmd.args(["-m", "pytest", "-q", "-m", markers, "spool-py/tests"])
         .env("PATH", &path)
-        .env("SPOOL_BIN", target.join("debug/spool"))
+        .env("SPOOL_BIN", shipped_spool(root))
         .env("SPOOL_REQUIRE_FUSE", "1")
         .env("SPOOL_REQUIRE_OPTIONAL", "1");
     for (k, v) in env {

@@ -25,10 +25,12 @@ const CLICKHOUSE_DIR: &str = "lease-netns-clickhouse-";
 /// Builds `spool` and the test helper binaries (`spool-with-seams`,
 /// `fault-proxy`, `spool-torture`) as the tests' build does
 /// ([`crate::build_tests`]); returns the torture's command, with this
-/// xtask's path in its environment.
+/// xtask's path and the `spool` that ships (`SPOOL_BIN`) in its
+/// environment.
 fn build(root: &Path) -> Result<Command> {
     crate::build_tests()?;
     let mut cmd = Command::new(crate::target_dir(root).join("debug/spool-torture"));
+    cmd.env("SPOOL_BIN", crate::shipped_spool(root));
     cmd.env(
         "SPOOL_TORTURE_XTASK",
         std::env::current_exe().context("finding the xtask binary")?,
@@ -65,10 +67,11 @@ pub fn torture_cmd(root: &Path, args: &[String]) -> Result<()> {
 }
 
 /// One of CI's short passes (`cargo xtask test`): `ci` (crash, after the
-/// fast tier), `ci-disk` (root; skipped, saying why, otherwise),
+/// fast tier), `ci-disk` (root; skipped, saying why, otherwise, and failed
+/// under `SPOOL_REQUIRE_ALL=1`, as `cargo xtask test` sets),
 /// `ci-faults` (on the real tier's servers, their variables in `env`),
-/// `ci-lease-netns[-replicas]` (two nodes: root and network namespaces; skipped,
-/// saying why, otherwise).
+/// `ci-lease-netns[-replicas]` (two nodes: root and network namespaces; as
+/// `ci-disk` when they are missing).
 pub fn ci(root: &Path, pass: &str, env: &[(String, String)]) -> Result<()> {
     crate::run(build(root)?.arg(pass).envs(env.iter().map(|(k, v)| (k, v))))
 }

@@ -9,8 +9,9 @@ use std::sync::atomic::AtomicBool;
 
 use super::inspect::validate_file;
 use super::names::FileKind;
-use super::walk::{fsync_dir, rename_noreplace, walk};
+use super::walk::{fsync_dir, walk};
 use super::{ReadyPack, Spool};
+use crate::at::rename_noreplace;
 use crate::pack::{PackId, PackSummary};
 use crate::Error;
 

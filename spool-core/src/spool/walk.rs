@@ -122,12 +122,6 @@ pub(super) fn open_nofollow(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-pub(super) fn rename_noreplace(from: &Path, to: &Path) -> Result<(), Error> {
-    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
-    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE)
-        .map_err(|e| Error::io("rename (no replace)", to, io::Error::from(e)))
-}
-
 /// Bytes of every pack file (open, ready, quarantined, rejected) under a
 /// spool directory, with the walk's skips.
 pub(super) fn account(dir: &Path, mut skip: impl FnMut(&Entry) -> bool) -> Result<u64, Error> {

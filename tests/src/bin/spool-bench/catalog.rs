@@ -173,7 +173,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     // The same table as ours (primary key, the time index, nullable
     // ordinal): the baseline does the same writes, bare.
     plain.execute_batch(
-        "CREATE TABLE packs (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);
+        "CREATE TABLE packs (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);\
          CREATE INDEX packs_by_created ON packs (created_at_ms);",
     )?;
     index(ctx, &rt, "SQLite", &sq, |rows| {

@@ -4,9 +4,10 @@
 //! `root/<catalog key>/r<rank>-<inc>/`) with one destination (a `file://`
 //! store and an SQLite catalog beside the root, outside it; or moto and
 //! ClickHouse, [`crate::destination`], through [`crate::faults`]' proxies).
-//! A seeded scheduler starts real `spool` processes — all through the test
-//! helper `spool-with-seams` (copied into the run's directory first, so
-//! another build cannot swap it mid-run):
+//! A seeded scheduler starts real `spool` processes — those armed at a kill
+//! point or paused through the test helper `spool-with-seams`, the others
+//! through the `spool` that ships (both copied into the run's directory
+//! first, so another build cannot swap them mid-run):
 //! - engine producers (`produce --serve`), some with a worker ordinal, some
 //!   armed to SIGKILL themselves at a kill point (`--kill-at NAME:N`, a
 //!   name of spool-core's `seams::KILL_POINTS`);
@@ -116,7 +117,10 @@ pub struct Run {
     /// A ClickHouse database made for the run (its catalog URL): dropped
     /// after a passing run.
     database: Option<String>,
+    /// `spool-with-seams`: a process armed at a kill point or paused.
     bin: PathBuf,
+    /// The `spool` that ships: every other process.
+    spool: PathBuf,
     run_secs: f64,
     /// How many daemons run at once.
     daemons: usize,
@@ -140,9 +144,10 @@ impl Run {
         for d in [&store_dir, &dir.join("bin")] {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
-        let own_bin = dir.join("bin/spool-with-seams");
-        std::fs::copy(bin, &own_bin)
-            .with_context(|| format!("copying {} (built?)", bin.display()))?;
+        for (from, to) in [(bin, "bin/spool-with-seams"), (&o.spool, "bin/spool")] {
+            std::fs::copy(from, dir.join(to))
+                .with_context(|| format!("copying {} (built?)", from.display()))?;
+        }
         let dir = dir.canonicalize()?;
         let plants = crate::plants::Plants::new(&dir)?;
         let (root, disk) = match &o.disk {
@@ -251,6 +256,7 @@ impl Run {
             root,
             disk,
             bin: dir.join("bin/spool-with-seams"),
+            spool: dir.join("bin/spool"),
             dir,
             run_secs: o.run_secs,
             daemons: 2,
@@ -541,7 +547,7 @@ impl Run {
         }
         self.reap();
         // a final drain, as an operator would run it
-        let out = Command::new(&self.bin)
+        let out = Command::new(&self.spool)
             .arg("run")
             .arg("--once")
             .args(["--timeout", "60"])
@@ -861,10 +867,14 @@ impl Run {
             };
             format!("{point}:{}", 1 + self.rng.below(3))
         });
-        let mut cmd = Command::new(&self.bin);
-        if let Some(k) = &kill_at {
-            cmd.args(["--kill-at", k]);
-        }
+        let mut cmd = match &kill_at {
+            Some(k) => {
+                let mut cmd = Command::new(&self.bin);
+                cmd.args(["--kill-at", k]);
+                cmd
+            }
+            None => Command::new(&self.spool),
+        };
         cmd.arg("run")
             .args(self.dest())
             .args(["--lease-ttl", LEASE_TTL, "--poll-interval", POLL])
@@ -889,7 +899,8 @@ impl Run {
             1024 + self.rng.below(15 * 1024)
         };
         let interval = self.rng.between(0.02, 0.3);
-        let mut cmd = Command::new(&self.bin);
+        // the seams' options lead; with none, the `spool` that ships
+        let mut seams: Vec<String> = Vec::new();
         let mut kill_at = None;
         let mut release = None;
         if kind == Kind::Engine && self.rng.chance(0.4) {
@@ -902,22 +913,28 @@ impl Run {
                 .collect();
             let point = *self.rng.pick(&service);
             let k = format!("{point}:{}", 1 + self.rng.below(4));
-            cmd.args(["--kill-at", &k]);
+            seams.extend(["--kill-at".into(), k.clone()]);
             kill_at = Some(k);
         }
         // a live sink-only owner hands its packs off: its own steps
         if matches!(kind, Kind::Holder | Kind::SinkOnly) && self.rng.chance(0.5) {
             let point = *self.rng.pick(OWNER_POINTS);
             let k = format!("{point}:{}", 1 + self.rng.below(3));
-            cmd.args(["--kill-at", &k]);
+            seams.extend(["--kill-at".into(), k.clone()]);
             kill_at = Some(k);
         }
         if kind == Kind::Paused {
             let file = self.dir.join(format!("release-{}", self.procs.len()));
-            cmd.arg("--pause-before-publish").arg(&file);
+            seams.extend(["--pause-before-publish".into(), file.display().to_string()]);
             release = Some(file);
         }
-        cmd.arg("produce")
+        let mut cmd = Command::new(if seams.is_empty() {
+            &self.spool
+        } else {
+            &self.bin
+        });
+        cmd.args(&seams)
+            .arg("produce")
             .args(self.dest())
             .args(["--packs", &packs.to_string()])
             .args(["--records", &records.to_string()])

@@ -8,15 +8,19 @@
 //! spool-torture [--seed S] [--minutes M] [--runs N] [--run-secs S]
 //!               [--store file|s3] [--catalog sqlite|clickhouse]
 //!               [--faults|--no-faults] [--disk [--tmpfs-mib N] [--no-ro]]
-//!               [--keep] [--bin PATH]
-//! spool-torture --lease-netns [--replicas] [--seed S] [--minutes M] [--bin PATH]
+//!               [--keep] [--bin PATH] [--spool PATH]
+//! spool-torture --lease-netns [--replicas] [--seed S] [--minutes M] [--spool PATH]
 //! spool-torture ci | ci-disk | ci-faults | ci-lease-netns | ci-lease-netns-replicas
 //! ```
 //!
 //! It links the product: packs are validated by spool-core's
 //! `pack::validate_bytes`, the catalog is read through spool-catalog, the
 //! store through object_store, and the kill points a process is armed at
-//! are spool-core's `seams::KILL_POINTS`.
+//! are spool-core's `seams::KILL_POINTS`. A process armed at a kill point
+//! or paused runs `spool-with-seams` (`--bin`); every other one runs the
+//! `spool` that ships (`--spool`, else `$SPOOL_BIN`, which `cargo xtask
+//! test` sets to a `spool` built without test seams, else the one beside
+//! this binary).
 //!
 //! - [`crash`]: one seeded run of real `spool` processes on one spool root,
 //!   SIGKILLed at random and at the kill points ([`monitor`] watches live
@@ -94,9 +98,11 @@ pub struct Options {
     pub run_secs: f64,
     /// Keep each run's directory (always kept when it fails).
     pub keep: bool,
-    /// The `spool-with-seams` binary the runs start (`fault-proxy` is
-    /// taken from beside it).
+    /// The `spool-with-seams` binary the runs start for processes armed
+    /// at a kill point or paused (`fault-proxy` is taken from beside it).
     pub bin: PathBuf,
+    /// The `spool` binary every other process runs: the one that ships.
+    pub spool: PathBuf,
     /// `--store s3`: moto instead of a `file://` store.
     pub s3: bool,
     /// `--catalog clickhouse`: ClickHouse instead of SQLite.
@@ -119,6 +125,7 @@ impl Options {
             run_secs,
             keep: false,
             bin: beside_me("spool-with-seams")?,
+            spool: shipped_spool()?,
             s3: false,
             clickhouse: false,
             faults: false,
@@ -136,7 +143,7 @@ fn main() -> Result<()> {
         Some(pass @ ("ci-lease-netns" | "ci-lease-netns-replicas")) => {
             let replicas = pass.ends_with("replicas").then_some(netns::REPLICAS);
             netns::lease_netns(
-                &beside_me("spool-with-seams")?,
+                &shipped_spool()?,
                 seed_of_the_day(),
                 CI_LEASE_NETNS_SECS,
                 replicas,
@@ -171,6 +178,7 @@ fn torture_cmd(args: &[String]) -> Result<()> {
             "--lease-netns" => lease_netns = true,
             "--replicas" => replicas = Some(netns::REPLICAS),
             "--bin" => o.bin = value("--bin")?.into(),
+            "--spool" => o.spool = value("--spool")?.into(),
             "--store" => {
                 o.s3 = match value("--store")?.as_str() {
                     "file" => false,
@@ -211,7 +219,7 @@ fn torture_cmd(args: &[String]) -> Result<()> {
     }
     if lease_netns {
         let secs = o.minutes.map_or(45.0, |m| m * 60.0);
-        netns::lease_netns(&o.bin, o.seed, secs, replicas)?;
+        netns::lease_netns(&o.spool, o.seed, secs, replicas)?;
         return Ok(());
     }
     o.faults = faults.unwrap_or(o.s3 || o.clickhouse);
@@ -248,10 +256,12 @@ fn ci() -> Result<()> {
 
 /// CI's short disk pass (`cargo xtask test`): one 10 s run of the day's
 /// seed with the spool root on a 32 MiB tmpfs that fills and turns
-/// read-only ([`disk`]); skipped, saying why, when not root.
+/// read-only ([`disk`]); skipped, saying why, when not root, and failed
+/// then under `SPOOL_REQUIRE_ALL=1` ([`spool_tests::required`]), as CI sets.
 fn ci_disk() -> Result<()> {
     if let Some(why) = disk::unavailable() {
         eprintln!("torture --disk: SKIPPED: {why}");
+        spool_tests::required(false, "root (torture --disk)");
         return Ok(());
     }
     let seed = seed_of_the_day().to_string();
@@ -279,6 +289,15 @@ fn ci_faults() -> Result<()> {
 fn beside_me(name: &str) -> Result<PathBuf> {
     let me = std::env::current_exe().context("finding the spool-torture binary")?;
     Ok(me.with_file_name(name))
+}
+
+/// The `spool` that ships: `$SPOOL_BIN` (`spool_tests::SPOOL_BIN`, which
+/// `cargo xtask test` sets), else the one beside this binary.
+fn shipped_spool() -> Result<PathBuf> {
+    match std::env::var_os(spool_tests::SPOOL_BIN).filter(|v| !v.is_empty()) {
+        Some(bin) => Ok(bin.into()),
+        None => beside_me("spool"),
+    }
 }
 
 /// The cargo target directory this binary was built into (its runs'

@@ -13,7 +13,7 @@
 //! and compete for one lease name. The store is a shared `file://`
 //! directory. Each node has its own spool root, one `spool run` daemon
 //! inside its namespace (TTL 5 s), and sink-only producers
-//! (`spool-with-seams produce`) started through the run, whose dead
+//! (`spool produce`, the `spool` that ships) started through the run, whose dead
 //! directories its daemon adopts, uploads and indexes — under the lease.
 //!
 //! Faults, each a seeded window of TTL + 1..4 s on the current holder:
@@ -756,7 +756,8 @@ pub fn unavailable() -> Option<String> {
 
 /// Runs a pass of `secs` seconds of faults with `seed`; fails if a rule
 /// broke (after printing the seed and the command). Skips (Ok, `None`),
-/// saying why, when [`unavailable`].
+/// saying why, when [`unavailable`], and fails then under
+/// `SPOOL_REQUIRE_ALL=1` ([`spool_tests::required`]), as CI sets.
 pub fn lease_netns(
     bin: &Path,
     seed: u64,
@@ -765,6 +766,10 @@ pub fn lease_netns(
 ) -> Result<Option<NetnsFigures>> {
     if let Some(why) = unavailable() {
         eprintln!("torture --lease-netns: SKIPPED: {why}");
+        spool_tests::required(
+            false,
+            "root, iproute2 and network namespaces (torture --lease-netns)",
+        );
         return Ok(None);
     }
     let on = replicas.map_or("one ClickHouse".to_string(), |n| format!("{n} replicas"));
@@ -775,7 +780,7 @@ pub fn lease_netns(
         std::fs::remove_dir_all(&work)?;
     }
     std::fs::create_dir_all(work.join("bin"))?;
-    let own_bin = work.join("bin/spool-with-seams");
+    let own_bin = work.join("bin/spool");
     std::fs::copy(bin, &own_bin).with_context(|| format!("copying {} (built?)", bin.display()))?;
     let ch = OwnClickHouse::start(&net.host_addr, replicas)?;
     let db = format!("lease_netns_{seed}");
