@@ -10,8 +10,9 @@ use std::sync::atomic::AtomicBool;
 
 use super::inspect::validate_file;
 use super::names::FileKind;
-use super::walk::{fsync_dir, rename_noreplace, walk};
+use super::walk::{fsync_dir, walk};
 use super::Spool;
+use crate::at::rename_noreplace;
 use crate::Error;
 
 /// One pack [`Spool::requeue`] looked at.
