@@ -169,7 +169,7 @@ impl LeaseScope {
     }
 }
 
-/// `<catalog_key>/<host>`: the node's adopter lease.
+/// `<catalog_key>/<host>`: the node lease.
 pub fn node_lease_name(catalog_key: &str, host: &str) -> String {
     format!("{catalog_key}/{host}")
 }

@@ -37,17 +37,21 @@ pub fn start(
     }
     let (store_url, catalog_url) = (cfg.store_url()?, cfg.catalog_url()?);
     crate::dest::refuse_memory(&store_url, &catalog_url)?;
-    let mut config = cfg.engine_config(close_flush_timeout).with_context(|| {
-        format!(
-            "cannot open the destination (store {}, catalog {})",
-            mask_url(&store_url),
-            mask_url(&catalog_url)
-        )
-    })?;
+    let ship = if daemon {
+        spool_service::Ship::Itself
+    } else {
+        keys::SHIP.get(cfg)
+    };
+    let mut config = cfg
+        .engine_config(close_flush_timeout, ship)
+        .with_context(|| {
+            format!(
+                "cannot open the destination (store {}, catalog {})",
+                mask_url(&store_url),
+                mask_url(&catalog_url)
+            )
+        })?;
     config.sinks = sinks;
-    if daemon {
-        config.ship = spool_service::Ship::Itself;
-    }
     let engine = Engine::start(config)
         .with_context(|| format!("cannot start the service under {}", root.display()))?;
     match engine.ship() {

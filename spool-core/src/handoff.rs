@@ -1,5 +1,5 @@
 //! The hand-off: a live sink-only owner consents, pack by pack, to the
-//! node's shipper (the daemon holding the node's adopter lease) shipping
+//! node's shipper (the daemon holding the node lease) shipping
 //! its packs, and removes each one itself once the daemon confirmed its
 //! row. Nobody but the owner creates, renames or removes a file in the
 //! owner's directory.

@@ -154,10 +154,17 @@ impl Engine {
         opts.finish()?;
         let cfg = crate::config::load(py, config, &args)?;
         let mut config = py
-            .detach(|| cfg.engine_config(close_flush_timeout))
+            .detach(|| {
+                cfg.engine_config(
+                    close_flush_timeout,
+                    spool_service::config::keys::SHIP.get(&cfg),
+                )
+            })
             .map_err(|e| errors::service(py, &e))?;
-        if let Some(adopt) = adopt {
-            config.service.adopt = adopt;
+        if let (Some(adopt), spool_service::Shipping::Itself(service)) =
+            (adopt, &mut config.shipping)
+        {
+            service.adopt = adopt;
         }
         let engine = py
             .detach(move || CoreEngine::start(config))

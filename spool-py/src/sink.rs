@@ -268,7 +268,7 @@ impl Sink {
     /// layout of the destination (`store` and `catalog` default to the
     /// embedded ones under `root`, as for `spool run`) and opens a sink on
     /// it, with no service: it hands each pack to the node's shipper (the
-    /// `spool run` holding the node's adopter lease), which ships it while
+    /// `spool run` holding the node lease), which ships it while
     /// this process lives; the sink removes a pack once its row is
     /// confirmed. With no daemon running, its packs are shipped once this
     /// sink is closed or its process exits. `rank` defaults to `$RANK`

@@ -4,7 +4,7 @@
 //! `<spool_root>/<catalog_key>/r<rank>-<incarnation>/`. Its **siblings** are
 //! the other rank directories under the same catalog key. When a sibling's
 //! owner dies (the kernel drops its flock), the node's adopter — the service
-//! holding the adopter lease — takes the sibling's lock and drains it through
+//! holding the node lease — takes the sibling's lock and drains it through
 //! its own upload path. This module is that adopter's decision logic, kept
 //! apart from every I/O it drives: [`Adopter`] holds one [`Sibling`] record per
 //! rank directory it has seen, and [`Adopter::step`] makes exactly **one
@@ -76,7 +76,7 @@
 //!    is empty. A successor finishes what a stop cut.
 //! 2. **latched** — the same, `ReleasedOnLatch` (a latched service
 //!    lets go of every sibling it was adopting at once).
-//! 3. **gates** — nothing is done without the adopter lease, while anything is
+//! 3. **gates** — nothing is done without the node lease, while anything is
 //!    owed to the catalog, or while an own ready pack is not yet uploaded
 //!    ([`Pause::NoLease`], [`Pause::Owed`], [`Pause::OwnBacklog`]).
 //! 4. **yield** — once the cycle has taken a step, a waiting flush
@@ -365,7 +365,7 @@ pub struct StepBudget {
     /// The service latched (a foreign lease outlived 2 × TTL): let go of
     /// everything.
     pub latched: bool,
-    /// This service holds the adopter lease.
+    /// This service holds the node lease.
     pub lease_held: bool,
     /// Something (own or adopted) is uploaded and not yet indexed.
     pub owed: bool,
@@ -378,7 +378,7 @@ pub struct StepBudget {
 pub enum Pause {
     /// Nothing is due: no new listing, no probe, no adoptable sibling.
     Idle,
-    /// The adopter lease is not held.
+    /// The node lease is not held.
     NoLease,
     /// Something is owed to the catalog.
     Owed,

@@ -46,13 +46,13 @@
 //! # Shipping by the node's daemon ([`Ship::Daemon`], `service.ship = "daemon"`)
 //!
 //! An engine can leave uploading and indexing to the node's shipper (the
-//! `spool run` holding the node's adopter lease on the same spool root,
+//! `spool run` holding the node lease on the same spool root,
 //! `crate::handoff`): it claims its directory and opens its sinks as
 //! above, but starts no service; every sink hands its packs off
 //! ([`SinkConfig::hand_off`]) and removes each one once the shipper
 //! confirmed its row. The process then runs no runtime and no upload worker
-//! and makes no store or catalog call (the configuration still builds their
-//! clients; an embedded SQLite catalog's file is opened): a node of 8 ranks
+//! and makes no store or catalog call (it builds no client of either:
+//! [`Shipping::Daemon`] carries none): a node of 8 ranks
 //! has one uploader and one index stream (the daemon's), at the price of a
 //! hop (a ref, an inotify wake, a confirmation) on each pack's way and of
 //! depending on that daemon. With none running the packs wait in the
@@ -81,20 +81,42 @@ pub struct EngineConfig {
     /// The rank (from `RANK`, see
     /// [`spool_core::layout::rank_from_env`]).
     pub rank: u64,
-    /// The service's configuration. Its `dir` and `lock_mode` are set by the
-    /// engine (the claimed directory, `HeldByCaller`); its `lock` options
-    /// are used for the claim too.
-    pub service: ServiceConfig,
+    /// Who uploads and indexes the packs, and with what (`service.ship`).
+    pub shipping: Shipping,
     /// One entry per sink to open (empty for a daemon). Each sink's lock
     /// mode, lock options and registry are set by the engine.
     pub sinks: Vec<SinkConfig>,
-    /// How long [`Engine::close`] lets the service drain before stopping it.
+    /// How long [`Engine::close`] lets the service drain (or waits for the
+    /// daemon's confirmations) before it lets go.
     pub close_flush_timeout: Duration,
-    /// Who uploads and indexes the packs (`service.ship`).
-    pub ship: Ship,
 }
 
-/// Who uploads and indexes an engine's packs (`service.ship`; the module
+/// Who uploads and indexes an engine's packs, with what they need.
+#[derive(Debug, Clone)]
+pub enum Shipping {
+    /// The engine's own service, with its configuration: its `dir` and
+    /// `lock_mode` are set by the engine (the claimed directory,
+    /// `HeldByCaller`); its `lock` options are used for the claim too.
+    Itself(Box<ServiceConfig>),
+    /// The node's daemon, through the hand-off: no service, so no store or
+    /// catalog client.
+    Daemon(HandOffConfig),
+}
+
+/// What an engine whose packs the node's daemon ships needs.
+#[derive(Debug, Clone)]
+pub struct HandOffConfig {
+    /// The destination (its catalog key names the rank directory's parent).
+    pub destination: spool_core::Destination,
+    /// The lock options of the claim and the sinks.
+    pub lock: spool_lock::LockOptions,
+    /// The registry the sinks publish in.
+    pub registry: Arc<spool_core::registry::Registry>,
+    /// The directory's byte budget (dead siblings charged), if any.
+    pub max_bytes: Option<u64>,
+}
+
+/// Who ships an engine's packs: the value of `service.ship` (the module
 /// doc says the trade).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Ship {
@@ -116,16 +138,15 @@ impl Ship {
 }
 
 impl EngineConfig {
-    /// An engine on `spool_root` with one default sink and a 30 s close
-    /// flush.
+    /// An engine on `spool_root` shipping through its own service, with
+    /// one default sink and a 30 s close flush.
     pub fn new(spool_root: impl Into<PathBuf>, rank: u64, service: ServiceConfig) -> EngineConfig {
         EngineConfig {
             spool_root: spool_root.into(),
             rank,
-            service,
+            shipping: Shipping::Itself(Box::new(service)),
             sinks: vec![SinkConfig::default()],
             close_flush_timeout: Duration::from_secs(30),
-            ship: Ship::Itself,
         }
     }
 }
@@ -175,39 +196,47 @@ impl Engine {
         let EngineConfig {
             spool_root,
             rank,
-            mut service,
+            shipping,
             sinks,
             close_flush_timeout,
-            ship,
         } = config;
-        let key = service.destination.catalog_key()?;
-        let claim = spool_core::layout::claim_rank_dir(&spool_root, &key, rank, &service.lock)?;
+        let (destination, lock, registry) = match &shipping {
+            Shipping::Itself(s) => (&s.destination, s.lock.clone(), s.registry.clone()),
+            Shipping::Daemon(h) => (&h.destination, h.lock.clone(), h.registry.clone()),
+        };
+        let key = destination.catalog_key()?;
+        let claim = spool_core::layout::claim_rank_dir(&spool_root, &key, rank, &lock)?;
         let dir = claim.dir().to_path_buf();
         tracing::info!(dir = %dir.display(), "engine claimed {}", dir.display());
-        service.dir = dir.clone();
-        service.lock_mode = LockMode::HeldByCaller;
-        // One budget for the directory: the service's, else the smallest a
-        // sink asks for; every sink stages through the service's spool.
-        service.max_bytes = service
-            .max_bytes
-            .into_iter()
-            .chain(sinks.iter().filter_map(|s| s.spool.max_bytes))
-            .min();
-        let lock = service.lock.clone();
-        let registry = service.registry.clone();
-        let lease_scope = service.lease_scope;
-
-        let started = match ship {
-            Ship::Itself => StorageService::new(service)
-                .and_then(|mut s| s.start().map(|()| s))
-                .map(|svc| {
-                    let spool = svc
-                        .spool()
-                        .cloned()
-                        .expect("a started service has its spool");
-                    (Some(svc), spool)
-                }),
-            Ship::Daemon => hand_off_spool(&dir, &service).map(|spool| (None, spool)),
+        // One budget for the directory: the engine's, else the smallest a
+        // sink asks for; every sink stages through the one spool.
+        let budget = |own: Option<u64>| {
+            own.into_iter()
+                .chain(sinks.iter().filter_map(|s| s.spool.max_bytes))
+                .min()
+        };
+        let (ship, lease_scope, started) = match shipping {
+            Shipping::Itself(mut service) => {
+                service.dir = dir.clone();
+                service.lock_mode = LockMode::HeldByCaller;
+                service.max_bytes = budget(service.max_bytes);
+                let scope = service.lease_scope;
+                let started = StorageService::new(*service)
+                    .and_then(|mut s| s.start().map(|()| s))
+                    .map(|svc| {
+                        let spool = svc
+                            .spool()
+                            .cloned()
+                            .expect("a started service has its spool");
+                        (Some(svc), spool)
+                    });
+                (Ship::Itself, scope, started)
+            }
+            Shipping::Daemon(h) => (
+                Ship::Daemon,
+                spool_catalog::LeaseScope::Node,
+                hand_off_spool(&dir, &lock, budget(h.max_bytes)).map(|spool| (None, spool)),
+            ),
         };
         let (mut svc, spool) = match started {
             Ok(started) => started,
@@ -453,14 +482,18 @@ impl Drop for Engine {
 /// The spool of an engine shipping through the node's daemon: its fresh
 /// claimed directory opened as the service would open it (the caller holds
 /// the claim; dead siblings count against the budget).
-fn hand_off_spool(dir: &Path, service: &ServiceConfig) -> Result<Arc<Spool>, Error> {
+fn hand_off_spool(
+    dir: &Path,
+    lock: &spool_lock::LockOptions,
+    max_bytes: Option<u64>,
+) -> Result<Arc<Spool>, Error> {
     let spool = Spool::open(
         dir,
         &SpoolConfig {
             lock_mode: LockMode::HeldByCaller,
-            lock: service.lock.clone(),
-            max_bytes: service.max_bytes,
-            charge_dead_siblings: service.max_bytes.is_some(),
+            lock: lock.clone(),
+            max_bytes,
+            charge_dead_siblings: max_bytes.is_some(),
         },
     )?;
     Ok(Arc::new(spool))

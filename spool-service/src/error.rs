@@ -97,7 +97,7 @@ pub enum Error {
     #[error(
         "flush of {dir} did not finish within {timeout:?}: {waiting} handed-off pack(s) not \
          confirmed yet by the node's shipper (a `spool run` on this spool root holding the \
-         node's adopter lease); with none running they wait here safely and ship once it runs \
+         node lease); with none running they wait here safely and ship once it runs \
          or once this process exits (`spool status` says which)"
     )]
     HandOffTimeout {

@@ -1,4 +1,4 @@
-//! The node's shipper: the service holding the node's adopter lease ships
+//! The node's shipper: the service holding the node lease ships
 //! the packs live sink-only owners consented to hand off (the protocol and
 //! its files are `spool_core::handoff`'s), through the same drain and fence
 //! as its own, and tells each owner which rows the catalog confirmed.

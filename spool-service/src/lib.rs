@@ -140,7 +140,7 @@
 //! validates each pack a few ahead of its upload); it tells the machine
 //! before each step, in a
 //! [`adoption::StepBudget`], whether a flush or stop is waiting, whether it
-//! holds the adopter lease, whether anything is owed to the catalog and
+//! holds the node lease, whether anything is owed to the catalog and
 //! whether its own ready packs are all uploaded. The machine's
 //! [`adoption::CycleReport`] says whether the cycle failed (backoff), was cut
 //! short (cancel) or left packs owed, and which errors go into `last_error`;
@@ -175,7 +175,7 @@ mod snapshot;
 
 pub use config::ServiceConfig;
 pub use drain::StageTimes;
-pub use engine::{CloseReport, Engine, EngineConfig, Ship};
+pub use engine::{CloseReport, Engine, EngineConfig, HandOffConfig, Ship, Shipping};
 pub use error::Error;
 pub use handoff::HandOffCounts;
 pub use run::{Look, RunEnd, RunPlan, RunReport};

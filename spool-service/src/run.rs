@@ -18,7 +18,7 @@
 //!    catalog and no adoption owed: [`RunEnd::Drained`], or
 //!    [`RunEnd::Blocked`] when siblings were found blocked;
 //! 4. until drained, in node lease scope, the own directory drained while
-//!    another live service holds the node's adopter lease (that service
+//!    another live service holds the node lease (that service
 //!    adopts the dead siblings): [`RunEnd::LeftToShipper`]; with
 //!    [`RunPlan::wait_for_siblings`], [`RunEnd::Drained`] once no ready pack
 //!    is left in a dead rank directory or one that service adopts;
@@ -35,7 +35,7 @@
 //!
 //! # Another live service
 //!
-//! The adopter lease names its holder. A holder on this host is another
+//! The node lease names its holder. A holder on this host is another
 //! *live* service only while its own rank directory's owner lock is held
 //! (the product's one liveness rule): a SIGKILLed holder leaves a lease that
 //! runs out within its TTL, and the run waits for that and adopts. The lock
@@ -138,7 +138,7 @@ impl Look<'_> {
         self.owed
     }
 
-    /// Another live service holding the node's adopter lease (node scope),
+    /// Another live service holding the node lease (node scope),
     /// which adopts the dead siblings instead of this run.
     pub fn other_shipper(&self) -> Option<&LeaseHolder> {
         self.other_shipper
@@ -154,7 +154,7 @@ pub enum RunEnd {
     /// their packs stay until a person acts.
     Blocked,
     /// The own directory drained; another live service holds the node's
-    /// adopter lease and ships the dead siblings.
+    /// node lease and ships the dead siblings.
     LeftToShipper(LeaseHolder),
     /// The deadline (the duration) passed before the run drained.
     Deadline(Duration),
@@ -249,7 +249,7 @@ impl RunReport {
                 )
             }
             RunEnd::LeftToShipper(h) => format!(
-                "own directory drained: {by_run}; the node's adopter lease is held by {h}, which \
+                "own directory drained: {by_run}; the node lease is held by {h}, which \
                  adopts the dead siblings ({})",
                 self.left_in_dead_dirs()
             ),
@@ -265,7 +265,7 @@ impl RunReport {
                 cause(s),
                 match (&self.lease_scope, &s.lease_holder) {
                     (LeaseScope::Node, Some(h)) if !s.lease_held =>
-                        format!("; the adopter lease is held by {h}"),
+                        format!("; the node lease is held by {h}"),
                     _ => String::new(),
                 }
             ),
@@ -477,7 +477,7 @@ fn cause(s: &Snapshot) -> String {
     }
 }
 
-/// Another live service holds the adopter lease (this one does not): the
+/// Another live service holds the node lease (this one does not): the
 /// module doc's liveness rule.
 fn other_shipper(s: &Snapshot) -> Option<LeaseHolder> {
     if s.lease_held {

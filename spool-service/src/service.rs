@@ -154,7 +154,7 @@ struct Core {
     /// Where this directory's sinks publish (the snapshot's `staged`).
     registry: Arc<spool_core::registry::Registry>,
     /// Ships live sink-only owners' consented packs (with adoption on:
-    /// the adopter lease makes this service the node's shipper).
+    /// the node lease makes this service the node's shipper).
     shipper: Option<Shipper>,
     /// Owners the registry said changed since the last hand-off step.
     dirty_owners: HashSet<PathBuf>,
@@ -899,7 +899,7 @@ impl Core {
     }
 
     /// The cycle's hand-off step, while this service holds the node's
-    /// adopter lease (the node's shipper): see `handoff`. Returns whether
+    /// node lease (the node's shipper): see `handoff`. Returns whether
     /// something failed that a retry may fix.
     async fn hand_off(&mut self, bound: &Bound, flag: &Arc<AtomicBool>) -> bool {
         let Some(shipper) = self.shipper.as_mut() else {

@@ -41,7 +41,7 @@ pub struct Snapshot {
     /// Adoptable work not done yet.
     pub adoption_owed: bool,
     /// The hand-off of live sink-only owners' packs (this service ships
-    /// them while it holds the node's adopter lease).
+    /// them while it holds the node lease).
     pub hand_off: crate::handoff::HandOffCounts,
     /// Siblings found live at their last probe.
     pub live_siblings: usize,

@@ -268,6 +268,10 @@ fn an_engine_set_to_ship_by_the_daemon_hands_its_packs_off_and_ships_nothing_its
     await_ids(&ids, &mut staged, 5);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(ready_under(&root).len(), 5, "the engine shipped by itself");
+    // it built no store or catalog client: the embedded ones were never made
+    for made in [".store", ".catalog.db"] {
+        assert!(!root.join(made).exists(), "a hand-off engine made {made}");
+    }
     assert!(
         indexed_ids(&root).is_empty(),
         "the engine indexed by itself"

@@ -106,7 +106,7 @@ fn hold_lease(root: &Path, name: &str, holder: &str, ttl_s: u64) {
 }
 
 /// A dead sibling `r1-0000abcd` with 2 packs under `root`'s key directory,
-/// and the node's adopter lease held for `ttl_s` by `holder(sibling)`.
+/// and the node lease held for `ttl_s` by `holder(sibling)`.
 fn sibling_beside_node_lease(
     root: &Path,
     holder: impl Fn(&Path) -> String,
@@ -540,7 +540,7 @@ fn run_once_beside_the_lease_holder_exits_0_naming_it() {
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
     let err = stderr(&out);
     assert!(
-        err.contains("the adopter lease is held by pid 4242 on host otherhost"),
+        err.contains("the node lease is held by pid 4242 on host otherhost"),
         "{err}"
     );
     assert_eq!(ready(&sib), ids.into_iter().collect());

@@ -1262,3 +1262,51 @@ fn the_hand_off_works_only_through_at_and_only_at_makes_at_calls() {
         "spool-core's *at calls belong in at.rs: {outside:?}"
     );
 }
+
+/// Names retired for the glossary's one name (ARCHITECTURE.md
+/// "Glossary"): the retired spelling, the name to use.
+const RETIRED_NAMES: &[(&str, &str)] = &[("adopter lease", "node lease")];
+
+/// The retired names `text` uses (any case), with the name to use.
+fn retired_names_in(text: &str) -> Vec<(&'static str, &'static str)> {
+    let lower = text.to_lowercase();
+    RETIRED_NAMES
+        .iter()
+        .filter(|(old, _)| lower.contains(old))
+        .copied()
+        .collect()
+}
+
+#[test]
+fn no_retired_name_is_used() {
+    let mut files = rust_files();
+    for doc in [
+        "README.md",
+        "ARCHITECTURE.md",
+        "TESTING.md",
+        "RELIABILITY.md",
+        "BENCHMARKS.md",
+    ] {
+        files.push(PathBuf::from(doc));
+    }
+    files.retain(|p| !p.ends_with("tests/tidy.rs"));
+    let mut wrong = Vec::new();
+    for p in files {
+        for (old, new) in retired_names_in(&read(&p)) {
+            wrong.push(format!(
+                "{}: says {old:?}; the glossary's name is {new:?}",
+                p.display()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn the_retired_name_check_sees_every_case() {
+    assert_eq!(
+        retired_names_in("/// the node's Adopter Lease is held by"),
+        [("adopter lease", "node lease")]
+    );
+    assert!(retired_names_in("the node lease is held by").is_empty());
+}

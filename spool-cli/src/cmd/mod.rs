@@ -100,7 +100,7 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
 const RUN_LONG_ABOUT: &str = "\
 Run the storage service daemon: an engine with no sink. It claims
 its own (empty) rank directory under the destination's catalog key,
-competes for the node's adopter lease, and uploads and indexes the packs
+competes for the node lease, and uploads and indexes the packs
 of dead siblings (producers that crashed or finished without a service of
 their own). It never touches a directory someone holds.
 

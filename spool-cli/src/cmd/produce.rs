@@ -15,7 +15,7 @@
 //!   produce: staging for store …; catalog …`, URLs redacted) and names
 //!   the directory as `spool: rank directory DIR`. Without `--serve` it is a sink-only
 //!   producer: it hands each pack off to the node's shipper (a `spool run`
-//!   holding the node's adopter lease) while it lives, and with none its
+//!   holding the node lease) while it lives, and with none its
 //!   packs go by exiting (the directory is then a dead sibling for a
 //!   service to adopt). With `--serve` it runs the whole
 //!   engine: its own service uploads and indexes as it goes, and

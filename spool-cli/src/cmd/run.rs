@@ -136,7 +136,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             out.event(
                 json!({"event": "lease_held_elsewhere", "holder": h.as_str(), "host": h.host(), "pid": h.pid()}),
                 || format!(
-                    "spool run: the node's adopter lease is held by {h}: that service adopts the dead \
+                    "spool run: the node lease is held by {h}: that service adopts the dead \
                      siblings; this run {}",
                     if args.wait_for_siblings {
                         "ships its own directory and waits (--wait-for-siblings, within --timeout) until they are shipped"

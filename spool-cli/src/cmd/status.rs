@@ -394,7 +394,7 @@ fn hand_off_text(owner: &Value, hand_off: &Value, served_by: &Value) -> Option<S
     } else if waiting > 0 {
         parts.push(format!(
             "{waiting} handed-off pack(s) waiting for the node's shipper (a `spool run` holding \
-             the node's adopter lease; none serves now: they ship when one starts, or when the \
+             the node lease; none serves now: they ship when one starts, or when the \
              producer exits)"
         ));
     }

@@ -15,6 +15,7 @@ use spool_upload::{ClientConfig, Store, UploadConfig};
 
 use super::keys;
 use super::{destination, ConfigError, ServiceConfig};
+use crate::engine::{HandOffConfig, Shipping};
 use crate::{EngineConfig, Error};
 
 impl super::Config {
@@ -169,31 +170,46 @@ impl super::Config {
     }
 
     /// The [`EngineConfig`] of an engine with no sink under the spool root
-    /// (which must be an existing directory), its store and catalog opened
-    /// from the destination's URLs with the client settings (`client.*`)
-    /// and `catalog.request_timeout`: what `spool run`, `spool produce
-    /// --serve` and spool-py's `spool.Engine` start (a local store's
-    /// directory and catalog's file created first with `spool.mode` /
-    /// `spool.group`). Nothing is claimed yet.
-    pub fn engine_config(&self, close_flush_timeout: Duration) -> Result<EngineConfig, Error> {
+    /// (which must be an existing directory), shipping its packs as `ship`
+    /// says: itself, through a service on the store and catalog opened from
+    /// the destination's URLs with the client settings (`client.*`) and
+    /// `catalog.request_timeout` (a local store's directory and catalog's
+    /// file created first with `spool.mode` / `spool.group`); or through
+    /// the node's daemon, opening neither. What `spool run` (always
+    /// itself), `spool produce --serve` and spool-py's `spool.Engine`
+    /// start. Nothing is claimed yet.
+    pub fn engine_config(
+        &self,
+        close_flush_timeout: Duration,
+        ship: crate::Ship,
+    ) -> Result<EngineConfig, Error> {
         let root = self.existing_spool_root()?;
-        self.destination()?; // a bad destination is refused before anything is opened
-        let (store_url, catalog_url) = (self.store_url()?, self.catalog_url()?);
-        // a local store and catalog are as private as the spool
-        super::create_local_destination(&store_url, &catalog_url, &self.access()?)?;
-        let store = Store::from_url(&store_url, &self.client())?;
-        let catalog = spool_catalog::open_with_timeout(
-            &self.catalog_open_url()?,
-            keys::CATALOG_REQUEST_TIMEOUT.get(self),
-        )?;
-        let service = self.service_config(store, catalog)?;
+        let destination = self.destination()?; // a bad one is refused before anything is opened
+        let shipping = match ship {
+            crate::Ship::Itself => {
+                let (store_url, catalog_url) = (self.store_url()?, self.catalog_url()?);
+                // a local store and catalog are as private as the spool
+                super::create_local_destination(&store_url, &catalog_url, &self.access()?)?;
+                let store = Store::from_url(&store_url, &self.client())?;
+                let catalog = spool_catalog::open_with_timeout(
+                    &self.catalog_open_url()?,
+                    keys::CATALOG_REQUEST_TIMEOUT.get(self),
+                )?;
+                Shipping::Itself(Box::new(self.service_config(store, catalog)?))
+            }
+            crate::Ship::Daemon => Shipping::Daemon(HandOffConfig {
+                destination,
+                lock: self.lock_options()?,
+                registry: spool_core::registry::Registry::global(),
+                max_bytes: keys::MAX_BYTES.get(self),
+            }),
+        };
         Ok(EngineConfig {
             spool_root: root,
             rank: keys::RANK.get(self),
-            service,
+            shipping,
             sinks: Vec::new(),
             close_flush_timeout,
-            ship: keys::SHIP.get(self),
         })
     }
 }

@@ -7,7 +7,7 @@ use spool_catalog::Catalog;
 use spool_core::sink::{AdmissionPolicy, SinkConfig};
 use spool_upload::testing::{Action, Injected, Op, Rule};
 
-use crate::engine::{Engine, EngineConfig, Ship};
+use crate::engine::{Engine, EngineConfig, HandOffConfig, Shipping};
 use crate::service::tests::Fixture;
 use crate::Error;
 
@@ -27,11 +27,30 @@ fn engine_config(fx: &Fixture, sinks: Vec<SinkConfig>) -> EngineConfig {
     EngineConfig {
         spool_root: fx.root.clone(),
         rank: 3,
-        service,
+        shipping: Shipping::Itself(Box::new(service)),
         sinks,
         close_flush_timeout: Duration::from_secs(10),
-        ship: Ship::Itself,
     }
+}
+
+/// The service config of an engine config that ships itself.
+fn service(cfg: &mut EngineConfig) -> &mut crate::ServiceConfig {
+    match &mut cfg.shipping {
+        Shipping::Itself(s) => s,
+        Shipping::Daemon(_) => panic!("a hand-off engine has no service config"),
+    }
+}
+
+/// Makes `cfg` ship through the node's daemon, keeping its destination,
+/// lock, registry and budget.
+fn ship_by_daemon(cfg: &mut EngineConfig) {
+    let s = service(cfg).clone();
+    cfg.shipping = Shipping::Daemon(HandOffConfig {
+        destination: s.destination,
+        lock: s.lock,
+        registry: s.registry,
+        max_bytes: s.max_bytes,
+    });
 }
 
 fn rank_dirs(fx: &Fixture) -> Vec<std::path::PathBuf> {
@@ -52,8 +71,8 @@ fn ready(dir: &std::path::Path) -> usize {
 #[test]
 fn start_claims_then_starts_the_service_then_opens_sinks_held_by_caller() {
     let fx = Fixture::new();
-    let cfg = engine_config(&fx, vec![sink(), sink()]);
-    let registry = cfg.service.registry.clone();
+    let mut cfg = engine_config(&fx, vec![sink(), sink()]);
+    let registry = service(&mut cfg).registry.clone();
     let engine = Engine::start(cfg).unwrap();
     let dir = engine.dir().to_path_buf();
     // The claim: a fresh rank directory under the key, held by this process.
@@ -155,8 +174,8 @@ fn a_sink_that_did_not_seal_keeps_the_claim_until_the_process_exits() {
 fn a_service_that_fails_to_start_leaves_no_lock_and_opens_no_sink() {
     let fx = Fixture::new();
     let mut cfg = engine_config(&fx, vec![sink()]);
-    cfg.service.poll_interval = Duration::ZERO; // the service refuses this
-    let registry = cfg.service.registry.clone();
+    service(&mut cfg).poll_interval = Duration::ZERO; // the service refuses this
+    let registry = service(&mut cfg).registry.clone();
     let err = Engine::start(cfg).unwrap_err();
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
     assert!(
@@ -179,8 +198,8 @@ fn a_sink_that_fails_to_open_undoes_the_service_and_the_claim() {
         seal_bytes: 0,
         ..sink()
     };
-    let cfg = engine_config(&fx, vec![sink(), bad]);
-    let registry = cfg.service.registry.clone();
+    let mut cfg = engine_config(&fx, vec![sink(), bad]);
+    let registry = service(&mut cfg).registry.clone();
     let err = Engine::start(cfg).unwrap_err();
     assert!(matches!(err, Error::Sink { index: 1, .. }), "{err}");
     assert!(
@@ -199,7 +218,7 @@ fn a_daemon_engine_has_no_sink_and_adopts_a_dead_sibling() {
     let ids = crate::service::tests::stage(&dead_dir, 2);
     dead.release().unwrap();
     let mut cfg = engine_config(&fx, Vec::new());
-    cfg.service.recheck_interval = Duration::from_millis(100);
+    service(&mut cfg).recheck_interval = Duration::from_millis(100);
     let engine = Engine::start(cfg).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while dead_dir.exists() && std::time::Instant::now() < deadline {
@@ -331,8 +350,8 @@ fn consented(dir: &std::path::Path) -> Vec<(Option<u32>, spool_core::PackId)> {
 fn an_engine_shipping_by_the_daemon_starts_no_service_and_waits_for_confirmations() {
     let fx = Fixture::new();
     let mut cfg = engine_config(&fx, vec![sink()]);
-    cfg.ship = Ship::Daemon;
-    let registry = cfg.service.registry.clone();
+    let registry = service(&mut cfg).registry.clone();
+    ship_by_daemon(&mut cfg);
     let engine = Engine::start(cfg).unwrap();
     let dir = engine.dir().to_path_buf();
     assert!(engine.service().is_none(), "no service of its own");
@@ -374,7 +393,7 @@ fn an_engine_shipping_by_the_daemon_starts_no_service_and_waits_for_confirmation
 fn an_engine_shipping_by_the_daemon_leaves_unconfirmed_packs_to_adoption_after_a_stalled_second() {
     let fx = Fixture::new();
     let mut cfg = engine_config(&fx, vec![sink()]);
-    cfg.ship = Ship::Daemon;
+    ship_by_daemon(&mut cfg);
     cfg.close_flush_timeout = Duration::from_secs(30);
     let engine = Engine::start(cfg).unwrap();
     let dir = engine.dir().to_path_buf();
@@ -405,13 +424,13 @@ fn an_engine_shipping_by_the_daemon_leaves_unconfirmed_packs_to_adoption_after_a
 fn the_daemon_ships_a_hand_off_engine_of_its_own_process() {
     let fx = Fixture::new();
     let mut daemon = engine_config(&fx, Vec::new());
-    daemon.service.adopt = true;
+    service(&mut daemon).adopt = true;
     daemon.rank = 8;
-    let registry = daemon.service.registry.clone();
+    let registry = service(&mut daemon).registry.clone();
     let daemon = Engine::start(daemon).unwrap();
     let mut rank = engine_config(&fx, vec![sink()]);
-    rank.ship = Ship::Daemon;
-    rank.service.registry = registry;
+    service(&mut rank).registry = registry;
+    ship_by_daemon(&mut rank);
     let rank = Engine::start(rank).unwrap();
     for i in 0..3 {
         rank.sinks()[0]

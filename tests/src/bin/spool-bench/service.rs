@@ -482,7 +482,8 @@ fn latency_embedded(ctx: &Ctx, k: usize) -> Result<Vec<(Duration, Duration)>> {
         root.display()
     ))?];
     let none = |_: &str| None::<String>;
-    let mut ec = Config::load_with(None, &flags, &none)?.engine_config(Duration::from_secs(30))?;
+    let mut ec = Config::load_with(None, &flags, &none)?
+        .engine_config(Duration::from_secs(30), spool_service::Ship::Itself)?;
     ec.sinks = vec![SinkConfig {
         seal_age: Duration::from_secs(3600),
         ..SinkConfig::default()

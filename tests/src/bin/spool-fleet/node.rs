@@ -4,7 +4,7 @@
 //!
 //! Ranks are embedded engines ([`RankMode::Engine`]: each rank's own
 //! service uploads and indexes its packs and competes for the node's
-//! adopter lease), or engines that hand their packs to the node's daemon
+//! node lease), or engines that hand their packs to the node's daemon
 //! ([`RankMode::HandOff`], `service.ship = "daemon"`): the daemon, holding
 //! the node's lease, uploads and indexes for every rank, so the node sends
 //! one stream of inserts.
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use spool_catalog::Catalog;
 use spool_core::sink::SinkConfig;
 use spool_service::config::{Config, FlagValue};
-use spool_service::{Engine, EngineConfig, Ship};
+use spool_service::{Engine, EngineConfig, Ship, Shipping};
 
 /// How a rank ships its packs (`--ship`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,11 +126,15 @@ impl NodeSpec {
         catalog: &Arc<dyn Catalog>,
         sink: Option<Ship>,
     ) -> Result<Engine> {
-        let mut ec: EngineConfig = self.config(rank)?.engine_config(Duration::from_secs(60))?;
-        ec.ship = sink.unwrap_or(Ship::Itself);
-        ec.service.catalog = catalog.clone();
-        // thousands of engines share two cores: one worker each
-        ec.service.runtime_workers = 1;
+        let ship = sink.unwrap_or(Ship::Itself);
+        let mut ec: EngineConfig = self
+            .config(rank)?
+            .engine_config(Duration::from_secs(60), ship)?;
+        if let Shipping::Itself(service) = &mut ec.shipping {
+            service.catalog = catalog.clone();
+            // thousands of engines share two cores: one worker each
+            service.runtime_workers = 1;
+        }
         if sink.is_some() {
             ec.sinks = vec![SinkConfig {
                 seal_records: RECORDS_PER_PACK,
