@@ -195,6 +195,7 @@ pub mod siblings;
 pub mod sink;
 pub mod spool;
 pub mod throttle;
+mod version;
 
 /// The owner-lock API.
 pub(crate) use spool_lock as lk;

@@ -101,7 +101,7 @@ fn requeue_one(from: &Path, to: &Path) -> std::io::Result<()> {
 /// Runs `spool requeue`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let dir = &args.dir;
-    let opts = super::existing_spool_dir(dir, args.allow_shared_filesystem)?;
+    let opts = super::spool_dir::existing_spool_dir(dir, args.allow_shared_filesystem)?;
     let claim = match spool_lock::acquire(dir, &opts) {
         Ok(c) => c,
         Err(e) if e.is_owned_by_another() => {

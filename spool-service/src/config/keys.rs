@@ -14,7 +14,6 @@ use spool_catalog::LeaseScope;
 use crate::Ship;
 
 use super::kind::{Kind, Value};
-use super::Config;
 
 /// One configuration key.
 #[derive(Debug, Clone, Copy)]
@@ -84,16 +83,6 @@ impl<T: SettingValue> Setting<T> {
             key,
             _value: PhantomData,
         }
-    }
-
-    /// The key's value in `cfg`.
-    pub fn get(&self, cfg: &Config) -> T {
-        T::from_value(cfg.value(self.key.name)).unwrap_or_else(|| {
-            // A table error, not a user's: resolution gives every key with a
-            // default (or a derived value) a value of its kind, and the unit
-            // test `every_setting_reads_its_default` reads them all.
-            panic!("configuration key {} read as the wrong type", self.key.name)
-        })
     }
 }
 
