@@ -170,7 +170,7 @@ impl LeaseScope {
 }
 
 /// `<catalog_key>/<host>`: the node's adopter lease.
-pub fn node_lease_name(catalog_key: &str, host: &str) -> String {
+pub(crate) fn node_lease_name(catalog_key: &str, host: &str) -> String {
     format!("{catalog_key}/{host}")
 }
 
@@ -776,7 +776,7 @@ impl LeaseKeeper {
 
 /// The message of a caught panic (`&str` or `String` payloads; else a
 /// placeholder).
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

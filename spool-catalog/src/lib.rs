@@ -331,9 +331,9 @@ pub use crate::clickhouse::{
 pub use crate::error::{Error, Result};
 pub use crate::holder::LeaseHolder;
 pub use crate::lease::{
-    catalog_lease_name, node_lease_name, panic_message, LeaseClaim, LeaseConfig, LeaseGuard,
-    LeaseHead, LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim,
-    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MAX_TTL, MIN_TTL,
+    catalog_lease_name, LeaseClaim, LeaseConfig, LeaseGuard, LeaseHead, LeaseKeeper, LeaseRecord,
+    LeaseScope, LeaseState, LeaseTask, NewClaim, CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN,
+    DEFAULT_TTL, MAX_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;

@@ -41,7 +41,7 @@ pub const EMBEDDED_CATALOG_FILE: &str = ".catalog.db";
 
 /// Whether `name`, directly under a spool root, is one of the embedded
 /// store's or catalog's entries (skipped by every walk of the root).
-pub fn is_embedded_entry(name: &str) -> bool {
+pub(crate) fn is_embedded_entry(name: &str) -> bool {
     name == EMBEDDED_STORE_DIR || name.starts_with(EMBEDDED_CATALOG_FILE)
 }
 
@@ -224,7 +224,7 @@ pub fn parse_rank(value: Option<&str>) -> u64 {
 /// process: created with its owner lock already held (through
 /// `spool_lock::acquire`, so no walk ever sees it unlocked), with a fresh
 /// non-zero incarnation. Creates `<root>/<key>/` if needed. Warns once
-/// about ready packs under `root` outside the layout ([`find_flat_packs`]).
+/// about ready packs under `root` outside the layout (`find_flat_packs`).
 pub fn claim_rank_dir(
     root: &Path,
     key: &str,
@@ -373,7 +373,7 @@ const FLAT_WALK_DEPTH: usize = 8;
 /// directories, `_refs/` and the embedded store and catalog
 /// ([`is_embedded_entry`])) for `<id>.ready` files outside the layout;
 /// temp files are not counted. `None` when there are none.
-pub fn find_flat_packs(root: &Path, key: &str) -> Result<Option<FlatPacks>, Error> {
+pub(crate) fn find_flat_packs(root: &Path, key: &str) -> Result<Option<FlatPacks>, Error> {
     let mut count = 0usize;
     let mut example: Option<PathBuf> = None;
     let mut stack = vec![(root.to_path_buf(), 0usize)];

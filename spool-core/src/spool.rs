@@ -27,7 +27,9 @@ mod recovery;
 mod stage;
 mod walk;
 
-pub use charge::{dead_sibling_bytes, sibling_charge, SiblingCharge};
+#[cfg(test)]
+use charge::sibling_charge;
+pub use charge::{dead_sibling_bytes, SiblingCharge};
 pub use inspect::{
     inspect, scan_dir, validate_file, verify_dir, verify_dir_with_progress, DirCounts,
     VerifyProgress, VerifyReport,

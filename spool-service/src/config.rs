@@ -54,9 +54,7 @@ mod resolve;
 mod service_config;
 mod source;
 
-pub use destination::{
-    create_local_destination, destination, embedded_catalog_url, embedded_store_url,
-};
+pub use destination::{destination, embedded_catalog_url, embedded_store_url};
 pub use environment::{Environment, ProcessEnv, CONFIG_ENV, PLAIN_ENV, SECRET_ENV};
 pub use error::ConfigError;
 pub use kind::{parse_bytes, parse_duration, Kind, Value};

@@ -63,7 +63,8 @@ impl Key {
 pub const PLAIN_ARGUMENT_SECTIONS: &[&str] = &["spool", "destination", "service"];
 
 /// Looks a key up by its keyword-argument name ([`Key::argument_name`]).
-pub fn key_for_argument(name: &str) -> Option<&'static Key> {
+#[cfg(test)]
+pub(crate) fn key_for_argument(name: &str) -> Option<&'static Key> {
     KEYS.iter().copied().find(|k| k.argument_name() == name)
 }
 
@@ -604,7 +605,7 @@ pub const KEYS: &[&Key] = &[
 ];
 
 /// Looks a key up by name.
-pub fn key_named(name: &str) -> Option<&'static Key> {
+pub(crate) fn key_named(name: &str) -> Option<&'static Key> {
     KEYS.iter().copied().find(|k| k.name == name)
 }
 
