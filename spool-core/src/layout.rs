@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::lk::{self, Claim, LockOptions};
 use crate::pack::PackId;
+pub use crate::rank_dir::RankDirName;
 use crate::Error;
 
 /// Where a directory's packs go: everything the catalog key hashes.
@@ -155,58 +156,6 @@ impl Destination {
 /// Whether `s` has the shape of a catalog key (12 lowercase hex digits).
 pub fn is_catalog_key(s: &str) -> bool {
     s.len() == 12 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// A rank directory's name: `r<rank>-<incarnation>`, rank decimal (no
-/// leading zeros), incarnation 8 lowercase hex digits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RankDirName {
-    /// The rank.
-    pub rank: u64,
-    /// The incarnation (0 = [`RankDirName::manual`], reserved).
-    pub incarnation: u32,
-}
-
-impl RankDirName {
-    /// `r<rank>-00000000`: reserved for packs moved in by hand (never
-    /// claimed by a process).
-    pub fn manual(rank: u64) -> RankDirName {
-        RankDirName {
-            rank,
-            incarnation: 0,
-        }
-    }
-
-    /// Parses a canonical rank directory name; anything else is `None`.
-    pub fn parse(name: &str) -> Option<RankDirName> {
-        let rest = name.strip_prefix('r')?;
-        let (rank, inc) = rest.split_once('-')?;
-        if rank.is_empty()
-            || rank.len() > 20
-            || !rank.bytes().all(|c| c.is_ascii_digit())
-            || (rank.len() > 1 && rank.starts_with('0'))
-        {
-            return None;
-        }
-        if inc.len() != 8 || !inc.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
-            return None;
-        }
-        Some(RankDirName {
-            rank: rank.parse().ok()?,
-            incarnation: u32::from_str_radix(inc, 16).ok()?,
-        })
-    }
-
-    /// Whether this is the reserved `r<rank>-00000000`.
-    pub fn is_manual(&self) -> bool {
-        self.incarnation == 0
-    }
-}
-
-impl fmt::Display for RankDirName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "r{}-{:08x}", self.rank, self.incarnation)
-    }
 }
 
 /// The rank from the `RANK` environment variable: 0 if unset or not a

@@ -189,6 +189,7 @@ pub mod error;
 pub mod handoff;
 pub mod layout;
 pub mod pack;
+mod rank_dir;
 pub mod registry;
 pub mod seams;
 pub mod siblings;

@@ -17,8 +17,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::layout::RankDirName;
 use crate::lk::{self, OwnerStatus, Purpose};
+use crate::rank_dir::RankDirName;
 
 /// The rank directories directly under `key_dir` (directories whose name
 /// parses as a [`RankDirName`]), sorted.

@@ -23,6 +23,9 @@ use crate::Error;
 mod charge;
 mod inspect;
 mod names;
+mod pause;
+mod ready;
+mod recovered;
 mod recovery;
 mod stage;
 mod walk;
@@ -35,8 +38,9 @@ pub use inspect::{
     VerifyProgress, VerifyReport,
 };
 pub use names::{file_kind, ordinal_dir_name, parse_ordinal_dir, FileKind};
-pub use recovery::{Recovery, RecoveryReport, RecoveryStep, SetAside};
-pub use stage::set_pause_before_publish;
+pub use pause::set_pause_before_publish;
+pub use ready::ReadyPack;
+pub use recovered::{Recovery, RecoveryReport, RecoveryStep, SetAside};
 pub use walk::file_type_name;
 
 /// Where a live owner consents to the hand-off of its packs (see
@@ -66,19 +70,6 @@ pub struct StagedPack {
     pub id: PackId,
     /// Its size.
     pub bytes: u64,
-}
-
-/// A sealed pack found by a scan or a recovery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadyPack {
-    /// `<dir>[/w<k>]/<id>.ready`.
-    pub path: PathBuf,
-    /// The pack's id (its file name).
-    pub id: PackId,
-    /// Its size.
-    pub bytes: u64,
-    /// The worker ordinal whose subdirectory holds it (`None`: the top).
-    pub ordinal: Option<u32>,
 }
 
 /// The byte account of a spool (what counts against `max_bytes`).

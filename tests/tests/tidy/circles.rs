@@ -584,8 +584,12 @@ pub fn circles(graph: &Graph) -> Vec<String> {
     out
 }
 
-/// The strongly connected components of `graph` (Tarjan's algorithm).
-fn strongly_connected<T>(graph: &BTreeMap<String, BTreeMap<String, T>>) -> Vec<BTreeSet<String>> {
+/// The strongly connected components of `graph` (Tarjan's algorithm):
+/// the groups of files that import each other (a file in no circle is a
+/// group of its own).
+pub fn strongly_connected<T>(
+    graph: &BTreeMap<String, BTreeMap<String, T>>,
+) -> Vec<BTreeSet<String>> {
     struct State<'g> {
         index: BTreeMap<&'g str, usize>,
         low: BTreeMap<&'g str, usize>,
