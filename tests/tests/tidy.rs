@@ -667,12 +667,11 @@ const IMPORTS_STILL_IN_A_CIRCLE: &[(&str, &str)] = &[
     // the test and development tools' roots keep the helpers their
     // modules share
     ("*", "tests/src/bin/spool-bench/main.rs"),
-    ("*", "tests/src/bin/spool-fleet/main.rs"),
     ("*", "tests/src/bin/spool-torture/main.rs"),
     ("*", "xtask/src/main.rs"),
     ("*", "xtask/src/servers/mod.rs"),
     // spool-bench's core and upload probes use the service probe's drain
-    // child and CPU clock; spool-fleet's report reads the run's options
+    // child and CPU clock
     (
         "tests/src/bin/spool-bench/core.rs",
         "tests/src/bin/spool-bench/service.rs",
@@ -680,10 +679,6 @@ const IMPORTS_STILL_IN_A_CIRCLE: &[(&str, &str)] = &[
     (
         "tests/src/bin/spool-bench/upload.rs",
         "tests/src/bin/spool-bench/service.rs",
-    ),
-    (
-        "tests/src/bin/spool-fleet/report.rs",
-        "tests/src/bin/spool-fleet/run.rs",
     ),
 ];
 
