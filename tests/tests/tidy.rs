@@ -669,7 +669,6 @@ const IMPORTS_STILL_IN_A_CIRCLE: &[(&str, &str)] = &[
     ("*", "tests/src/bin/spool-bench/main.rs"),
     ("*", "tests/src/bin/spool-torture/main.rs"),
     ("*", "xtask/src/main.rs"),
-    ("*", "xtask/src/servers/mod.rs"),
     // spool-bench's core and upload probes use the service probe's drain
     // child and CPU clock
     (
