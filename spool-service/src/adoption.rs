@@ -166,9 +166,8 @@ use std::time::{Duration, Instant};
 
 use spool_core::{RankDirName, ReadyPack};
 
-pub use cause::Cause;
+pub use crate::cause::Cause;
 
-mod cause;
 pub(crate) mod real_env;
 #[cfg(test)]
 mod tests;

@@ -163,6 +163,7 @@
 
 mod adoption;
 mod bound;
+mod cause;
 pub mod config;
 mod drain;
 pub mod engine;

@@ -1,5 +1,5 @@
-//! [`Cause`]: a failure carried through the adoption machine with its type
-//! kept.
+//! [`Cause`]: a failure carried through the adoption machine (and the
+//! drain's outcomes it reads) with its type kept.
 //!
 //! The machine is generic over its environment and its states are plain
 //! data (`Clone`, `Eq`, so the state-machine tests can compare them), which
