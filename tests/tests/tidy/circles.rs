@@ -285,7 +285,13 @@ fn scan(text: &str) -> BTreeMap<Vec<String>, ModuleScan> {
                     i += 3;
                     continue;
                 }
-                if punct(i + 2, '{') && !test_attr && name != "tests" {
+                if punct(i + 2, '{') && (test_attr || name == "tests") {
+                    // test code: skip the whole block
+                    test_attr = false;
+                    i = matching(&t, i + 2) + 1;
+                    continue;
+                }
+                if punct(i + 2, '{') {
                     module.inline.push(name.to_owned());
                     depth += 1;
                     scopes.push((depth, name.to_owned()));
