@@ -305,24 +305,30 @@
 //! A URL whose backend is left out is refused with [`Error::BackendNotBuilt`].
 #![forbid(unsafe_code)]
 
+mod catalog;
 #[cfg(feature = "clickhouse")]
 mod clickhouse;
 mod error;
 mod holder;
+mod keeper;
 mod lease;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 mod redact;
 mod row;
+mod seams;
 #[cfg(feature = "clickhouse")]
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod target;
 
-use async_trait::async_trait;
 use std::sync::Arc;
 
+pub use crate::catalog::{
+    Catalog, CatalogCounters, LEASE_LOG_RETENTION, LEASE_TRIM_INTERVAL, MAX_ROWS_PER_STATEMENT,
+    SCHEMA_VERSION,
+};
 #[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{
     ClickHouseCatalog, CONTENTION_FIRST_PAUSE, CONTENTION_MAX_PAUSE, DEFAULT_REQUEST_TIMEOUT,
@@ -330,10 +336,10 @@ pub use crate::clickhouse::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::holder::LeaseHolder;
+pub use crate::keeper::{LeaseKeeper, LeaseState, LeaseTask};
 pub use crate::lease::{
-    catalog_lease_name, node_lease_name, panic_message, LeaseClaim, LeaseConfig, LeaseGuard,
-    LeaseHead, LeaseKeeper, LeaseRecord, LeaseScope, LeaseState, LeaseTask, NewClaim,
-    CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MAX_TTL, MIN_TTL,
+    catalog_lease_name, LeaseClaim, LeaseConfig, LeaseGuard, LeaseHead, LeaseRecord, LeaseScope,
+    NewClaim, CLOCK_RESOLUTION, DEFAULT_FENCE_MARGIN, DEFAULT_TTL, MAX_TTL, MIN_TTL,
 };
 #[cfg(any(test, feature = "testing"))]
 pub use crate::memory::MemoryCatalog;
@@ -345,110 +351,6 @@ pub use crate::target::{
     CatalogUrl, ClickHouseTarget, DEFAULT_CLICKHOUSE_PORT, DEFAULT_INSERT_QUORUM,
     DEFAULT_TABLE_PREFIX, MAX_REPLICAS,
 };
-
-/// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 4;
-
-/// How far back the lease log keeps claims other than each name's head:
-/// ClickHouse drops whole days older than yesterday, so it keeps at least
-/// this and less than twice it.
-pub const LEASE_LOG_RETENTION: std::time::Duration = std::time::Duration::from_secs(86_400);
-
-/// How often a holder's keeper trims the lease log
-/// ([`Catalog::trim_lease_log`]).
-pub const LEASE_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3_600);
-
-/// Most rows one index statement carries; larger batches are split (each
-/// statement fenced on its own).
-pub const MAX_ROWS_PER_STATEMENT: usize = 256;
-
-/// What a catalog counted since it was opened (cheap to read: a few
-/// atomics). Backends that count nothing report zeros.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CatalogCounters {
-    /// Contention answers of a replicated catalog (ClickHouse code 286: an
-    /// earlier quorum insert into the same table not satisfied yet), each
-    /// tried again on the same replica; not failures (crate docs, "Quorum
-    /// contention").
-    pub quorum_contention: u64,
-    /// Statements that met contention until the end of their budget and
-    /// returned it (retryable): a stalled quorum, not a busy one.
-    pub quorum_contention_gave_up: u64,
-}
-
-/// A pack catalog with its lease. Usable as `Arc<dyn Catalog>`.
-///
-/// Every method makes sure the schema is in place first (once per object).
-#[async_trait]
-pub trait Catalog: Send + Sync {
-    /// The catalog as messages name it (credentials removed).
-    fn server(&self) -> String;
-
-    /// Creates missing tables and the schema-version row; refuses a newer
-    /// version or tables with other columns. Idempotent.
-    async fn ensure_schema(&self) -> Result<()>;
-
-    /// Writes one row per pack (re-indexing replaces). With a fence, the
-    /// rows land only while `fence` is the sole, live head of its lease
-    /// with more than its fence margin to go; otherwise nothing is written
-    /// and [`Error::Fenced`] is returned. `Ok` means every pack of `rows` is
-    /// in the catalog.
-    async fn index(&self, rows: &[PackRow], fence: Option<&LeaseGuard>) -> Result<()>;
-
-    /// The row of one pack.
-    async fn get(&self, pack_id: &str) -> Result<Option<PackRow>>;
-
-    /// Rows with `from_ms <= created_at_ms < to_ms`, by creation time then id.
-    async fn list_range(&self, from_ms: u64, to_ms: u64) -> Result<Vec<PackRow>>;
-
-    /// Number of packs (one per id).
-    async fn count(&self) -> Result<u64>;
-
-    /// Lease primitive: the claims at the name's highest term and the
-    /// catalog clock.
-    async fn read_lease_head(&self, name: &str) -> Result<LeaseHead>;
-
-    /// Lease primitive: appends one claim stamped with the catalog clock.
-    async fn append_claim(&self, claim: &NewClaim) -> Result<()>;
-
-    /// Lease primitive: every claim at one term (the read-back).
-    async fn read_claims(&self, name: &str, term: u64) -> Result<Vec<LeaseRecord>>;
-
-    /// The whole claim log of a name, by term (for operators and tests).
-    async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>>;
-
-    /// Bounds the claim log: removes claims older than
-    /// [`LEASE_LOG_RETENTION`] (by the catalog clock) while keeping the head
-    /// term of every name, so that terms keep rising. A holder's keeper
-    /// calls it every [`LEASE_TRIM_INTERVAL`]. Returns how many days
-    /// (ClickHouse) or claims (SQLite, the fake) went. A backend without a
-    /// log of its own (a wrapper) keeps this default, which trims nothing.
-    async fn trim_lease_log(&self) -> Result<u64> {
-        Ok(0)
-    }
-
-    /// What this catalog counted so far ([`CatalogCounters`]). A backend
-    /// that counts nothing (SQLite, the fake) keeps this default; a
-    /// wrapper forwards its inner catalog's.
-    fn counters(&self) -> CatalogCounters {
-        CatalogCounters::default()
-    }
-
-    /// Acquires `name` for `holder` with a new lease id.
-    async fn acquire(&self, name: &str, holder: &str, config: &LeaseConfig) -> Result<LeaseClaim> {
-        lease::claim(self, name, holder, config, None).await
-    }
-
-    /// Renews a holding (a fresh claim at the next term, same lease id).
-    async fn renew(&self, guard: &LeaseGuard) -> Result<LeaseClaim> {
-        lease::claim(self, &guard.name, &guard.holder, &guard.config, Some(guard)).await
-    }
-
-    /// Releases a holding with a tombstone; `false` if it was not the head.
-    async fn release(&self, guard: &LeaseGuard) -> Result<bool> {
-        lease::release(self, guard).await
-    }
-}
 
 /// Test seams (feature `testing`): reach past the [`Catalog`] trait to the
 /// backend a URL names. A feature only adds; it never changes the trait.
@@ -619,23 +521,7 @@ pub mod testing {
         }
     }
 
-    /// The kill hook: what [`kill_point`](crate::kill_point) calls.
-    static KILL_HOOK: std::sync::OnceLock<fn(&'static str)> = std::sync::OnceLock::new();
-
-    /// From now on, every kill point of this crate (`lease_claim`: a claim
-    /// appended, not yet read back) calls `hook` with its name. The
-    /// `spool-with-seams` helper hands in spool-core's
-    /// `seams::kill_point` (this crate does not depend on spool-core). Set
-    /// once per process; a second call is ignored.
-    pub fn set_kill_hook(hook: fn(&'static str)) {
-        let _ = KILL_HOOK.set(hook);
-    }
-
-    pub(crate) fn kill_point(name: &'static str) {
-        if let Some(hook) = KILL_HOOK.get() {
-            hook(name);
-        }
-    }
+    pub use crate::seams::set_kill_hook;
 
     static PANIC_ON_INDEX: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
@@ -657,19 +543,6 @@ pub mod testing {
         }
     }
 }
-
-/// A kill point of the crash torture ([`testing::set_kill_hook`]); nothing
-/// in a build without test seams.
-#[cfg(any(test, feature = "testing"))]
-pub(crate) fn kill_point(name: &'static str) {
-    testing::kill_point(name);
-}
-
-/// A kill point of the crash torture: nothing in a build without test
-/// seams.
-#[cfg(not(any(test, feature = "testing")))]
-#[inline(always)]
-pub(crate) fn kill_point(_name: &'static str) {}
 
 /// Opens the catalog a URL names. Nothing is contacted until the first
 /// operation. ClickHouse requests are bounded by

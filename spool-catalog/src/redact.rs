@@ -14,7 +14,7 @@ pub const FOREIGN_TEXT_LIMIT: usize = 512;
 /// [`FOREIGN_TEXT_LIMIT`] bytes kept, followed by `… (N bytes)` naming the
 /// size of the whole text. So no server can forge a log line, drive a
 /// terminal, flood a log or echo a credential back into one.
-pub fn foreign_text(text: &str, secrets: &[&str]) -> String {
+pub(crate) fn foreign_text(text: &str, secrets: &[&str]) -> String {
     let mut masked = text.to_string();
     for secret in secrets.iter().filter(|s| !s.is_empty()) {
         let encoded =

@@ -1,7 +1,7 @@
 //! `/metrics` and `/healthz` for `spool run --metrics-addr ADDR`.
 //!
 //! The run loop publishes each service snapshot and its health
-//! verdict into a shared [`Status`]; [`Server`] (`server.rs`) serves it
+//! verdict into a shared [`Status`]; [`server::Server`] (`server.rs`) serves it
 //! over HTTP. `/metrics` is encoded by the Prometheus project's Rust
 //! client (`prometheus-client`) from a [`Collector`] that reads the latest
 //! snapshot at scrape time: every field of spool-service's one table
@@ -21,8 +21,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use spool_service::{FieldKind, Snapshot};
 
-mod server;
-pub use server::Server;
+pub mod server;
 
 /// What the run loop publishes for the server.
 #[derive(Debug, Clone, Default)]

@@ -114,7 +114,7 @@ impl fmt::Display for Corruption {
             Corruption::UnknownVersion { major, minor } => write!(
                 f,
                 "unknown pack format version {major}.{minor} (this build reads major version {})",
-                crate::pack::VERSION_MAJOR
+                crate::version::VERSION_MAJOR
             ),
             Corruption::IdMismatch { expected, found } => {
                 write!(f, "header carries pack id {found}, expected {expected}")

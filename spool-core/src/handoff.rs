@@ -333,7 +333,7 @@ pub fn ref_name(ordinal: Option<u32>, id: PackId) -> String {
 const PENDING: &str = ".pending";
 
 /// The name of the slot the confirmation of ref `name` is renamed from.
-pub fn pending_name(name: &str) -> String {
+pub(crate) fn pending_name(name: &str) -> String {
     format!("{name}{PENDING}")
 }
 
@@ -802,7 +802,7 @@ pub fn confirm(
 
 /// The owner of `rank_dir`, letting go, removes its confirmations
 /// directory if it is empty, and `<key>/_shipped` with it once empty.
-pub fn remove_empty_confirmations(rank_dir: &Path) {
+pub(crate) fn remove_empty_confirmations(rank_dir: &Path) {
     let Some(key_dir) = rank_dir.parent() else {
         return;
     };

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::lk::{self, Claim, LockOptions};
 use crate::pack::PackId;
+pub use crate::rank_dir::RankDirName;
 use crate::Error;
 
 /// Where a directory's packs go: everything the catalog key hashes.
@@ -53,7 +54,7 @@ pub const EMBEDDED_CATALOG_FILE: &str = ".catalog.db";
 
 /// Whether `name`, directly under a spool root, is one of the embedded
 /// store's or catalog's entries (skipped by every walk of the root).
-pub fn is_embedded_entry(name: &str) -> bool {
+pub(crate) fn is_embedded_entry(name: &str) -> bool {
     name == EMBEDDED_STORE_DIR || name.starts_with(EMBEDDED_CATALOG_FILE)
 }
 
@@ -186,58 +187,6 @@ pub fn catalog_key_dirs(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> 
     Ok(out)
 }
 
-/// A rank directory's name: `r<rank>-<incarnation>`, rank decimal (no
-/// leading zeros), incarnation 8 lowercase hex digits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RankDirName {
-    /// The rank.
-    pub rank: u64,
-    /// The incarnation (0 = [`RankDirName::manual`], reserved).
-    pub incarnation: u32,
-}
-
-impl RankDirName {
-    /// `r<rank>-00000000`: reserved for packs moved in by hand (never
-    /// claimed by a process).
-    pub fn manual(rank: u64) -> RankDirName {
-        RankDirName {
-            rank,
-            incarnation: 0,
-        }
-    }
-
-    /// Parses a canonical rank directory name; anything else is `None`.
-    pub fn parse(name: &str) -> Option<RankDirName> {
-        let rest = name.strip_prefix('r')?;
-        let (rank, inc) = rest.split_once('-')?;
-        if rank.is_empty()
-            || rank.len() > 20
-            || !rank.bytes().all(|c| c.is_ascii_digit())
-            || (rank.len() > 1 && rank.starts_with('0'))
-        {
-            return None;
-        }
-        if inc.len() != 8 || !inc.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
-            return None;
-        }
-        Some(RankDirName {
-            rank: rank.parse().ok()?,
-            incarnation: u32::from_str_radix(inc, 16).ok()?,
-        })
-    }
-
-    /// Whether this is the reserved `r<rank>-00000000`.
-    pub fn is_manual(&self) -> bool {
-        self.incarnation == 0
-    }
-}
-
-impl fmt::Display for RankDirName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "r{}-{:08x}", self.rank, self.incarnation)
-    }
-}
-
 /// The rank from the `RANK` environment variable: 0 if unset or not a
 /// number (it only labels the directory).
 pub fn rank_from_env() -> u64 {
@@ -253,7 +202,7 @@ pub fn parse_rank(value: Option<&str>) -> u64 {
 /// process: created with its owner lock already held (through
 /// `spool_lock::acquire`, so no walk ever sees it unlocked), with a fresh
 /// non-zero incarnation. Creates `<root>/<key>/` if needed. Warns once
-/// about ready packs under `root` outside the layout ([`find_flat_packs`]).
+/// about ready packs under `root` outside the layout (`find_flat_packs`).
 pub fn claim_rank_dir(
     root: &Path,
     key: &str,
@@ -402,7 +351,7 @@ const FLAT_WALK_DEPTH: usize = 8;
 /// directories, `_refs/` and the embedded store and catalog
 /// ([`is_embedded_entry`])) for `<id>.ready` files outside the layout;
 /// temp files are not counted. `None` when there are none.
-pub fn find_flat_packs(root: &Path, key: &str) -> Result<Option<FlatPacks>, Error> {
+pub(crate) fn find_flat_packs(root: &Path, key: &str) -> Result<Option<FlatPacks>, Error> {
     let mut count = 0usize;
     let mut example: Option<PathBuf> = None;
     let mut stack = vec![(root.to_path_buf(), 0usize)];

@@ -211,12 +211,14 @@ pub mod error;
 pub mod handoff;
 pub mod layout;
 pub mod pack;
+mod rank_dir;
 pub mod registry;
 pub mod seams;
 pub mod siblings;
 pub mod sink;
 pub mod spool;
 pub mod throttle;
+mod version;
 
 /// The owner-lock API.
 pub(crate) use spool_lock as lk;

@@ -13,17 +13,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Corruption, Error};
+pub use crate::version::{VERSION_MAJOR, VERSION_MINOR};
 
 /// The 8 magic bytes that open every pack.
 pub const MAGIC: [u8; 8] = *b"SPOOLPK\x01";
 /// The 8 magic bytes that open the trailer.
 pub const TRAILER_MAGIC: [u8; 8] = *b"SPOOLEND";
-/// The major version this crate writes and the only one it reads.
-pub const VERSION_MAJOR: u16 = 1;
-/// The minor version this crate writes. Readers accept any minor version of
-/// a major version they know (minor versions only add what old readers may
-/// ignore: see the crate docs).
-pub const VERSION_MINOR: u16 = 0;
 /// Length of the fixed header.
 pub const HEADER_LEN: usize = 40;
 /// The record-length value that marks the footer instead of a record.

@@ -5,20 +5,20 @@
 //! ([`crate::spool::dead_sibling_bytes`]), the adoption environment of
 //! spool-service, and the `spool run` and `spool status` commands:
 //!
-//! - [`rank_dirs`] / [`siblings_of`] enumerate (directories whose name is a
+//! - [`rank_dirs`] / `siblings_of` enumerate (directories whose name is a
 //!   [`RankDirName`], never following anything else);
 //! - [`probe`] reads the owner lock without blocking (spool-lock's
 //!   `read_owner`, plus `held_by_this_process` when it is held);
 //! - [`Probe::owner`] is the one decision of "a live owner's files
 //!   are never counted by anyone else": held by another process → [`Owner::Live`];
-//! - [`classify`] adds what the budget charges on: a dead sibling this process
+//! - `classify` adds what the budget charges on: a dead sibling this process
 //!   could not take and empty is [`Owner::NotOurs`].
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::layout::RankDirName;
 use crate::lk::{self, OwnerStatus, Purpose};
+use crate::rank_dir::RankDirName;
 
 /// The rank directories directly under `key_dir` (directories whose name
 /// parses as a [`RankDirName`]), sorted.
@@ -41,7 +41,7 @@ pub fn rank_dirs(key_dir: &Path) -> io::Result<Vec<PathBuf>> {
 
 /// The other rank directories under `dir`'s parent, sorted; empty when
 /// `dir` is not itself a rank directory or its parent cannot be read.
-pub fn siblings_of(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn siblings_of(dir: &Path) -> Vec<PathBuf> {
     let is_rank = dir
         .file_name()
         .and_then(|n| n.to_str())
@@ -72,7 +72,7 @@ pub enum Owner {
     /// Nobody holds it and it is not marked blocked.
     Dead,
     /// Dead, but this process could not take and empty it (another user's),
-    /// or it could not be probed at all (the reason). Only [`classify`] says
+    /// or it could not be probed at all (the reason). Only `classify` says
     /// this.
     NotOurs(String),
 }
@@ -119,7 +119,7 @@ pub fn probe(dir: &Path) -> Result<Probe, lk::Error> {
 /// [`probe`] and [`Probe::owner`], with what the budget's charge needs on top: a
 /// sibling that cannot be probed, or a dead one this process could not take
 /// and empty, is [`Owner::NotOurs`].
-pub fn classify(dir: &Path) -> Owner {
+pub(crate) fn classify(dir: &Path) -> Owner {
     let owner = match probe(dir) {
         Ok(p) => p.owner(),
         Err(e) => {

@@ -24,20 +24,27 @@ use crate::Error;
 mod charge;
 mod inspect;
 mod names;
+mod pause;
+mod ready;
+mod recovered;
 mod recovery;
 mod requeue;
+mod requeued;
 mod stage;
 mod walk;
 
-pub use charge::{dead_sibling_bytes, sibling_charge, SiblingCharge};
+#[cfg(test)]
+use charge::sibling_charge;
+pub use charge::{dead_sibling_bytes, SiblingCharge};
 pub use inspect::{
     inspect, scan_dir, validate_file, verify_dir, verify_dir_with_progress, DirCounts,
     VerifyProgress, VerifyReport,
 };
 pub use names::{file_kind, ordinal_dir_name, parse_ordinal_dir, FileKind};
-pub use recovery::{Recovery, RecoveryReport, RecoveryStep, SetAside};
-pub use requeue::Requeued;
-pub use stage::set_pause_before_publish;
+pub use pause::set_pause_before_publish;
+pub use ready::ReadyPack;
+pub use recovered::{Recovery, RecoveryReport, RecoveryStep, SetAside};
+pub use requeued::Requeued;
 pub use walk::file_type_name;
 
 /// Where a live owner consents to the hand-off of its packs (see
@@ -67,19 +74,6 @@ pub struct StagedPack {
     pub id: PackId,
     /// Its size.
     pub bytes: u64,
-}
-
-/// A sealed pack found by a scan or a recovery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadyPack {
-    /// `<dir>[/w<k>]/<id>.ready`.
-    pub path: PathBuf,
-    /// The pack's id (its file name).
-    pub id: PackId,
-    /// Its size.
-    pub bytes: u64,
-    /// The worker ordinal whose subdirectory holds it (`None`: the top).
-    pub ordinal: Option<u32>,
 }
 
 /// The byte account of a spool (what counts against `max_bytes`).

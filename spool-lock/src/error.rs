@@ -2,7 +2,7 @@
 //! fail or be refused. Every message names the directory (and the holder,
 //! when one is known) and says what to do.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Who holds a lock, as far as its owner record says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,4 +329,21 @@ pub fn io_verdict(e: &(dyn std::error::Error + 'static)) -> Option<IoVerdict> {
         cur = e.source();
     }
     None
+}
+
+/// [`Error::LockFileNotRegular`] for a lock file of this `st_mode`.
+pub(crate) fn not_regular(dir: &Path, lock_path: &Path, mode: libc::mode_t) -> Error {
+    let kind = match mode & libc::S_IFMT {
+        libc::S_IFLNK => "a symlink",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFDIR => "a directory",
+        libc::S_IFCHR | libc::S_IFBLK => "a device",
+        _ => "something else",
+    };
+    Error::LockFileNotRegular {
+        dir: dir.to_path_buf(),
+        lock_path: lock_path.to_path_buf(),
+        kind,
+    }
 }

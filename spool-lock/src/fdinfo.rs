@@ -39,7 +39,7 @@ fn probe_fdinfo_lists_locks() -> bool {
     let path = std::env::temp_dir().join(format!(
         ".spool-lock-fdinfo-probe.{}.{:x}",
         std::process::id(),
-        crate::random_u32()
+        crate::names::random_u32()
     ));
     let fd = match RegFd::open(
         &path,

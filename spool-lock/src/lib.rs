@@ -199,8 +199,10 @@ mod error;
 mod fdinfo;
 #[cfg(any(test, feature = "testing"))]
 mod fork_testing;
+mod holders;
 mod lock;
 mod mode;
+mod names;
 mod node_local;
 mod probe;
 mod record;
@@ -215,43 +217,19 @@ pub use lock::{
     remove_stale_staging, try_adopt, verify_held_by_caller, Claim, Unblocked,
 };
 pub use mode::{Access, LockMode, LockOptions, Sharing};
+pub use names::{host_name, LOCK_FILE_NAME};
 pub use node_local::{check_node_local, shared_filesystem_name, SHARED_FILESYSTEMS};
 pub use probe::{is_nested_spool, lock_path, read_owner, OwnerStatus};
 pub use record::{OwnerRecord, Producer, Purpose};
 pub use seams::set_filesystem_type_for_testing;
 #[cfg(any(test, feature = "testing"))]
-pub use seams::{testing, HookPoint};
+pub use seams::HookPoint;
 pub use watch::{Changes, DirWatch, WatchWaker};
 
-/// The lock file's name inside a spool directory.
-pub const LOCK_FILE_NAME: &str = ".owner.lock";
-
-/// This host's name, as owner records spell it (control characters
-/// escaped, as a record is parsed, so the record of this host compares
-/// equal to this name).
-pub fn host_name() -> String {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST.get_or_init(|| {
-        nix::unistd::gethostname()
-            .ok()
-            .map(|h| record::one_line(&h.to_string_lossy()).trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "unknown".to_owned())
-    })
-    .clone()
-}
-
-/// A random-enough 32-bit number for staging names (no cryptography
-/// needed: names are created with `mkdir`, which refuses a collision).
-pub(crate) fn random_u32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(d.as_nanos());
-    }
-    h.finish() as u32
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    //! Test seams (only with `cfg(test)` or the `testing` feature): the
+    //! seams of `seams.rs` and the forks of `fork_testing.rs`.
+    pub use crate::fork_testing::{fork_paused_child, fork_single_threaded, ChildProbe, Forked};
+    pub use crate::seams::testing::*;
 }

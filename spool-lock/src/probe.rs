@@ -65,7 +65,7 @@ fn shared_by(held: bool, fd: &RegFd, into: &mut Vec<u32>) {
         return;
     }
     if let Ok(st) = fd.fstat() {
-        for pid in crate::lock::shared_holders(&st) {
+        for pid in crate::holders::shared_holders(&st) {
             if !into.contains(&pid) {
                 into.push(pid);
             }
@@ -109,7 +109,7 @@ pub fn read_owner(dir: &Path) -> Result<OwnerStatus, Error> {
             let mode = std::fs::symlink_metadata(&lock_path)
                 .map(|m| std::os::unix::fs::MetadataExt::mode(&m))
                 .unwrap_or(0);
-            crate::lock::not_regular(dir, &lock_path, mode)
+            crate::error::not_regular(dir, &lock_path, mode)
         }
         _ => Error::io("probe lock file", &lock_path, e),
     })?;

@@ -7,8 +7,8 @@
 //! * **fdinfo without lock lines**: [`testing::set_fdinfo_hides_locks`]
 //!   strips `lock:` lines from this process's `/proc/self/fdinfo` reads (as
 //!   gVisor and WSL1 do), so the owner record decides.
-//! * **forks**: [`testing::fork_paused_child`] and
-//!   [`testing::fork_single_threaded`] (in `fork_testing.rs`), so fork tests
+//! * **forks**: [`crate::testing::fork_paused_child`] and
+//!   [`crate::testing::fork_single_threaded`] (in `fork_testing.rs`), so fork tests
 //!   need no `unsafe` of their own.
 //! * **lock hooks**: [`testing::set_lock_hook`] runs a closure at a
 //!   [`HookPoint`] for paths under a prefix: between a lock file's open and
@@ -81,8 +81,6 @@ pub enum HookPoint {
 #[cfg(any(test, feature = "testing"))]
 pub mod testing {
     //! Test seams (only with `cfg(test)` or the `testing` feature).
-    pub use crate::fork_testing::{fork_paused_child, fork_single_threaded, ChildProbe, Forked};
-
     use super::HookPoint;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicBool, Ordering};

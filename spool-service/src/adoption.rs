@@ -166,9 +166,8 @@ use std::time::{Duration, Instant};
 
 use spool_core::{RankDirName, ReadyPack};
 
-pub use cause::Cause;
+pub use crate::cause::Cause;
 
-mod cause;
 pub(crate) mod real_env;
 #[cfg(test)]
 mod tests;
@@ -199,7 +198,11 @@ pub enum AdoptRefusal {
     /// live owner's back and the directory's own lock is held). Names the
     /// holder when known.
     Live(Cause),
-    /// Its owner record says `blocked: <why>`.
+    /// Its owner record says `blocked: <why>`. The service's own env sees
+    /// a marked record at the probe ([`ProbeVerdict::MarkedBlocked`]) and
+    /// never refuses a take with it; an env that reads the record only at
+    /// the take (the tests' fake) does.
+    #[cfg_attr(not(test), allow(dead_code))]
     MarkedBlocked(String),
     /// It can never be taken from here: another user's lock file, a held
     /// ancestor spool, an unreadable directory. Blocks the sibling.
@@ -597,6 +600,7 @@ pub enum SiblingState {
 
 impl SiblingState {
     /// Whether this adopter is done with the directory for good.
+    #[cfg(test)]
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
@@ -762,16 +766,19 @@ impl Adopter {
     }
 
     /// The machine's knobs.
+    #[cfg(test)]
     pub fn config(&self) -> &AdoptionConfig {
         &self.config
     }
 
     /// Every sibling record, in discovery order.
+    #[cfg(test)]
     pub fn siblings(&self) -> &[Sibling] {
         &self.siblings
     }
 
     /// The record of one directory.
+    #[cfg(test)]
     pub fn sibling(&self, dir: &Path) -> Option<&Sibling> {
         self.siblings.iter().find(|s| s.dir == dir)
     }

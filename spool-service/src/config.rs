@@ -5,7 +5,10 @@
 //!
 //! - `keys.rs` — the one table of keys ([`keys::KEYS`]), each a typed
 //!   handle read with `keys::POLL_INTERVAL.get(&cfg)`;
-//! - `kind.rs` — what values a key takes and the one parser of each kind;
+//! - `kind.rs` — what values a key takes ([`Kind`], [`Value`]);
+//! - `parse.rs` — the one parser of a key's value ([`parse_value`]);
+//! - `source.rs` — where a value came from ([`Source`]);
+//! - `error.rs` — [`ConfigError`], what every part refuses with;
 //! - `file.rs` — which TOML file, and its schema (derived from the table);
 //! - `environment.rs` — the `SPOOL_*` variables and the derived ones;
 //! - `resolve.rs` — flag > environment > file > default, each value with
@@ -39,37 +42,26 @@
 //! `EMBEDDED_STORE_DIR` and `EMBEDDED_CATALOG_FILE`); every spool walk
 //! skips both names.
 
-use std::fmt;
-
 mod accessors;
 mod destination;
 mod environment;
+mod error;
 mod file;
 pub mod keys;
 mod kind;
+mod parse;
 mod resolve;
 mod service_config;
+mod source;
 
-pub use destination::{
-    create_local_destination, destination, embedded_catalog_url, embedded_store_url,
-};
+pub use destination::{destination, embedded_catalog_url, embedded_store_url};
 pub use environment::{Environment, ProcessEnv, CONFIG_ENV, PLAIN_ENV, SECRET_ENV};
-pub use kind::{parse_bytes, parse_duration, parse_value, Kind, Value};
-pub use resolve::{Config, Entry, FlagValue, Source};
+pub use error::ConfigError;
+pub use kind::{parse_bytes, parse_duration, Kind, Value};
+pub use parse::parse_value;
+pub use resolve::{Config, Entry, FlagValue};
 pub use service_config::ServiceConfig;
-
-/// A refused configuration value, key or file: what, where from, and what
-/// is allowed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use source::Source;
 
 #[cfg(test)]
 mod tests;

@@ -70,7 +70,7 @@ use spool_core::sink::{Sink, SinkConfig};
 use spool_core::{Spool, SpoolConfig};
 use spool_lock::{Claim, LockMode};
 
-use crate::{Error, ServiceConfig, StorageService};
+use crate::{Error, ServiceConfig, Ship, StorageService};
 
 /// What an [`Engine`] is started with.
 #[derive(Debug, Clone)]
@@ -114,27 +114,6 @@ pub struct HandOffConfig {
     pub registry: Arc<spool_core::registry::Registry>,
     /// The directory's byte budget (dead siblings charged), if any.
     pub max_bytes: Option<u64>,
-}
-
-/// Who ships an engine's packs: the value of `service.ship` (the module
-/// doc says the trade).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Ship {
-    /// The engine's own service (`"self"`, the default).
-    #[default]
-    Itself,
-    /// The node's daemon, through the hand-off (`"daemon"`).
-    Daemon,
-}
-
-impl Ship {
-    /// The value `service.ship` takes for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Ship::Itself => "self",
-            Ship::Daemon => "daemon",
-        }
-    }
 }
 
 impl EngineConfig {

@@ -8,7 +8,7 @@
 //! runtime, so a producer with no runtime can embed it; every public method
 //! is synchronous (do not call them from inside another tokio runtime).
 //!
-//! - **Construction** ([`StorageService::new`], [`check_rank_dir`]): with
+//! - **Construction** ([`StorageService::new`], `check_rank_dir`): with
 //!   adoption on, the directory must be a layout rank directory
 //!   `r<rank>-<8 hex>` directly under the catalog key of the configured
 //!   [`spool_core::Destination`] — otherwise adopting its siblings could ship
@@ -30,8 +30,8 @@
 //!   most `pipeline_depth` packs out and not indexed. A non-retryable
 //!   failure renames the pack `<id>.rejected`; a retryable one stops new
 //!   uploads and counts toward the backoff. Then reconcile, then
-//!   adopt through [`adoption::Adopter::run_cycle`] with a
-//!   [`adoption::StepBudget`] built from the flush count, the stop token,
+//!   adopt through `adoption::Adopter::run_cycle` with a
+//!   `adoption::StepBudget` built from the flush count, the stop token,
 //!   the lease state, the drain's backlog and the own packs left.
 //! - **Loop**: one task; waits on the stop token, an explicit wake, the
 //!   registry (an `AtomicWaker` reader registered in
@@ -72,7 +72,7 @@
 //! in `serial`: start bounded and flush by its deadline with the store
 //! stalled, stop prompt during a stalled upload, a registry notify waking
 //! the loop long before a 30 s poll interval. The adoption machine's own
-//! tests are described in [`adoption`].
+//! tests are described in `adoption.rs`.
 //!
 //! In `spool-tests` (`tests/tests/service_adoption.rs`, the real service
 //! with real child processes, over the fakes; set-up in
@@ -127,24 +127,24 @@
 //!
 //! # Adoption
 //!
-//! [`adoption`] is the adoption state machine, written apart
-//! from the crates it drives: an [`adoption::Adopter`] keeps one record per
+//! `adoption.rs` is the adoption state machine (crate-private), written apart
+//! from the crates it drives: an `adoption::Adopter` keeps one record per
 //! sibling rank directory under the service's catalog key and makes one
-//! transition per [`adoption::Adopter::step`] (probe, queue, take, list,
+//! transition per `adoption::Adopter::step` (probe, queue, take, list,
 //! validate, upload and index one round, drain or block; release
-//! everything on stop or latch) through the [`adoption::AdoptionEnv`] trait.
+//! everything on stop or latch) through the `adoption::AdoptionEnv` trait.
 //! The service implements that trait on spool-lock (probe, `try_adopt`,
 //! `mark_blocked`, release), spool-core (`begin_recovery`: sweep and list)
 //! and its drain (spool-upload + spool-catalog, one round of up
 //! to `pipeline_depth` packs per step, through its pipeline, which
 //! validates each pack a few ahead of its upload); it tells the machine
 //! before each step, in a
-//! [`adoption::StepBudget`], whether a flush or stop is waiting, whether it
+//! `adoption::StepBudget`, whether a flush or stop is waiting, whether it
 //! holds the node lease, whether anything is owed to the catalog and
 //! whether its own ready packs are all uploaded. The machine's
-//! [`adoption::CycleReport`] says whether the cycle failed (backoff), was cut
+//! `adoption::CycleReport` says whether the cycle failed (backoff), was cut
 //! short (cancel) or left packs owed, and which errors go into `last_error`;
-//! [`adoption::Adopter::snapshot`] gives the adoption fields of the snapshot
+//! `adoption::Adopter::snapshot` gives the adoption fields of the snapshot
 //! (`adopted_spools`, `adopted_packs`, `adoption_owed`, `live_siblings`,
 //! `blocked_siblings`). Its states, transitions, policies and tests are
 //! documented in the module.
@@ -159,8 +159,9 @@
 //! refused naming the feature.
 #![forbid(unsafe_code)]
 
-pub mod adoption;
+mod adoption;
 mod bound;
+mod cause;
 pub mod config;
 mod drain;
 pub mod engine;
@@ -171,13 +172,15 @@ mod offload;
 pub mod reindex;
 mod run;
 mod service;
+mod ship;
 mod snapshot;
 
 pub use config::ServiceConfig;
 pub use drain::StageTimes;
-pub use engine::{CloseReport, Engine, EngineConfig, HandOffConfig, Ship, Shipping};
+pub use engine::{CloseReport, Engine, EngineConfig, HandOffConfig, Shipping};
 pub use error::Error;
 pub use handoff::HandOffCounts;
 pub use run::{Look, RunEnd, RunPlan, RunReport};
-pub use service::{check_rank_dir, CycleOutcome, StorageService};
+pub use service::{CycleOutcome, StorageService};
+pub use ship::Ship;
 pub use snapshot::{Field, FieldKind, FieldValue, Snapshot, FIELDS};

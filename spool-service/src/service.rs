@@ -114,7 +114,7 @@ impl Shared {
         let why = format!(
             "the service loop of {} panicked: {}",
             self.dir.display(),
-            spool_catalog::panic_message(payload)
+            panic_message(payload)
         );
         tracing::error!(dir = %self.dir.display(), "{why}; the service does no more work (restart it)");
         let mut slot = self.loop_failed.lock().unwrap_or_else(|e| e.into_inner());
@@ -186,7 +186,7 @@ impl std::fmt::Debug for StorageService {
 
 /// The construction check: with adoption on, `dir` must be a
 /// layout rank directory under its destination's catalog key.
-pub fn check_rank_dir(config: &ServiceConfig) -> Result<PathBuf, Error> {
+pub(crate) fn check_rank_dir(config: &ServiceConfig) -> Result<PathBuf, Error> {
     let dir = std::path::absolute(&config.dir).map_err(|source| Error::Runtime {
         dir: config.dir.clone(),
         source,
@@ -1080,6 +1080,13 @@ impl Core {
             .unwrap_or_else(|e| e.into_inner()) += 1;
         shared.published.notify_all();
     }
+}
+
+/// The message of a caught panic (a `&str` or `String` payload).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    let text = payload.downcast_ref::<String>().map(String::as_str);
+    text.or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message")
 }
 
 #[cfg(test)]

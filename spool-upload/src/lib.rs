@@ -228,6 +228,7 @@
 pub mod backoff;
 mod config;
 mod error;
+mod item;
 mod key;
 mod local;
 pub mod retryable;
@@ -238,7 +239,8 @@ mod uploader;
 
 pub use config::{ClientConfig, UploadConfig, SMALL_PACK_BYTES};
 pub use error::{Error, Result};
+pub use item::UploadItem;
 pub use key::object_key;
 pub use store::Store;
 pub use tokio_util::sync::CancellationToken;
-pub use uploader::{UploadFailure, UploadItem, UploadOutcome, UploadResult, Uploader};
+pub use uploader::{UploadFailure, UploadOutcome, UploadResult, Uploader};

@@ -55,7 +55,7 @@ use spool_core::pack::{PackSummary, TRAILER_LEN};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::uploader::{invalid, keep_tail, mismatch, read_err, UploadItem};
+use crate::item::{invalid, keep_tail, mismatch, read_err, UploadItem};
 
 /// Bytes copied between two cancel checks (one `copy_file_range` call at
 /// most): a cancel waits for at most one chunk, a few milliseconds.

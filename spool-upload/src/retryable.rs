@@ -41,7 +41,7 @@ fn status_in_message(msg: &str) -> Option<u16> {
 }
 
 /// Whether an HTTP status is worth retrying: 408, 429 and every 5xx.
-pub fn status_is_retryable(status: u16) -> bool {
+pub(crate) fn status_is_retryable(status: u16) -> bool {
     status == 408 || status == 429 || status >= 500
 }
 

@@ -1,6 +1,6 @@
 //! The uploader: staged packs in, one outcome per pack out.
 
-use std::path::{Path as FsPath, PathBuf};
+use std::path::Path as FsPath;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,23 +15,11 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff;
 use crate::config::UploadConfig;
 use crate::error::{Error, Result};
+use crate::item::{invalid, keep_tail, mismatch, read_err, UploadItem};
 use crate::key::object_key;
 use crate::local::{Job, LocalDir, Published};
 use crate::retryable;
 use crate::store::Store;
-
-/// A staged pack to upload: where it is, what it is, how big it was when
-/// staged. The service builds these from its own scan and from an adopted
-/// sibling's listing alike.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadItem {
-    /// The `<id>.ready` file.
-    pub path: PathBuf,
-    /// The pack's id (its file name).
-    pub pack_id: PackId,
-    /// Its size when listed. A file of another size now is not uploaded.
-    pub size: u64,
-}
 
 /// What happened to one pack.
 #[derive(Debug)]
@@ -636,20 +624,6 @@ impl Uploader {
     }
 }
 
-pub(crate) fn read_err(path: &FsPath, source: std::io::Error) -> Error {
-    Error::ReadStaged {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-pub(crate) fn mismatch(item: &UploadItem, problem: String) -> Error {
-    Error::StagedMismatch {
-        path: item.path.clone(),
-        problem,
-    }
-}
-
 /// A damaged trailer: the pack is corrupt (quarantined, not rejected).
 fn corrupt_trailer(item: &UploadItem, problem: String) -> Error {
     Error::CorruptTrailer {
@@ -753,31 +727,6 @@ impl std::io::Read for ChunksReader<'_> {
         buf[..n].copy_from_slice(&self.current[..n]);
         self.current = &self.current[n..];
         Ok(n)
-    }
-}
-
-/// The validator refused a body read whole: its bytes do not hash to the
-/// trailer's checksum ([`Error::ChecksumMismatch`], as for a multipart
-/// upload), or another corruption ([`Error::CorruptPack`]).
-pub(crate) fn invalid(item: &UploadItem, read: u64, e: spool_core::Error) -> Error {
-    match e {
-        spool_core::Error::CorruptPack {
-            problem: spool_core::Corruption::ChecksumMismatch { trailer, computed },
-            ..
-        } => Error::ChecksumMismatch {
-            path: item.path.clone(),
-            bytes: read,
-            expected: trailer,
-            computed,
-        },
-        spool_core::Error::CorruptPack { problem, .. } => Error::CorruptPack {
-            path: item.path.clone(),
-            problem: problem.to_string(),
-        },
-        other => Error::CorruptPack {
-            path: item.path.clone(),
-            problem: other.to_string(),
-        },
     }
 }
 
@@ -933,17 +882,6 @@ impl BodyHash {
             expected: trailer.sha256_hex(),
             computed: hex::encode(computed),
         })
-    }
-}
-
-pub(crate) fn keep_tail(tail: &mut Vec<u8>, buf: &[u8]) {
-    if buf.len() >= TRAILER_LEN {
-        tail.clear();
-        tail.extend_from_slice(&buf[buf.len() - TRAILER_LEN..]);
-    } else {
-        tail.extend_from_slice(buf);
-        let excess = tail.len().saturating_sub(TRAILER_LEN);
-        tail.drain(..excess);
     }
 }
 

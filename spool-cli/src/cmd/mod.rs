@@ -1,11 +1,7 @@
 //! The subcommands. Each module owns one command's arguments and its run
 //! function; `run` dispatches.
 
-use std::path::Path;
-
-use spool_lock::LockOptions;
-
-use crate::exit::{coded, ExitCode};
+use crate::exit::ExitCode;
 
 pub mod cat;
 pub mod config;
@@ -17,6 +13,7 @@ pub mod recover;
 pub mod reindex;
 pub mod requeue;
 pub mod run;
+mod spool_dir;
 pub mod status;
 pub mod unblock;
 pub mod verify;
@@ -148,24 +145,3 @@ Examples:
   spool config show
   spool config show --config /etc/spool/spool.toml
   SPOOL_LEASE_TTL=60s spool config show --json | jq '.keys[] | select(.key == \"lease.ttl\")'";
-
-/// The lock options of a command that works on one existing spool
-/// directory, refusing (exit 1) a `dir` that is not a directory.
-pub(crate) fn existing_spool_dir(
-    dir: &Path,
-    allow_shared_filesystem: bool,
-) -> anyhow::Result<LockOptions> {
-    if !dir.is_dir() {
-        return Err(coded(
-            ExitCode::Other,
-            format!(
-                "spool directory {} does not exist (or is not a directory)",
-                dir.display()
-            ),
-        ));
-    }
-    Ok(LockOptions {
-        allow_shared_filesystem,
-        ..LockOptions::default()
-    })
-}

@@ -61,7 +61,7 @@ Examples:
 /// Runs `spool requeue`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let dir = &args.dir;
-    let opts = super::existing_spool_dir(dir, args.allow_shared_filesystem)?;
+    let opts = super::spool_dir::existing_spool_dir(dir, args.allow_shared_filesystem)?;
     let config = SpoolConfig {
         lock_mode: LockMode::Take,
         lock: opts,

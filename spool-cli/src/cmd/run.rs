@@ -103,7 +103,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
     let status = metrics::shared();
     let server = match keys::METRICS_ADDR.get(&cfg) {
-        Some(addr) => Some(metrics::Server::start(addr, status.clone())?),
+        Some(addr) => Some(metrics::server::Server::start(addr, status.clone())?),
         None => None,
     };
     let (key, _) = cfg.key_dir()?;
@@ -199,7 +199,7 @@ fn started(
     engine: &spool_service::Engine,
     key: &str,
     once: bool,
-    server: Option<&metrics::Server>,
+    server: Option<&metrics::server::Server>,
 ) -> anyhow::Result<()> {
     out.event(
         json!({

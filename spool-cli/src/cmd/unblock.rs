@@ -59,7 +59,7 @@ fn who(record: &OwnerRecord) -> String {
 /// Runs `spool unblock`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let dir = &args.dir;
-    let opts = super::existing_spool_dir(dir, args.allow_shared_filesystem)?;
+    let opts = super::spool_dir::existing_spool_dir(dir, args.allow_shared_filesystem)?;
     let outcome = match spool_lock::clear_blocked(dir, &opts) {
         Ok(o) => o,
         Err(e) if e.is_owned_by_another() => {

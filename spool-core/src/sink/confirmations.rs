@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use spool_lock::{DirWatch, WatchWaker};
 
-use super::StageTarget;
+use super::target::StageTarget;
 use crate::handoff::{confirmations_dir, remove_empty_confirmations};
 use crate::Error;
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::walk::account;
 use crate::siblings::{self, Owner};
 
-/// Why a sibling is or is not charged (see [`sibling_charge`]).
+/// Why a sibling is or is not charged (see `sibling_charge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SiblingCharge {
     /// Nobody holds it, not blocked, and this process could take and empty
@@ -35,7 +35,7 @@ impl SiblingCharge {
 
 /// Classifies one sibling rank directory for `charge_dead_siblings`
 /// ([`siblings::classify`]).
-pub fn sibling_charge(sibling: &Path) -> SiblingCharge {
+pub(crate) fn sibling_charge(sibling: &Path) -> SiblingCharge {
     match siblings::classify(sibling) {
         Owner::Live => SiblingCharge::LiveElsewhere,
         Owner::HeldHere { adopting: true } => SiblingCharge::AdoptedHere,

@@ -5,40 +5,15 @@
 //! never replacing a ready pack (`RENAME_NOREPLACE`), the directory fsynced
 //! after each rename. A pack that stays set aside says why.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use super::inspect::validate_file;
 use super::names::FileKind;
+use super::requeued::Requeued;
 use super::walk::{fsync_dir, walk};
 use super::Spool;
 use crate::at::rename_noreplace;
 use crate::Error;
-
-/// One pack [`Spool::requeue`] looked at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requeued {
-    from: PathBuf,
-    to: PathBuf,
-    kept: Option<String>,
-}
-
-impl Requeued {
-    /// The set-aside pack.
-    pub fn from(&self) -> &Path {
-        &self.from
-    }
-
-    /// Its ready name.
-    pub fn to(&self) -> &Path {
-        &self.to
-    }
-
-    /// Why it stayed set aside; `None` when it was requeued.
-    pub fn kept(&self) -> Option<&str> {
-        self.kept.as_deref()
-    }
-}
 
 impl Spool {
     /// Renames every `<id>.rejected` (with `rejected`) and every
@@ -82,7 +57,7 @@ impl Spool {
                 Err(_) if to.exists() => Some(format!("{} already exists", to.display())),
                 Err(e) => Some(format!("cannot rename it to {}: {e}", to.display())),
             });
-            out.push(Requeued { from, to, kept });
+            out.push(Requeued::new(from, to, kept));
         }
         Ok(out)
     }

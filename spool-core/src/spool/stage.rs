@@ -1,16 +1,14 @@
 //! Staging a sealed pack (temp file, fsync, `link()`, directory fsync), the
-//! reservation and the committed account, and the pause-before-publish
-//! test seam.
+//! reservation and the committed account.
 
 use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-#[cfg(any(test, feature = "testing"))]
-use std::sync::PoisonError;
 
 use super::charge::dead_sibling_bytes;
 use super::names::{ordinal_dir_name, FileKind};
+use super::pause::pause_before_publish;
 use super::walk::{account, fsync_dir, open_nofollow};
 use super::{Spool, StagedPack, State, Usage};
 use crate::pack::PackId;
@@ -199,7 +197,7 @@ impl Spool {
             let _ = std::fs::remove_file(&temp);
             return Err(e);
         }
-        seams::pause_before_publish(&temp);
+        pause_before_publish(&temp);
         let published = match std::fs::hard_link(&temp, &ready) {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -255,54 +253,5 @@ fn same_contents(path: &Path, bytes: &[u8]) -> io::Result<bool> {
             return Ok(false);
         }
         at += n;
-    }
-}
-
-/// The "pause before publish" test seam.
-mod seams {
-    use std::path::Path;
-
-    #[cfg(any(test, feature = "testing"))]
-    pub(super) static PAUSE: std::sync::Mutex<Option<std::path::PathBuf>> =
-        std::sync::Mutex::new(None);
-
-    /// Blocks a stage (its temp file written and fsynced, not published)
-    /// until the configured release file exists.
-    #[cfg(any(test, feature = "testing"))]
-    pub(super) fn pause_before_publish(temp: &Path) {
-        let release = PAUSE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        if let Some(release) = release {
-            tracing::info!(temp = %temp.display(), release = %release.display(), "stage paused before publish");
-            while !release.exists() {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        }
-    }
-
-    #[cfg(not(any(test, feature = "testing")))]
-    #[inline(always)]
-    pub(super) fn pause_before_publish(_temp: &Path) {}
-}
-
-/// Makes every later stage in this process pause just before its publish
-/// (temp file written and fsynced) until `release_file` exists, or stops
-/// pausing (`None`). A test seam: in a build without the `testing` feature
-/// it returns [`Error::NoTestSeams`].
-pub fn set_pause_before_publish(release_file: Option<&Path>) -> Result<(), Error> {
-    #[cfg(any(test, feature = "testing"))]
-    {
-        *seams::PAUSE.lock().unwrap_or_else(PoisonError::into_inner) =
-            release_file.map(Path::to_path_buf);
-        Ok(())
-    }
-    #[cfg(not(any(test, feature = "testing")))]
-    {
-        let _ = release_file;
-        Err(Error::NoTestSeams {
-            seam: "pause before publish",
-        })
     }
 }

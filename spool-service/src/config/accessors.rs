@@ -189,7 +189,11 @@ impl super::Config {
             crate::Ship::Itself => {
                 let (store_url, catalog_url) = (self.store_url()?, self.catalog_url()?);
                 // a local store and catalog are as private as the spool
-                super::create_local_destination(&store_url, &catalog_url, &self.access()?)?;
+                super::destination::create_local_destination(
+                    &store_url,
+                    &catalog_url,
+                    &self.access()?,
+                )?;
                 let store = Store::from_url(&store_url, &self.client())?;
                 let catalog = spool_catalog::open_with_timeout(
                     &self.catalog_open_url()?,

@@ -40,7 +40,7 @@ pub fn embedded_catalog_url(root: &Path) -> String {
 /// private, 0700 / 0600, by default), before the store and catalog open
 /// them with the process umask. SQLite gives its journal and WAL files the
 /// database file's mode. What exists is left as it is. Other URLs: nothing.
-pub fn create_local_destination(
+pub(crate) fn create_local_destination(
     store_url: &str,
     catalog_url: &str,
     access: &Access,

@@ -3,7 +3,7 @@
 //! section per [`sections`] name, a field per key in it. Anything else —
 //! an unknown section or field, a value that is not a string, number or
 //! boolean — is refused naming it, the file and the known keys. Values are
-//! kept raw and parsed by [`parse_value`](super::kind::parse_value) like
+//! kept raw and parsed by [`parse_value`](super::parse::parse_value) like
 //! every other source's.
 
 use std::path::{Path, PathBuf};

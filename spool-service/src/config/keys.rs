@@ -14,7 +14,6 @@ use spool_catalog::LeaseScope;
 use crate::Ship;
 
 use super::kind::{Kind, Value};
-use super::Config;
 
 /// One configuration key.
 #[derive(Debug, Clone, Copy)]
@@ -64,7 +63,8 @@ impl Key {
 pub const PLAIN_ARGUMENT_SECTIONS: &[&str] = &["spool", "destination", "service"];
 
 /// Looks a key up by its keyword-argument name ([`Key::argument_name`]).
-pub fn key_for_argument(name: &str) -> Option<&'static Key> {
+#[cfg(test)]
+pub(crate) fn key_for_argument(name: &str) -> Option<&'static Key> {
     KEYS.iter().copied().find(|k| k.argument_name() == name)
 }
 
@@ -84,33 +84,6 @@ impl<T: SettingValue> Setting<T> {
             key,
             _value: PhantomData,
         }
-    }
-
-    /// The key's value in `cfg`.
-    pub fn get(&self, cfg: &Config) -> T {
-        T::from_value(cfg.value(self.key.name)).unwrap_or_else(|| {
-            // A table error, not a user's: resolution gives every key with a
-            // default (or a derived value) a value of its kind, and the unit
-            // test `every_setting_reads_its_default` reads them all.
-            panic!("configuration key {} read as the wrong type", self.key.name)
-        })
-    }
-}
-
-impl<T: SettingValue> Setting<T> {
-    /// The key's built-in default as a `T` (the library constructors'
-    /// defaults, e.g. [`crate::ServiceConfig::new`]'s, are read from here,
-    /// so the table is the one place they are written). Only for keys with
-    /// a default.
-    pub fn default_value(&self) -> T {
-        let raw = self
-            .key
-            .default
-            .unwrap_or_else(|| panic!("configuration key {} has no default", self.key.name));
-        let value = super::kind::parse_value(&self.key, raw, &super::Source::Default)
-            .unwrap_or_else(|e| panic!("the default of {} is refused: {e}", self.key.name));
-        T::from_value(Some(&value))
-            .unwrap_or_else(|| panic!("configuration key {} read as the wrong type", self.key.name))
     }
 }
 
@@ -642,7 +615,7 @@ pub const KEYS: &[&Key] = &[
 ];
 
 /// Looks a key up by name.
-pub fn key_named(name: &str) -> Option<&'static Key> {
+pub(crate) fn key_named(name: &str) -> Option<&'static Key> {
     KEYS.iter().copied().find(|k| k.name == name)
 }
 

@@ -8,10 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use spool_catalog::{mask_url, CatalogUrl, LeaseScope};
-
-use super::keys::Key;
-use super::{ConfigError, Source};
+use spool_catalog::{mask_url, LeaseScope};
 
 /// What values a key takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +81,7 @@ impl Kind {
     }
 }
 
-fn show_ms(ms: u64) -> String {
+pub(crate) fn show_ms(ms: u64) -> String {
     if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
@@ -150,106 +147,6 @@ fn show_bytes(n: u64) -> String {
         }
     }
     n.to_string()
-}
-
-pub(crate) fn refuse(k: &Key, raw: &str, source: &Source, why: &str) -> ConfigError {
-    ConfigError(format!(
-        "bad value for {} ({source}): {:?} {why}; allowed: {}",
-        k.name,
-        mask_url(raw),
-        k.kind.allowed()
-    ))
-}
-
-/// Parses `raw` as a value of `k`'s kind.
-pub fn parse_value(k: &Key, raw: &str, source: &Source) -> Result<Value, ConfigError> {
-    let raw_t = raw.trim();
-    let bad = |why: &str| refuse(k, raw, source, why);
-    Ok(match k.kind {
-        Kind::Path => {
-            if raw_t.is_empty() {
-                return Err(bad("is empty"));
-            }
-            Value::Path(PathBuf::from(raw_t))
-        }
-        Kind::StoreUrl => {
-            let u = url::Url::parse(raw_t).map_err(|e| bad(&format!("is not a URL ({e})")))?;
-            if !matches!(u.scheme(), "s3" | "gs" | "az" | "file" | "memory") {
-                return Err(bad(&format!("has an unknown scheme {:?}", u.scheme())));
-            }
-            if !u.username().is_empty() || u.password().is_some() {
-                return Err(bad("carries credentials; put them in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or GOOGLE_*/AZURE_*) instead"));
-            }
-            Value::Text(raw_t.to_string())
-        }
-        Kind::CatalogUrl => {
-            CatalogUrl::parse(raw_t).map_err(|e| bad(&format!("is refused: {e}")))?;
-            Value::Text(raw_t.to_string())
-        }
-        Kind::Name => {
-            let ok = !raw_t.is_empty()
-                && raw_t.len() <= 64
-                && raw_t
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-            if !ok {
-                return Err(bad("is not a plain name"));
-            }
-            Value::Text(raw_t.to_string())
-        }
-        Kind::Count(min) => {
-            let n: u64 = raw_t.parse().map_err(|_| bad("is not a whole number"))?;
-            if n < min {
-                return Err(bad(&format!("is below {min}")));
-            }
-            Value::Count(n)
-        }
-        Kind::Bytes(min) => {
-            let n = parse_bytes(raw_t).ok_or_else(|| bad("is not a size"))?;
-            if n < min {
-                return Err(bad(&format!("is below {min}")));
-            }
-            Value::Bytes(n)
-        }
-        Kind::Secs { min_ms, whole } => {
-            let d = parse_duration(raw_t).ok_or_else(|| bad("is not a duration"))?;
-            if (d.as_millis() as u64) < min_ms {
-                return Err(bad(&format!("is below {}", show_ms(min_ms))));
-            }
-            if whole && d.subsec_nanos() != 0 {
-                return Err(bad("is not a whole number of seconds"));
-            }
-            Value::Secs(d)
-        }
-        Kind::Bool => match raw_t.to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Value::Bool(true),
-            "false" | "0" | "no" | "off" => Value::Bool(false),
-            _ => return Err(bad("is not a boolean")),
-        },
-        Kind::LeaseScope => {
-            Value::Scope(LeaseScope::parse(raw_t).map_err(|_| bad("is not a lease scope"))?)
-        }
-        Kind::Ship => Value::Ship(match raw_t.to_ascii_lowercase().as_str() {
-            "self" => crate::Ship::Itself,
-            "daemon" => crate::Ship::Daemon,
-            _ => return Err(bad("is not who ships")),
-        }),
-        Kind::Addr => Value::Addr(
-            raw_t
-                .parse()
-                .map_err(|_| bad("is not an address IP:PORT"))?,
-        ),
-        Kind::AccessMode => {
-            let sharing: spool_lock::Sharing =
-                raw_t.parse().map_err(|_| bad("is not an access mode"))?;
-            Value::Text(sharing.to_string())
-        }
-        Kind::Group => {
-            spool_lock::Access::parse(Some("0750"), Some(raw_t))
-                .map_err(|e| bad(&format!("is refused: {e}")))?;
-            Value::Text(raw_t.to_string())
-        }
-    })
 }
 
 /// `"64MiB"`, `"1GB"`, `"4096"` → bytes.

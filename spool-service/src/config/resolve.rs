@@ -5,45 +5,16 @@
 //! under the spool root. Each value remembers its [`Source`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::environment::{derived_allow_http, derived_rank, Environment, ProcessEnv, CONFIG_ENV};
 use super::file::{config_path, read_file};
 use super::keys::{self, key_named, Key, KEYS};
-use super::kind::{parse_value, refuse, Value};
+use super::keys::{Setting, SettingValue};
+use super::kind::Value;
+use super::parse::{parse_value, refuse};
+use super::source::Source;
 use super::{destination, ConfigError};
-
-/// Where a value came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// The built-in default.
-    Default,
-    /// Derived from the spool root (the embedded store and catalog).
-    Embedded,
-    /// An environment variable (its name).
-    Env(String),
-    /// The config file (its path).
-    File(PathBuf),
-    /// A flag (its spelling).
-    Flag(String),
-    /// An embedder's keyword argument (its name, e.g. `lease_ttl` of
-    /// spool-py's `spool.Engine(lease_ttl=5)`); ranks with the flags.
-    Argument(String),
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Default => f.write_str("default"),
-            Source::Embedded => f.write_str("default (embedded, under spool.root)"),
-            Source::Env(v) => write!(f, "env {v}"),
-            Source::File(p) => write!(f, "file {}", p.display()),
-            Source::Flag(s) => write!(f, "flag {s}"),
-            Source::Argument(s) => write!(f, "argument {s}"),
-        }
-    }
-}
 
 /// A value given on the command line (or by an embedder in its place): the
 /// key, the raw value, and how it was spelled (`--lease-ttl`, `--set
@@ -312,5 +283,33 @@ fn canonical(path: &std::path::Path) -> PathBuf {
             }
             _ => return abs,
         }
+    }
+}
+
+/// Reading a typed key (a [`Setting`] of `keys.rs`) from a resolved
+/// configuration.
+impl<T: SettingValue> Setting<T> {
+    /// The key's value in `cfg`.
+    pub fn get(&self, cfg: &Config) -> T {
+        T::from_value(cfg.value(self.key.name)).unwrap_or_else(|| {
+            // A table error, not a user's: resolution gives every key with a
+            // default (or a derived value) a value of its kind, and the unit
+            // test `every_setting_reads_its_default` reads them all.
+            panic!("configuration key {} read as the wrong type", self.key.name)
+        })
+    }
+    /// The key's built-in default as a `T` (the library constructors'
+    /// defaults, e.g. [`crate::ServiceConfig::new`]'s, are read from here,
+    /// so the table is the one place they are written). Only for keys with
+    /// a default.
+    pub fn default_value(&self) -> T {
+        let raw = self
+            .key
+            .default
+            .unwrap_or_else(|| panic!("configuration key {} has no default", self.key.name));
+        let value = super::parse::parse_value(&self.key, raw, &Source::Default)
+            .unwrap_or_else(|e| panic!("the default of {} is refused: {e}", self.key.name));
+        T::from_value(Some(&value))
+            .unwrap_or_else(|| panic!("configuration key {} read as the wrong type", self.key.name))
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use spool_catalog::PackRow;
 use spool_core::{ReadyPack, Spool};
 
-use crate::adoption::Cause;
+use crate::cause::Cause;
 
 /// Where a pack came from: the producer that staged it (the catalog row's
 /// `source_host` / `source_pid`).

@@ -94,8 +94,8 @@ use tokio::task::JoinSet;
 
 use super::stage_times::{Busy, StageClock};
 use super::{Drain, Home, Job, PackOutcome, MAX_PACE, SLOW_INDEX};
-use crate::adoption::Cause;
 use crate::bound::{human, Bound, Cut};
+use crate::cause::Cause;
 
 /// At most this many bytes of small packs are validated by one blocking
 /// task (one task per pack would cost more than hashing a small pack).

@@ -14,7 +14,7 @@ use spool_catalog::Catalog;
 
 use crate::catalog::{CallStats, TimedCatalog};
 use crate::node::{Node, NodeReport, NodeSpec, RankMode};
-use crate::value;
+use crate::options::value;
 
 /// What a host saw.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]

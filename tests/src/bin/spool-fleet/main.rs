@@ -20,25 +20,19 @@
 mod catalog;
 mod host;
 mod node;
+mod options;
 mod oracle;
 mod report;
 mod run;
 mod server;
 
-use anyhow::{Context, Result};
-
-/// The value after option `flag` in `it`.
-pub fn value(it: &mut std::slice::Iter<'_, String>, flag: &str) -> Result<String> {
-    it.next()
-        .cloned()
-        .with_context(|| format!("{flag} needs a value"))
-}
+use anyhow::Result;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("run") => {
-            let o = match run::Options::parse(&args[1..]) {
+            let o = match options::Options::parse(&args[1..]) {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("spool-fleet: {e:#}");

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::CallStats;
 use crate::host::HostReport;
+use crate::options::Options;
 use crate::oracle::Verdict;
-use crate::run::Options;
 
 /// The `system.parts` samples.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]

@@ -1,12 +1,12 @@
-//! [`Cause`]: a failure carried through the adoption machine with its type
-//! kept.
+//! [`Cause`]: a failure carried through the adoption machine (and the
+//! drain's outcomes it reads) with its type kept.
 //!
 //! The machine is generic over its environment and its states are plain
 //! data (`Clone`, `Eq`, so the state-machine tests can compare them), which
 //! library errors are not: `spool_lock::Error` holds an `io::Error`. A
 //! `Cause` shares the error behind an `Arc`, so the machine can clone and
 //! compare it (by its message) while the type stays there for whoever asks
-//! ([`Cause::downcast_ref`], [`std::error::Error::source`]). Text enters a
+//! (`Cause::downcast_ref` in the tests, [`std::error::Error::source`]). Text enters a
 //! cause only where no typed error exists (the fakes of the tests, a
 //! violated internal expectation).
 
@@ -25,7 +25,8 @@ impl Cause {
     }
 
     /// The error, if it is a `T` (`spool_lock::Error`, `spool_core::Error`,
-    /// `std::io::Error`, ...).
+    /// `std::io::Error`, ...): what the tests check a cause by.
+    #[cfg(test)]
     pub fn downcast_ref<T: StdError + 'static>(&self) -> Option<&T> {
         self.0.downcast_ref::<T>()
     }
