@@ -98,7 +98,7 @@ use crate::pack::PackId;
 pub struct SlotKey {
     /// The rank directory, as a canonical path (the sink and the service of
     /// one directory must spell it the same way; both canonicalize).
-    pub id: PathBuf,
+    pub dir: PathBuf,
     /// The sink's worker ordinal: `None` stages in the directory itself,
     /// `Some(k)` under `w<k>/`.
     pub ordinal: Option<u32>,
@@ -239,7 +239,7 @@ impl Registry {
     /// unbacked one if nobody touched the slot yet. Never notifies.
     pub fn get_or_create(&self, id: &Path, ordinal: Option<u32>) -> Arc<PublicationPoint> {
         let key = SlotKey {
-            id: id.to_path_buf(),
+            dir: id.to_path_buf(),
             ordinal,
         };
         let mut map = lock(&self.map);
@@ -253,7 +253,7 @@ impl Registry {
         let map = lock(&self.map);
         let mut points: Vec<_> = map
             .iter()
-            .filter(|(key, _)| key.id == id)
+            .filter(|(key, _)| key.dir == id)
             .map(|(_, point)| point.clone())
             .collect();
         points.sort_by(|a, b| a.key.cmp(&b.key));
@@ -288,7 +288,7 @@ impl Registry {
     /// reader whose flag was clear (for events that concern everyone, such
     /// as a lease latch).
     pub fn notify_all(&self) {
-        let ids: HashSet<PathBuf> = lock(&self.map).keys().map(|k| k.id.clone()).collect();
+        let ids: HashSet<PathBuf> = lock(&self.map).keys().map(|k| k.dir.clone()).collect();
         self.mark(|dirty| dirty.extend(ids.iter().cloned()));
     }
 
@@ -316,7 +316,7 @@ impl Registry {
     /// it registered. Dropping the reader deregisters it.
     pub fn register_waker(self: &Arc<Self>, waker: Waker) -> Reader {
         let token = self.next_reader.fetch_add(1, Ordering::Relaxed);
-        let dirty: HashSet<PathBuf> = lock(&self.map).keys().map(|k| k.id.clone()).collect();
+        let dirty: HashSet<PathBuf> = lock(&self.map).keys().map(|k| k.dir.clone()).collect();
         let armed = !dirty.is_empty();
         lock(&self.wakers).insert(
             token,

@@ -60,7 +60,7 @@ use crate::bound::{human, Cut, InFlight};
 
 pub(crate) use counters::{Counters, Progress};
 pub use job::PackOutcome;
-pub(crate) use job::{Home, Job, Source};
+pub(crate) use job::{Home, Job, Origin};
 pub use stage_times::StageTimes;
 
 /// The longest the index linger grows to while the catalog pushes back.
@@ -225,7 +225,7 @@ impl Drain {
     pub(crate) fn own_jobs(&mut self, listed: Vec<ReadyPack>) -> Vec<Job> {
         let owed = self.owed_ids();
         let mut jobs = std::mem::take(&mut self.backlog);
-        let source = Source::this_process(&self.host);
+        let source = Origin::this_process(&self.host);
         jobs.extend(
             listed
                 .into_iter()

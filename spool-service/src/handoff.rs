@@ -56,7 +56,7 @@ use spool_core::PackId;
 use spool_lock::Access;
 
 use crate::bound::Bound;
-use crate::drain::{Drain, Job, PackOutcome, Source};
+use crate::drain::{Drain, Job, Origin, PackOutcome};
 use crate::offload::blocking;
 
 pub(crate) use watch::RefWatch;
@@ -93,7 +93,7 @@ type Confirmable = (Option<u32>, PackId);
 /// One owner as a step read it.
 struct Looked {
     dir: PathBuf,
-    source: Source,
+    source: Origin,
     consents: Consents,
 }
 
@@ -554,7 +554,7 @@ fn look(key: &Path, own: &Path, only: Option<&HashSet<PathBuf>>) -> Vec<Looked> 
         let producer = probe.status.record.as_ref().and_then(|r| r.producer());
         match handoff::list_consented(&dir) {
             Ok(consents) => out.push(Looked {
-                source: Source::adopted(producer.as_ref()),
+                source: Origin::of_producer(producer.as_ref()),
                 dir,
                 consents,
             }),

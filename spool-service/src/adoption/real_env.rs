@@ -39,7 +39,7 @@ use crate::adoption::{
     AdoptRefusal, AdoptionEnv, Cause, PackOutcome, ProbeVerdict, RecoveryFailure,
 };
 use crate::bound::Bound;
-use crate::drain::{Drain, Job, Source};
+use crate::drain::{Drain, Job, Origin};
 use crate::offload::blocking;
 
 /// A sibling this service holds for adoption: its lock and its spool.
@@ -240,7 +240,7 @@ impl AdoptionEnv for Env<'_> {
         };
         // The dead producer named by the owner record at the take, never
         // this adopter.
-        let source = Source::adopted(self.held.get(dir).and_then(|h| h.claim.producer()));
+        let source = Origin::of_producer(self.held.get(dir).and_then(|h| h.claim.producer()));
         let jobs = packs
             .iter()
             .map(|p| Job::new(p.clone(), spool.clone(), source.clone()))

@@ -14,31 +14,31 @@ use crate::cause::Cause;
 /// Where a pack came from: the producer that staged it (the catalog row's
 /// `source_host` / `source_pid`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Source {
+pub(crate) struct Origin {
     host: String,
     /// 0 when the owner record named no pid.
     pid: u32,
 }
 
-impl Source {
+impl Origin {
     /// This process on `host`: the producer of its own directory's packs.
-    pub(crate) fn this_process(host: &str) -> Source {
-        Source {
+    pub(crate) fn this_process(host: &str) -> Origin {
+        Origin {
             host: host.to_string(),
             pid: std::process::id(),
         }
     }
 
-    /// An adopted directory's producer, as its owner record named it when
-    /// the adopter took the lock (never the adopter); `unknown` / 0 when
-    /// the record could not tell.
-    pub(crate) fn adopted(producer: Option<&spool_lock::Producer>) -> Source {
+    /// Another process's directory's producer (an adopted dead sibling, or
+    /// a live hand-off owner), as its owner record names it (never the
+    /// adopter); `unknown` / 0 when the record could not tell.
+    pub(crate) fn of_producer(producer: Option<&spool_lock::Producer>) -> Origin {
         match producer {
-            Some(p) => Source {
+            Some(p) => Origin {
                 host: p.host.clone(),
                 pid: p.pid.unwrap_or(0),
             },
-            None => Source {
+            None => Origin {
                 host: "unknown".into(),
                 pid: 0,
             },
@@ -75,7 +75,7 @@ pub(crate) struct Job {
     pack: ReadyPack,
     /// Where its file lives; its directory is the row's `rank_dir`.
     home: Home,
-    source: Source,
+    source: Origin,
     /// Its catalog row once its upload landed: the job is owed to the
     /// catalog and goes straight to the index stage.
     row: Option<PackRow>,
@@ -83,7 +83,7 @@ pub(crate) struct Job {
 
 impl Job {
     /// A ready pack of `spool`, staged by `source`, not yet uploaded.
-    pub(crate) fn new(pack: ReadyPack, spool: Arc<Spool>, source: Source) -> Job {
+    pub(crate) fn new(pack: ReadyPack, spool: Arc<Spool>, source: Origin) -> Job {
         Job {
             pack,
             home: Home::Spool(spool),
@@ -94,7 +94,7 @@ impl Job {
 
     /// A pack a live owner in `owner_dir` consented to hand off, staged by
     /// `source`, not yet uploaded.
-    pub(crate) fn handed_off(pack: ReadyPack, owner_dir: PathBuf, source: Source) -> Job {
+    pub(crate) fn handed_off(pack: ReadyPack, owner_dir: PathBuf, source: Origin) -> Job {
         Job {
             pack,
             home: Home::Owner(owner_dir),
@@ -122,7 +122,7 @@ impl Job {
     }
 
     /// Who staged it.
-    pub(crate) fn source(&self) -> &Source {
+    pub(crate) fn source(&self) -> &Origin {
         &self.source
     }
 

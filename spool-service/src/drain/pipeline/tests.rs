@@ -15,7 +15,7 @@ use spool_catalog::{
 use spool_upload::testing::{Action, Injected, Op, Rule};
 
 use crate::bound::Bound;
-use crate::drain::{Drain, DrainParts, Job, PackOutcome, Source};
+use crate::drain::{Drain, DrainParts, Job, Origin, PackOutcome};
 use crate::service::tests::{block_on, files, held_spool, stage, wait_for, Fixture};
 use crate::StorageService;
 
@@ -478,7 +478,7 @@ fn validation_runs_at_most_small_pack_workers_packs_ahead_of_the_uploads() {
 fn jobs_of(path: &Drain, packs: Vec<spool_core::ReadyPack>) -> Vec<Job> {
     packs
         .into_iter()
-        .map(|pack| Job::new(pack, path.own().clone(), Source::this_process("h")))
+        .map(|pack| Job::new(pack, path.own().clone(), Origin::this_process("h")))
         .collect()
 }
 
@@ -938,7 +938,7 @@ fn handed_off_packs_are_indexed_and_left_in_place_for_their_owner() {
     let packs = spool_core::spool::scan_dir(owner.dir(), &never).unwrap();
     let jobs = packs
         .into_iter()
-        .map(|p| Job::handed_off(p, owner.dir().to_path_buf(), Source::this_process("h")))
+        .map(|p| Job::handed_off(p, owner.dir().to_path_buf(), Origin::this_process("h")))
         .collect();
     let done = block_on(path.run(jobs, &no_cut(), &never));
     assert_eq!(outcome_names(&done), vec!["Indexed"; 3]);
