@@ -242,9 +242,22 @@ fn test_steps(
 /// torture and fleet passes reuse the tests' build instead of compiling
 /// the workspace again with the features of a narrower package set. Then
 /// the `spool` the tests run ([`build_shipped`]).
+///
+/// Once per xtask process: the sources do not change during a run, and a
+/// second build beside a pass running in another thread (the two-node
+/// lease pass) would relink `debug/spool` under it (the workspace's and
+/// the shipped builds write the same path); a caller meanwhile waits for
+/// the first.
 pub fn build_tests() -> Result<()> {
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if *built {
+        return Ok(());
+    }
     run(cargo().args(["nextest", "run", "--workspace", "--locked", "--no-run"]))?;
-    build_shipped()
+    build_shipped()?;
+    *built = true;
+    Ok(())
 }
 
 /// The variable that makes a test fail, not skip, when root, a tool or a

@@ -1136,26 +1136,44 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
             .min()
             .unwrap_or(u64::MAX)
     };
+    // A contested term (two claims at one term): at most one claimant read
+    // its claim back alone (sequential reads see every quorum-confirmed
+    // claim), and it held the term until the other's claim landed, within
+    // the clock's second. Each claim of a contested term is a candidate
+    // holding; rows of two nodes inside one contested term are a breach.
+    let mut contested_terms = BTreeSet::new();
     let ended: Vec<Claim> = per_term
         .values()
-        .filter_map(|v| match v.as_slice() {
-            [c] if c.expires > c.acquired => Some(Claim {
-                end: c.expires.min(superseded(c.term)),
-                ..(*c).clone()
-            }),
-            _ => None,
+        .flat_map(|v| {
+            if v.len() > 1 {
+                contested_terms.insert(v[0].term);
+            }
+            v.iter()
+                .filter(|c| c.expires > c.acquired)
+                .map(|c| Claim {
+                    end: c.expires.min(superseded(c.term)),
+                    ..(*c).clone()
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
     let held: Vec<(&Claim, Option<usize>)> = ended
         .iter()
         .map(|c| (c, p.node_of_holder(&c.holder)))
         .collect();
+    let contested = |c: &Claim| contested_terms.contains(&c.term);
+    // the nodes with rows in each contested term's candidate holdings
+    let mut contested_rows: BTreeMap<u64, BTreeSet<usize>> = BTreeMap::new();
     let mut problems = Vec::new();
     let mut overlaps = 0;
     // (1) holdings never overlap
     for (a, _) in &held {
         for (b, _) in &held {
-            if a.lease_id < b.lease_id && a.acquired.max(b.acquired) + CLOCK_MS < a.end.min(b.end) {
+            let one_contest = a.term == b.term && contested(a);
+            if a.lease_id < b.lease_id
+                && !one_contest
+                && a.acquired.max(b.acquired) + CLOCK_MS < a.end.min(b.end)
+            {
                 overlaps += 1;
                 problems.push(format!(
                     "claims overlap: term {} ({}) [{}, {}] and term {} ({}) [{}, {}]",
@@ -1197,15 +1215,21 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
             continue;
         };
         last_row[*node].push(t);
-        let own = held.iter().any(|(c, n)| {
-            *n == Some(*node)
-                && c.acquired <= t
-                && t <= c.end + CLOCK_MS
-                && t + FENCE_MARGIN_MS < c.expires + CLOCK_MS
-        });
+        let owns = |c: &Claim| {
+            c.acquired <= t && t <= c.end + CLOCK_MS && t + FENCE_MARGIN_MS < c.expires + CLOCK_MS
+        };
+        let own = held.iter().any(|(c, n)| *n == Some(*node) && owns(c));
+        for (c, _) in held
+            .iter()
+            .filter(|(c, n)| *n == Some(*node) && contested(c) && owns(c))
+        {
+            contested_rows.entry(c.term).or_default().insert(*node);
+        }
         let foreign: Vec<&Claim> = held
             .iter()
-            .filter(|(c, n)| *n != Some(*node) && c.acquired + CLOCK_MS <= t && t < c.end)
+            .filter(|(c, n)| {
+                *n != Some(*node) && !contested(c) && c.acquired + CLOCK_MS <= t && t < c.end
+            })
             .map(|(c, _)| *c)
             .collect();
         if !own || !foreign.is_empty() {
@@ -1225,6 +1249,14 @@ fn oracle(p: &mut Pass, windows: &[(usize, u64, u64)]) -> Result<()> {
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
+            ));
+        }
+    }
+    for (term, nodes) in &contested_rows {
+        if nodes.len() > 1 {
+            overlaps += 1;
+            problems.push(format!(
+                "nodes {nodes:?} both indexed in contested term {term}: only one claimant can have read its claim back alone"
             ));
         }
     }
