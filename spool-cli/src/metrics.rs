@@ -9,10 +9,10 @@
 //! units in the names (`_packs`, `_bytes`, `_seconds`; counters end in
 //! `_total`). `/healthz` answers `200 ok` while healthy and `503` with the
 //! reason when the service latched or the stores keep failing
-//! ([`Health::judge`]).
+//! (spool-service's `Health`, the daemon's rule).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -46,79 +46,6 @@ pub fn shared() -> Shared {
             .as_secs_f64(),
         ..Status::default()
     }))
-}
-
-/// Decides health from successive snapshots: unhealthy when latched, or
-/// when work waits (own packs not uploaded, packs owed to the catalog, or
-/// adoption owed while holding the lease), an error is recorded, and
-/// nothing moved (uploaded, indexed, adopted, set aside) for
-/// `unhealthy_after`.
-#[derive(Debug)]
-pub struct Health {
-    unhealthy_after: Duration,
-    marker: (u64, u64, u64, u64, u64, u64),
-    moved_at: Instant,
-}
-
-impl Health {
-    /// A judge with this patience.
-    pub fn new(unhealthy_after: Duration) -> Health {
-        Health {
-            unhealthy_after,
-            marker: (0, 0, 0, 0, 0, 0),
-            moved_at: Instant::now(),
-        }
-    }
-
-    /// The verdict for the latest snapshot: `None` if healthy.
-    pub fn judge(&mut self, s: &Snapshot) -> Option<String> {
-        if s.latched {
-            return Some(format!(
-                "latched: a foreign lease{} outlived 2 x TTL; lease-gated work stopped for this \
-                 process's lifetime (find the other writer, then restart)",
-                s.lease_holder
-                    .as_ref()
-                    .map(|h| format!(" (held by {h})"))
-                    .unwrap_or_default()
-            ));
-        }
-        if let Some(why) = &s.loop_failed {
-            return Some(format!("loop_failed: {why}"));
-        }
-        if let Some(r) = &s.destination_refused {
-            return Some(format!("destination refused: {r}"));
-        }
-        let marker = (
-            s.uploaded,
-            s.indexed,
-            s.adopted_packs,
-            s.hand_off.shipped,
-            s.quarantined,
-            s.rejected,
-        );
-        let waiting = s.deferred > 0 || s.pending_index > 0 || (s.adoption_owed && s.lease_held);
-        if marker != self.marker || !waiting {
-            self.marker = marker;
-            self.moved_at = Instant::now();
-            return None;
-        }
-        let stuck = self.moved_at.elapsed();
-        match &s.last_error {
-            Some(err) if stuck >= self.unhealthy_after => Some(format!(
-                "stores failing: nothing moved for {}s with {} own pack(s) not uploaded, {} owed \
-                 to the catalog{}; last error: {err}",
-                stuck.as_secs(),
-                s.deferred,
-                s.pending_index,
-                if s.adoption_owed {
-                    ", adoption owed"
-                } else {
-                    ""
-                }
-            )),
-            _ => None,
-        }
-    }
 }
 
 #[derive(Debug)]

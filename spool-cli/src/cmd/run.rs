@@ -23,7 +23,8 @@ use spool_service::{FieldValue, RunEnd, RunPlan, Snapshot};
 
 use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags, Source};
 use crate::exit::ExitCode;
-use crate::metrics::{self, Health};
+use crate::metrics;
+use spool_service::Health;
 
 /// Arguments of `spool run`.
 #[derive(Debug, clap::Args)]
