@@ -513,3 +513,117 @@ fn the_shipper_record_round_trips_and_bounds_what_it_keeps() {
     assert!(!back.unconfirmed[0].2.contains('\n'));
     assert_eq!(shipper_of(&key).unwrap(), Some(key.join("r1-00000001")));
 }
+
+/// The owner's release wait: it removes what the daemon confirms as it
+/// comes and returns 0 once nothing is waiting; with nothing confirmed it
+/// gives up after `stalled` without a confirmation, or at the deadline,
+/// whichever comes first, saying how many still wait.
+#[test]
+fn the_release_wait_removes_confirmed_packs_as_they_come_and_gives_up_when_they_stop() {
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = owner(tmp.path());
+    let dir = spool.dir().to_path_buf();
+    let (a, b) = (stage(&spool, None), stage(&spool, Some(1)));
+    spool.consent(None, a).unwrap();
+    spool.consent(Some(1), b).unwrap();
+    // nothing confirmed: given up after the stall, well before the deadline
+    let t = Instant::now();
+    let far = t + Duration::from_secs(30);
+    assert_eq!(
+        spool
+            .wait_confirmed(far, Some(Duration::from_millis(200)))
+            .unwrap(),
+        2
+    );
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    // nothing confirmed, no stall rule: given up at the deadline
+    let t = Instant::now();
+    assert_eq!(
+        spool
+            .wait_confirmed(t + Duration::from_millis(150), None)
+            .unwrap(),
+        2
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "{:?}",
+        t.elapsed()
+    );
+    // one confirmed now, the other later: both removed, nothing waits
+    confirm(&dir, &[(None, a)], &Access::PRIVATE).unwrap();
+    let confirmer = {
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            confirm(&dir, &[(Some(1), b)], &Access::PRIVATE).unwrap();
+        })
+    };
+    assert_eq!(
+        spool
+            .wait_confirmed(
+                Instant::now() + Duration::from_secs(30),
+                Some(Duration::from_secs(5))
+            )
+            .unwrap(),
+        0
+    );
+    confirmer.join().unwrap();
+    assert!(!dir.join(format!("{a}.ready")).exists());
+    assert!(!dir.join("w1").join(format!("{b}.ready")).exists());
+    assert_eq!(spool.consented_packs().unwrap(), 0);
+}
+
+/// What the daemon reads of a live owner without touching it: whether it
+/// has a `_refs/` directory (a link there is none), and how long ago it
+/// consented to a pack (none once the ref is gone).
+#[test]
+fn the_daemon_reads_refs_presence_and_consent_age_of_a_live_owner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = owner(tmp.path());
+    let dir = spool.dir().to_path_buf();
+    assert!(!has_refs_dir(&dir), "no consent yet, no _refs/");
+    let a = stage(&spool, None);
+    assert_eq!(consent_age(&dir, None, a), None);
+    spool.consent(None, a).unwrap();
+    assert!(has_refs_dir(&dir));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let age = consent_age(&dir, None, a).expect("a consented pack has an age");
+    assert!(
+        age >= std::time::Duration::from_millis(10) && age < std::time::Duration::from_secs(60),
+        "{age:?}"
+    );
+    assert_eq!(consent_age(&dir, Some(3), a), None, "another ordinal's ref");
+    // a link named _refs is no refs directory
+    let other = tmp.path().join("elsewhere");
+    std::fs::create_dir(&other).unwrap();
+    let linked = tmp.path().join("0123456789ab").join("r1-0000000b");
+    std::fs::create_dir(&linked).unwrap();
+    std::os::unix::fs::symlink(&other, linked.join(REFS_DIR)).unwrap();
+    assert!(!has_refs_dir(&linked));
+}
+
+/// An owner letting go removes its emptied confirmations directory and
+/// `<key>/_shipped` with it, and keeps one that still holds something.
+#[test]
+fn letting_go_removes_empty_confirmations_and_keeps_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spool = owner(tmp.path());
+    let dir = spool.dir().to_path_buf();
+    let a = stage(&spool, None);
+    spool.consent(None, a).unwrap();
+    let shipped = tmp.path().join("0123456789ab").join(SHIPPED_DIR);
+    // its pending slot is there: kept
+    remove_empty_confirmations(&dir);
+    assert!(confirmations_dir(&dir).is_dir());
+    confirm(&dir, &[(None, a)], &Access::PRIVATE).unwrap();
+    assert_eq!(spool.release_confirmed().unwrap(), 1);
+    assert_eq!(collect_confirmations(&dir).unwrap(), 1);
+    remove_empty_confirmations(&dir);
+    assert!(!confirmations_dir(&dir).exists());
+    assert!(!shipped.exists(), "an empty _shipped goes with it");
+}
