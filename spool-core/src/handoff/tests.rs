@@ -627,3 +627,49 @@ fn letting_go_removes_empty_confirmations_and_keeps_others() {
     assert!(!confirmations_dir(&dir).exists());
     assert!(!shipped.exists(), "an empty _shipped goes with it");
 }
+
+/// A record whose first line names no plain directory is no record (a
+/// path, `.`, `..`, nothing); a record with exactly the bound of refusals
+/// counts none more.
+#[test]
+fn a_shipper_record_naming_no_plain_directory_is_none() {
+    for bad in ["", "a/b", ".", "..", "/r1-00000001"] {
+        assert!(
+            ShipperRecord::decode(&format!("{bad}\nnode\tn\n")).is_none(),
+            "{bad:?}"
+        );
+    }
+    assert!(ShipperRecord::decode("r1-00000001\nnode\tn\n").is_some());
+    let mut rec = record("r1-00000001");
+    for i in 0..RECORDED_REFUSALS {
+        rec.refused
+            .push(("o".into(), format!("{i}.ref"), "why".into()));
+    }
+    let back = ShipperRecord::decode(&rec.encode()).unwrap();
+    assert_eq!(back.refused.len(), RECORDED_REFUSALS);
+    assert_eq!(back.refused_more, 0);
+}
+
+/// A daemon that stops forgets its own record only (another's stays);
+/// clearing removes whichever record is there, and `_shipped` once empty.
+#[test]
+fn a_daemon_forgets_only_its_own_record_and_clearing_removes_any() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("root").join("0123456789ab");
+    std::fs::create_dir_all(&key).unwrap();
+    let mine = key.join("r1-00000001");
+    record_shipper(&mine, &record("r1-00000001"), &Access::PRIVATE).unwrap();
+    forget_shipper(&key.join("r2-00000002"));
+    assert_eq!(
+        shipper_of(&key).unwrap(),
+        Some(mine.clone()),
+        "another daemon's forget"
+    );
+    forget_shipper(&mine);
+    assert_eq!(shipper_of(&key).unwrap(), None);
+    assert!(!key.join(SHIPPED_DIR).exists(), "_shipped goes once empty");
+    record_shipper(&mine, &record("r1-00000001"), &Access::PRIVATE).unwrap();
+    clear_shipper(&key);
+    assert_eq!(shipper_of(&key).unwrap(), None);
+    assert!(!key.join(SHIPPED_DIR).exists());
+}
