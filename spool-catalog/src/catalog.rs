@@ -30,6 +30,10 @@ pub const LEASE_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_s
 /// statement fenced on its own).
 pub const MAX_ROWS_PER_STATEMENT: usize = 256;
 
+/// Default bound on one request of a networked catalog (connect, send,
+/// answer); [`crate::open_with_timeout`] sets another.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What a catalog counted since it was opened (cheap to read: a few
 /// atomics). Backends that count nothing report zeros.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -17,8 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 
-/// Default bound on one request (connect, send, answer).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::catalog::DEFAULT_REQUEST_TIMEOUT;
 
 /// The first major version whose HTTP interface serves
 /// `RowBinaryWithNamesAndTypes` well enough for the crate's validation.

@@ -326,13 +326,12 @@ mod target;
 use std::sync::Arc;
 
 pub use crate::catalog::{
-    Catalog, CatalogCounters, LEASE_LOG_RETENTION, LEASE_TRIM_INTERVAL, MAX_ROWS_PER_STATEMENT,
-    SCHEMA_VERSION,
+    Catalog, CatalogCounters, DEFAULT_REQUEST_TIMEOUT, LEASE_LOG_RETENTION, LEASE_TRIM_INTERVAL,
+    MAX_ROWS_PER_STATEMENT, SCHEMA_VERSION,
 };
 #[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{
-    ClickHouseCatalog, CONTENTION_FIRST_PAUSE, CONTENTION_MAX_PAUSE, DEFAULT_REQUEST_TIMEOUT,
-    QUORUM_CONTENTION_CODE,
+    ClickHouseCatalog, CONTENTION_FIRST_PAUSE, CONTENTION_MAX_PAUSE, QUORUM_CONTENTION_CODE,
 };
 pub use crate::error::{Error, Result};
 pub use crate::holder::LeaseHolder;
@@ -574,7 +573,11 @@ fn open_backend(url: &str, request_timeout: std::time::Duration) -> Result<Arc<d
         )),
         #[cfg(not(feature = "clickhouse"))]
         CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
-            url: redact::mask_url(url),
+            // (the request bound is the ClickHouse client's alone)
+            url: {
+                let _ = request_timeout;
+                redact::mask_url(url)
+            },
             reason: "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)"
                 .into(),
         }),

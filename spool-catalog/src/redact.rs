@@ -4,6 +4,7 @@
 //! wherever it is shown.
 
 /// Most bytes of a server's text [`foreign_text`] keeps (after escaping).
+#[cfg_attr(not(feature = "clickhouse"), allow(dead_code))] // servers' text: ClickHouse's
 pub const FOREIGN_TEXT_LIMIT: usize = 512;
 
 /// Text from a server (a ClickHouse exception body, a replica's error), as
@@ -14,6 +15,7 @@ pub const FOREIGN_TEXT_LIMIT: usize = 512;
 /// [`FOREIGN_TEXT_LIMIT`] bytes kept, followed by `… (N bytes)` naming the
 /// size of the whole text. So no server can forge a log line, drive a
 /// terminal, flood a log or echo a credential back into one.
+#[cfg_attr(not(feature = "clickhouse"), allow(dead_code))] // servers' text: ClickHouse's
 pub(crate) fn foreign_text(text: &str, secrets: &[&str]) -> String {
     let mut masked = text.to_string();
     for secret in secrets.iter().filter(|s| !s.is_empty()) {
