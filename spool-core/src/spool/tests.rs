@@ -598,6 +598,16 @@ fn end_foreign_holder(mut child: Child) {
     let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
     let _ = child.kill();
     child.wait().unwrap();
+    // flock's `sleep` dies with its group, but asynchronously: wait (a few
+    // seconds at most) until no process of the group is left, so no
+    // caller sees a holder that is on its way out
+    let pgid = nix::unistd::Pid::from_raw(-(child.id() as i32));
+    for _ in 0..500 {
+        if nix::sys::signal::kill(pgid, None).is_err() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 #[test]
