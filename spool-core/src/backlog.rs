@@ -90,7 +90,7 @@ impl Backlog {
         &self.dirs
     }
 
-    /// `"3 ready pack(s) left in 2 directories: A (2), B (1)"`, or
+    /// `"3 ready pack(s) left in 2 rank directories: A (2), B (1)"`, or
     /// `"no ready pack left"`.
     pub fn describe(&self) -> String {
         if self.dirs.is_empty() {
@@ -102,7 +102,7 @@ impl Backlog {
             .map(|(d, n)| format!("{} ({n})", d.display()))
             .collect();
         format!(
-            "{} ready pack(s) left in {} director{}: {}",
+            "{} ready pack(s) left in {} rank director{}: {}",
             self.packs(),
             self.dirs.len(),
             if self.dirs.len() == 1 { "y" } else { "ies" },

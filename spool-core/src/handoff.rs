@@ -103,6 +103,31 @@ pub const STALLED_HAND_OFF: std::time::Duration = std::time::Duration::from_secs
 /// same way within its own).
 pub const HAND_OFF_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The one wait of a hand-off owner's release: looks every few
+/// milliseconds at how many packs `waiting` says are still handed off and
+/// unconfirmed (after whatever it does at each look), until none is,
+/// `deadline` passes, or (`stalled`) that long passes without the count
+/// falling; returns the last count.
+pub(crate) fn wait_while_confirmations_come(
+    deadline: std::time::Instant,
+    stalled: Option<std::time::Duration>,
+    mut waiting: impl FnMut() -> Result<usize, Error>,
+) -> Result<usize, Error> {
+    let mut last = usize::MAX;
+    let mut progress = std::time::Instant::now();
+    loop {
+        let n = waiting()?;
+        if n < last {
+            (last, progress) = (n, std::time::Instant::now());
+        }
+        let now = std::time::Instant::now();
+        if n == 0 || now >= deadline || stalled.is_some_and(|s| now.duration_since(progress) >= s) {
+            return Ok(n);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// The directory beside the rank directories (under the catalog key) that
 /// holds the daemon's confirmations, one subdirectory per owner.
 pub const SHIPPED_DIR: &str = "_shipped";
@@ -487,21 +512,10 @@ impl Spool {
         deadline: std::time::Instant,
         stalled: Option<std::time::Duration>,
     ) -> Result<usize, Error> {
-        let mut last_progress = std::time::Instant::now();
-        loop {
-            if self.release_confirmed()? > 0 {
-                last_progress = std::time::Instant::now();
-            }
-            let waiting = self.consented_packs()?;
-            let now = std::time::Instant::now();
-            if waiting == 0
-                || now >= deadline
-                || stalled.is_some_and(|s| now.duration_since(last_progress) >= s)
-            {
-                return Ok(waiting);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_while_confirmations_come(deadline, stalled, || {
+            self.release_confirmed()?;
+            self.consented_packs()
+        })
     }
 
     /// The adopter of a dead owner's directory settles its hand-off before

@@ -619,27 +619,16 @@ impl Sink {
         if !shared.config.hand_off {
             return;
         }
-        let mut last = usize::MAX;
-        let mut progress = Instant::now();
-        let waiting = loop {
-            let waiting = match shared.target.consented_packs() {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(dir = %shared.id.display(), "counting the packs {} handed off: {e}", shared.id.display());
-                    return;
-                }
-            };
-            if waiting < last {
-                (last, progress) = (waiting, Instant::now());
+        let waiting = match crate::handoff::wait_while_confirmations_come(
+            deadline,
+            Some(crate::handoff::STALLED_HAND_OFF),
+            || shared.target.consented_packs(),
+        ) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(dir = %shared.id.display(), "counting the packs {} handed off: {e}", shared.id.display());
+                return;
             }
-            let now = Instant::now();
-            if waiting == 0
-                || now >= deadline
-                || now.duration_since(progress) >= crate::handoff::STALLED_HAND_OFF
-            {
-                break waiting;
-            }
-            std::thread::sleep(Duration::from_millis(5));
         };
         if waiting > 0 {
             tracing::info!(dir = %shared.id.display(), "{waiting} pack(s) of {} handed off and not confirmed yet: they go with the directory to the daemon's adoption", shared.id.display());
