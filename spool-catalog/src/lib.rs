@@ -152,6 +152,30 @@
 //! one quorum row into it (README, "Replicated catalog"), which makes that
 //! day's entry name a live part again.
 //!
+//! Two other schemes were weighed for 18.16 and left:
+//!
+//! - **Drop, then re-seed.** Drop the day, then write one quorum row into
+//!   it (the repair above), so each retained day keeps one row. Between
+//!   the two statements every consistent read on every replica fails (the
+//!   whole fleet's renewals and claims), and a holder killed between them
+//!   leaves the lease wedged for the fleet until someone repairs it. A
+//!   trim must never be able to stop every node; rows that grow by a day
+//!   can wait for an upgrade.
+//! - **A lease held in ZooKeeper / ClickHouse Keeper**, which every
+//!   replicated deployment already runs: an ephemeral node per holding and
+//!   its version as a fencing token. Liveness would come from the
+//!   session, and nothing would grow. What spool's lease is for, though,
+//!   is the fence on index inserts: a lease-gated insert is one statement
+//!   whose own `WHERE` reads the lease at the replica that writes (the
+//!   fence above). A ClickHouse insert cannot read a Keeper node, so a
+//!   holder whose session expired mid-insert would write beside its
+//!   successor: the fence would move to the readers, which a
+//!   `ReplacingMergeTree` cannot do. It would also bring a second system
+//!   to reach (a node can see Keeper and not ClickHouse, or the
+//!   reverse), a client, its ACLs and chroot, and a second lease for the
+//!   one-server and SQLite catalogs, which have no Keeper; ClickHouse
+//!   Cloud exposes none. So the lease stays a ClickHouse table everywhere.
+//!
 //! # Replicated catalog
 //!
 //! `clickhouse://H1:P1,H2:P2,H3:P3/DB?cluster=NAME` (or the configuration's

@@ -38,6 +38,20 @@ pub enum Error {
         /// The destination's catalog key.
         key: String,
     },
+    /// `spool status` was given a path that is not a directory.
+    #[error("{path} is not a directory: give a spool directory, a spool root or a catalog key directory")]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A spool root or key directory could not be listed.
+    #[error("cannot read {path}: {source}")]
+    Status {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A spool-core failure (layout, spool, sink).
     #[error("{0}")]
     Core(#[from] spool_core::Error),

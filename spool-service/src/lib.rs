@@ -175,6 +175,7 @@ mod run;
 mod service;
 mod ship;
 mod snapshot;
+pub mod status;
 
 pub use config::ServiceConfig;
 pub use drain::StageTimes;

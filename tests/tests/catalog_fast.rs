@@ -584,6 +584,96 @@ mod clickhouse_faults {
         }
     }
 
+    /// The statements of the lease carry each generation's settings too:
+    /// a claim's append is a quorum insert (`insert_quorum_parallel=0`
+    /// exactly where the server has the setting), the head read and the
+    /// read-back of a term's claims ask `select_sequential_consistency=1`,
+    /// and a fenced index insert asks both, on 18.16 and on a current
+    /// release alike.
+    #[tokio::test]
+    async fn lease_statements_carry_each_generations_settings() {
+        for (version, has_it) in [("18.16.1", false), ("22.8.21.38", true)] {
+            let server = catalog_in_place(version, has_it, 3, true).await;
+            let c = spool_catalog::open(&url_of(&server, "&cluster=spool_cluster")).unwrap();
+            let claim = spool_catalog::NewClaim {
+                name: "node-a".into(),
+                term: 7,
+                lease_id: uuid::Uuid::from_u128(7),
+                holder: "h".into(),
+                ttl_ms: 30_000,
+            };
+            c.append_claim(&claim).await.unwrap();
+            // the answers are empty: only what was asked matters here
+            let _ = c.read_lease_head("node-a").await;
+            let _ = c.read_claims("node-a", 7).await;
+            let guard = spool_catalog::LeaseGuard {
+                name: "node-a".into(),
+                lease_id: claim.lease_id,
+                holder: "h".into(),
+                acquired_term: 7,
+                term: 7,
+                expires_at_ms: u64::MAX,
+                config: spool_catalog::LeaseConfig::default(),
+                claimed_at: tokio::time::Instant::now(),
+            };
+            c.index(&[suite::row(1, 1)], Some(&guard)).await.unwrap();
+            let sent = statements_and_settings(&server).await;
+            let of = |needle: &str| -> Vec<&std::collections::BTreeMap<String, String>> {
+                sent.iter()
+                    .filter(|(q, _)| q.contains(needle))
+                    .map(|(_, s)| s)
+                    .collect()
+            };
+            let quorum = |s: &std::collections::BTreeMap<String, String>| {
+                s.get("insert_quorum").map(String::as_str) == Some("2")
+                    && s.get("insert_quorum_parallel").map(String::as_str) == has_it.then_some("0")
+            };
+            let consistent = |s: &std::collections::BTreeMap<String, String>| {
+                s.get("select_sequential_consistency").map(String::as_str) == Some("1")
+            };
+            let appends = of("INSERT INTO `spooldb`.`t_lease`");
+            assert_eq!(appends.len(), 1, "{version}: {sent:?}");
+            assert!(appends.iter().all(|s| quorum(s)), "{version}: {appends:?}");
+            let reads: Vec<_> = sent
+                .iter()
+                .filter(|(q, _)| q.starts_with("SELECT") && q.contains("FROM `spooldb`.`t_lease`"))
+                .map(|(_, s)| s)
+                .collect();
+            assert!(reads.len() >= 2, "{version}: {sent:?}");
+            assert!(reads.iter().all(|s| consistent(s)), "{version}: {reads:?}");
+            let fenced = of("INSERT INTO `spooldb`.`t_packs`");
+            assert_eq!(fenced.len(), 1, "{version}: {sent:?}");
+            assert!(
+                fenced.iter().all(|s| quorum(s) && consistent(s)),
+                "{version}: {fenced:?}"
+            );
+        }
+    }
+
+    /// Each statement's text and its settings (HTTP query parameters).
+    async fn statements_and_settings(
+        server: &MockServer,
+    ) -> Vec<(String, std::collections::BTreeMap<String, String>)> {
+        server
+            .received_requests()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let mut settings = std::collections::BTreeMap::new();
+                let mut query = String::from_utf8_lossy(&r.body).into_owned();
+                for (k, v) in r.url.query_pairs() {
+                    if k == "query" {
+                        query = format!("{v}{query}");
+                    } else {
+                        settings.insert(k.into_owned(), v.into_owned());
+                    }
+                }
+                (query, settings)
+            })
+            .collect()
+    }
+
     /// One server's catalog (no cluster) sends no quorum settings at all,
     /// and never asks `system.settings`.
     #[tokio::test]

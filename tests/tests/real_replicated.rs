@@ -297,7 +297,18 @@ mod serial {
             "nothing dropped on 18.16"
         );
         let again = rt.block_on(catalog.renew(&guard)).unwrap();
-        assert!(matches!(again, LeaseClaim::Held(_)), "{again:?}");
+        let LeaseClaim::Held(guard) = again else {
+            panic!("{again:?}")
+        };
+        // a fresh claim after the trim: released, then taken by another
+        // holder, which reads the log consistently and appends a new term
+        assert!(rt.block_on(catalog.release(&guard)).unwrap());
+        let fresh = rt
+            .block_on(catalog.acquire("node-a", "b pid 2", &cfg))
+            .unwrap();
+        let LeaseClaim::Held(guard) = fresh else {
+            panic!("no fresh claim after the trim: {fresh:?}")
+        };
         let days = clickhouse_sql(
             &replicas.only(&url, 0),
             &format!("SELECT count() FROM `{db}`.`spool_lease` WHERE intDiv(acquired_at_ms, 86400000) = {day} FORMAT TSV"),
@@ -320,6 +331,13 @@ mod serial {
             .unwrap();
         let healed = rt.block_on(catalog.renew(&guard)).unwrap();
         assert!(matches!(healed, LeaseClaim::Held(_)), "{healed:?}");
+        let another = rt
+            .block_on(catalog.acquire("node-b", "c pid 3", &cfg))
+            .unwrap();
+        assert!(
+            matches!(another, LeaseClaim::Held(_)),
+            "no fresh claim once repaired: {another:?}"
+        );
     }
 
     #[test]

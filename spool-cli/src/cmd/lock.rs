@@ -133,10 +133,9 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
     };
     // A live owner that handed packs off is served by the node's shipper.
     let served_by = if status.held && dir.join(spool_core::spool::REFS_DIR).is_dir() {
-        dir.parent()
-            .map_or(serde_json::Value::Null, super::status::shipper_json)
+        dir.parent().and_then(spool_service::status::shipper_of)
     } else {
-        serde_json::Value::Null
+        None
     };
     let mut out = std::io::stdout().lock();
     if json {
@@ -184,12 +183,12 @@ fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
             format!("{}: not held (no lock file)", dir.display())
         };
         writeln!(out, "{line}").map_err(crate::exit::stdout_error)?;
-        if served_by["live"] == serde_json::json!(true) {
+        if let Some(shipper) = served_by.filter(|s| s.live) {
             writeln!(
                 out,
                 "{}: its handed-off packs are shipped by {}",
                 dir.display(),
-                super::status::shipper_text(&served_by)
+                shipper.describe()
             )
             .map_err(crate::exit::stdout_error)?;
         }

@@ -413,6 +413,7 @@ fn a_secret_in_a_store_url_is_never_printed() {
         "s3://b/p?secret_access_key=SEKRIT1",
         "gs://b/p#token=SEKRIT1",
         "s3://b/p?x=1&session_token=SEKRIT1",
+        "s3://b/x#SEKRIT1",
     ] {
         let mut cmds: Vec<Command> = Vec::new();
         let mut c = spool();
@@ -445,6 +446,47 @@ fn a_secret_in_a_store_url_is_never_printed() {
             assert!(!text.contains("SEKRIT1"), "{cmd:?}: {text}");
             assert!(text.contains("****"), "{cmd:?}: {text}");
         }
+    }
+    assert!(s.indexed().is_empty());
+}
+
+/// A multi-host catalog URL whose credentials sit on a later host
+/// (`h1:p,u:pw@h2:p`) cannot be read as written: `run`, `produce` and
+/// `ls` refuse it as a usage error (exit 2) naming the fix, never
+/// shorten it to one host, and never print the password.
+#[test]
+fn a_host_list_that_cannot_be_parsed_as_written_is_refused() {
+    let s = Scratch::new();
+    let url = "clickhouse://127.0.0.1:1,u:SEKRIT2@127.0.0.1:2/db";
+    let mut cmds: Vec<Command> = Vec::new();
+    let mut c = spool();
+    c.args([
+        "run",
+        "--once",
+        "--timeout",
+        "5",
+        "--catalog",
+        url,
+        "--spool-root",
+    ])
+    .arg(&s.root);
+    cmds.push(c);
+    let mut c = spool();
+    c.args(["produce", "--packs", "1", "--catalog", url, "--spool-root"])
+        .arg(&s.root);
+    cmds.push(c);
+    let mut c = spool();
+    c.args(["ls", "--catalog", url]);
+    cmds.push(c);
+    for mut cmd in cmds {
+        let out = run(&mut cmd);
+        let text = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {text}");
+        assert!(!text.contains("SEKRIT2"), "{cmd:?}: {text}");
+        assert!(
+            text.contains("credentials") && text.contains("first host"),
+            "{cmd:?}: {text}"
+        );
     }
     assert!(s.indexed().is_empty());
 }
