@@ -97,6 +97,24 @@ enum Plant {
     RecordLink,
     /// A directory where the shipper record belongs.
     RecordDir,
+    /// A ref inside `_refs` that is a link to a victim file.
+    RefLinkInside,
+    /// A regular file where the dead owner's confirmations directory
+    /// belongs.
+    ConfirmationsFile,
+    /// A FIFO where the dead owner's confirmations directory belongs.
+    ConfirmationsFifo,
+    /// The dead owner's pending slots links to the victim's files of the
+    /// same names.
+    PendingSlotLinks,
+    /// A directory (holding a file) where a pending slot belongs.
+    PendingSlotDir,
+    /// A FIFO where `<key>/_shipped` belongs.
+    ShippedFifo,
+    /// A name that is not UTF-8 under `<key>/_shipped`.
+    ShippedForeignName,
+    /// The shipper record a character device (root only).
+    RecordDevice,
 }
 
 impl Plant {
@@ -111,6 +129,7 @@ impl Plant {
                 | Plant::RefsFifo
                 | Plant::RefsDevice
                 | Plant::RefsForeignName
+                | Plant::RefLinkInside
         )
     }
 
@@ -181,11 +200,77 @@ impl Plant {
             Plant::RecordDir => {
                 std::fs::create_dir_all(shipped.join(".shipper")).unwrap();
             }
+            Plant::RefLinkInside => {
+                let first = std::fs::read_dir(&refs)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.file_name())
+                    .min()
+                    .unwrap();
+                std::fs::remove_file(refs.join(&first)).unwrap();
+                link(&victim.dir.join(&first), &refs.join(&first));
+            }
+            Plant::ConfirmationsFile | Plant::ConfirmationsFifo => {
+                let own = shipped.join(owner.file_name().unwrap());
+                let _ = std::fs::remove_dir_all(&own);
+                std::fs::create_dir_all(&shipped).unwrap();
+                if let Plant::ConfirmationsFile = self {
+                    std::fs::write(&own, b"not a directory").unwrap();
+                } else {
+                    fifo(&own);
+                }
+            }
+            Plant::PendingSlotLinks | Plant::PendingSlotDir => {
+                let own = shipped.join(owner.file_name().unwrap());
+                std::fs::create_dir_all(&own).unwrap();
+                let slots: Vec<_> = std::fs::read_dir(&own)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.file_name())
+                    .collect();
+                assert!(!slots.is_empty(), "{self:?}: no pending slot in {own:?}");
+                for slot in slots {
+                    std::fs::remove_file(own.join(&slot)).unwrap();
+                    if let Plant::PendingSlotLinks = self {
+                        link(&victim.dir.join(&slot), &own.join(&slot));
+                    } else {
+                        std::fs::create_dir(own.join(&slot)).unwrap();
+                        std::fs::write(own.join(&slot).join("inner"), b"x").unwrap();
+                        break;
+                    }
+                }
+            }
+            Plant::ShippedFifo => {
+                let _ = std::fs::remove_dir_all(&shipped);
+                fifo(&shipped);
+            }
+            Plant::ShippedForeignName => {
+                std::fs::create_dir_all(&shipped).unwrap();
+                std::fs::write(
+                    shipped.join(std::ffi::OsStr::from_bytes(b"r9-\xff\xfe")),
+                    b"",
+                )
+                .unwrap();
+            }
+            Plant::RecordDevice => {
+                assert!(
+                    nix::unistd::geteuid().is_root(),
+                    "planting a device needs root (CI runs as root)"
+                );
+                std::fs::create_dir_all(&shipped).unwrap();
+                nix::sys::stat::mknod(
+                    &shipped.join(".shipper"),
+                    nix::sys::stat::SFlag::S_IFCHR,
+                    nix::sys::stat::Mode::from_bits_truncate(0o600),
+                    nix::sys::stat::makedev(1, 5),
+                )
+                .unwrap();
+            }
         }
     }
 }
 
-const ALL: [Plant; 13] = [
+const ALL: [Plant; 21] = [
     Plant::RefsLink,
     Plant::RefsFile,
     Plant::RefsSubdir,
@@ -199,6 +284,14 @@ const ALL: [Plant; 13] = [
     Plant::RecordFifo,
     Plant::RecordLink,
     Plant::RecordDir,
+    Plant::RefLinkInside,
+    Plant::ConfirmationsFile,
+    Plant::ConfirmationsFifo,
+    Plant::PendingSlotLinks,
+    Plant::PendingSlotDir,
+    Plant::ShippedFifo,
+    Plant::ShippedForeignName,
+    Plant::RecordDevice,
 ];
 
 /// Two sink-only producers that exited (dead siblings with consented
@@ -297,6 +390,19 @@ fn case(plant: Plant) {
         assert!(
             text.contains("blocked:") && text.contains("_refs"),
             "{plant:?}: lock owner says {text}"
+        );
+        // status says so too, with the same reason
+        let status = output(spool().args(["status", "--json"]).arg(&root));
+        let v: serde_json::Value = serde_json::from_slice(&status.stdout)
+            .unwrap_or_else(|e| panic!("{plant:?}: {e}\n{}", describe(&status)));
+        let row = v["rank_dirs"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["path"] == planted.to_str().unwrap()))
+            .unwrap_or_else(|| panic!("{plant:?}: no row for {planted:?}: {v}"));
+        assert_eq!(row["state"], "blocked", "{plant:?}: {row}");
+        assert!(
+            row["reason"].as_str().is_some_and(|r| r.contains("_refs")),
+            "{plant:?}: {row}"
         );
         // a second run does not take it up again
         let again = run_once(plant, &root);

@@ -445,7 +445,7 @@ impl Run {
         }
         // (once the spool is writable again: a read-only window would
         // keep them)
-        self.plants.remove();
+        self.plants.remove(&self.spool);
         self.drain()
     }
 

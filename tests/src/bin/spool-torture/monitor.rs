@@ -625,8 +625,27 @@ pub fn watch_catalog(catalog: &Catalog, store: &StoreAt, shared: &Board, stop: &
     }
 }
 
-/// Every file under `dir` (relative path → digest), or `None` if `dir`
-/// is gone.
+/// A regular file's metadata and bytes, opened without following a link
+/// or blocking; `None` for anything else, or when it is gone.
+fn read_regular(f: &Path) -> Option<(std::fs::Metadata, Vec<u8>)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(f)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    Some((meta, bytes))
+}
+
+/// Every regular file under `dir` (relative path → digest), or `None` if
+/// `dir` is gone.
 fn digest(dir: &Path) -> Option<BTreeMap<PathBuf, Sig>> {
     if !dir.is_dir() {
         return None;
@@ -635,11 +654,10 @@ fn digest(dir: &Path) -> Option<BTreeMap<PathBuf, Sig>> {
     walk_files(dir, &mut files);
     let mut out = BTreeMap::new();
     for f in files {
-        let Ok(meta) = std::fs::symlink_metadata(&f) else {
+        // a link, FIFO or device is a plant (plants.rs), never an owner's
+        // file: never followed, never opened (a FIFO would block)
+        let Some((meta, bytes)) = read_regular(&f) else {
             continue; // gone between the listing and now: next round says
-        };
-        let Ok(bytes) = std::fs::read(&f) else {
-            continue;
         };
         use std::os::unix::fs::MetadataExt;
         let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());

@@ -2,15 +2,28 @@
 //! victim they point at: a directory outside the root whose files are
 //! named like what the hand-off removes and writes (a ref, its pending
 //! slot, a confirmation, the shipper record). Every tick may plant one,
-//! under a catalog key: a link or a regular file where an orphan's
-//! confirmations directory belongs (`<key>/_shipped/r<k>-<hex>`), a link
-//! or a FIFO named like a rank directory (`<key>/r<k>-<hex>`). None of
-//! them is in an owner's directory, so none sets a producer aside; each
-//! would, followed, make a daemon remove or write the victim's files, or
-//! block. The victim is compared byte for byte after every tick; the
-//! plants are removed before the drain.
+//! under a catalog key:
+//!
+//! - a link or a regular file where an orphan's confirmations directory
+//!   belongs (`<key>/_shipped/r<k>-<hex>`), a link or a FIFO named like a
+//!   rank directory (`<key>/r<k>-<hex>`);
+//! - in an owner's `_refs/` (live or dead): a ref that is a link to the
+//!   victim's file of that name, a FIFO named like a ref, a link whose
+//!   name is not UTF-8 (a dead owner holding one is set aside, blocked; a
+//!   live one's daemon refuses the entry). The monitor reads regular files
+//!   only, so none of them counts as an owner's file;
+//! - the shipper record (`<key>/_shipped/.shipper`) replaced by a link to
+//!   the victim's `.shipper` or by a FIFO (renamed over it, as a hostile
+//!   user would).
+//!
+//! Each would, followed or opened blocking, make a daemon remove or write
+//! the victim's files, or block. The victim is compared byte for byte
+//! after every tick; before the drain the plants are removed and every
+//! directory a plant made an adopter set aside is unblocked (`spool
+//! unblock DIR`, as an operator does once the cause is gone).
 
 use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -22,6 +35,8 @@ pub struct Plants {
     victim: PathBuf,
     before: BTreeMap<PathBuf, Vec<u8>>,
     planted: Vec<PathBuf>,
+    /// Rank directories a plant went into (to unblock before the drain).
+    owners: Vec<PathBuf>,
     /// A changed victim was reported (once).
     reported: bool,
 }
@@ -46,6 +61,7 @@ impl Plants {
             victim,
             before,
             planted: Vec::new(),
+            owners: Vec::new(),
             reported: false,
         })
     }
@@ -74,7 +90,11 @@ impl Plants {
         let key = rng.pick(&keys).clone();
         let name = format!("r{}-{:08x}", 90 + rng.below(9), rng.next() as u32);
         let shipped = key.join("_shipped");
-        let (at, made) = match rng.below(4) {
+        let kind = rng.below(9);
+        if kind >= 4 {
+            return self.plant_deeper(rng, kind, &key, &shipped);
+        }
+        let (at, made) = match kind {
             0 => {
                 let at = shipped.join(&name);
                 (at.clone(), std::os::unix::fs::symlink(&self.victim, &at))
@@ -101,6 +121,59 @@ impl Plants {
         }
     }
 
+    /// Plants of kinds 4–8: in an owner's `_refs/`, or over the shipper
+    /// record.
+    fn plant_deeper(&mut self, rng: &mut Rng, kind: u64, key: &Path, shipped: &Path) {
+        let id = "0123456789abcdef0123456789abcdef";
+        if kind >= 7 {
+            // over the shipper record, by a rename (a daemon that reads
+            // it must not follow or block; its next write replaces it)
+            let temp = shipped.join(format!(".plant-{:08x}", rng.next() as u32));
+            let made = if kind == 7 {
+                std::os::unix::fs::symlink(self.victim.join(".shipper"), &temp)
+            } else {
+                nix::unistd::mkfifo(&temp, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                    .map_err(std::io::Error::from)
+            };
+            let record = shipped.join(".shipper");
+            if made.is_ok() && std::fs::rename(&temp, &record).is_ok() {
+                self.planted.push(record);
+            } else {
+                let _ = std::fs::remove_file(&temp);
+            }
+            return;
+        }
+        let owners: Vec<PathBuf> = crate::read_dir(key)
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('r') && n.contains('-'))
+                    && std::fs::symlink_metadata(p.join("_refs")).is_ok_and(|m| m.is_dir())
+            })
+            .collect();
+        if owners.is_empty() {
+            return;
+        }
+        let owner = rng.pick(&owners).clone();
+        let refs = owner.join("_refs");
+        let at = match kind {
+            4 => refs.join(format!("{id}.ref")),
+            5 => refs.join(format!("{:032x}.ref", rng.next())),
+            _ => refs.join(std::ffi::OsStr::from_bytes(b"\xff\xfe.ref")),
+        };
+        let made = match kind {
+            4 => std::os::unix::fs::symlink(self.victim.join(format!("{id}.ref")), &at),
+            5 => nix::unistd::mkfifo(&at, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                .map_err(std::io::Error::from),
+            _ => std::os::unix::fs::symlink(self.victim.join("precious"), &at),
+        };
+        if made.is_ok() {
+            self.planted.push(at);
+            self.owners.push(owner);
+        }
+    }
+
     /// What is wrong with the victim, once: `None` while it is unchanged.
     pub fn check(&mut self) -> Option<String> {
         if self.reported {
@@ -120,10 +193,34 @@ impl Plants {
         ))
     }
 
-    /// Removes the plants (the torture's own entries) before the drain.
-    pub fn remove(&mut self) {
+    /// Removes the plants (the torture's own entries) before the drain,
+    /// then unblocks each directory a plant went into with `spool` (an
+    /// adopter set it aside; one that is not blocked is left as it is).
+    pub fn remove(&mut self, spool: &Path) {
         for p in &self.planted {
             let _ = std::fs::remove_file(p);
+        }
+        self.owners.sort();
+        self.owners.dedup();
+        for dir in &self.owners {
+            if !dir.exists() {
+                continue;
+            }
+            let blocked = std::process::Command::new(spool)
+                .args(["lock", "owner", "--json"])
+                .arg(dir)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .ok()
+                .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+                .is_some_and(|v| v["blocked"].is_string());
+            if blocked {
+                let _ = std::process::Command::new(spool)
+                    .arg("unblock")
+                    .arg(dir)
+                    .stdin(std::process::Stdio::null())
+                    .output();
+            }
         }
     }
 }
