@@ -3,7 +3,7 @@
 //! runs): with no free inode, or no free byte, a daemon that was not
 //! running starts (it takes a dead sibling's directory in place: no new
 //! inode), ships that sibling's packs and a live hand-off owner's, and the
-//! owner learns of each confirmation (a hard link to its ref: no inode)
+//! owner learns of each confirmation (its own pending slot renamed: no inode)
 //! and frees its packs. The store and catalog live off the tmpfs.
 #![forbid(unsafe_code)]
 

@@ -663,7 +663,7 @@ fn a_pack_the_shipper_refuses_is_shown_refused_by_status_not_being_shipped() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&victim, &bytes).unwrap();
-    let _daemon = daemon(&root);
+    let (_daemon, metrics) = daemon_with_metrics(&root);
     wait_for(
         "the two good packs shipped and released",
         Duration::from_secs(30),
@@ -688,8 +688,65 @@ fn a_pack_the_shipper_refuses_is_shown_refused_by_status_not_being_shipped() {
             .is_some_and(|w| !w.is_empty()),
         "{row}"
     );
+    // /metrics counts it too, and nothing as unconfirmed
+    let text = scrape(&metrics);
+    assert_eq!(
+        sample(&text, "spool_handed_off_refused_total"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "spool_handed_off_unconfirmed"),
+        Some(0.0),
+        "{text}"
+    );
     prod.kill().unwrap();
     prod.wait().unwrap();
+}
+
+/// The daemon of [`daemon`] serving `/metrics` on a free port: the child
+/// and the address it printed in its start event.
+fn daemon_with_metrics(root: &Path) -> (KillOnDrop, String) {
+    use std::io::BufRead;
+    std::fs::create_dir_all(root).unwrap();
+    let mut child = KillOnDrop(
+        spool()
+            .args(["run", "--json", "--metrics-addr", "127.0.0.1:0"])
+            .args(["--poll-interval", "60", "--recheck-interval", "1"])
+            .arg("--spool-root")
+            .arg(root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn spool run"),
+    );
+    let mut out = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let addr = v["metrics_addr"].as_str().unwrap().to_string();
+    // keep reading, so the daemon never blocks on a full pipe
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (child, addr)
+}
+
+/// `/metrics` of `addr`.
+fn scrape(addr: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (status, text) = rt
+        .block_on(spool_tests::http::request(addr, "GET", "/metrics"))
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+    text
+}
+
+/// One sample's value in Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Two daemons on one spool root with different node names would both
