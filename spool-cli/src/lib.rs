@@ -15,7 +15,7 @@
 //! [`dest`] (the embedded store and catalog under a spool root, and the
 //! refusal of `memory://` for a command that drains), [`engine`] (the
 //! `spool_service::Engine` of `spool run` and `spool produce --serve`, from
-//! the library's one wiring, `Config::engine_config`), [`metrics`] (`/metrics` and `/healthz`),
+//! the library's one wiring, `Config::engine_config`), spool-service's `metrics` (`/metrics` and `/healthz`),
 //! [`logging`] (`RUST_LOG` filtering, `--log-format text|json`) and
 //! [`signals`] (SIGTERM/SIGINT taken by `sigwait`, never a handler).
 //! Black-box tests: `tests/tests/run_cli.rs` (run, config), `real_run.rs`,
@@ -43,7 +43,6 @@ mod dest;
 mod engine;
 mod exit;
 mod logging;
-mod metrics;
 mod progress;
 mod signals;
 mod source;

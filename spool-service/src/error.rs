@@ -38,6 +38,14 @@ pub enum Error {
         /// The destination's catalog key.
         key: String,
     },
+    /// The metrics server cannot serve on its address.
+    #[error("cannot serve metrics on {addr} (metrics.addr / --metrics-addr): {source}")]
+    Metrics {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// `spool status` was given a path that is not a directory.
     #[error("{path} is not a directory: give a spool directory, a spool root or a catalog key directory")]
     NotADirectory {

@@ -169,6 +169,7 @@ mod error;
 pub mod fetch;
 mod handoff;
 mod health;
+pub mod metrics;
 mod offload;
 pub mod reindex;
 mod run;

@@ -243,6 +243,34 @@ pub const FIELDS: &[Field] = &[
 ];
 
 impl Snapshot {
+    /// The snapshot as JSON (`spool run --json`): every field of
+    /// [`FIELDS`], dotted names nested.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::{json, Value};
+        let mut root = serde_json::Map::new();
+        for (field, value) in self.fields() {
+            let value = match value {
+                FieldValue::Number(n) => json!(n),
+                FieldValue::Flag(b) => json!(b),
+                FieldValue::Text(t) => json!(t),
+                FieldValue::List(l) => json!(l),
+            };
+            let mut at = &mut root;
+            let mut parts = field.name().split('.').peekable();
+            while let Some(part) = parts.next() {
+                if parts.peek().is_none() {
+                    at.insert(part.to_owned(), value);
+                    break;
+                }
+                at = at
+                    .entry(part)
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                    .expect("a dotted name's parent is an object");
+            }
+        }
+        Value::Object(root)
+    }
     /// Every field of [`FIELDS`] with its value in this snapshot.
     pub fn fields(&self) -> impl Iterator<Item = (&'static Field, FieldValue)> + '_ {
         FIELDS.iter().map(move |f| (f, f.value(self)))

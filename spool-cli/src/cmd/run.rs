@@ -19,11 +19,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use spool_service::{FieldValue, RunEnd, RunPlan, Snapshot};
+use spool_service::{RunEnd, RunPlan, Snapshot};
 
 use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags, Source};
 use crate::exit::ExitCode;
-use crate::metrics;
+use spool_service::metrics;
 use spool_service::Health;
 
 /// Arguments of `spool run`.
@@ -102,9 +102,9 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     };
     // Before any thread: every thread inherits the blocked mask.
     let signals = crate::signals::spawn_waiter(crate::signals::block_stop_signals()?)?;
-    let status = metrics::shared();
+    let published = metrics::Published::new();
     let server = match keys::METRICS_ADDR.get(&cfg) {
-        Some(addr) => Some(metrics::server::Server::start(addr, status.clone())?),
+        Some(addr) => Some(metrics::server::Server::start(addr, published.clone())?),
         None => None,
     };
     let (key, _) = cfg.key_dir()?;
@@ -121,13 +121,8 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let report = engine.run(&plan, |look| {
         let snap = look.snapshot();
         let unhealthy = health.judge(snap);
-        {
-            let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
-            if unhealthy.is_some() && st.unhealthy.is_none() {
-                tracing::warn!(dir = %dir.display(), "unhealthy: {}", unhealthy.as_deref().unwrap_or(""));
-            }
-            st.snapshot = snap.clone();
-            st.unhealthy = unhealthy;
+        if let Some(why) = published.publish(snap, unhealthy) {
+            tracing::warn!(dir = %dir.display(), "unhealthy: {why}");
         }
         if let Some(p) = progress.as_mut() {
             p.tick(snap, look.owed_packs().unwrap_or(0));
@@ -154,11 +149,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     }
     let code = exit_code(report.end());
     let message = report.message();
-    let snap = status
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .snapshot
-        .clone();
+    let snap = report.snapshot();
     if server.is_some()
         && matches!(
             code,
@@ -175,7 +166,7 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
             "exit_code": code as u8,
             "message": message,
             "elapsed_s": report.elapsed().as_secs_f64(),
-            "snapshot": snapshot_json(&snap),
+            "snapshot": snap.to_json(),
         }),
         || message.clone(),
     );
@@ -227,34 +218,6 @@ fn started(
         },
     );
     Ok(())
-}
-
-/// The snapshot as JSON: every field of spool-service's one table
-/// ([`spool_service::FIELDS`]), dotted names nested.
-pub fn snapshot_json(s: &Snapshot) -> Value {
-    let mut root = serde_json::Map::new();
-    for (field, value) in s.fields() {
-        let value = match value {
-            FieldValue::Number(n) => json!(n),
-            FieldValue::Flag(b) => json!(b),
-            FieldValue::Text(t) => json!(t),
-            FieldValue::List(l) => json!(l),
-        };
-        let mut at = &mut root;
-        let mut parts = field.name().split('.').peekable();
-        while let Some(part) = parts.next() {
-            if parts.peek().is_none() {
-                at.insert(part.to_owned(), value);
-                break;
-            }
-            at = at
-                .entry(part)
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
-                .expect("a dotted name's parent is an object");
-        }
-    }
-    Value::Object(root)
 }
 
 /// Where human and JSON output go.
@@ -342,7 +305,7 @@ impl Progress {
                             "live_siblings": s.live_siblings,
                             "blocked_siblings": s.blocked_siblings.len(),
                             "adoption_owed": s.adoption_owed,
-                "hand_off": snapshot_json(s)["hand_off"].clone(),
+                "hand_off": s.to_json()["hand_off"].clone(),
                         })
             );
         } else {

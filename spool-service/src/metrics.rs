@@ -1,15 +1,15 @@
-//! `/metrics` and `/healthz` for `spool run --metrics-addr ADDR`.
+//! The daemon's `/metrics` and `/healthz` (`spool run --metrics-addr
+//! ADDR`).
 //!
-//! The run loop publishes each service snapshot and its health
-//! verdict into a shared [`Status`]; [`server::Server`] (`server.rs`) serves it
-//! over HTTP. `/metrics` is encoded by the Prometheus project's Rust
-//! client (`prometheus-client`) from a [`Collector`] that reads the latest
-//! snapshot at scrape time: every field of spool-service's one table
-//! ([`spool_service::FIELDS`]), `spool_` prefix,
+//! The run loop publishes each look's snapshot and its health verdict
+//! ([`crate::Health`], the daemon's rule) into a [`Published`];
+//! [`server::Server`] (`server.rs`) serves it over HTTP. `/metrics` is
+//! encoded by the Prometheus project's Rust client (`prometheus-client`)
+//! from a collector that reads the latest snapshot at scrape time: every
+//! field of the one snapshot table ([`crate::FIELDS`]), `spool_` prefix,
 //! units in the names (`_packs`, `_bytes`, `_seconds`; counters end in
 //! `_total`). `/healthz` answers `200 ok` while healthy and `503` with the
-//! reason when the service latched or the stores keep failing
-//! (spool-service's `Health`, the daemon's rule).
+//! reason when the service latched or the stores keep failing.
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,37 +19,67 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use spool_service::{FieldKind, Snapshot};
+
+use crate::{FieldKind, Snapshot};
 
 pub mod server;
 
-/// What the run loop publishes for the server.
+/// What the run loop last published, shared with the server.
 #[derive(Debug, Clone, Default)]
-pub struct Status {
+struct State {
     /// The latest snapshot.
-    pub snapshot: Snapshot,
+    snapshot: Snapshot,
     /// `None` while healthy; else why not.
-    pub unhealthy: Option<String>,
+    unhealthy: Option<String>,
     /// Process start, Unix seconds.
-    pub start_time: f64,
+    start_time: f64,
 }
 
-/// Shared between the run loop and the server.
-pub type Shared = Arc<Mutex<Status>>;
+/// The latest snapshot and health verdict, published by the run loop and
+/// read by the server at each request (a clone shares it).
+#[derive(Debug, Clone)]
+pub struct Published(Arc<Mutex<State>>);
 
-/// A new shared status.
-pub fn shared() -> Shared {
-    Arc::new(Mutex::new(Status {
-        start_time: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64(),
-        ..Status::default()
-    }))
+impl Default for Published {
+    fn default() -> Published {
+        Published::new()
+    }
+}
+
+impl Published {
+    /// Nothing published yet: an empty snapshot, healthy, started now.
+    pub fn new() -> Published {
+        Published(Arc::new(Mutex::new(State {
+            start_time: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+            ..State::default()
+        })))
+    }
+
+    /// Publishes `snapshot` and its verdict (`None`: healthy). Returns the
+    /// reason when this turns it unhealthy (it was healthy before).
+    pub fn publish(&self, snapshot: &Snapshot, unhealthy: Option<String>) -> Option<String> {
+        let mut st = self.state();
+        let turned = unhealthy.clone().filter(|_| st.unhealthy.is_none());
+        st.snapshot = snapshot.clone();
+        st.unhealthy = unhealthy;
+        turned
+    }
+
+    /// Why it is unhealthy, `None` while healthy.
+    fn unhealthy(&self) -> Option<String> {
+        self.state().unhealthy.clone()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[derive(Debug)]
-struct SnapshotCollector(Shared);
+struct SnapshotCollector(Published);
 
 fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
     let c = ConstCounter::new(v);
@@ -63,7 +93,7 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std::fmt:
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
-        let st = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let st = self.0.state().clone();
         let s = &st.snapshot;
         let e = &mut e;
         for (field, value) in s.fields() {
@@ -117,10 +147,10 @@ impl Collector for SnapshotCollector {
     }
 }
 
-/// Renders the Prometheus text exposition of `status`.
-pub fn render(status: &Shared) -> String {
+/// Renders the Prometheus text exposition of what `published` holds.
+fn render(published: &Published) -> String {
     let mut registry = Registry::with_prefix("spool");
-    registry.register_collector(Box::new(SnapshotCollector(status.clone())));
+    registry.register_collector(Box::new(SnapshotCollector(published.clone())));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)
         .expect("writing to a String does not fail");

@@ -5,8 +5,12 @@ use std::time::Duration;
 
 #[test]
 fn render_names_every_snapshot_field_with_units() {
-    let st = shared();
-    st.lock().unwrap().snapshot.uploaded = 7;
+    let st = Published::new();
+    let s = Snapshot {
+        uploaded: 7,
+        ..Snapshot::default()
+    };
+    st.publish(&s, None);
     let text = render(&st);
     for name in [
         "spool_uploaded_packs_total 7",
@@ -73,18 +77,18 @@ fn every_field_of_the_table_shows_in_run_json_and_metrics_alike() {
     s.stage_times.index = Duration::from_millis(32);
     s.stage_times.remove = Duration::from_millis(33);
     s.stage_times.idle = Duration::from_millis(34);
-    let st = shared();
-    st.lock().unwrap().snapshot = s.clone();
+    let st = Published::new();
+    st.publish(&s, None);
     let text = render(&st);
-    let json = crate::cmd::run::snapshot_json(&s);
+    let json = s.to_json();
     let mut numbers = std::collections::BTreeSet::new();
     for (field, value) in s.fields() {
         let at = field.name().split('.').fold(&json, |v, part| &v[part]);
         let want = match &value {
-            spool_service::FieldValue::Number(n) => serde_json::json!(n),
-            spool_service::FieldValue::Flag(b) => serde_json::json!(b),
-            spool_service::FieldValue::Text(t) => serde_json::json!(t),
-            spool_service::FieldValue::List(l) => serde_json::json!(l),
+            crate::FieldValue::Number(n) => serde_json::json!(n),
+            crate::FieldValue::Flag(b) => serde_json::json!(b),
+            crate::FieldValue::Text(t) => serde_json::json!(t),
+            crate::FieldValue::List(l) => serde_json::json!(l),
         };
         assert_eq!(at, &want, "{} in run --json: {json}", field.name());
         assert_ne!(
@@ -93,7 +97,7 @@ fn every_field_of_the_table_shows_in_run_json_and_metrics_alike() {
             "{}: set it above",
             field.name()
         );
-        let suffix = if field.kind() == spool_service::FieldKind::Counter {
+        let suffix = if field.kind() == crate::FieldKind::Counter {
             "_total"
         } else {
             ""

@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use tokio::sync::{oneshot, Semaphore};
 
-use super::{render, Shared};
+use super::{render, Published};
+use crate::Error;
 
 /// Connections served at once; more are closed on accept.
 pub const MAX_CONNECTIONS: usize = 32;
@@ -50,16 +50,16 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// Binds `addr` and serves `/metrics` and `/healthz` on a thread.
-    pub fn start(addr: SocketAddr, status: Shared) -> anyhow::Result<Server> {
-        let cannot = || format!("cannot serve metrics on {addr} (metrics.addr / --metrics-addr)");
-        let listener = std::net::TcpListener::bind(addr).with_context(cannot)?;
-        listener.set_nonblocking(true).with_context(cannot)?;
-        let bound = listener.local_addr().with_context(cannot)?;
+    pub fn start(addr: SocketAddr, published: Published) -> Result<Server, Error> {
+        let cannot = |source: std::io::Error| Error::Metrics { addr, source };
+        let listener = std::net::TcpListener::bind(addr).map_err(cannot)?;
+        listener.set_nonblocking(true).map_err(cannot)?;
+        let bound = listener.local_addr().map_err(cannot)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
             .build()
-            .context("starting the metrics server's runtime")?;
+            .map_err(cannot)?;
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("spool-metrics".into())
@@ -68,7 +68,7 @@ impl Server {
                     match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => {
                             tokio::select! {
-                                () = serve(listener, status) => {}
+                                () = serve(listener, published) => {}
                                 _ = stopped => {}
                             }
                         }
@@ -76,7 +76,7 @@ impl Server {
                     }
                 });
             })
-            .context("starting the metrics thread")?;
+            .map_err(cannot)?;
         tracing::info!(%bound, "serving /metrics and /healthz on http://{bound}");
         Ok(Server {
             stop: Some(stop),
@@ -98,7 +98,7 @@ impl Drop for Server {
 }
 
 /// The accept loop (never returns).
-async fn serve(listener: tokio::net::TcpListener, status: Shared) {
+async fn serve(listener: tokio::net::TcpListener, published: Published) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut failing = false;
     loop {
@@ -123,11 +123,11 @@ async fn serve(listener: tokio::net::TcpListener, status: Shared) {
             drop(stream);
             continue;
         };
-        let status = status.clone();
+        let published = published.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let status = status.clone();
-                async move { Ok::<_, Infallible>(answer(&req, &status)) }
+                let published = published.clone();
+                async move { Ok::<_, Infallible>(answer(&req, &published)) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .keep_alive(false)
@@ -141,21 +141,18 @@ async fn serve(listener: tokio::net::TcpListener, status: Shared) {
 }
 
 /// The answer to one request.
-fn answer<B>(req: &Request<B>, status: &Shared) -> Response<Full<Bytes>> {
+fn answer<B>(req: &Request<B>, published: &Published) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     let (code, body, ctype) = match req.uri().path() {
         "/metrics" => (
             StatusCode::OK,
-            render(status),
+            render(published),
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         ),
-        "/healthz" => {
-            let st = status.lock().unwrap_or_else(|p| p.into_inner());
-            match &st.unhealthy {
-                None => (StatusCode::OK, "ok\n".to_string(), TEXT),
-                Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"), TEXT),
-            }
-        }
+        "/healthz" => match published.unhealthy() {
+            None => (StatusCode::OK, "ok\n".to_string(), TEXT),
+            Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"), TEXT),
+        },
         _ => (
             StatusCode::NOT_FOUND,
             "not found: try /metrics or /healthz\n".to_string(),
