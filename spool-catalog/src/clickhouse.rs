@@ -842,6 +842,13 @@ impl ClickHouseCatalog {
         self.tables.every_statement()
     }
 
+    /// Test seam: the unfenced index statement this catalog sends for
+    /// `rows` (see [`crate::testing::clickhouse_index_statement`]).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn testing_index_statement(&self, rows: &[PackRow]) -> String {
+        self.tables.index_values(rows)
+    }
+
     /// Test seam: every setting this catalog's requests carry on its
     /// cluster, over all kinds of request, on a server that has
     /// `insert_quorum_parallel` (none on one server).

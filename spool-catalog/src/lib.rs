@@ -78,7 +78,7 @@
 //!   transaction, where no claim can land in between.
 //! - **The index insert as fast as a plain one** (measured on
 //!   18.16 in BENCHMARKS.md). Unfenced rows go as plain `INSERT INTO packs
-//!   (11 columns) VALUES (...), ...` — the fastest shape old and new
+//!   (12 columns) VALUES (...), ...` — the fastest shape old and new
 //!   servers take — with `indexed_at_ms` left to its column default (the
 //!   server clock, filled once per block; a `now()` in `VALUES` would be
 //!   parsed row by row). Fenced rows need a `WHERE`, which `VALUES` cannot
@@ -474,6 +474,19 @@ pub mod testing {
                 let c = ClickHouseCatalog::new(t);
                 Ok((c.testing_statements(), c.testing_cluster_settings()))
             }
+            _ => Err(Error::InvalidUrl {
+                url: redact::mask_url(url),
+                reason: "not a clickhouse:// URL".into(),
+            }),
+        }
+    }
+
+    /// The unfenced index statement the ClickHouse catalog at `url` sends
+    /// for `rows`, as text (the catalog bench times it bare).
+    #[cfg(feature = "clickhouse")]
+    pub fn clickhouse_index_statement(url: &str, rows: &[PackRow]) -> Result<String> {
+        match CatalogUrl::parse(url)? {
+            CatalogUrl::ClickHouse(t) => Ok(ClickHouseCatalog::new(t).testing_index_statement(rows)),
             _ => Err(Error::InvalidUrl {
                 url: redact::mask_url(url),
                 reason: "not a clickhouse:// URL".into(),

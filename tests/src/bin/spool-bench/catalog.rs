@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use crate::upload::runtime;
 use crate::{env, percentile, Ctx, Figure};
 
-const COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
+/// Every column of the packs table, the baseline's (`indexed_at_ms` the
+/// client's clock).
+const COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256";
 
 fn fig(ctx: &Ctx, name: String, unit: &str, detail: String) -> Figure {
     Figure::new(ctx, "catalog", name, unit, detail)
@@ -31,20 +33,15 @@ fn now_ms() -> u64 {
     spool_core::pack::now_ms()
 }
 
-/// `VALUES` tuples of the rows: all twelve columns (the client's clock as
-/// `indexed_at_ms`), or, without `clock`, the first eleven (the column
-/// default fills the server clock).
-fn values(rows: &[PackRow], clock: bool) -> String {
+/// `VALUES` tuples of the rows: every column of [`COLUMNS`], the client's
+/// clock as `indexed_at_ms`.
+fn values(rows: &[PackRow]) -> String {
     let q = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
-    let now = if clock {
-        format!(", {}", now_ms())
-    } else {
-        String::new()
-    };
+    let now = now_ms();
     rows.iter()
         .map(|r| {
             format!(
-                "({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{now})",
+                "({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {now}, {})",
                 q(&r.pack_id),
                 q(&r.object_key),
                 q(&r.store_id),
@@ -55,7 +52,8 @@ fn values(rows: &[PackRow], clock: bool) -> String {
                 r.source_pid,
                 q(&r.rank_dir),
                 r.ordinal.unwrap_or(0),
-                r.created_at_ms
+                r.created_at_ms,
+                q(&r.trailer_sha256),
             )
         })
         .collect::<Vec<_>>()
@@ -63,48 +61,39 @@ fn values(rows: &[PackRow], clock: bool) -> String {
 }
 
 /// Where the time of the unfenced ClickHouse index goes: the same bare
-/// HTTP client sending the baseline's twelve columns and ours' eleven
-/// (`indexed_at_ms` from the column default), alternating, 256-row
-/// batches. Equal figures put any gap of `Catalog::index` to the baseline
-/// in the client path (crate, hyper, the runtime), not the statement.
-fn probe_default_clock(ctx: &Ctx, host: &str, port: u16, table: &str) -> Result<()> {
+/// HTTP client sending spool's own statement (`Catalog::index`'s text,
+/// from spool-catalog's `testing` seam: `indexed_at_ms` left to its column
+/// default) and the baseline's, alternating, 256-row batches. Equal
+/// figures put any gap of `Catalog::index` to the baseline in the client
+/// path (crate, hyper, the runtime), not the statement.
+fn probe_statement(ctx: &Ctx, url: &str, host: &str, port: u16, table: &str) -> Result<()> {
     let total = ctx.size.pick(16384, 1024, 256);
-    let (mut t11, mut t12) = (Duration::ZERO, Duration::ZERO);
+    let (mut t_ours, mut t_plain) = (Duration::ZERO, Duration::ZERO);
     let mut next = 10_000_000u64;
     for _ in 0..total / 256 {
         let (a, b) = (rows(next, 256), rows(next + 256, 256));
         next += 512;
+        let ours = spool_catalog::testing::clickhouse_index_statement(url, &a)?;
+        let t = Instant::now();
+        http_post(host, port, &ours)?;
+        t_ours += t.elapsed();
         let t = Instant::now();
         http_post(
             host,
             port,
-            &format!(
-                "INSERT INTO {table} ({}) VALUES {}",
-                COLUMNS.trim_end_matches(", indexed_at_ms"),
-                values(&a, false)
-            ),
+            &format!("INSERT INTO {table} ({COLUMNS}) VALUES {}", values(&b)),
         )?;
-        t11 += t.elapsed();
-        let t = Instant::now();
-        http_post(
-            host,
-            port,
-            &format!(
-                "INSERT INTO {table} ({COLUMNS}) VALUES {}",
-                values(&b, true)
-            ),
-        )?;
-        t12 += t.elapsed();
+        t_plain += t.elapsed();
     }
     ctx.record(Figure {
-        ours: total as f64 / t11.as_secs_f64(),
-        baseline: Some(total as f64 / t12.as_secs_f64()),
-        baseline_name: "plain HTTP `INSERT … VALUES` (12 columns)".into(),
+        ours: total as f64 / t_ours.as_secs_f64(),
+        baseline: Some(total as f64 / t_plain.as_secs_f64()),
+        baseline_name: "plain HTTP `INSERT … VALUES` (13 columns, the client's clock)".into(),
         ..fig(
             ctx,
             "probe: the statement alone, batches of 256".into(),
             "packs/s",
-            format!("{total} rows; ours: our statement shape (11 columns, `indexed_at_ms` by column default) through the same bare HTTP client as the baseline"),
+            format!("{total} rows; ours: the statement `Catalog::index` sends (12 columns, `indexed_at_ms` by column default), through the same bare HTTP client as the baseline"),
         )
     })
 }
@@ -151,13 +140,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             http_post(
                 &host,
                 port,
-                &format!(
-                    "INSERT INTO {table} ({COLUMNS}) VALUES {}",
-                    values(rows, true)
-                ),
+                &format!("INSERT INTO {table} ({COLUMNS}) VALUES {}", values(rows)),
             )
         })?;
-        probe_default_clock(ctx, &host, port, &table)?;
+        probe_statement(ctx, &url, &host, port, &table)?;
         lease(ctx, &rt, "ClickHouse", &ch)
     })();
     let dropped = rt.block_on(admin.testing_drop_database());
@@ -253,8 +239,8 @@ fn index(
         let base = total as f64 / t_plain.as_secs_f64();
         let (base_name, how) = match (clickhouse, fenced) {
             (true, false) => (
-                "plain HTTP `INSERT … VALUES` (12 columns, one connection per statement, `TCP_NODELAY`)",
-                "ours: `INSERT … VALUES` as SQL text (11 columns; `indexed_at_ms` filled by its column default, the server clock), one kept-alive `TCP_NODELAY` connection through the `clickhouse` crate",
+                "plain HTTP `INSERT … VALUES` (13 columns, the client's clock; one connection per statement, `TCP_NODELAY`)",
+                "ours: `INSERT … VALUES` as SQL text (12 columns; `indexed_at_ms` filled by its column default, the server clock), one kept-alive `TCP_NODELAY` connection through the `clickhouse` crate",
             ),
             (true, true) => (
                 "plain HTTP `INSERT … VALUES` (unfenced)",
