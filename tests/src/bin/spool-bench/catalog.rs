@@ -159,14 +159,14 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     // The same table as ours (primary key, the time index, nullable
     // ordinal): the baseline does the same writes, bare.
     plain.execute_batch(
-        "CREATE TABLE packs (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL);\
+        "CREATE TABLE packs (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL, trailer_sha256 TEXT NOT NULL);\
          CREATE INDEX packs_by_created ON packs (created_at_ms);",
     )?;
     index(ctx, &rt, "SQLite", &sq, |rows| {
         let tx = plain.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         {
             let mut st = tx.prepare_cached(&format!(
-                "INSERT INTO packs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms"
+                "INSERT INTO packs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms, trailer_sha256 = excluded.trailer_sha256"
             ))?;
             let now = now_ms() as i64;
             for r in rows {
@@ -182,7 +182,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     r.rank_dir,
                     r.ordinal.map(i64::from),
                     r.created_at_ms as i64,
-                    now
+                    now,
+                    r.trailer_sha256
                 ])?;
             }
         }
