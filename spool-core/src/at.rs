@@ -231,6 +231,19 @@ impl AtDir {
     /// Opens subdirectory `name`, creating it with `access` (mode and
     /// group) if missing.
     pub fn create_dir(&self, name: impl AsRef<OsStr>, access: &Access) -> Result<AtDir, Error> {
+        self.ensure_dir(name, access).map(|(dir, _)| dir)
+    }
+
+    /// [`AtDir::create_dir`], saying whether this call created it (`true`)
+    /// or found it there (`false`): whoever creates a directory of the
+    /// layout fsyncs this one ([`AtDir::sync`]) and removes it again on a
+    /// refusal ([`AtDir::remove_dir`]). Anything but a directory at `name`
+    /// (a link, a file, a FIFO) is [`Error::UnexpectedEntry`].
+    pub fn ensure_dir(
+        &self,
+        name: impl AsRef<OsStr>,
+        access: &Access,
+    ) -> Result<(AtDir, bool), Error> {
         let name = name.as_ref();
         match mkdirat(
             self.fd.as_fd(),
@@ -238,27 +251,27 @@ impl AtDir {
             Mode::from_bits_truncate(access.dir_mode()),
         ) {
             Ok(()) => {
-                let dir = self.open_dir(name)?.ok_or_else(|| {
-                    Error::io(
-                        "open directory",
-                        self.join(name),
-                        io::ErrorKind::NotFound.into(),
-                    )
-                })?;
+                let dir = self.open_existing_dir(name)?;
                 access
                     .apply(dir.fd.as_fd(), true)
                     .map_err(|e| Error::io("set mode and group of", dir.path(), e))?;
-                Ok(dir)
+                Ok((dir, true))
             }
-            Err(Errno::EEXIST) => self.open_dir(name)?.ok_or_else(|| {
-                Error::io(
-                    "open directory",
-                    self.join(name),
-                    io::ErrorKind::NotFound.into(),
-                )
-            }),
+            Err(Errno::EEXIST) => Ok((self.open_existing_dir(name)?, false)),
             Err(e) => Err(Error::io("create directory", self.join(name), e.into())),
         }
+    }
+
+    /// [`AtDir::open_dir`] of a directory just made or found: gone again
+    /// is an I/O error.
+    fn open_existing_dir(&self, name: &OsStr) -> Result<AtDir, Error> {
+        self.open_dir(name)?.ok_or_else(|| {
+            Error::io(
+                "open directory",
+                self.join(name),
+                io::ErrorKind::NotFound.into(),
+            )
+        })
     }
 
     /// The names in the directory, sorted (`.` and `..` left out).
@@ -490,6 +503,14 @@ impl AtDir {
             _ => "something else",
         };
         self.unexpected(name, found, expected)
+    }
+}
+
+impl AsFd for AtDir {
+    /// The directory's descriptor, for spool-lock's `*_at` entry points
+    /// (a rank directory is created locked relative to its key directory).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
