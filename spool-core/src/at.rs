@@ -2,7 +2,11 @@
 //! place in spool-core that opens, lists, creates, reads, writes, renames
 //! and removes entries of the hand-off's directories (`_refs/`,
 //! `<key>/_shipped/`), every one of them relative to a directory
-//! descriptor.
+//! descriptor. The layout works through it too: a claim opens the catalog
+//! key directory here (its rank directory is created relative to that
+//! descriptor, by spool-lock's `acquire_new_at`), the listings of keys and
+//! rank directories read entry kinds here, and a pack is removed, swept,
+//! purged, set aside or requeued relative to the directory holding it.
 //!
 //! # The rule
 //!
@@ -364,6 +368,20 @@ impl AtDir {
         }
     }
 
+    /// Removes the entry `name` whatever file it is (a regular file, a
+    /// link, a FIFO: `unlinkat` removes the entry itself and never follows
+    /// it): `Ok(true)` if removed, `Ok(false)` if already gone. A directory
+    /// there is [`Error::UnexpectedEntry`] and stays.
+    pub fn remove_entry(&self, name: impl AsRef<OsStr>) -> Result<bool, Error> {
+        let name = name.as_ref();
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(Errno::EISDIR) => Err(self.unexpected(name, Kind::Dir.described(), "a file")),
+            Err(e) => Err(Error::io("remove", self.join(name), e.into())),
+        }
+    }
+
     /// Removes the empty subdirectory `name`: `Ok(true)` if removed,
     /// `Ok(false)` if gone or not empty. Never follows a link (`unlinkat`
     /// with `AT_REMOVEDIR` refuses one).
@@ -489,6 +507,22 @@ impl AtDir {
         }
     }
 
+    /// Renames entry `from` to `to` within this directory, refusing to
+    /// replace anything at `to` (`renameat2(RENAME_NOREPLACE)`, which
+    /// never follows a link at either name). An error whose source is
+    /// `AlreadyExists` says `to` was there.
+    pub fn rename_noreplace(&self, from: &OsStr, to: &OsStr) -> Result<(), Error> {
+        use nix::fcntl::{renameat2, RenameFlags};
+        renameat2(
+            self.fd.as_fd(),
+            from,
+            self.fd.as_fd(),
+            to,
+            RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(|e| Error::io("rename (no replace)", self.join(to), io::Error::from(e)))
+    }
+
     /// Fsyncs the directory (its entries' creation and removal).
     pub fn sync(&self) -> Result<(), Error> {
         nix::unistd::fsync(self.fd.as_fd())
@@ -519,15 +553,6 @@ fn name_bytes(n: &Name) -> &[u8] {
         Name::Utf8(s) => s.as_bytes(),
         Name::Foreign(os) => os.as_bytes(),
     }
-}
-
-/// Renames `from` to `to` (paths, not a directory descriptor's names),
-/// refusing to replace anything at `to` (`RENAME_NOREPLACE`): spool-core's
-/// one `*at` call by path, here with the others.
-pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> Result<(), Error> {
-    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
-    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE)
-        .map_err(|e| Error::io("rename (no replace)", to, io::Error::from(e)))
 }
 
 #[cfg(test)]

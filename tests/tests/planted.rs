@@ -572,4 +572,53 @@ mod layout_plants {
             victim.check(&format!("{plant:?}: status"));
         }
     }
+    /// A link named like a rank directory under the key, and a dead
+    /// owner's `w1/` a link, both to a victim holding files named like
+    /// packs: `run --once` ships every pack of the real siblings within a
+    /// bound, sets the dead owner holding the link aside (exit 1, its
+    /// packs shipped first), and never lists, sweeps, quarantines or
+    /// removes anything in the victim.
+    #[test]
+    fn a_rank_directory_or_worker_directory_that_is_a_link_is_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("spool");
+        let (key, owners, ids) = two_dead_owners(&root);
+        let packs: Vec<String> = (0..3)
+            .map(|i| format!("{:032x}.ready", 0xabc0 + i))
+            .chain([format!(".{:032x}.0000abcd.open", 0xabcf)])
+            .collect();
+        let victim = Victim::new(tmp.path(), &packs);
+        std::os::unix::fs::symlink(&victim.dir, key.join("r9-0badf00d")).unwrap();
+        std::os::unix::fs::symlink(&victim.dir, owners[0].join("w1")).unwrap();
+        let out = timed(
+            "run --once",
+            spool()
+                .args(["run", "--once", "--timeout", "30", "--spool-root"])
+                .arg(&root),
+        );
+        victim.check("run --once beside a linked rank and worker directory");
+        let indexed = indexed_ids(&root);
+        for id in &ids {
+            assert!(indexed.contains(id), "{id} not shipped\n{}", describe(&out));
+        }
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        let owner = output(spool().args(["lock", "owner"]).arg(&owners[0]));
+        let text = String::from_utf8_lossy(&owner.stdout);
+        assert!(
+            text.contains("blocked:") && text.contains("w1"),
+            "lock owner says {text}"
+        );
+        let status = timed("status", spool().args(["status", "--json"]).arg(&root));
+        assert!(
+            matches!(status.status.code(), Some(0 | 1)),
+            "{}",
+            describe(&status)
+        );
+        victim.check("status beside a linked rank and worker directory");
+        assert!(key
+            .join("r9-0badf00d")
+            .symlink_metadata()
+            .unwrap()
+            .is_symlink());
+    }
 }
