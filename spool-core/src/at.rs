@@ -2,7 +2,11 @@
 //! place in spool-core that opens, lists, creates, reads, writes, renames
 //! and removes entries of the hand-off's directories (`_refs/`,
 //! `<key>/_shipped/`), every one of them relative to a directory
-//! descriptor.
+//! descriptor. The layout works through it too: a claim opens the catalog
+//! key directory here (its rank directory is created relative to that
+//! descriptor, by spool-lock's `acquire_new_at`), the listings of keys and
+//! rank directories read entry kinds here, and a pack is removed, swept,
+//! purged, set aside or requeued relative to the directory holding it.
 //!
 //! # The rule
 //!
@@ -231,6 +235,19 @@ impl AtDir {
     /// Opens subdirectory `name`, creating it with `access` (mode and
     /// group) if missing.
     pub fn create_dir(&self, name: impl AsRef<OsStr>, access: &Access) -> Result<AtDir, Error> {
+        self.ensure_dir(name, access).map(|(dir, _)| dir)
+    }
+
+    /// [`AtDir::create_dir`], saying whether this call created it (`true`)
+    /// or found it there (`false`): whoever creates a directory of the
+    /// layout fsyncs this one ([`AtDir::sync`]) and removes it again on a
+    /// refusal ([`AtDir::remove_dir`]). Anything but a directory at `name`
+    /// (a link, a file, a FIFO) is [`Error::UnexpectedEntry`].
+    pub fn ensure_dir(
+        &self,
+        name: impl AsRef<OsStr>,
+        access: &Access,
+    ) -> Result<(AtDir, bool), Error> {
         let name = name.as_ref();
         match mkdirat(
             self.fd.as_fd(),
@@ -238,27 +255,27 @@ impl AtDir {
             Mode::from_bits_truncate(access.dir_mode()),
         ) {
             Ok(()) => {
-                let dir = self.open_dir(name)?.ok_or_else(|| {
-                    Error::io(
-                        "open directory",
-                        self.join(name),
-                        io::ErrorKind::NotFound.into(),
-                    )
-                })?;
+                let dir = self.open_existing_dir(name)?;
                 access
                     .apply(dir.fd.as_fd(), true)
                     .map_err(|e| Error::io("set mode and group of", dir.path(), e))?;
-                Ok(dir)
+                Ok((dir, true))
             }
-            Err(Errno::EEXIST) => self.open_dir(name)?.ok_or_else(|| {
-                Error::io(
-                    "open directory",
-                    self.join(name),
-                    io::ErrorKind::NotFound.into(),
-                )
-            }),
+            Err(Errno::EEXIST) => Ok((self.open_existing_dir(name)?, false)),
             Err(e) => Err(Error::io("create directory", self.join(name), e.into())),
         }
+    }
+
+    /// [`AtDir::open_dir`] of a directory just made or found: gone again
+    /// is an I/O error.
+    fn open_existing_dir(&self, name: &OsStr) -> Result<AtDir, Error> {
+        self.open_dir(name)?.ok_or_else(|| {
+            Error::io(
+                "open directory",
+                self.join(name),
+                io::ErrorKind::NotFound.into(),
+            )
+        })
     }
 
     /// The names in the directory, sorted (`.` and `..` left out).
@@ -347,6 +364,20 @@ impl AtDir {
         match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) => Ok(true),
             Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(Error::io("remove", self.join(name), e.into())),
+        }
+    }
+
+    /// Removes the entry `name` whatever file it is (a regular file, a
+    /// link, a FIFO: `unlinkat` removes the entry itself and never follows
+    /// it): `Ok(true)` if removed, `Ok(false)` if already gone. A directory
+    /// there is [`Error::UnexpectedEntry`] and stays.
+    pub fn remove_entry(&self, name: impl AsRef<OsStr>) -> Result<bool, Error> {
+        let name = name.as_ref();
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(Errno::EISDIR) => Err(self.unexpected(name, Kind::Dir.described(), "a file")),
             Err(e) => Err(Error::io("remove", self.join(name), e.into())),
         }
     }
@@ -476,6 +507,22 @@ impl AtDir {
         }
     }
 
+    /// Renames entry `from` to `to` within this directory, refusing to
+    /// replace anything at `to` (`renameat2(RENAME_NOREPLACE)`, which
+    /// never follows a link at either name). An error whose source is
+    /// `AlreadyExists` says `to` was there.
+    pub fn rename_noreplace(&self, from: &OsStr, to: &OsStr) -> Result<(), Error> {
+        use nix::fcntl::{renameat2, RenameFlags};
+        renameat2(
+            self.fd.as_fd(),
+            from,
+            self.fd.as_fd(),
+            to,
+            RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(|e| Error::io("rename (no replace)", self.join(to), io::Error::from(e)))
+    }
+
     /// Fsyncs the directory (its entries' creation and removal).
     pub fn sync(&self) -> Result<(), Error> {
         nix::unistd::fsync(self.fd.as_fd())
@@ -493,20 +540,19 @@ impl AtDir {
     }
 }
 
+impl AsFd for AtDir {
+    /// The directory's descriptor, for spool-lock's `*_at` entry points
+    /// (a rank directory is created locked relative to its key directory).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 fn name_bytes(n: &Name) -> &[u8] {
     match n {
         Name::Utf8(s) => s.as_bytes(),
         Name::Foreign(os) => os.as_bytes(),
     }
-}
-
-/// Renames `from` to `to` (paths, not a directory descriptor's names),
-/// refusing to replace anything at `to` (`RENAME_NOREPLACE`): spool-core's
-/// one `*at` call by path, here with the others.
-pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> Result<(), Error> {
-    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
-    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE)
-        .map_err(|e| Error::io("rename (no replace)", to, io::Error::from(e)))
 }
 
 #[cfg(test)]

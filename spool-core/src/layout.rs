@@ -15,10 +15,12 @@
 //!   flat-spool upgrade warning).
 
 use std::fmt;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::at::{AtDir, Kind, Name};
 use crate::lk::{self, Claim, LockOptions};
 use crate::pack::PackId;
 pub use crate::rank_dir::RankDirName;
@@ -171,19 +173,18 @@ pub fn is_catalog_key(s: &str) -> bool {
 }
 
 /// The catalog key directories directly under a spool root `root`
-/// (directories named by [`is_catalog_key`]; never a link), with their
-/// keys, sorted.
-pub fn catalog_key_dirs(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+/// (directories named by [`is_catalog_key`]; never a link: each entry's
+/// kind is read without following it), with their keys, sorted.
+pub fn catalog_key_dirs(root: &Path) -> Result<Vec<(String, PathBuf)>, Error> {
+    let dir = AtDir::open_layout(root, 0)?
+        .ok_or_else(|| Error::io("read directory", root, std::io::ErrorKind::NotFound.into()))?;
     let mut out = Vec::new();
-    for e in std::fs::read_dir(root)?.flatten() {
-        let Some(name) = e.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        if is_catalog_key(&name) && e.file_type().is_ok_and(|t| t.is_dir()) {
-            out.push((name, e.path()));
+    for name in dir.names()? {
+        let Name::Utf8(name) = name else { continue };
+        if is_catalog_key(&name) && dir.kind(&name)? == Some(Kind::Dir) {
+            out.push((name.clone(), dir.join(&name)));
         }
     }
-    out.sort();
     Ok(out)
 }
 
@@ -200,9 +201,16 @@ pub fn parse_rank(value: Option<&str>) -> u64 {
 
 /// Claims a fresh rank directory `<root>/<key>/r<rank>-<inc>/` for this
 /// process: created with its owner lock already held (through
-/// `spool_lock::acquire`, so no walk ever sees it unlocked), with a fresh
-/// non-zero incarnation. Creates `<root>/<key>/` if needed. Warns once
+/// `spool_lock::acquire_new_at`, so no walk ever sees it unlocked), with a
+/// fresh non-zero incarnation. Creates `<root>/<key>/` if needed. Warns once
 /// about ready packs under `root` outside the layout (`find_flat_packs`).
+///
+/// The root is the operator's path (created if missing, links in it
+/// followed); the key directory is opened without following a link
+/// ([`AtDir`]) and the rank directory and its lock file are created
+/// relative to its descriptor, so a link, a file or a FIFO planted at
+/// `<root>/<key>` is [`Error::UnexpectedEntry`] naming it, and nothing is
+/// ever created through it outside the root.
 pub fn claim_rank_dir(
     root: &Path,
     key: &str,
@@ -215,35 +223,16 @@ pub fn claim_rank_dir(
             why: format!("{key:?} is not 12 lowercase hex digits"),
         });
     }
+    // The root (the operator's path) is created with the spool's access
+    // (private by default) and fsynced; a refused claim removes what it
+    // created, while empty.
     lk::check_node_local(root, opts.allow_shared_filesystem)?;
-    let key_dir = root.join(key);
-    // Created with the spool's access (private by default) and fsynced; a
-    // refused claim removes what it created, while empty.
-    let created = lk::create_parents(&key_dir, &opts.access)?;
-    let claim = loop {
-        let incarnation = loop {
-            let i: u32 = rand::random();
-            if i != 0 {
-                break i;
-            }
-        };
-        let dir = key_dir.join(RankDirName { rank, incarnation }.to_string());
-        if std::fs::symlink_metadata(&dir).is_ok() {
-            continue; // an incarnation already used: draw again
-        }
-        match lk::acquire(&dir, opts) {
-            Ok(claim) => break claim,
-            Err(e) if out_of_space(&e) => match take_dead_sibling(&key_dir, opts) {
-                Some(claim) => break claim,
-                None => {
-                    lk::remove_created(&created);
-                    return Err(e.into());
-                }
-            },
-            Err(e) => {
-                lk::remove_created(&created);
-                return Err(e.into());
-            }
+    let created = lk::create_parents(root, &opts.access)?;
+    let claim = match claim_in_root(root, key, rank, opts) {
+        Ok(claim) => claim,
+        Err(e) => {
+            lk::remove_created(&created);
+            return Err(e);
         }
     };
     match find_flat_packs(root, key) {
@@ -252,6 +241,55 @@ pub fn claim_rank_dir(
         Err(e) => tracing::debug!(root = %root.display(), "flat-spool check failed: {e}"),
     }
     Ok(claim)
+}
+
+/// [`claim_rank_dir`] in an existing root: the key directory opened (or
+/// created) without following a link, the rank directory created locked
+/// relative to it; a key directory this call created is removed again on a
+/// refusal (while empty).
+fn claim_in_root(root: &Path, key: &str, rank: u64, opts: &LockOptions) -> Result<Claim, Error> {
+    let root = std::path::absolute(root)
+        .and_then(|r| r.canonicalize())
+        .map_err(|e| Error::io("resolve", root, e))?;
+    let root_dir = AtDir::open_layout(&root, 0)?
+        .ok_or_else(|| Error::io("open directory", &root, std::io::ErrorKind::NotFound.into()))?;
+    let (key_dir, created_key) = root_dir.ensure_dir(key, &opts.access)?;
+    if created_key {
+        // `<root>/<key>/` survives a crash once a claim stands in it
+        if let Err(e) = root_dir.sync() {
+            root_dir.remove_dir(key).ok();
+            return Err(e);
+        }
+    }
+    let refused = |e: Error| {
+        if created_key {
+            root_dir.remove_dir(key).ok();
+        }
+        Err(e)
+    };
+    loop {
+        let incarnation = loop {
+            let i: u32 = rand::random();
+            if i != 0 {
+                break i;
+            }
+        };
+        let name = RankDirName { rank, incarnation }.to_string();
+        match key_dir.kind(&name) {
+            Ok(Some(_)) => continue, // an incarnation already used: draw again
+            Ok(None) => {}
+            Err(e) => return refused(e),
+        }
+        match lk::acquire_new_at(key_dir.as_fd(), key_dir.path(), name.as_ref(), opts) {
+            Ok(Some(claim)) => return Ok(claim),
+            Ok(None) => continue, // made by someone else meanwhile: draw again
+            Err(e) if out_of_space(&e) => match take_dead_sibling(&key_dir, opts) {
+                Some(claim) => return Ok(claim),
+                None => return refused(e.into()),
+            },
+            Err(e) => return refused(e.into()),
+        }
+    }
 }
 
 /// Whether `e` says the filesystem has no free inode or byte (or the
@@ -278,8 +316,8 @@ fn out_of_space(e: &lk::Error) -> bool {
 /// exactly as an adoption would. This is how a daemon that was not
 /// running starts on a full filesystem and frees it. `None` when no dead
 /// sibling can be taken.
-fn take_dead_sibling(key_dir: &Path, opts: &LockOptions) -> Option<Claim> {
-    let mut dead: Vec<(u64, PathBuf)> = crate::siblings::rank_dirs(key_dir)
+fn take_dead_sibling(key_dir: &AtDir, opts: &LockOptions) -> Option<Claim> {
+    let mut dead: Vec<(u64, PathBuf)> = crate::siblings::rank_dirs_in(key_dir)
         .ok()?
         .into_iter()
         .filter(|d| crate::siblings::classify(d) == crate::siblings::Owner::Dead)

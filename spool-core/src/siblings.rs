@@ -17,25 +17,36 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::at::{AtDir, Kind, Name};
 use crate::lk::{self, OwnerStatus, Purpose};
 use crate::rank_dir::RankDirName;
+use crate::Error;
 
 /// The rank directories directly under `key_dir` (directories whose name
-/// parses as a [`RankDirName`]), sorted.
-pub fn rank_dirs(key_dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// parses as a [`RankDirName`]), sorted. The key directory is opened
+/// without following a link (the root above it is the operator's path): a
+/// link, a file or a FIFO at `key_dir` is [`Error::UnexpectedEntry`], and a
+/// link named like a rank directory is never listed.
+pub fn rank_dirs(key_dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    match AtDir::open_layout(key_dir, 1)? {
+        Some(dir) => rank_dirs_in(&dir),
+        None => Err(Error::io(
+            "read directory",
+            key_dir,
+            io::ErrorKind::NotFound.into(),
+        )),
+    }
+}
+
+/// [`rank_dirs`] of a key directory already open.
+pub(crate) fn rank_dirs_in(key_dir: &AtDir) -> Result<Vec<PathBuf>, Error> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(key_dir)?.flatten() {
-        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-        let rank = entry
-            .file_name()
-            .to_str()
-            .and_then(RankDirName::parse)
-            .is_some();
-        if is_dir && rank {
-            out.push(entry.path());
+    for name in key_dir.names()? {
+        let Name::Utf8(name) = name else { continue };
+        if RankDirName::parse(&name).is_some() && key_dir.kind(&name)? == Some(Kind::Dir) {
+            out.push(key_dir.join(&name));
         }
     }
-    out.sort();
     Ok(out)
 }
 

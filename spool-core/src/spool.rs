@@ -11,7 +11,6 @@
 //! this file holds the [`Spool`] itself and its shared types.
 
 use std::collections::HashMap;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -265,50 +264,17 @@ impl Spool {
         // the spool's own directory as opened, each `w<k>/` below it opened
         // without following a link (crate::at): a link planted at `w<k>`
         // or at a pack's name is never followed by a removal
-        let top = match AtDir::open_layout(&self.dir, 0) {
-            Ok(Some(d)) => d,
-            Ok(None) => {
-                let e = || Error::DirectoryVanished {
-                    dir: self.dir.clone(),
-                };
-                return packs.iter().map(|p| (p.path.clone(), e())).collect();
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                return packs
-                    .iter()
-                    .map(|p| {
-                        (
-                            p.path.clone(),
-                            Error::io("open directory", &self.dir, io::Error::other(msg.clone())),
-                        )
-                    })
-                    .collect();
-            }
-        };
-        let mut subdirs: std::collections::BTreeMap<u32, Option<AtDir>> = Default::default();
+        let mut dirs = walk::EntryDirs::new(&self.dir);
         let mut synced = std::collections::BTreeSet::new();
         let mut freed = 0u64;
         for pack in packs {
-            let at = match pack.ordinal {
-                None => Some(&top),
-                Some(k) => {
-                    if let std::collections::btree_map::Entry::Vacant(v) = subdirs.entry(k) {
-                        match top.open_dir(ordinal_dir_name(k)) {
-                            Ok(d) => {
-                                v.insert(d);
-                            }
-                            Err(e) => {
-                                failed.push((pack.path.clone(), e));
-                                continue;
-                            }
-                        }
-                    }
-                    subdirs[&k].as_ref()
+            let at = match dirs.of(pack.ordinal) {
+                Ok(Some(at)) => at,
+                Ok(None) => continue, // its w<k>/ is gone: so is the pack
+                Err(e) => {
+                    failed.push((pack.path.clone(), e));
+                    continue;
                 }
-            };
-            let Some(at) = at else {
-                continue; // its w<k>/ is gone: so is the pack
             };
             match self.unlink_ready(at, pack) {
                 Ok(Some(len)) => {
@@ -320,11 +286,7 @@ impl Spool {
             }
         }
         for ordinal in synced {
-            let at = match ordinal {
-                None => Some(&top),
-                Some(k) => subdirs.get(&k).and_then(Option::as_ref),
-            };
-            if let Some(at) = at {
+            if let Ok(Some(at)) = dirs.of(ordinal) {
                 if let Err(e) = at.sync() {
                     failed.push((at.path().to_path_buf(), e));
                 }

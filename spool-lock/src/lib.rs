@@ -57,6 +57,13 @@
 //! just created): a filesystem without `RENAME_NOREPLACE` gets
 //! [`Error::NoReplaceUnsupported`]. If the name appeared meanwhile the copy
 //! is removed and the take locks the existing directory in place.
+//! The copy is made, locked, renamed and cleaned up relative to the
+//! parent's descriptor and its own (`mkdirat`, `openat(O_NOFOLLOW)`,
+//! `renameat2`, `unlinkat`); [`acquire_new_at`] takes that descriptor from
+//! the caller (spool-core's claim opens the catalog key directory without
+//! following a link), so a link planted at the parent's path never
+//! redirects what is created, and a name already there is left to the
+//! caller.
 //! A claim killed between the staging mkdir and the rename leaves a copy
 //! behind; [`remove_stale_staging`] (run by adoption) removes unheld copies
 //! older than [`LockOptions::staging_max_age`] (60 s) and leaves younger or
@@ -213,8 +220,8 @@ mod watch;
 pub use error::{io_verdict, Error, Holder, IoVerdict};
 pub use fdinfo::held_by_this_process;
 pub use lock::{
-    acquire, clear_blocked, create_parents, held_claims, is_staging_name, remove_created,
-    remove_stale_staging, try_adopt, verify_held_by_caller, Claim, Unblocked,
+    acquire, acquire_new_at, clear_blocked, create_parents, held_claims, is_staging_name,
+    remove_created, remove_stale_staging, try_adopt, verify_held_by_caller, Claim, Unblocked,
 };
 pub use mode::{Access, LockMode, LockOptions, Sharing};
 pub use names::{host_name, LOCK_FILE_NAME};

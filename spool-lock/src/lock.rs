@@ -10,7 +10,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -369,39 +369,88 @@ fn create_locked(
     purpose: Purpose,
     access: &Access,
 ) -> Result<Created, Error> {
+    let parent_fd =
+        std::fs::File::open(parent).map_err(|e| Error::io("open directory", parent, e))?;
+    create_locked_at(parent_fd.as_fd(), parent, name, purpose, access)
+}
+
+/// [`create_locked`] in the directory open at `parent_fd` (whose path,
+/// `parent`, only names things in reports and seams): every step is
+/// relative to that descriptor or to the staging copy's (`mkdirat`,
+/// `openat(O_NOFOLLOW)`, `renameat2`, `unlinkat`), so a link planted at a
+/// path component never redirects it.
+fn create_locked_at(
+    parent_fd: BorrowedFd<'_>,
+    parent: &Path,
+    name: &OsStr,
+    purpose: Purpose,
+    access: &Access,
+) -> Result<Created, Error> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
     let dir = parent.join(name);
-    let mut staging = PathBuf::new();
+    let mut staging_name = None;
     for _ in 0..8 {
-        let candidate = parent.join(format!(
+        let candidate = std::ffi::OsString::from(format!(
             ".{}.{:08x}.creating",
             name.to_string_lossy(),
             random_u32()
         ));
-        seams::run_hook(HookPoint::CreatingDirectory, &candidate);
-        match access.create_dir(&candidate) {
+        let path = parent.join(&candidate);
+        seams::run_hook(HookPoint::CreatingDirectory, &path);
+        match access.create_dir_at(parent_fd, &candidate, &path) {
             Ok(()) => {
-                staging = candidate;
+                staging_name = Some(candidate);
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Error::io("create staging directory", &candidate, e)),
+            Err(e) => return Err(Error::io("create staging directory", &path, e)),
         }
     }
-    if staging.as_os_str().is_empty() {
+    let Some(staging_name) = staging_name else {
         return Err(Error::io(
             "create staging directory in",
             parent,
             io::Error::from(io::ErrorKind::AlreadyExists),
         ));
-    }
+    };
+    let staging = parent.join(&staging_name);
     let staging_lock = staging.join(LOCK_FILE_NAME);
-    let cleanup = |staging: &Path| {
-        let _ = std::fs::remove_file(staging.join(LOCK_FILE_NAME));
-        let _ = std::fs::remove_dir(staging);
+    // The staging copy as made (unlocked; only its entries are made and
+    // removed through it, and it tells the copy still in place from
+    // anything put there since).
+    let made = match nix::fcntl::openat(
+        parent_fd,
+        staging_name.as_os_str(),
+        nix::fcntl::OFlag::O_RDONLY
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = unlinkat(
+                parent_fd,
+                staging_name.as_os_str(),
+                UnlinkatFlags::RemoveDir,
+            );
+            return Err(Error::io("open directory", &staging, e.into()));
+        }
+    };
+    // Removes what the staging copy holds (its lock file, relative to its
+    // own descriptor) and the copy itself, while empty.
+    let cleanup = || {
+        let _ = unlinkat(made.as_fd(), LOCK_FILE_NAME, UnlinkatFlags::NoRemoveDir);
+        let _ = unlinkat(
+            parent_fd,
+            staging_name.as_os_str(),
+            UnlinkatFlags::RemoveDir,
+        );
     };
     let result = (|| -> Result<Held, Error> {
-        let file = RegFd::open(
-            &staging_lock,
+        let file = RegFd::open_at(
+            made.as_fd(),
+            OsStr::new(LOCK_FILE_NAME),
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             access.file_mode(),
         )
@@ -413,8 +462,29 @@ fn create_locked(
         if !matches!(flock_retrying(&file, &staging_lock)?, Flocked::Taken) {
             return Err(refusal_file_held(&staging));
         }
-        let dfd = RegFd::open(&staging, libc::O_RDONLY | libc::O_DIRECTORY, 0)
-            .map_err(|e| Error::io("open directory", &staging, e))?;
+        // Opened again by name: the copy must still be the one made (a
+        // file or another directory put in its place is never locked and
+        // renamed into place as the spool directory).
+        let dfd = RegFd::open_at(
+            parent_fd,
+            &staging_name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+        .map_err(|e| Error::io("open directory", &staging, e))?;
+        let same = |a: &libc::stat, b: &nix::sys::stat::FileStat| {
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino
+        };
+        let now = dfd.fstat().map_err(|e| Error::io("stat", &staging, e))?;
+        let was = nix::sys::stat::fstat(made.as_fd())
+            .map_err(|e| Error::io("stat", &staging, e.into()))?;
+        if !same(&now, &was) {
+            return Err(Error::io(
+                "open directory",
+                &staging,
+                io::Error::other("the staging copy was replaced while being made"),
+            ));
+        }
         if !matches!(flock_retrying(&dfd, &staging)?, Flocked::Taken) {
             return Err(refusal_dir_held(&staging));
         }
@@ -426,28 +496,25 @@ fn create_locked(
     let held = match result {
         Ok(held) => held,
         Err(e) => {
-            cleanup(&staging);
+            cleanup();
             return Err(e);
         }
     };
-    let parent_fd =
-        std::fs::File::open(parent).map_err(|e| Error::io("open directory", parent, e))?;
-    let staging_name = staging.file_name().expect("staging has a name");
     match nix::fcntl::renameat2(
-        &parent_fd,
-        staging_name,
-        &parent_fd,
+        parent_fd,
+        staging_name.as_os_str(),
+        parent_fd,
         name,
         nix::fcntl::RenameFlags::RENAME_NOREPLACE,
     ) {
         Ok(()) => {}
         Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOTEMPTY) => {
-            cleanup(&staging);
+            cleanup();
             held.close();
             return Ok(Created::AlreadyExists);
         }
         Err(e @ (nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)) => {
-            cleanup(&staging);
+            cleanup();
             held.close();
             return Err(Error::NoReplaceUnsupported {
                 dir,
@@ -455,7 +522,7 @@ fn create_locked(
             });
         }
         Err(e) => {
-            cleanup(&staging);
+            cleanup();
             held.close();
             return Err(Error::io(
                 "rename staging directory to",
@@ -464,13 +531,13 @@ fn create_locked(
             ));
         }
     }
-    if let Err(e) = sync_parent(&parent_fd, parent) {
+    if let Err(e) = sync_parent(parent_fd, parent) {
         // The new directory is in place but its entry may not be durable:
         // do not hand out a claim on it, and never leave it behind unlocked
         // (a lock-less empty directory reads as a dead sibling). Remove it
         // while the lock is still held, then let go.
-        let _ = std::fs::remove_file(dir.join(LOCK_FILE_NAME));
-        let _ = std::fs::remove_dir(&dir);
+        let _ = unlinkat(held.dir.as_fd(), LOCK_FILE_NAME, UnlinkatFlags::NoRemoveDir);
+        let _ = unlinkat(parent_fd, name, UnlinkatFlags::RemoveDir);
         held.close();
         return Err(Error::io("fsync", parent, e));
     }
@@ -484,11 +551,11 @@ fn create_locked(
 }
 
 /// fsync of a parent directory (through the fault seam in test builds).
-fn sync_parent(fd: &std::fs::File, parent: &Path) -> io::Result<()> {
+fn sync_parent(fd: BorrowedFd<'_>, parent: &Path) -> io::Result<()> {
     if seams::parent_fsync_fails(parent) {
         return Err(io::Error::from_raw_os_error(libc::EIO));
     }
-    fd.sync_all()
+    nix::unistd::fsync(fd).map_err(io::Error::from)
 }
 
 /// Creates the missing directories of `path` (with `access`), fsyncing the
@@ -512,7 +579,7 @@ pub fn create_parents(path: &Path, access: &Access) -> Result<Vec<PathBuf>, Erro
                 created.push(dir.clone());
                 let parent = dir.parent().unwrap_or(Path::new("/"));
                 std::fs::File::open(parent)
-                    .and_then(|f| sync_parent(&f, parent))
+                    .and_then(|f| sync_parent(f.as_fd(), parent))
                     .map_err(|e| Error::io("fsync", parent, e))
             }
             // Made by someone else meanwhile: theirs, not ours to remove.
@@ -598,14 +665,39 @@ fn check_descendants(root: &Path, dir: &Path) -> Result<(), Error> {
 /// Keeps the lock of a take the nesting check accepted, or lets it go and
 /// cleans up after a refusal.
 fn finish(taken: Taken, nesting: Nesting) -> Result<Claim, Error> {
+    finish_at(taken, nesting, None)
+}
+
+/// [`finish`]; with `at` (the parent's descriptor and the directory's
+/// name) a refusal cleans up relative to descriptors, not by path.
+fn finish_at(
+    taken: Taken,
+    nesting: Nesting,
+    at: Option<(BorrowedFd<'_>, &OsStr)>,
+) -> Result<Claim, Error> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
     if let Err(refusal) = check_nesting(&taken.dir, nesting) {
         let lock_path = taken.dir.join(LOCK_FILE_NAME);
-        if taken.created_file {
-            let _ = std::fs::remove_file(&lock_path);
-        }
-        if taken.created_dir {
-            // Removed only while still empty.
-            let _ = std::fs::remove_dir(&taken.dir);
+        match at {
+            Some((parent, name)) => {
+                if taken.created_file {
+                    let dir = taken.held.dir.as_fd();
+                    let _ = unlinkat(dir, LOCK_FILE_NAME, UnlinkatFlags::NoRemoveDir);
+                }
+                if taken.created_dir {
+                    // Removed only while still empty.
+                    let _ = unlinkat(parent, name, UnlinkatFlags::RemoveDir);
+                }
+            }
+            None => {
+                if taken.created_file {
+                    let _ = std::fs::remove_file(&lock_path);
+                }
+                if taken.created_dir {
+                    // Removed only while still empty.
+                    let _ = std::fs::remove_dir(&taken.dir);
+                }
+            }
         }
         taken.held.close();
         return Err(refusal);
@@ -682,6 +774,29 @@ pub fn acquire(dir: &Path, opts: &LockOptions) -> Result<Claim, Error> {
         dir,
         attempts: REOPEN_LIMIT,
     })
+}
+
+/// Creates the directory `name` in the directory open at `parent` (whose
+/// path `parent_path` names it in reports and in the claim), with its lock
+/// already held, for a claim (record `claim`). Unlike [`acquire`] nothing
+/// is resolved by path: the staging copy, its lock file, the rename into
+/// place and any clean-up are relative to `parent`'s descriptor or the new
+/// directory's (`mkdirat`, `openat(O_NOFOLLOW)`, `renameat2`, `unlinkat`),
+/// so a link planted at `parent_path` or one of its components never
+/// redirects what is created. `Ok(None)` when `name` already exists (the
+/// caller picks another name). Runs the node-local check first and the
+/// nesting check (which only reads) after the lock is taken.
+pub fn acquire_new_at(
+    parent: BorrowedFd<'_>,
+    parent_path: &Path,
+    name: &OsStr,
+    opts: &LockOptions,
+) -> Result<Option<Claim>, Error> {
+    check_node_local(parent_path, opts.allow_shared_filesystem)?;
+    match create_locked_at(parent, parent_path, name, Purpose::Claim, &opts.access)? {
+        Created::Taken(taken) => finish_at(taken, Nesting::Both, Some((parent, name))).map(Some),
+        Created::AlreadyExists => Ok(None),
+    }
 }
 
 /// Takes the lock of an existing directory for adoption (record

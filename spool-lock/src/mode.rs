@@ -226,6 +226,37 @@ impl Access {
     }
 }
 
+impl Access {
+    /// [`Access::create_dir`] relative to the directory `parent`: `mkdirat`
+    /// of the one component `name`, then the group and mode set on its
+    /// descriptor (opened `O_NOFOLLOW`); `path` names it for the seams.
+    pub(crate) fn create_dir_at(
+        &self,
+        parent: std::os::fd::BorrowedFd<'_>,
+        name: &std::ffi::OsStr,
+        path: &std::path::Path,
+    ) -> std::io::Result<()> {
+        use nix::fcntl::{openat, OFlag};
+        use nix::sys::stat::{mkdirat, Mode};
+        use std::os::fd::AsFd;
+        mkdirat(parent, name, Mode::from_bits_truncate(self.dir_mode()))?;
+        crate::seams::run_hook(crate::seams::HookPoint::DirectoryMade, path);
+        let applied = openat(
+            parent,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|d| self.apply(d.as_fd(), true));
+        if let Err(e) = applied {
+            let _ = nix::unistd::unlinkat(parent, name, nix::unistd::UnlinkatFlags::RemoveDir);
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
 /// A group name or number to a gid.
 fn resolve_group(group: &str) -> Result<u32, Error> {
     if let Ok(gid) = group.parse::<u32>() {

@@ -170,16 +170,47 @@ impl RegFd {
     /// both under the registry mutex.
     pub(crate) fn open(path: &Path, flags: libc::c_int, mode: libc::mode_t) -> io::Result<RegFd> {
         let c = cstring(path)?;
-        let mut guard = RegistryGuard::lock();
         // SAFETY: `c` is a valid NUL-terminated path; open has no other
         // preconditions. O_NONBLOCK keeps a planted FIFO from blocking us.
-        let fd = unsafe {
+        RegFd::registered(|| unsafe {
             libc::open(
                 c.as_ptr(),
                 flags | libc::O_CLOEXEC | libc::O_NOCTTY,
                 libc::c_uint::from(mode),
             )
-        };
+        })
+    }
+
+    /// Opens `name` relative to the directory `parent` (`openat`) with
+    /// `flags | O_CLOEXEC` and registers the descriptor, both under the
+    /// registry mutex. `name` is one component: with `O_NOFOLLOW` nothing
+    /// of it is resolved through a link.
+    pub(crate) fn open_at(
+        parent: std::os::fd::BorrowedFd<'_>,
+        name: &std::ffi::OsStr,
+        flags: libc::c_int,
+        mode: libc::mode_t,
+    ) -> io::Result<RegFd> {
+        let c = cstring(Path::new(name))?;
+        // SAFETY: `c` is a valid NUL-terminated name and `parent` an open
+        // descriptor borrowed for the call; openat has no other
+        // preconditions.
+        RegFd::registered(|| unsafe {
+            libc::openat(
+                std::os::fd::AsRawFd::as_raw_fd(&parent),
+                c.as_ptr(),
+                flags | libc::O_CLOEXEC | libc::O_NOCTTY,
+                libc::c_uint::from(mode),
+            )
+        })
+    }
+
+    /// Runs `open` (an open call returning a descriptor or -1) and
+    /// registers what it opened, both under the registry mutex: no fork
+    /// falls between them.
+    fn registered(open: impl FnOnce() -> libc::c_int) -> io::Result<RegFd> {
+        let mut guard = RegistryGuard::lock();
+        let fd = open();
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }

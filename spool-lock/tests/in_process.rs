@@ -839,3 +839,47 @@ fn a_drained_directory_with_nested_empty_subdirectories_is_removed_and_a_file_de
     assert!(!claim.release_and_remove_if_empty().unwrap());
     assert!(dir.join("w0").join("inner").join("late.ready").is_file());
 }
+
+#[test]
+fn acquire_new_at_works_in_the_directory_it_was_given_never_through_a_link_at_its_path() {
+    // A take in an open parent succeeds, and a name already there is
+    // `None`. Then the parent's path is moved away and a link to a victim
+    // put there: the take is refused (its nesting check no longer finds
+    // the new directory at its path) and cleans up through descriptors, in
+    // the parent it was given: nothing is created in the victim, nothing
+    // left in the parent.
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("key");
+    std::fs::create_dir(&parent).unwrap();
+    let fd = std::fs::File::open(&parent).unwrap();
+    let at = || std::os::fd::AsFd::as_fd(&fd);
+    let name = std::ffi::OsStr::new("r0-0000000a");
+    let claim = spool_lock::acquire_new_at(at(), &parent, name, &opts())
+        .unwrap()
+        .expect("a fresh name");
+    assert_eq!(claim.dir(), parent.join(name));
+    assert!(parent.join(name).join(LOCK_FILE_NAME).is_file());
+    let again = spool_lock::acquire_new_at(at(), &parent, name, &opts()).unwrap();
+    assert!(again.is_none(), "an existing name is left to the caller");
+    claim.release().unwrap();
+
+    let victim = tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&parent, &moved).unwrap();
+    std::os::unix::fs::symlink(&victim, &parent).unwrap();
+    let other = std::ffi::OsStr::new("r0-0000000b");
+    assert!(spool_lock::acquire_new_at(at(), &parent, other, &opts()).is_err());
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "the victim is untouched"
+    );
+    let left: Vec<_> = std::fs::read_dir(&moved)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != name)
+        .collect();
+    assert!(left.is_empty(), "nothing left behind: {left:?}");
+}

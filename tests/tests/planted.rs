@@ -571,3 +571,160 @@ mod serial {
         victim.check("a running daemon beside a FIFO record and a linked _refs");
     }
 }
+
+/// Plants in the layout itself, above the hand-off: the catalog key
+/// directory `<root>/<key>` (a link out of the root, a regular file, a
+/// FIFO) and a rank directory or a `w<k>/` subdirectory replaced by a link.
+/// Nothing outside the root is created, written or removed; no command
+/// hangs; a plant spool cannot work through is refused naming the path.
+mod layout_plants {
+    use super::*;
+
+    /// What is planted at `<root>/<key>`.
+    #[derive(Clone, Copy, Debug)]
+    enum KeyPlant {
+        Link,
+        File,
+        Fifo,
+    }
+
+    /// A root whose key directory exists (one spooled pack, then drained
+    /// by a run) and its key's name.
+    fn root_with_key(tmp: &Path) -> (PathBuf, String) {
+        let root = tmp.join("spool");
+        let out = output(
+            spool()
+                .args(["produce", "--packs", "1", "--spool-root"])
+                .arg(&root),
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        let key = std::fs::read_dir(&root)
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_type().unwrap().is_dir() && e.file_name() != ".store")
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        (root, key)
+    }
+
+    fn timed(what: &str, cmd: &mut std::process::Command) -> std::process::Output {
+        let t = Instant::now();
+        let out = output(cmd.stdin(std::process::Stdio::null()));
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{what} took {:?}\n{}",
+            t.elapsed(),
+            describe(&out)
+        );
+        out
+    }
+
+    #[test]
+    fn a_key_directory_that_is_a_link_a_file_or_a_fifo_is_refused_and_nothing_outside_changes() {
+        for plant in [KeyPlant::Link, KeyPlant::File, KeyPlant::Fifo] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (root, key) = root_with_key(tmp.path());
+            let victim = Victim::new(tmp.path(), &[".owner.lock".to_string()]);
+            let key_dir = root.join(&key);
+            std::fs::remove_dir_all(&key_dir).unwrap();
+            match plant {
+                KeyPlant::Link => std::os::unix::fs::symlink(&victim.dir, &key_dir).unwrap(),
+                KeyPlant::File => std::fs::write(&key_dir, b"not a directory").unwrap(),
+                KeyPlant::Fifo => {
+                    nix::unistd::mkfifo(&key_dir, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                        .unwrap()
+                }
+            }
+            let found = match plant {
+                KeyPlant::Link => "a symlink",
+                KeyPlant::File => "a regular file",
+                KeyPlant::Fifo => "a FIFO",
+            };
+            for (what, args) in [
+                ("produce", vec!["produce", "--packs", "1"]),
+                ("run --once", vec!["run", "--once", "--timeout", "30"]),
+            ] {
+                let out = timed(
+                    &format!("{plant:?}: {what}"),
+                    spool().args(&args).arg("--spool-root").arg(&root),
+                );
+                victim.check(&format!("{plant:?}: {what}"));
+                assert!(
+                    !out.status.success(),
+                    "{plant:?}: {what}\n{}",
+                    describe(&out)
+                );
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    err.contains(&key_dir.display().to_string())
+                        && err.contains(found)
+                        && err.contains("remove or move it"),
+                    "{plant:?}: {what} does not name {} as {found} and what to do\n{}",
+                    key_dir.display(),
+                    describe(&out)
+                );
+            }
+            let status = timed(
+                &format!("{plant:?}: status"),
+                spool().args(["status", "--json"]).arg(&root),
+            );
+            assert!(
+                matches!(status.status.code(), Some(0 | 1)),
+                "{plant:?}\n{}",
+                describe(&status)
+            );
+            victim.check(&format!("{plant:?}: status"));
+        }
+    }
+    /// A link named like a rank directory under the key, and a dead
+    /// owner's `w1/` a link, both to a victim holding files named like
+    /// packs: `run --once` ships every pack of the real siblings within a
+    /// bound, sets the dead owner holding the link aside (exit 1, its
+    /// packs shipped first), and never lists, sweeps, quarantines or
+    /// removes anything in the victim.
+    #[test]
+    fn a_rank_directory_or_worker_directory_that_is_a_link_is_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("spool");
+        let (key, owners, ids) = two_dead_owners(&root);
+        let packs: Vec<String> = (0..3)
+            .map(|i| format!("{:032x}.ready", 0xabc0 + i))
+            .chain([format!(".{:032x}.0000abcd.open", 0xabcf)])
+            .collect();
+        let victim = Victim::new(tmp.path(), &packs);
+        std::os::unix::fs::symlink(&victim.dir, key.join("r9-0badf00d")).unwrap();
+        std::os::unix::fs::symlink(&victim.dir, owners[0].join("w1")).unwrap();
+        let out = timed(
+            "run --once",
+            spool()
+                .args(["run", "--once", "--timeout", "30", "--spool-root"])
+                .arg(&root),
+        );
+        victim.check("run --once beside a linked rank and worker directory");
+        let indexed = indexed_ids(&root);
+        for id in &ids {
+            assert!(indexed.contains(id), "{id} not shipped\n{}", describe(&out));
+        }
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        let owner = output(spool().args(["lock", "owner"]).arg(&owners[0]));
+        let text = String::from_utf8_lossy(&owner.stdout);
+        assert!(
+            text.contains("blocked:") && text.contains("w1"),
+            "lock owner says {text}"
+        );
+        let status = timed("status", spool().args(["status", "--json"]).arg(&root));
+        assert!(
+            matches!(status.status.code(), Some(0 | 1)),
+            "{}",
+            describe(&status)
+        );
+        victim.check("status beside a linked rank and worker directory");
+        assert!(key
+            .join("r9-0badf00d")
+            .symlink_metadata()
+            .unwrap()
+            .is_symlink());
+    }
+}

@@ -610,19 +610,8 @@ fn unit_tests_follow_one_convention() {
 /// module is a `mod tests {` or `mod test {` line, whatever its
 /// indentation, visibility or a `#[cfg(test)]` before it on the line.
 fn misplaced_unit_tests(text: &str, is_dir_module: bool) -> Option<String> {
-    let opens_tests = |l: &str| {
-        let mut l = l.trim_start();
-        l = l.strip_prefix("#[cfg(test)]").unwrap_or(l).trim_start();
-        for vis in ["pub(crate) ", "pub(super) ", "pub "] {
-            l = l.strip_prefix(vis).unwrap_or(l).trim_start();
-        }
-        ["mod tests", "mod test"].iter().any(|m| {
-            l.strip_prefix(m)
-                .is_some_and(|rest| rest.trim_start().starts_with('{'))
-        })
-    };
     let code = code_only(text);
-    let start = code.lines().position(opens_tests)?;
+    let start = code.lines().position(opens_inline_tests)?;
     let inline = code.lines().count() - start;
     if is_dir_module {
         Some("a directory module with inline tests (move them to its tests.rs)".into())
@@ -631,6 +620,21 @@ fn misplaced_unit_tests(text: &str, is_dir_module: bool) -> Option<String> {
     } else {
         None
     }
+}
+
+/// Whether `l` opens an inline test module: a `mod tests {` or `mod test {`
+/// line, whatever its indentation, visibility or a `#[cfg(test)]` before
+/// it on the line.
+fn opens_inline_tests(l: &str) -> bool {
+    let mut l = l.trim_start();
+    l = l.strip_prefix("#[cfg(test)]").unwrap_or(l).trim_start();
+    for vis in ["pub(crate) ", "pub(super) ", "pub "] {
+        l = l.strip_prefix(vis).unwrap_or(l).trim_start();
+    }
+    ["mod tests", "mod test"].iter().any(|m| {
+        l.strip_prefix(m)
+            .is_some_and(|rest| rest.trim_start().starts_with('{'))
+    })
 }
 
 #[test]
@@ -1265,6 +1269,311 @@ fn the_hand_off_works_only_through_at_and_only_at_makes_at_calls() {
         outside.is_empty(),
         "spool-core's *at calls belong in at.rs: {outside:?}"
     );
+}
+
+/// The path-based file system calls (`PATH_BASED_FS`) that stay in
+/// spool-core and in spool-service's adoption outside `at.rs`: (file, a
+/// piece of the line, why it may stay). Everything else there reaches the
+/// spool's directories through `spool_core::at` (relative to a directory
+/// descriptor, never through a link). An entry that matches nothing is
+/// stale and fails the rule too.
+const PATH_BASED_ALLOWED: &[(&str, &str, &str)] = &[
+    // The operator's root: resolved once, links followed (crate::at, "The
+    // rule"); below it the claim works relative to descriptors.
+    (
+        "spool-core/src/layout.rs",
+        "r.canonicalize()",
+        "the claim resolves the operator's root (links in the operator's path followed)",
+    ),
+    // Read-only walks and probes: they create, write, rename and remove
+    // nothing, and none follows a link below what it was given.
+    (
+        "spool-core/src/layout.rs",
+        "std::fs::read_dir(&dir)",
+        "the flat-spool warning's read-only walk (entry kinds from the listing, never followed)",
+    ),
+    (
+        "spool-core/src/siblings.rs",
+        "std::fs::symlink_metadata(&lock)",
+        "the budget's read-only probe whether a dead sibling's lock file exists",
+    ),
+    (
+        "spool-core/src/siblings.rs",
+        "unistd::{access",
+        "the budget's read-only access(2) probe of a dead sibling",
+    ),
+    (
+        "spool-core/src/sink.rs",
+        "std::fs::canonicalize(&dir)",
+        "the sink registry's name for a directory (read-only)",
+    ),
+    (
+        "spool-core/src/spool.rs",
+        "dir.exists()",
+        "Spool::open's node-local check (statfs) of the operator's directory, before spool-lock takes it",
+    ),
+    (
+        "spool-core/src/spool/walk.rs",
+        "std::fs::read_dir(&d)",
+        "the walk lists by path (read-only); every write on what it met goes through EntryDirs",
+    ),
+    (
+        "spool-core/src/spool/walk.rs",
+        "std::fs::symlink_metadata(entry.path())",
+        "the walk's entry kind, never following it (read-only)",
+    ),
+    (
+        "spool-core/src/spool/walk.rs",
+        "use std::fs::{File, OpenOptions}",
+        "open_nofollow and fsync_dir below",
+    ),
+    (
+        "spool-core/src/spool/walk.rs",
+        "OpenOptions::new()",
+        "open_nofollow: a pack read for validation, O_NOFOLLOW | O_NONBLOCK (read-only)",
+    ),
+    (
+        "spool-core/src/spool/walk.rs",
+        "File::open(dir)",
+        "fsync_dir: the stage's directory fsync (see stage.rs)",
+    ),
+    (
+        "spool-service/src/adoption/real_env.rs",
+        "if !dir.exists() {",
+        "adoption's read-only check whether a sibling vanished",
+    ),
+    (
+        "spool-service/src/adoption/real_env.rs",
+        "Err(e) if !dir.exists() =>",
+        "adoption's read-only check whether a sibling vanished",
+    ),
+    // A test seam: a path a test gives, outside any spool.
+    (
+        "spool-core/src/spool/pause.rs",
+        "release.exists()",
+        "the pause-before-publish test seam's release file",
+    ),
+    // Staging stays by path: it works in the directory this process
+    // created and holds locked; the temp file is created O_EXCL |
+    // O_NOFOLLOW, published by link(2) (which never follows), a `w<k>/` is
+    // entered only when lstat says directory; and its tests pin that a
+    // spool or worker directory moved or replaced mid-stage is refused
+    // (DirectoryVanished, or an error naming it), which a stage relative
+    // to a descriptor would not see (it would publish where the directory
+    // went).
+    (
+        "spool-core/src/spool/stage.rs",
+        "use std::fs::OpenOptions",
+        "staging by path (above)",
+    ),
+    (
+        "spool-core/src/spool/stage.rs",
+        "access.create_dir(&sub)",
+        "staging by path (above): the worker subdirectory",
+    ),
+    (
+        "spool-core/src/spool/stage.rs",
+        "std::fs::symlink_metadata(&sub)",
+        "staging by path (above): a worker subdirectory that is no directory is refused",
+    ),
+    (
+        "spool-core/src/spool/stage.rs",
+        "OpenOptions::new()",
+        "staging by path (above): the temp file, O_EXCL | O_NOFOLLOW",
+    ),
+    (
+        "spool-core/src/spool/stage.rs",
+        "std::fs::remove_file(&temp)",
+        "staging by path (above): its own temp file",
+    ),
+    (
+        "spool-core/src/spool/stage.rs",
+        "std::fs::hard_link(&temp, &ready)",
+        "staging by path (above): the publish",
+    ),
+    (
+        "spool-core/src/spool/stage.rs",
+        "std::fs::symlink_metadata(&ready)",
+        "staging by path (above): the size of a conflicting pack, for the report",
+    ),
+];
+
+/// The shapes of a path-based file system call the spool-directory rule
+/// looks for (in code, comments and strings left out). Narrower than
+/// `PATH_BASED_FS`, which the hand-off files are held to word by word:
+/// spool-core says `open` and `metadata` of many things that are no path
+/// (a sink's open pack, a file's own `metadata()`). Not seen: `is_dir()`,
+/// `is_file()` and `metadata()` on a path, which read alike on a file
+/// type, a descriptor's metadata or a directory entry.
+const SPOOL_DIR_PATH_CALLS: &[&str] = &[
+    // std::fs by path, its handles opened by path, grouped imports
+    "std::fs::read_dir",
+    "std::fs::remove_",
+    "std::fs::rename",
+    "std::fs::hard_link",
+    "std::fs::symlink_metadata",
+    "std::fs::metadata",
+    "std::fs::canonicalize",
+    "std::fs::create_dir",
+    "std::fs::write",
+    "std::fs::read(",
+    "std::fs::read_to_string",
+    "std::fs::copy",
+    "std::fs::set_permissions",
+    "std::fs::read_link",
+    "std::fs::File::",
+    "std::fs::OpenOptions",
+    "std::fs::DirBuilder",
+    "std::fs::{",
+    "File::open",
+    "File::create",
+    "OpenOptions::new",
+    "DirBuilder::new",
+    "fs::symlink(",
+    // a Path's own calls (they follow links on the way)
+    ".exists()",
+    ".try_exists()",
+    ".canonicalize()",
+    ".read_dir()",
+    ".read_link()",
+    ".symlink_metadata()",
+    // spool-lock's directory creation by path
+    "access.create_dir(",
+    // the system calls by path, through nix or libc
+    "fcntl::open(",
+    "unistd::unlink(",
+    "unistd::access",
+    "unistd::{access",
+    "unistd::mkdir",
+    "stat::lstat(",
+    "stat::stat(",
+    "libc::open(",
+    "libc::unlink(",
+    "libc::rename(",
+    "libc::mkdir(",
+    "libc::rmdir(",
+    "libc::lstat(",
+    "libc::stat(",
+];
+
+/// Whether `rel` is in the scope of the spool-directory rule: spool-core's
+/// and spool-service's adoption sources, not `at.rs` (the one place of the
+/// primitives) and not test files.
+fn in_spool_dir_scope(rel: &Path) -> bool {
+    let in_crate = rel.starts_with("spool-core/src")
+        || rel.starts_with("spool-service/src/adoption")
+        || rel == Path::new("spool-service/src/adoption.rs");
+    let is_at = rel == Path::new("spool-core/src/at.rs") || rel.starts_with("spool-core/src/at");
+    let is_test = rel.file_name().is_some_and(|n| n == "tests.rs")
+        || rel.components().any(|c| c.as_os_str() == "tests");
+    in_crate && !is_at && !is_test
+}
+
+/// The path-based file system calls of `text` (the file `rel`) before its
+/// inline test module that the allow-list does not admit, and the
+/// allow-list entries (by index) that admitted one.
+fn path_based_outside_at(rel: &Path, text: &str) -> (Vec<String>, Vec<usize>) {
+    let code = code_only(text);
+    let mut refused = Vec::new();
+    let mut used = Vec::new();
+    for line in code.lines().take_while(|l| !opens_inline_tests(l)) {
+        if !SPOOL_DIR_PATH_CALLS.iter().any(|c| line.contains(c)) {
+            continue;
+        }
+        let line = line.trim();
+        let allowed = PATH_BASED_ALLOWED
+            .iter()
+            .position(|(f, piece, _)| rel == Path::new(f) && line.contains(piece));
+        match allowed {
+            Some(i) => used.push(i),
+            None => refused.push(format!("{}: {line}", rel.display())),
+        }
+    }
+    (refused, used)
+}
+
+/// Architecture invariant (ARCHITECTURE.md, spool-core): spool-core and
+/// spool-service's adoption work in spool directories through
+/// `spool_core::at` only; a path-based `std::fs` (or nix/libc) call there
+/// is refused unless `PATH_BASED_ALLOWED` names it with why it stays.
+#[test]
+fn spool_directories_are_worked_only_through_at_outside_the_allow_list() {
+    let mut refused = Vec::new();
+    let mut used = std::collections::BTreeSet::new();
+    for p in rust_files() {
+        let rel = p.strip_prefix(root()).unwrap_or(&p).to_path_buf();
+        if !in_spool_dir_scope(&rel) {
+            continue;
+        }
+        let (r, u) = path_based_outside_at(&rel, &read(&p));
+        refused.extend(r);
+        used.extend(u);
+    }
+    let stale: Vec<_> = PATH_BASED_ALLOWED
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !used.contains(i))
+        .map(|(_, (f, piece, _))| format!("{f}: {piece}"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "path-based file system calls on spool directories outside spool_core::at (use an \
+         AtDir, or add the call to PATH_BASED_ALLOWED with why it must stay): {refused:#?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "PATH_BASED_ALLOWED entries that match nothing (remove them): {stale:#?}"
+    );
+}
+
+#[test]
+fn the_spool_directory_rule_refuses_a_call_the_allow_list_does_not_name() {
+    let stage = Path::new("spool-core/src/spool/stage.rs");
+    let refused = |rel: &Path, text: &str| path_based_outside_at(rel, text).0;
+    // a call not on the list, in a file of the scope
+    assert_eq!(
+        refused(stage, "fn f(p: &Path) { std::fs::rename(p, p).unwrap(); }").len(),
+        1
+    );
+    assert_eq!(
+        refused(
+            Path::new("spool-core/src/spool/recovery.rs"),
+            "let _ = std::fs::remove_file(&e.path);\nif to.exists() {}"
+        )
+        .len(),
+        2
+    );
+    // the same call an entry names is admitted only in that entry's file
+    let allowed = "let _ = std::fs::remove_file(&temp);";
+    assert!(refused(stage, allowed).is_empty());
+    assert_eq!(
+        refused(Path::new("spool-core/src/spool/walk.rs"), allowed).len(),
+        1
+    );
+    // test modules, comments, strings, AtDir calls and a sink's open pack
+    // are no path-based calls on spool directories
+    for text in [
+        "#[cfg(test)]\nmod tests {\n    std::fs::write(p, b\"x\").unwrap();\n}",
+        "// std::fs::remove_file(&p)",
+        "let why = \"std::fs::remove_file(p)\";",
+        "dir.remove_file(&name)?; at.rename_noreplace(a, b)?;",
+        "let open = state.open.take(); let m = f.metadata()?;",
+    ] {
+        assert!(refused(stage, text).is_empty(), "{text}");
+    }
+    // the scope: spool-core and adoption, not at.rs nor test files
+    assert!(in_spool_dir_scope(stage));
+    assert!(in_spool_dir_scope(Path::new(
+        "spool-service/src/adoption/real_env.rs"
+    )));
+    for out in [
+        "spool-core/src/at.rs",
+        "spool-core/src/spool/tests.rs",
+        "spool-service/src/handoff.rs",
+        "spool-cli/src/cmd/status.rs",
+    ] {
+        assert!(!in_spool_dir_scope(Path::new(out)), "{out}");
+    }
 }
 
 /// Names retired for the glossary's one name (ARCHITECTURE.md

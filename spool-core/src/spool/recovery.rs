@@ -3,15 +3,13 @@
 //! (quarantine, reject, purge).
 
 use std::io;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use super::inspect::validate_file;
 use super::names::FileKind;
 use super::recovered::{Recovery, RecoveryReport, RecoveryStep, SetAside};
-use super::walk::{fsync_dir, walk};
+use super::walk::{walk, EntryDirs};
 use super::{ReadyPack, Spool};
-use crate::at::rename_noreplace;
 use crate::Error;
 
 impl Spool {
@@ -26,19 +24,14 @@ impl Spool {
         let mut pending = Vec::new();
         let mut odd = Vec::new();
         let mut touched = std::collections::BTreeSet::new();
+        let mut dirs = EntryDirs::new(&self.dir);
         {
             let st = self.state();
+            let mut sweep = Vec::new();
             walk(&self.dir, |e| {
                 match e.kind {
                     FileKind::Open if !st.in_flight.contains_key(&e.id) => {
-                        match std::fs::remove_file(&e.path) {
-                            Ok(()) => {}
-                            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                            Err(err) => return Err(Error::io("remove", &e.path, err)),
-                        }
-                        tracing::info!(dir = %self.dir.display(), "swept temp file {}", e.path.display());
-                        touched.insert(e.path.parent().map(Path::to_path_buf));
-                        swept.push(e.path);
+                        sweep.push((e.path, e.ordinal));
                     }
                     FileKind::Ready if e.regular => pending.push(ReadyPack {
                         path: e.path,
@@ -59,9 +52,21 @@ impl Spool {
                 }
                 Ok(true)
             })?;
+            // removed relative to the directory holding each (a `w<k>/`
+            // swapped for a link meanwhile is an error, never followed)
+            for (path, ordinal) in sweep {
+                if let (Some(dir), Some(name)) = (dirs.of(ordinal)?, path.file_name()) {
+                    dir.remove_entry(name)?;
+                }
+                tracing::info!(dir = %self.dir.display(), "swept temp file {}", path.display());
+                touched.insert(ordinal);
+                swept.push(path);
+            }
         }
-        for d in touched.into_iter().flatten() {
-            fsync_dir(&d)?;
+        for ordinal in touched {
+            if let Some(dir) = dirs.of(ordinal)? {
+                dir.sync()?;
+            }
         }
         let mut set_aside = Vec::new();
         for (p, what) in odd {
@@ -155,8 +160,22 @@ impl Spool {
         };
         let parent = pack.path.parent().unwrap_or(&self.dir).to_path_buf();
         let to = parent.join(format!("{}.{ext}", pack.id));
-        rename_noreplace(&pack.path, &to)?;
-        fsync_dir(&parent)?;
+        // renamed relative to the directory holding it (a `w<k>/` that is
+        // a link is an error, never followed)
+        let mut dirs = EntryDirs::new(&self.dir);
+        let (Some(at), Some(from), Some(to_name)) = (
+            dirs.of(pack.ordinal)?,
+            pack.path.file_name(),
+            to.file_name(),
+        ) else {
+            return Err(Error::io(
+                "rename (no replace)",
+                &to,
+                io::ErrorKind::NotFound.into(),
+            ));
+        };
+        at.rename_noreplace(from, to_name)?;
+        at.sync()?;
         tracing::warn!(dir = %self.dir.display(), "pack {} {ext}: {reason}", pack.path.display());
         Ok(SetAside {
             path: to,
@@ -171,22 +190,23 @@ impl Spool {
         let mut found = Vec::new();
         walk(&self.dir, |e| {
             if e.kind == FileKind::Quarantined {
-                found.push((e.path, e.len));
+                found.push((e.path, e.ordinal, e.len));
             }
             Ok(true)
         })?;
         let (mut count, mut bytes) = (0, 0);
-        for (path, len) in found {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    count += 1;
-                    bytes += len;
-                    tracing::info!(dir = %self.dir.display(), "purged {}", path.display());
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("remove", &path, e)),
+        // removed relative to the directory holding each, as the sweep
+        let mut dirs = EntryDirs::new(&self.dir);
+        for (path, ordinal, len) in found {
+            let (Some(dir), Some(name)) = (dirs.of(ordinal)?, path.file_name()) else {
+                continue; // its directory is gone
+            };
+            if dir.remove_entry(name)? {
+                count += 1;
+                bytes += len;
+                tracing::info!(dir = %self.dir.display(), "purged {}", path.display());
             }
-            fsync_dir(path.parent().unwrap_or(&self.dir))?;
+            dir.sync()?;
         }
         let mut st = self.state();
         st.committed = st.committed.saturating_sub(bytes);

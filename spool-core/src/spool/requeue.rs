@@ -5,14 +5,14 @@
 //! never replacing a ready pack (`RENAME_NOREPLACE`), the directory fsynced
 //! after each rename. A pack that stays set aside says why.
 
+use std::io;
 use std::sync::atomic::AtomicBool;
 
 use super::inspect::validate_file;
 use super::names::FileKind;
 use super::requeued::Requeued;
-use super::walk::{fsync_dir, walk};
+use super::walk::{walk, EntryDirs};
 use super::Spool;
-use crate::at::rename_noreplace;
 use crate::Error;
 
 impl Spool {
@@ -31,15 +31,17 @@ impl Spool {
                 FileKind::Ready | FileKind::Open => false,
             };
             if wanted && e.regular {
-                found.push((e.path, e.kind, e.id));
+                found.push((e.path, e.kind, e.id, e.ordinal));
             }
             Ok(true)
         })?;
         found.sort_by(|a, b| a.0.cmp(&b.0));
         let never = AtomicBool::new(false);
         let mut out = Vec::with_capacity(found.len());
-        for (from, kind, id) in found {
-            let to = from.with_file_name(format!("{}.ready", id.to_hex()));
+        let mut dirs = EntryDirs::new(self.dir());
+        for (from, kind, id, ordinal) in found {
+            let to_name = format!("{}.ready", id.to_hex());
+            let to = from.with_file_name(&to_name);
             let kept = if kind == FileKind::Quarantined {
                 validate_file(&from, id, &never)
                     .err()
@@ -47,15 +49,31 @@ impl Spool {
             } else {
                 None
             };
-            let kept = kept.or_else(|| match rename_noreplace(&from, &to) {
-                Ok(()) => {
-                    if let Err(e) = fsync_dir(to.parent().unwrap_or(self.dir())) {
-                        tracing::warn!(dir = %self.dir().display(), "requeued {}, but {e}", to.display());
+            // renamed relative to the directory holding it (a `w<k>/`
+            // that is a link is kept with why, never followed), and only
+            // when nothing above kept it
+            let kept = kept.or_else(|| {
+                let renamed = dirs.of(ordinal).and_then(|at| match at {
+                    Some(at) => at
+                        .rename_noreplace(from.file_name().unwrap_or_default(), to_name.as_ref())
+                        .map(|()| Some(at)),
+                    None => Ok(None),
+                });
+                match renamed {
+                    Ok(Some(at)) => {
+                        if let Err(e) = at.sync() {
+                            tracing::warn!(dir = %self.dir().display(), "requeued {}, but {e}", to.display());
+                        }
+                        None
                     }
-                    None
+                    Ok(None) => Some(format!("its directory {} is gone", from.display())),
+                    Err(Error::Io { source, .. })
+                        if source.kind() == io::ErrorKind::AlreadyExists =>
+                    {
+                        Some(format!("{} already exists", to.display()))
+                    }
+                    Err(e) => Some(format!("cannot rename it to {}: {e}", to.display())),
                 }
-                Err(_) if to.exists() => Some(format!("{} already exists", to.display())),
-                Err(e) => Some(format!("cannot rename it to {}: {e}", to.display())),
             });
             out.push(Requeued::new(from, to, kept));
         }

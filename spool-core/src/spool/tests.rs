@@ -1414,3 +1414,80 @@ fn a_pack_file_that_cannot_be_unlinked_is_an_error_naming_it_never_read_as_gone(
     assert_io(&spool.recover().unwrap_err(), "remove", &torn, libc::EPERM);
     assert!(pack.path.exists() && quarantined.exists() && torn.exists());
 }
+
+/// The sweep and the purge remove what the walk met relative to the
+/// directory holding it, opened without following a link: a `w<k>/` that is
+/// (or became, after the walk looked) a link out of the spool is an error
+/// naming it or skipped, and nothing in the link's target is removed.
+#[test]
+fn the_sweep_and_the_purge_never_remove_through_a_worker_directory_that_is_a_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let victim = tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let id = PackId::generate();
+    let victims = [format!("{id}.quarantined"), format!(".{id}.0000abcd.open")];
+    for n in &victims {
+        std::fs::write(victim.join(n), b"the victim's").unwrap();
+    }
+    let spool = Spool::open(&dir, &take()).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("w1")).unwrap();
+    // the walk itself never enters the link
+    assert_eq!(spool.purge_quarantined().unwrap(), (0, 0));
+    let rec = spool.begin_recovery().unwrap();
+    assert!(rec.swept.is_empty(), "{:?}", rec.swept);
+    // and a w1 the walk saw as a directory, a link by the time of the
+    // removal: an error naming it
+    let mut dirs = walk::EntryDirs::new(&dir);
+    let e = dirs.of(Some(1)).unwrap_err();
+    assert!(
+        matches!(e, Error::UnexpectedEntry { ref path, ref found, .. } if *path == dir.join("w1") && found == "a symlink"),
+        "{e}"
+    );
+    for n in &victims {
+        assert_eq!(
+            std::fs::read(victim.join(n)).unwrap(),
+            b"the victim's",
+            "{n}"
+        );
+    }
+    spool.into_claim().unwrap().release().unwrap();
+}
+
+/// Setting a pack aside and removing it work relative to the directory
+/// holding it: once the pack's `w<k>/` is swapped for a link to a victim
+/// holding a file of the pack's name, a quarantine, a rejection and a
+/// removal are errors naming the link, and the victim is unchanged.
+#[test]
+fn set_aside_and_removal_never_rename_or_remove_through_a_worker_directory_swapped_for_a_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let id = PackId::generate();
+    spool.stage(Some(1), id, &pack_bytes(id, 10)).unwrap();
+    let pack = spool
+        .scan(&AtomicBool::new(false))
+        .unwrap()
+        .into_iter()
+        .find(|p| p.id == id)
+        .unwrap();
+    assert_eq!(pack.ordinal, Some(1));
+    let victim = tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join(format!("{id}.ready")), b"the victim's").unwrap();
+    std::fs::rename(dir.join("w1"), tmp.path().join("w1.moved")).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("w1")).unwrap();
+    let is_link_error = |e: &Error| matches!(e, Error::UnexpectedEntry { path, found, .. } if *path == dir.join("w1") && found == "a symlink");
+    let e = spool.quarantine(&pack, "test").unwrap_err();
+    assert!(is_link_error(&e), "{e}");
+    let e = spool.reject(&pack, "test").unwrap_err();
+    assert!(is_link_error(&e), "{e}");
+    let e = spool.remove(&pack).unwrap_err();
+    assert!(is_link_error(&e), "{e}");
+    assert_eq!(names(&victim), [format!("{id}.ready")]);
+    assert_eq!(
+        std::fs::read(victim.join(format!("{id}.ready"))).unwrap(),
+        b"the victim's"
+    );
+    spool.into_claim().unwrap().release().unwrap();
+}

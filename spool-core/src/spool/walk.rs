@@ -6,7 +6,10 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::names::{file_kind, parse_ordinal_dir, FileKind};
+use std::collections::HashMap;
+
+use super::names::{file_kind, ordinal_dir_name, parse_ordinal_dir, FileKind};
+use crate::at::AtDir;
 use crate::lk;
 use crate::pack::PackId;
 use crate::Error;
@@ -104,6 +107,48 @@ pub fn file_type_name(ft: std::fs::FileType) -> &'static str {
         "a directory"
     } else {
         "something else"
+    }
+}
+
+/// The directories holding walked entries (the spool directory and its
+/// `w<k>/` subdirectories), each opened once: the spool directory by its
+/// path, a subdirectory relative to it without following a link. Whoever
+/// removes or fsyncs what a walk met works through these, so a `w<k>/`
+/// swapped for a link after the walk looked is an error naming it, never a
+/// way out of the spool.
+pub(super) struct EntryDirs<'a> {
+    spool_dir: &'a Path,
+    top: Option<AtDir>,
+    subs: HashMap<u32, Option<AtDir>>,
+}
+
+impl<'a> EntryDirs<'a> {
+    pub(super) fn new(spool_dir: &'a Path) -> EntryDirs<'a> {
+        EntryDirs {
+            spool_dir,
+            top: None,
+            subs: HashMap::new(),
+        }
+    }
+
+    /// The directory holding entries of `ordinal` (`None`: the spool
+    /// directory itself); `Ok(None)` when it is gone.
+    pub(super) fn of(&mut self, ordinal: Option<u32>) -> Result<Option<&AtDir>, Error> {
+        if self.top.is_none() {
+            self.top = Some(AtDir::open_layout(self.spool_dir, 0)?.ok_or_else(|| {
+                Error::DirectoryVanished {
+                    dir: self.spool_dir.to_path_buf(),
+                }
+            })?);
+        }
+        let top = self.top.as_ref().expect("opened above");
+        let Some(k) = ordinal else {
+            return Ok(Some(top));
+        };
+        if let std::collections::hash_map::Entry::Vacant(v) = self.subs.entry(k) {
+            v.insert(top.open_dir(ordinal_dir_name(k))?);
+        }
+        Ok(self.subs.get(&k).and_then(Option::as_ref))
     }
 }
 

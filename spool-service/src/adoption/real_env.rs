@@ -30,6 +30,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use spool_core::at::{AtDir, Kind, Name};
 use spool_core::siblings::{self, Owner};
 use spool_core::spool::SpoolConfig;
 use spool_core::{ReadyPack, Spool};
@@ -92,29 +93,52 @@ fn is_transient(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Anything in `dir` besides the lock file, empty subdirectories and nested
-/// spools.
-fn describe_other_files(dir: &Path, top: bool) -> Result<Option<String>, std::io::Error> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let path = entry.path();
+/// spools. Listed relative to the directory's descriptor: a subdirectory is
+/// opened without following a link, and an entry's kind is its own (a link
+/// is reported, never followed).
+fn describe_other_files(dir: &AtDir, top: bool) -> Result<Option<String>, spool_core::Error> {
+    for name in dir.names()? {
+        let name = match name {
+            Name::Utf8(s) => std::ffi::OsString::from(s),
+            Name::Foreign(os) => os,
+        };
         if top && name == spool_lock::LOCK_FILE_NAME {
             continue;
         }
-        let ft = entry.file_type()?;
-        if ft.is_dir() {
-            if spool_lock::is_nested_spool(&path) {
+        let Some(kind) = dir.kind(&name)? else {
+            continue; // gone meanwhile
+        };
+        if kind == Kind::Dir {
+            let Some(sub) = dir.open_dir(&name)? else {
+                continue;
+            };
+            // a nested spool: a lock file of its own
+            if sub.kind(spool_lock::LOCK_FILE_NAME)?.is_some() {
                 continue;
             }
-            if let Some(d) = describe_other_files(&path, false)? {
+            if let Some(d) = describe_other_files(&sub, false)? {
                 return Ok(Some(d));
             }
             continue;
         }
-        let what = spool_core::spool::file_type_name(ft);
-        return Ok(Some(format!("{} ({what}, not a pack)", path.display())));
+        return Ok(Some(format!(
+            "{} ({}, not a pack)",
+            dir.join(&name).display(),
+            kind.described()
+        )));
     }
     Ok(None)
+}
+
+/// [`describe_other_files`] of the rank directory `dir` (`<root>/<key>/<rank>`,
+/// the key and rank directories opened without following a link).
+fn describe_other_files_of(dir: &Path) -> Result<Option<String>, spool_core::Error> {
+    match AtDir::open_layout(dir, 2)? {
+        Some(at) => describe_other_files(&at, true),
+        None => Err(spool_core::Error::DirectoryVanished {
+            dir: dir.to_path_buf(),
+        }),
+    }
 }
 
 impl AdoptionEnv for Env<'_> {
@@ -255,7 +279,7 @@ impl AdoptionEnv for Env<'_> {
 
     async fn other_files(&mut self, dir: &Path) -> Option<String> {
         let d = dir.to_path_buf();
-        blocking(move || match describe_other_files(&d, true) {
+        blocking(move || match describe_other_files_of(&d) {
             Ok(found) => found,
             Err(e) => Some(format!("cannot look into {}: {e}", d.display())),
         })
