@@ -486,7 +486,9 @@ pub mod testing {
     #[cfg(feature = "clickhouse")]
     pub fn clickhouse_index_statement(url: &str, rows: &[PackRow]) -> Result<String> {
         match CatalogUrl::parse(url)? {
-            CatalogUrl::ClickHouse(t) => Ok(ClickHouseCatalog::new(t).testing_index_statement(rows)),
+            CatalogUrl::ClickHouse(t) => {
+                Ok(ClickHouseCatalog::new(t).testing_index_statement(rows))
+            }
             _ => Err(Error::InvalidUrl {
                 url: redact::mask_url(url),
                 reason: "not a clickhouse:// URL".into(),

@@ -217,6 +217,39 @@ pub fn claim_rank_dir(
     rank: u64,
     opts: &LockOptions,
 ) -> Result<Claim, Error> {
+    claim(root, key, rank, opts, Reserve::Keep)
+}
+
+/// [`claim_rank_dir`] for a process that ships (the node's daemon, an
+/// engine with its own service): on a filesystem with no free inode or
+/// byte and no dead sibling to take, it takes the key directory's reserve
+/// (`spool_lock::RESERVE_NAME`, which every claim that has room keeps
+/// there), so it can start and free the filesystem. A sink-only producer
+/// never takes it: it could not stage there anyway, and the daemon would
+/// find none.
+pub fn claim_rank_dir_to_ship(
+    root: &Path,
+    key: &str,
+    rank: u64,
+    opts: &LockOptions,
+) -> Result<Claim, Error> {
+    claim(root, key, rank, opts, Reserve::Take)
+}
+
+/// Whether a claim may take the key directory's reserve.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reserve {
+    Keep,
+    Take,
+}
+
+fn claim(
+    root: &Path,
+    key: &str,
+    rank: u64,
+    opts: &LockOptions,
+    reserve: Reserve,
+) -> Result<Claim, Error> {
     if !is_catalog_key(key) {
         return Err(Error::BadDestination {
             field: "catalog_key",
@@ -228,7 +261,7 @@ pub fn claim_rank_dir(
     // created, while empty.
     lk::check_node_local(root, opts.allow_shared_filesystem)?;
     let created = lk::create_parents(root, &opts.access)?;
-    let claim = match claim_in_root(root, key, rank, opts) {
+    let claim = match claim_in_root(root, key, rank, opts, reserve) {
         Ok(claim) => claim,
         Err(e) => {
             lk::remove_created(&created);
@@ -247,7 +280,13 @@ pub fn claim_rank_dir(
 /// created) without following a link, the rank directory created locked
 /// relative to it; a key directory this call created is removed again on a
 /// refusal (while empty).
-fn claim_in_root(root: &Path, key: &str, rank: u64, opts: &LockOptions) -> Result<Claim, Error> {
+fn claim_in_root(
+    root: &Path,
+    key: &str,
+    rank: u64,
+    opts: &LockOptions,
+    reserve: Reserve,
+) -> Result<Claim, Error> {
     let root = std::path::absolute(root)
         .and_then(|r| r.canonicalize())
         .map_err(|e| Error::io("resolve", root, e))?;
@@ -281,12 +320,38 @@ fn claim_in_root(root: &Path, key: &str, rank: u64, opts: &LockOptions) -> Resul
             Err(e) => return refused(e),
         }
         match lk::acquire_new_at(key_dir.as_fd(), key_dir.path(), name.as_ref(), opts) {
-            Ok(Some(claim)) => return Ok(claim),
+            Ok(Some(claim)) => {
+                // the reserve a full filesystem's next daemon takes: kept
+                // while there is room (best effort; it is only a spare)
+                if let Err(e) = lk::make_reserve_at(key_dir.as_fd(), key_dir.path(), &opts.access) {
+                    tracing::debug!(dir = %key_dir.path().display(), "no reserve made: {e}");
+                }
+                return Ok(claim);
+            }
             Ok(None) => continue, // made by someone else meanwhile: draw again
-            Err(e) if out_of_space(&e) => match take_dead_sibling(&key_dir, opts) {
-                Some(claim) => return Ok(claim),
-                None => return refused(e.into()),
-            },
+            Err(e) if out_of_space(&e) => {
+                if let Some(claim) = take_dead_sibling(&key_dir, opts) {
+                    return Ok(claim);
+                }
+                if reserve == Reserve::Take {
+                    match lk::acquire_reserve_at(
+                        key_dir.as_fd(),
+                        key_dir.path(),
+                        name.as_ref(),
+                        opts,
+                    ) {
+                        Ok(Some(claim)) => {
+                            tracing::warn!(dir = %claim.dir().display(), "the filesystem has no room for a new rank directory: took the key directory's reserve as {}", claim.dir().display());
+                            return Ok(claim);
+                        }
+                        Ok(None) => {}
+                        Err(taken) => {
+                            tracing::warn!(dir = %key_dir.path().display(), "cannot take the key directory's reserve: {taken}")
+                        }
+                    }
+                }
+                return refused(e.into());
+            }
             Err(e) => return refused(e.into()),
         }
     }

@@ -152,6 +152,17 @@
 //! spelled (two spellings of one server give two keys: packs delayed, never
 //! misdirected). `r<rank>-00000000` is reserved for packs moved in by hand.
 //!
+//! A claim ([`layout::claim_rank_dir`]) opens the key directory without
+//! following a link and creates its rank directory relative to it. On a
+//! filesystem with no free inode or byte it takes a dead sibling's
+//! directory in place; failing that, a claim that ships
+//! ([`layout::claim_rank_dir_to_ship`]: the daemon, an engine with its own
+//! service) takes the key directory's reserve (`spool_lock::RESERVE_NAME`,
+//! renamed into place), which every claim that had room left there
+//! (`spool_lock::make_reserve_at`). A sink-only producer never takes the
+//! reserve: it could not stage on that filesystem anyway, and the daemon
+//! that frees it would find none.
+//!
 //! # The sink ([`sink`])
 //!
 //! The producer side: [`sink::Sink::write`] appends a record to

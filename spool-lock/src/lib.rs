@@ -69,6 +69,20 @@
 //! older than [`LockOptions::staging_max_age`] (60 s) and leaves younger or
 //! held ones alone.
 //!
+//! ## The reserve, for a full filesystem
+//! A new directory costs two inodes and a page (its lock file's record),
+//! which a full filesystem does not have. [`make_reserve_at`] keeps one
+//! made ahead in a parent: [`RESERVE_NAME`], a directory with its lock
+//! file and a record in it, built under a staging name and renamed into
+//! place (never replacing one), unlocked and hidden (no walk takes a
+//! hidden name for a spool directory). [`acquire_reserve_at`] then creates
+//! a directory as [`acquire_new_at`] does, but its staging copy is the
+//! reserve renamed (`renameat2(RENAME_NOREPLACE)`, so two takers never get
+//! one reserve) and its lock file the one inside, opened without following
+//! a link and checked to be a regular file: no new inode, and the record
+//! rewritten in the page it already has. Which parents keep one and who may
+//! take it is spool-core's layout's call.
+//!
 //! ## Nesting, after the lock
 //! A take first publishes its lock (flock in place, or the rename), then
 //! walks its ancestors and (for [`acquire`]) its descendants: a spool
@@ -220,11 +234,12 @@ mod watch;
 pub use error::{io_verdict, Error, Holder, IoVerdict};
 pub use fdinfo::held_by_this_process;
 pub use lock::{
-    acquire, acquire_new_at, clear_blocked, create_parents, held_claims, is_staging_name,
-    remove_created, remove_stale_staging, try_adopt, verify_held_by_caller, Claim, Unblocked,
+    acquire, acquire_new_at, acquire_reserve_at, clear_blocked, create_parents, held_claims,
+    is_staging_name, make_reserve_at, remove_created, remove_stale_staging, try_adopt,
+    verify_held_by_caller, Claim, Unblocked,
 };
 pub use mode::{Access, LockMode, LockOptions, Sharing};
-pub use names::{host_name, LOCK_FILE_NAME};
+pub use names::{host_name, LOCK_FILE_NAME, RESERVE_NAME};
 pub use node_local::{check_node_local, shared_filesystem_name, SHARED_FILESYSTEMS};
 pub use probe::{is_nested_spool, lock_path, read_owner, OwnerStatus};
 pub use record::{OwnerRecord, Producer, Purpose};

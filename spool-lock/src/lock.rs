@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use crate::error::not_regular;
 use crate::fdinfo::held_by_this_process;
 use crate::holders::{flock_holders, Holders};
-use crate::names::{host_name, random_u32, LOCK_FILE_NAME};
+use crate::names::{host_name, random_u32, LOCK_FILE_NAME, RESERVE_NAME};
 use crate::node_local::check_node_local;
 use crate::probe::{held_spool, holder_of, read_owner, read_record};
 use crate::record::{OwnerRecord, Producer, Purpose};
@@ -358,6 +358,19 @@ pub fn is_staging_name(name: &OsStr) -> bool {
 enum Created {
     Taken(Taken),
     AlreadyExists,
+    /// [`Staging::Reserve`] found no reserve.
+    NoReserve,
+}
+
+/// Where a new directory's staging copy comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Staging {
+    /// Made now (`mkdirat`; its lock file created).
+    Fresh,
+    /// The parent's reserve ([`RESERVE_NAME`], made ahead by
+    /// [`make_reserve_at`]) renamed: no new inode and no new byte, for a
+    /// full filesystem.
+    Reserve,
 }
 
 /// Creates `dir` with its lock already held: a staging copy
@@ -371,7 +384,14 @@ fn create_locked(
 ) -> Result<Created, Error> {
     let parent_fd =
         std::fs::File::open(parent).map_err(|e| Error::io("open directory", parent, e))?;
-    create_locked_at(parent_fd.as_fd(), parent, name, purpose, access)
+    create_locked_at(
+        parent_fd.as_fd(),
+        parent,
+        name,
+        purpose,
+        access,
+        Staging::Fresh,
+    )
 }
 
 /// [`create_locked`] in the directory open at `parent_fd` (whose path,
@@ -385,6 +405,7 @@ fn create_locked_at(
     name: &OsStr,
     purpose: Purpose,
     access: &Access,
+    from: Staging,
 ) -> Result<Created, Error> {
     use nix::unistd::{unlinkat, UnlinkatFlags};
     let dir = parent.join(name);
@@ -397,12 +418,27 @@ fn create_locked_at(
         ));
         let path = parent.join(&candidate);
         seams::run_hook(HookPoint::CreatingDirectory, &path);
-        match access.create_dir_at(parent_fd, &candidate, &path) {
+        let made = match from {
+            Staging::Fresh => access.create_dir_at(parent_fd, &candidate, &path),
+            // the reserve becomes the staging copy: a rename, no new inode
+            Staging::Reserve => nix::fcntl::renameat2(
+                parent_fd,
+                RESERVE_NAME,
+                parent_fd,
+                candidate.as_os_str(),
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            )
+            .map_err(io::Error::from),
+        };
+        match made {
             Ok(()) => {
                 staging_name = Some(candidate);
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if from == Staging::Reserve && e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Created::NoReserve)
+            }
             Err(e) => return Err(Error::io("create staging directory", &path, e)),
         }
     }
@@ -448,16 +484,39 @@ fn create_locked_at(
         );
     };
     let result = (|| -> Result<Held, Error> {
-        let file = RegFd::open_at(
-            made.as_fd(),
-            OsStr::new(LOCK_FILE_NAME),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-            access.file_mode(),
-        )
-        .map_err(|e| Error::io("create", &staging_lock, e))?;
-        access
-            .apply(file.as_fd(), false)
-            .map_err(|e| Error::io("set the mode and group of", &staging_lock, e))?;
+        let file = match from {
+            Staging::Fresh => {
+                let file = RegFd::open_at(
+                    made.as_fd(),
+                    OsStr::new(LOCK_FILE_NAME),
+                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                    access.file_mode(),
+                )
+                .map_err(|e| Error::io("create", &staging_lock, e))?;
+                access
+                    .apply(file.as_fd(), false)
+                    .map_err(|e| Error::io("set the mode and group of", &staging_lock, e))?;
+                file
+            }
+            // made with the spool's access by whoever made the reserve
+            // (perhaps another user of the group): opened as it is
+            Staging::Reserve => {
+                let file = RegFd::open_at(
+                    made.as_fd(),
+                    OsStr::new(LOCK_FILE_NAME),
+                    libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                    0,
+                )
+                .map_err(|e| Error::io("open", &staging_lock, e))?;
+                let st = file
+                    .fstat()
+                    .map_err(|e| Error::io("stat", &staging_lock, e))?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                    return Err(not_regular(&staging, &staging_lock, st.st_mode));
+                }
+                file
+            }
+        };
         seams::run_hook(HookPoint::LockFileOpened, &staging_lock);
         if !matches!(flock_retrying(&file, &staging_lock)?, Flocked::Taken) {
             return Err(refusal_file_held(&staging));
@@ -759,7 +818,8 @@ pub fn acquire(dir: &Path, opts: &LockOptions) -> Result<Claim, Error> {
                         }
                         return claimed;
                     }
-                    Ok(Created::AlreadyExists) => continue,
+                    // (a fresh staging copy is never the reserve)
+                    Ok(Created::AlreadyExists | Created::NoReserve) => continue,
                     Err(e) => {
                         remove_created(&created);
                         return Err(e);
@@ -792,11 +852,127 @@ pub fn acquire_new_at(
     name: &OsStr,
     opts: &LockOptions,
 ) -> Result<Option<Claim>, Error> {
+    create_new_at(parent, parent_path, name, opts, Staging::Fresh)
+}
+
+/// [`acquire_new_at`] on a full filesystem: the new directory is the
+/// parent's reserve ([`RESERVE_NAME`], made ahead by [`make_reserve_at`]),
+/// renamed to a staging copy, locked there and renamed into place, as a
+/// fresh one would be, at no new inode or byte. `Ok(None)` when the parent
+/// holds no reserve, or `name` is taken meanwhile.
+pub fn acquire_reserve_at(
+    parent: BorrowedFd<'_>,
+    parent_path: &Path,
+    name: &OsStr,
+    opts: &LockOptions,
+) -> Result<Option<Claim>, Error> {
+    create_new_at(parent, parent_path, name, opts, Staging::Reserve)
+}
+
+/// [`acquire_new_at`] and [`acquire_reserve_at`]: the staging copy `from`.
+fn create_new_at(
+    parent: BorrowedFd<'_>,
+    parent_path: &Path,
+    name: &OsStr,
+    opts: &LockOptions,
+    from: Staging,
+) -> Result<Option<Claim>, Error> {
     check_node_local(parent_path, opts.allow_shared_filesystem)?;
-    match create_locked_at(parent, parent_path, name, Purpose::Claim, &opts.access)? {
+    match create_locked_at(
+        parent,
+        parent_path,
+        name,
+        Purpose::Claim,
+        &opts.access,
+        from,
+    )? {
         Created::Taken(taken) => finish_at(taken, Nesting::Both, Some((parent, name))).map(Some),
-        Created::AlreadyExists => Ok(None),
+        Created::AlreadyExists | Created::NoReserve => Ok(None),
     }
+}
+
+/// Makes the reserve of the directory open at `parent` (path
+/// `parent_path`, for reports) unless it has one: a directory
+/// [`RESERVE_NAME`] holding a lock file with an owner record in it, made
+/// with `access` under a staging name and renamed into place, so a later
+/// [`acquire_reserve_at`] on a full filesystem has a directory (two
+/// inodes, and the record's bytes) to take. Unlocked and hidden: no walk
+/// takes it for a spool directory. `Ok(false)` when one is there already.
+pub fn make_reserve_at(
+    parent: BorrowedFd<'_>,
+    parent_path: &Path,
+    access: &Access,
+) -> Result<bool, Error> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    let reserve = parent_path.join(RESERVE_NAME);
+    match nix::sys::stat::fstatat(
+        parent,
+        RESERVE_NAME,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(_) => return Ok(false),
+        Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(Error::io("stat", &reserve, e.into())),
+    }
+    let staging_name = format!(".reserve.{:08x}.creating", random_u32());
+    let staging = parent_path.join(&staging_name);
+    access
+        .create_dir_at(parent, OsStr::new(&staging_name), &staging)
+        .map_err(|e| Error::io("create", &staging, e))?;
+    let lock_path = staging.join(LOCK_FILE_NAME);
+    let made = (|| -> Result<bool, Error> {
+        let dir = RegFd::open_at(
+            parent,
+            OsStr::new(&staging_name),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+        .map_err(|e| Error::io("open directory", &staging, e))?;
+        let file = RegFd::open_at(
+            dir.as_fd(),
+            OsStr::new(LOCK_FILE_NAME),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            access.file_mode(),
+        )
+        .map_err(|e| Error::io("create", &lock_path, e))?;
+        access
+            .apply(file.as_fd(), false)
+            .map_err(|e| Error::io("set the mode and group of", &lock_path, e))?;
+        // the bytes a record takes, paid now
+        file.overwrite(this_record(Purpose::Claim, None).render().as_bytes())
+            .and_then(|()| file.sync())
+            .and_then(|()| dir.sync())
+            .map_err(|e| Error::io("write", &lock_path, e))?;
+        match nix::fcntl::renameat2(
+            parent,
+            OsStr::new(&staging_name),
+            parent,
+            RESERVE_NAME,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EEXIST | nix::errno::Errno::ENOTEMPTY) => {
+                let _ = unlinkat(dir.as_fd(), LOCK_FILE_NAME, UnlinkatFlags::NoRemoveDir);
+                return Ok(false);
+            }
+            Err(e) => return Err(Error::io("rename into place", &reserve, e.into())),
+        }
+        sync_parent(parent, parent_path).map_err(|e| Error::io("fsync", parent_path, e))?;
+        Ok(true)
+    })();
+    if !matches!(made, Ok(true)) {
+        // whatever is left of the staging copy, while it is not the reserve
+        if let Ok(dir) = RegFd::open_at(
+            parent,
+            OsStr::new(&staging_name),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        ) {
+            let _ = unlinkat(dir.as_fd(), LOCK_FILE_NAME, UnlinkatFlags::NoRemoveDir);
+        }
+        let _ = unlinkat(parent, OsStr::new(&staging_name), UnlinkatFlags::RemoveDir);
+    }
+    made
 }
 
 /// Takes the lock of an existing directory for adoption (record

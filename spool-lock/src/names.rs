@@ -23,6 +23,11 @@ pub fn host_name() -> String {
     .clone()
 }
 
+/// The reserve a directory of spool directories keeps for a full
+/// filesystem (`lock::make_reserve_at`, `lock::acquire_reserve_at`):
+/// hidden, so no walk takes it for a spool directory.
+pub const RESERVE_NAME: &str = ".reserve";
+
 /// A random-enough 32-bit number for staging names (no cryptography
 /// needed: names are created with `mkdir`, which refuses a collision).
 pub(crate) fn random_u32() -> u32 {

@@ -883,3 +883,58 @@ fn acquire_new_at_works_in_the_directory_it_was_given_never_through_a_link_at_it
         .collect();
     assert!(left.is_empty(), "nothing left behind: {left:?}");
 }
+
+#[test]
+fn a_reserve_is_made_once_and_taken_once_as_a_new_locked_directory() {
+    // No reserve: nothing to take. One made: a second make leaves it. The
+    // take renames it into place locked (its lock file the reserve's own:
+    // the same inode), and leaves no reserve and no staging copy behind;
+    // a second take finds none. A link where the reserve belongs is never
+    // taken or followed.
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("key");
+    std::fs::create_dir(&parent).unwrap();
+    let fd = std::fs::File::open(&parent).unwrap();
+    let at = || std::os::fd::AsFd::as_fd(&fd);
+    let name = std::ffi::OsStr::new("r0-0000000c");
+    let taken = spool_lock::acquire_reserve_at(at(), &parent, name, &opts()).unwrap();
+    assert!(taken.is_none(), "no reserve to take");
+    assert!(spool_lock::make_reserve_at(at(), &parent, &opts().access).unwrap());
+    assert!(!spool_lock::make_reserve_at(at(), &parent, &opts().access).unwrap());
+    let reserve = parent.join(spool_lock::RESERVE_NAME);
+    let inode = std::fs::metadata(reserve.join(LOCK_FILE_NAME))
+        .unwrap()
+        .ino();
+    let claim = spool_lock::acquire_reserve_at(at(), &parent, name, &opts())
+        .unwrap()
+        .expect("the reserve taken");
+    assert_eq!(claim.dir(), parent.join(name));
+    let lock = parent.join(name).join(LOCK_FILE_NAME);
+    assert_eq!(std::fs::metadata(&lock).unwrap().ino(), inode);
+    assert!(spool_lock::read_owner(&parent.join(name)).unwrap().held);
+    let left: Vec<_> = std::fs::read_dir(&parent)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, vec![name.to_os_string()], "only the taken directory");
+    let other = std::ffi::OsStr::new("r0-0000000d");
+    assert!(
+        spool_lock::acquire_reserve_at(at(), &parent, other, &opts())
+            .unwrap()
+            .is_none()
+    );
+    claim.release().unwrap();
+
+    let victim = tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::os::unix::fs::symlink(&victim, &reserve).unwrap();
+    assert!(!spool_lock::make_reserve_at(at(), &parent, &opts().access).unwrap());
+    assert!(spool_lock::acquire_reserve_at(at(), &parent, other, &opts()).is_err());
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "the victim is untouched"
+    );
+}

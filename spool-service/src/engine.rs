@@ -184,7 +184,16 @@ impl Engine {
             Shipping::Daemon(h) => (&h.destination, h.lock.clone(), h.registry.clone()),
         };
         let key = destination.catalog_key()?;
-        let claim = spool_core::layout::claim_rank_dir(&spool_root, &key, rank, &lock)?;
+        // an engine that ships may take the key directory's reserve on a
+        // full filesystem; a hand-off producer never does
+        let claim = match &shipping {
+            Shipping::Itself(_) => {
+                spool_core::layout::claim_rank_dir_to_ship(&spool_root, &key, rank, &lock)?
+            }
+            Shipping::Daemon(_) => {
+                spool_core::layout::claim_rank_dir(&spool_root, &key, rank, &lock)?
+            }
+        };
         let dir = claim.dir().to_path_buf();
         tracing::info!(dir = %dir.display(), "engine claimed {}", dir.display());
         // One budget for the directory: the engine's, else the smallest a

@@ -52,14 +52,6 @@ pub enum Error {
         /// The path.
         path: PathBuf,
     },
-    /// A spool root or key directory could not be listed.
-    #[error("cannot read {path}: {source}")]
-    Status {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
     /// A spool-core failure (layout, spool, sink).
     #[error("{0}")]
     Core(#[from] spool_core::Error),

@@ -269,10 +269,7 @@ pub fn status(path: &Path) -> Result<Status, Error> {
         .into_iter()
         .map(|d| (key_of_root.clone(), d))
         .collect();
-    let keys = spool_core::layout::catalog_key_dirs(path).map_err(|source| Error::Status {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let keys = spool_core::layout::catalog_key_dirs(path)?;
     for (key, key_dir) in keys {
         dirs.extend(
             rank_dirs(&key_dir)

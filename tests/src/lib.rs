@@ -209,6 +209,14 @@ pub fn walk(root: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Whether `path` is the reserve a key directory keeps for a full
+/// filesystem (`spool_lock::RESERVE_NAME`), or inside it: what a drained
+/// key directory still holds.
+pub fn is_reserve(path: &Path) -> bool {
+    path.components()
+        .any(|c| c.as_os_str() == spool_lock::RESERVE_NAME)
+}
+
 /// Every `.ready` file under `root`'s rank directories (any depth; the
 /// embedded store's `.store` left out).
 pub fn ready_under(root: &Path) -> Vec<PathBuf> {

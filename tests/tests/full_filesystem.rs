@@ -1,8 +1,8 @@
 //! A full filesystem degrades, never deadlocks, black-box through the
 //! `spool` binary on a small tmpfs (mounted by the test; root only, as CI
 //! runs): with no free inode, or no free byte, a daemon that was not
-//! running starts (it takes a dead sibling's directory in place: no new
-//! inode), ships that sibling's packs and a live hand-off owner's, and the
+//! running starts (it takes a dead sibling's directory in place, or with
+//! none the key directory's reserve: no new inode), ships that sibling's packs and a live hand-off owner's, and the
 //! owner learns of each confirmation (its own pending slot renamed: no inode)
 //! and frees its packs. The store and catalog live off the tmpfs.
 #![forbid(unsafe_code)]
@@ -84,6 +84,11 @@ enum Before {
     /// one, and nothing frees an inode but the owner's own removals, which
     /// wait for confirmations the daemon makes without a new inode.
     EmptyAndLive,
+    /// Only a live hand-off owner with 3 packs, and no daemon ever ran on
+    /// the node: the daemon takes the reserve the owner's claim left in
+    /// the key directory while there was room (`.reserve`: a directory
+    /// and its lock file, made ahead), and ships.
+    LiveAlone,
 }
 
 fn case(bytes: bool, before: Before) {
@@ -199,6 +204,16 @@ fn with_no_free_byte_a_daemon_starts_ships_and_the_owner_frees_its_packs() {
 #[test]
 fn with_no_free_inode_confirmations_cost_none_and_the_owner_frees_its_packs() {
     case(false, Before::EmptyAndLive);
+}
+
+#[test]
+fn with_no_free_inode_and_only_live_owners_a_daemon_starts_from_the_reserve() {
+    case(false, Before::LiveAlone);
+}
+
+#[test]
+fn with_no_free_byte_and_only_live_owners_a_daemon_starts_from_the_reserve() {
+    case(true, Before::LiveAlone);
 }
 
 /// A producer whose stages fail on a full filesystem retries them (a new

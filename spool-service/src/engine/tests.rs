@@ -56,7 +56,12 @@ fn ship_by_daemon(cfg: &mut EngineConfig) {
 fn rank_dirs(fx: &Fixture) -> Vec<std::path::PathBuf> {
     let key_dir = fx.root.join(fx.dest.catalog_key().unwrap());
     std::fs::read_dir(key_dir)
-        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| !p.ends_with(spool_lock::RESERVE_NAME))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

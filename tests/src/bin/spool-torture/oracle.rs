@@ -122,7 +122,7 @@ pub fn judge(
         .keys()
         .filter(|id| !durable.contains_key(*id))
         .count() as u64;
-    // nothing left under the root but the key's empty directory
+    // nothing left under the root but the key's directory and its reserve
     for l in left_under(root) {
         v.problems
             .push(format!("left under the spool root: {}", l.display()));
@@ -139,6 +139,9 @@ fn left_under(root: &Path) -> Vec<PathBuf> {
             continue;
         }
         for entry in read_dir(&key) {
+            if entry.ends_with(spool_lock::RESERVE_NAME) {
+                continue; // the key directory's reserve, kept on purpose
+            }
             let mut files = Vec::new();
             walk_files(&entry, &mut files);
             if files.is_empty() && entry.is_dir() {
