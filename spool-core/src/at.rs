@@ -523,6 +523,62 @@ impl AtDir {
         .map_err(|e| Error::io("rename (no replace)", self.join(to), io::Error::from(e)))
     }
 
+    /// Opens the directory at `path` as it resolves now (links in it
+    /// followed: a caller compares [`AtDir::identity`] with the one it
+    /// expects before working in it). The bare errno on failure, for the
+    /// caller to report as its operation.
+    pub fn open_path(path: &Path) -> Result<AtDir, Errno> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        nix::fcntl::open(path, flags, Mode::empty()).map(|fd| AtDir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The directory's identity: its device and inode.
+    pub fn identity(&self) -> Result<(u64, u64), Error> {
+        let st = fstat(self.fd.as_fd())
+            .map_err(|e| Error::io("stat", &self.path, io::Error::from(e)))?;
+        Ok((st.st_dev as u64, st.st_ino as u64))
+    }
+
+    /// Creates the regular file `name` with `mode` and opens it for
+    /// writing: never replacing an entry, never through a link
+    /// (`O_CREAT | O_EXCL | O_NOFOLLOW`). The caller sets its mode and
+    /// group on the descriptor.
+    pub fn create_new(&self, name: &OsStr, mode: u32) -> io::Result<File> {
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        openat(self.fd.as_fd(), name, flags, Mode::from_bits_truncate(mode))
+            .map(File::from)
+            .map_err(io::Error::from)
+    }
+
+    /// Opens the regular file `name` for reading, never through a link and
+    /// never blocking on a FIFO; anything but a regular file is an error.
+    pub fn open_read(&self, name: &OsStr) -> io::Result<File> {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let file = openat(self.fd.as_fd(), name, flags, Mode::empty()).map(File::from)?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        Ok(file)
+    }
+
+    /// Links the entry `from` to the new name `to` in this directory
+    /// (`linkat` without `AT_SYMLINK_FOLLOW`: a link is linked, never
+    /// followed; an existing `to` is never replaced: `AlreadyExists`).
+    pub fn link_new(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        nix::unistd::linkat(
+            self.fd.as_fd(),
+            from,
+            self.fd.as_fd(),
+            to,
+            nix::fcntl::AtFlags::empty(),
+        )
+        .map_err(io::Error::from)
+    }
+
     /// Fsyncs the directory (its entries' creation and removal).
     pub fn sync(&self) -> Result<(), Error> {
         nix::unistd::fsync(self.fd.as_fd())

@@ -409,6 +409,12 @@ impl Error {
         matches!(self, Error::UnexpectedEntry { .. })
     }
 
+    /// Whether this is an I/O error saying an entry was not found (a
+    /// directory removed under a descriptor, say).
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+
     /// The same error naming `pack` (a path) if it is a corruption.
     pub fn for_pack(self, pack: impl fmt::Display) -> Error {
         match self {

@@ -115,9 +115,14 @@
 //! Stage: reserve bytes → `.open` with `O_CREAT|O_EXCL|O_NOFOLLOW` →
 //! write → fsync → `link()` to `<id>.ready` (never replaces; an existing
 //! identical pack is success, different bytes [`Error::Conflict`]) →
-//! unlink the temp → fsync the directory. A vanished directory is
-//! [`Error::DirectoryVanished`] and nothing is created (`w<k>/` is made
-//! with `mkdir`, never its parent). A crash at any point leaves either
+//! unlink the temp → fsync the directory, every step relative to the
+//! directory's descriptor. The spool directory is opened by its path and
+//! must be the very directory the spool opened (device and inode), and is
+//! checked again at its path right before the publish: a link or another
+//! directory put at its path is never staged into, and a vanished or
+//! replaced directory is [`Error::DirectoryVanished`] with nothing
+//! published (`w<k>/` is made with `mkdirat`, never its parent). A crash
+//! at any point leaves either
 //! no file, a `.open` (swept by the next owner's recovery), or a whole
 //! `.ready` (tests/tests/spool_processes.rs kills 520 stagers at random
 //! points).

@@ -118,6 +118,9 @@ struct State {
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
+    /// The directory's device and inode when opened: a stage works only in
+    /// that very directory, whatever is put at its path later.
+    identity: (u64, u64),
     config: SpoolConfig,
     claim: Option<Claim>,
     state: Mutex<State>,
@@ -143,8 +146,12 @@ impl Spool {
                 None
             }
         };
+        let identity = crate::at::AtDir::open_path(&dir)
+            .map_err(|e| Error::io("open directory", &dir, e.into()))?
+            .identity()?;
         let spool = Spool {
             dir,
+            identity,
             config: config.clone(),
             claim,
             state: Mutex::new(State::default()),

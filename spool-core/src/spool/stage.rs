@@ -1,16 +1,17 @@
 //! Staging a sealed pack (temp file, fsync, `link()`, directory fsync), the
 //! reservation and the committed account.
 
-use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use nix::errno::Errno;
 
 use super::charge::dead_sibling_bytes;
 use super::names::{ordinal_dir_name, FileKind};
 use super::pause::pause_before_publish;
-use super::walk::{account, fsync_dir, open_nofollow};
+use super::walk::account;
 use super::{Spool, StagedPack, State, Usage};
+use crate::at::AtDir;
 use crate::pack::PackId;
 use crate::Error;
 
@@ -129,49 +130,73 @@ impl Spool {
 
     /// The file work of a stage. Returns the ready path and whether this
     /// stage published it (false: an identical pack was already there).
+    ///
+    /// Every step is relative to the directory's descriptor: the spool
+    /// directory is opened by its path and must be the very directory this
+    /// spool opened (its device and inode), so a link or another directory
+    /// put at its path is never staged into; `w<k>/`, the temp file and
+    /// the published name are made relative to it, never through a link.
+    /// Right before the publish the directory must still be at its path:
+    /// one moved away or replaced meanwhile gets nothing published
+    /// (removed, [`Error::DirectoryVanished`]; a file there, the link's
+    /// error).
     fn stage_files(
         &self,
         ordinal: Option<u32>,
         id: PackId,
         bytes: &[u8],
     ) -> Result<(PathBuf, bool), Error> {
+        let access = self.config.lock.access;
+        let own = match AtDir::open_path(&self.dir) {
+            Ok(d) if d.identity()? == self.identity => d,
+            Ok(_) | Err(Errno::ENOENT) => {
+                return Err(Error::DirectoryVanished {
+                    dir: self.dir.clone(),
+                })
+            }
+            Err(e) => {
+                let at = match ordinal {
+                    None => self.dir.join(format!(".{id}.open")),
+                    Some(k) => self.dir.join(ordinal_dir_name(k)),
+                };
+                return Err(Error::io("create", &at, e.into()));
+            }
+        };
         let target = match ordinal {
-            None => self.dir.clone(),
+            None => own,
             Some(k) => {
-                let sub = self.dir.join(ordinal_dir_name(k));
-                match self.config.lock.access.create_dir(&sub) {
-                    Ok(()) => fsync_dir(&self.dir)?,
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                        let m = std::fs::symlink_metadata(&sub)
-                            .map_err(|e| Error::io("stat", &sub, e))?;
-                        if !m.is_dir() {
-                            return Err(Error::NotAPack {
-                                path: sub,
-                                dir: self.dir.clone(),
-                                why: "the worker subdirectory is not a directory (a symlink?)",
-                            });
+                let name = ordinal_dir_name(k);
+                match own.ensure_dir(&name, &access) {
+                    Ok((sub, created)) => {
+                        if created {
+                            own.sync()?;
                         }
+                        sub
                     }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    Err(e) if e.is_unexpected_entry() => {
+                        return Err(Error::NotAPack {
+                            path: self.dir.join(&name),
+                            dir: self.dir.clone(),
+                            why: "the worker subdirectory is not a directory (a symlink?)",
+                        })
+                    }
+                    Err(e) if e.is_not_found() => {
                         return Err(Error::DirectoryVanished {
                             dir: self.dir.clone(),
                         })
                     }
-                    Err(e) => return Err(Error::io("create", &sub, e)),
+                    Err(e) => return Err(e),
                 }
-                sub
             }
         };
-        let ready = target.join(format!("{id}.ready"));
-        let temp = target.join(format!(".{id}.{:08x}.open", rand::random::<u32>()));
-        let access = self.config.lock.access;
-        let mut file = match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(access.file_mode())
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&temp)
-        {
+        let ready_name = format!("{id}.ready");
+        let ready = target.join(&ready_name);
+        let temp_name = format!(".{id}.{:08x}.open", rand::random::<u32>());
+        let temp = target.join(&temp_name);
+        let forget_temp = || {
+            let _ = target.remove_file(&temp_name);
+        };
+        let mut file = match target.create_new(temp_name.as_ref(), access.file_mode()) {
             // Private (or the group mode asked for) whatever the umask: the
             // mode and group are set on the descriptor before a byte is
             // written, and the published pack is this very inode.
@@ -179,12 +204,14 @@ impl Spool {
                 Ok(()) => f,
                 Err(e) => {
                     drop(f);
-                    let _ = std::fs::remove_file(&temp);
+                    forget_temp();
                     return Err(Error::io("set the mode and group of", &temp, e));
                 }
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(Error::DirectoryVanished { dir: target })
+                return Err(Error::DirectoryVanished {
+                    dir: target.path().to_path_buf(),
+                })
             }
             Err(e) => return Err(Error::io("create", &temp, e)),
         };
@@ -194,20 +221,37 @@ impl Spool {
             .and_then(|()| file.sync_all().map_err(|e| Error::io("fsync", &temp, e)));
         drop(file);
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&temp);
+            forget_temp();
             return Err(e);
         }
         pause_before_publish(&temp);
-        let published = match std::fs::hard_link(&temp, &ready) {
+        // still at its path? (a stage never publishes into a directory moved
+        // away or replaced while it wrote)
+        match AtDir::open_path(target.path()) {
+            Ok(d) if d.identity()? == target.identity()? => {}
+            Ok(_) | Err(Errno::ENOENT) => {
+                forget_temp();
+                return Err(Error::DirectoryVanished {
+                    dir: target.path().to_path_buf(),
+                });
+            }
+            Err(e) => {
+                forget_temp();
+                return Err(Error::io("link", &ready, e.into()));
+            }
+        }
+        let published = match target.link_new(temp_name.as_ref(), ready_name.as_ref()) {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let _ = std::fs::remove_file(&temp);
-                match same_contents(&ready, bytes) {
+                forget_temp();
+                match same_contents(&target, &ready_name, bytes) {
                     Ok(true) => false,
                     Ok(false) => {
-                        let existing = std::fs::symlink_metadata(&ready)
-                            .map(|m| m.len())
-                            .unwrap_or(0);
+                        let existing = target
+                            .stat(&ready_name)
+                            .ok()
+                            .flatten()
+                            .map_or(0, |(_, len)| len);
                         return Err(Error::Conflict {
                             path: ready,
                             existing,
@@ -218,27 +262,30 @@ impl Spool {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let _ = std::fs::remove_file(&temp);
-                return Err(Error::DirectoryVanished { dir: target });
+                forget_temp();
+                return Err(Error::DirectoryVanished {
+                    dir: target.path().to_path_buf(),
+                });
             }
             Err(e) => {
-                let _ = std::fs::remove_file(&temp);
+                forget_temp();
                 return Err(Error::io("link", &ready, e));
             }
         };
         if published {
-            if let Err(e) = std::fs::remove_file(&temp) {
-                tracing::warn!(dir = %target.display(), "cannot remove temp file {}: {e}; recovery sweeps it", temp.display());
+            if let Err(e) = target.remove_file(&temp_name) {
+                tracing::warn!(dir = %target.path().display(), "cannot remove temp file {}: {e}; recovery sweeps it", temp.display());
             }
         }
-        fsync_dir(&target)?;
+        target.sync()?;
         Ok((ready, published))
     }
 }
 
-/// Compares a file with `bytes` without following a symlink.
-fn same_contents(path: &Path, bytes: &[u8]) -> io::Result<bool> {
-    let mut f = open_nofollow(path)?;
+/// Compares the file `name` in `dir` with `bytes` without following a
+/// symlink or blocking.
+fn same_contents(dir: &AtDir, name: &str, bytes: &[u8]) -> io::Result<bool> {
+    let mut f = dir.open_read(name.as_ref())?;
     if f.metadata()?.len() != bytes.len() as u64 {
         return Ok(false);
     }

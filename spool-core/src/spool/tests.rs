@@ -1491,3 +1491,37 @@ fn set_aside_and_removal_never_rename_or_remove_through_a_worker_directory_swapp
     );
     spool.into_claim().unwrap().release().unwrap();
 }
+
+/// A spool directory moved away and a link to a victim put at its path (a
+/// group member of a shared key directory could): no stage writes through
+/// the link, own or worker, and the victim is untouched; the same for
+/// another directory put there.
+#[test]
+fn a_stage_never_writes_through_a_link_or_into_another_directory_at_its_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let victim = tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::rename(&dir, tmp.path().join("s.moved")).unwrap();
+    for plant in ["link", "directory"] {
+        if plant == "link" {
+            std::os::unix::fs::symlink(&victim, &dir).unwrap();
+        } else {
+            std::fs::remove_file(&dir).unwrap();
+            std::fs::create_dir(&dir).unwrap();
+        }
+        for ordinal in [None, Some(1)] {
+            let id = PackId::generate();
+            let e = spool.stage(ordinal, id, &pack_bytes(id, 10)).unwrap_err();
+            assert!(
+                matches!(e, Error::DirectoryVanished { ref dir } if *dir == tmp.path().join("s")),
+                "{plant}, {ordinal:?}: {e}"
+            );
+        }
+        assert_eq!(names(&victim), Vec::<String>::new(), "{plant}: the victim");
+        if plant == "directory" {
+            assert_eq!(names(&dir), Vec::<String>::new(), "{plant}: nothing in it");
+        }
+    }
+}

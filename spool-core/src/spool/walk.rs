@@ -152,12 +152,6 @@ impl<'a> EntryDirs<'a> {
     }
 }
 
-pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io("fsync directory", dir, e))
-}
-
 pub(super) fn open_nofollow(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
