@@ -46,7 +46,12 @@
 //! the file at the path (same dev/inode, link count > 0). A remover that
 //! unlinked it between the open and the flock would otherwise leave the
 //! take holding an invisible lock; the take opens and locks again (at most
-//! 16 times, then [`Error::LockFileUnstable`]).
+//! 16 times, then [`Error::LockFileUnstable`]). A take of an existing
+//! directory opens the directory first without following a link at its
+//! own name (a rank directory swapped for one after a walk listed it is
+//! refused, `ELOOP`), opens, creates and removes the lock file relative to
+//! that descriptor, and flocks the directory only if its path still names
+//! that very directory (device and inode).
 //!
 //! ## Create-locked
 //! [`acquire`] of a missing directory builds a staging copy

@@ -196,24 +196,58 @@ fn lock_in_place_as(
     access: &Access,
 ) -> Result<Option<Taken>, Error> {
     let lock_path = dir.join(LOCK_FILE_NAME);
+    let lock_name = OsStr::new(LOCK_FILE_NAME);
     for _ in 0..REOPEN_LIMIT {
         seams::run_hook(HookPoint::OpeningLockFile, &lock_path);
-        let (file, created_file) = match RegFd::open(
-            &lock_path,
+        // The directory first, never through a link at its own name (a
+        // rank directory swapped for one after a walk listed it): the lock
+        // file is then opened, created and removed relative to it.
+        let at = match RegFd::open(
+            dir,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            // O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR: said as the
+            // link it is (ELOOP, as the lock file's own O_NOFOLLOW would)
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENOTDIR)
+                    && std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) =>
+            {
+                return Err(Error::io(
+                    "open",
+                    &lock_path,
+                    io::Error::from_raw_os_error(libc::ELOOP),
+                ))
+            }
+            Err(e) => return Err(Error::io("open", &lock_path, e)),
+        };
+        let forget_lock_file = || {
+            let _ = nix::unistd::unlinkat(
+                at.as_fd(),
+                lock_name,
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        };
+        let (file, created_file) = match RegFd::open_at(
+            at.as_fd(),
+            lock_name,
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             access.file_mode(),
         ) {
             Ok(fd) => {
                 if let Err(e) = access.apply(fd.as_fd(), false) {
-                    let _ = std::fs::remove_file(&lock_path);
+                    forget_lock_file();
                     return Err(Error::io("set the mode and group of", &lock_path, e));
                 }
                 (fd, true)
             }
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                 seams::run_hook(HookPoint::OpeningExistingLockFile, &lock_path);
-                match RegFd::open(
-                    &lock_path,
+                match RegFd::open_at(
+                    at.as_fd(),
+                    lock_name,
                     libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
                     0,
                 ) {
@@ -244,7 +278,8 @@ fn lock_in_place_as(
                     Err(e) => return Err(Error::io("open", &lock_path, e)),
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !dir.exists() => return Ok(None),
+            // (the directory removed under its descriptor: vanished)
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("open", &lock_path, e)),
         };
         seams::run_hook(HookPoint::LockFileOpened, &lock_path);
@@ -256,7 +291,7 @@ fn lock_in_place_as(
             }
             Flocked::HeldShared(pids) => {
                 if created_file {
-                    let _ = std::fs::remove_file(&lock_path);
+                    forget_lock_file();
                 }
                 drop(file);
                 return Err(Error::HeldShared {
@@ -274,11 +309,25 @@ fn lock_in_place_as(
             continue;
         }
         seams::run_hook(HookPoint::OpeningDirectory, dir);
-        let dfd = match RegFd::open(dir, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+        // the directory at its path must still be the one the lock file
+        // is in (never a link put there since)
+        let dfd = match RegFd::open(
+            dir,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+        .and_then(|d| {
+            let (now, was) = (d.fstat()?, at.fstat()?);
+            if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino) {
+                Ok(d)
+            } else {
+                Err(io::Error::other("another directory was put at its path"))
+            }
+        }) {
             Ok(fd) => fd,
             Err(e) => {
                 if created_file {
-                    let _ = std::fs::remove_file(&lock_path);
+                    forget_lock_file();
                 }
                 return Err(Error::io("open directory", dir, e));
             }
@@ -288,7 +337,7 @@ fn lock_in_place_as(
             if created_file {
                 // Leave nothing behind: the file we added goes (we still
                 // hold it, and it is still the one at the path).
-                let _ = std::fs::remove_file(&lock_path);
+                forget_lock_file();
             }
             drop(dfd);
             drop(file);

@@ -502,6 +502,39 @@ fn a_directory_turned_into_a_symlink_loop_is_an_error_not_a_vanished_directory()
     );
 }
 
+#[test]
+fn a_directory_swapped_for_a_link_to_a_victim_before_its_take_is_refused_and_the_victim_untouched()
+{
+    // An adopter listed a dead sibling (a real directory), and before its
+    // take the directory is moved away and a link to a victim put at its
+    // name: the take opens the directory without following the link and
+    // is refused (ELOOP, naming the lock file); nothing is created in or
+    // written to the victim.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, lock_path) = spool_with_empty_lock_file(tmp.path());
+    let victim = tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let v = victim.clone();
+    hook_once(
+        tmp.path(),
+        HookPoint::OpeningLockFile,
+        move |lock: &Path| {
+            let d = lock.parent().unwrap();
+            std::fs::rename(d, d.with_file_name("moved")).unwrap();
+            std::os::unix::fs::symlink(&v, d).unwrap();
+        },
+    );
+    let taken = try_adopt(&dir, &opts());
+    testing::clear_lock_hook(tmp.path());
+    assert!(taken.is_err(), "took a directory through a link: {taken:?}");
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "the victim is untouched"
+    );
+    let _ = lock_path;
+}
+
 /// Plants a directory at each of the first `count` staging names a
 /// create-locked take under `base` picks, as another take that drew the
 /// same random name would; returns the names planted.
