@@ -196,91 +196,25 @@ fn lock_in_place_as(
     access: &Access,
 ) -> Result<Option<Taken>, Error> {
     let lock_path = dir.join(LOCK_FILE_NAME);
-    let lock_name = OsStr::new(LOCK_FILE_NAME);
     for _ in 0..REOPEN_LIMIT {
         seams::run_hook(HookPoint::OpeningLockFile, &lock_path);
         // The directory first, never through a link at its own name (a
         // rank directory swapped for one after a walk listed it): the lock
         // file is then opened, created and removed relative to it.
-        let at = match RegFd::open(
-            dir,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            0,
-        ) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            // O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR: said as the
-            // link it is (ELOOP, as the lock file's own O_NOFOLLOW would)
-            Err(e)
-                if e.raw_os_error() == Some(libc::ENOTDIR)
-                    && std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) =>
-            {
-                return Err(Error::io(
-                    "open",
-                    &lock_path,
-                    io::Error::from_raw_os_error(libc::ELOOP),
-                ))
-            }
-            Err(e) => return Err(Error::io("open", &lock_path, e)),
+        let Some(at) = open_dir_nofollow(dir, &lock_path)? else {
+            return Ok(None);
         };
         let forget_lock_file = || {
             let _ = nix::unistd::unlinkat(
                 at.as_fd(),
-                lock_name,
+                LOCK_FILE_NAME,
                 nix::unistd::UnlinkatFlags::NoRemoveDir,
             );
         };
-        let (file, created_file) = match RegFd::open_at(
-            at.as_fd(),
-            lock_name,
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-            access.file_mode(),
-        ) {
-            Ok(fd) => {
-                if let Err(e) = access.apply(fd.as_fd(), false) {
-                    forget_lock_file();
-                    return Err(Error::io("set the mode and group of", &lock_path, e));
-                }
-                (fd, true)
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                seams::run_hook(HookPoint::OpeningExistingLockFile, &lock_path);
-                match RegFd::open_at(
-                    at.as_fd(),
-                    lock_name,
-                    libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-                    0,
-                ) {
-                    Ok(fd) => {
-                        // A FIFO, socket or device opens (O_NONBLOCK keeps
-                        // a FIFO from blocking) but is no lock file.
-                        let st = fd.fstat().map_err(|e| Error::io("stat", &lock_path, e))?;
-                        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                            return Err(not_regular(dir, &lock_path, st.st_mode));
-                        }
-                        (fd, false)
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::ELOOP | libc::EISDIR | libc::ENXIO)
-                        ) =>
-                    {
-                        // O_NOFOLLOW refuses a symlink (ELOOP); O_RDWR a
-                        // directory (EISDIR); a FIFO without reader or a
-                        // socket gives ENXIO
-                        let mode = std::fs::symlink_metadata(&lock_path)
-                            .map(|m| std::os::unix::fs::MetadataExt::mode(&m))
-                            .unwrap_or(0);
-                        return Err(not_regular(dir, &lock_path, mode));
-                    }
-                    Err(e) => return Err(Error::io("open", &lock_path, e)),
-                }
-            }
-            // (the directory removed under its descriptor: vanished)
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io("open", &lock_path, e)),
+        let (file, created_file) = match open_lock_file_at(&at, dir, &lock_path, access)? {
+            LockFileAt::Opened { file, created } => (file, created),
+            LockFileAt::Gone => continue,
+            LockFileAt::DirVanished => return Ok(None),
         };
         seams::run_hook(HookPoint::LockFileOpened, &lock_path);
         match flock_retrying(&file, &lock_path)? {
@@ -308,64 +242,28 @@ fn lock_in_place_as(
             tracing::debug!(dir = %dir.display(), "lock file of {} was replaced between open and flock; opening it again", dir.display());
             continue;
         }
-        seams::run_hook(HookPoint::OpeningDirectory, dir);
-        // the directory at its path must still be the one the lock file
-        // is in (never a link put there since)
-        let dfd = match RegFd::open(
-            dir,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            0,
-        )
-        .and_then(|d| {
-            let (now, was) = (d.fstat()?, at.fstat()?);
-            if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino) {
-                Ok(d)
-            } else {
-                Err(io::Error::other("another directory was put at its path"))
-            }
-        }) {
-            Ok(fd) => fd,
-            Err(e) => {
+        let dfd = match flock_dir_still_at(dir, &at) {
+            Ok(Ok(dfd)) => dfd,
+            refused => {
+                // Leave nothing behind: the file we added goes (we still
+                // hold it, and it is still the one at the path); the
+                // refusal looks at what is left once we let go.
                 if created_file {
                     forget_lock_file();
                 }
-                return Err(Error::io("open directory", dir, e));
+                drop(file);
+                return Err(match refused {
+                    Err(e) => e,
+                    Ok(Err(Flocked::HeldShared(pids))) => Error::HeldShared {
+                        dir: dir.to_path_buf(),
+                        lock_path: dir.to_path_buf(),
+                        pids,
+                    },
+                    Ok(_) => refusal_dir_held(dir),
+                });
             }
         };
-        let flocked = flock_retrying(&dfd, dir)?;
-        if !matches!(flocked, Flocked::Taken) {
-            if created_file {
-                // Leave nothing behind: the file we added goes (we still
-                // hold it, and it is still the one at the path).
-                forget_lock_file();
-            }
-            drop(dfd);
-            drop(file);
-            return Err(match flocked {
-                Flocked::HeldShared(pids) => Error::HeldShared {
-                    dir: dir.to_path_buf(),
-                    lock_path: dir.to_path_buf(),
-                    pids,
-                },
-                _ => refusal_dir_held(dir),
-            });
-        }
-        // Read under the lock, before it is rewritten: whom the record
-        // names as the producer (a claim takes over; any other take
-        // carries the producer it found).
-        let previous = read_record(&file);
-        let producer = match &purpose {
-            Some(Purpose::Claim) => Some(this_producer()),
-            _ => previous.as_ref().and_then(OwnerRecord::producer),
-        };
-        if let Some(purpose) = purpose {
-            let carried = match purpose {
-                Purpose::Claim => None,
-                _ => producer.clone(),
-            };
-            file.overwrite(this_record(purpose, carried).render().as_bytes())
-                .map_err(|e| Error::io("write owner record to", &lock_path, e))?;
-        }
+        let producer = write_owner_record(&file, purpose, &lock_path)?;
         return Ok(Some(Taken {
             dir: dir.to_path_buf(),
             held: Held { file, dir: dfd },
@@ -379,6 +277,165 @@ fn lock_in_place_as(
         lock_path,
         attempts: REOPEN_LIMIT,
     })
+}
+
+/// Opens `dir` itself (`O_DIRECTORY | O_NOFOLLOW`): `Ok(None)` when it is
+/// gone; a link at its name is refused as the link it is (`ELOOP`, as the
+/// lock file's own `O_NOFOLLOW` would say; the kernel says `ENOTDIR`).
+fn open_dir_nofollow(dir: &Path, lock_path: &Path) -> Result<Option<RegFd>, Error> {
+    match RegFd::open(
+        dir,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+    ) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOTDIR)
+                && std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) =>
+        {
+            Err(Error::io(
+                "open",
+                lock_path,
+                io::Error::from_raw_os_error(libc::ELOOP),
+            ))
+        }
+        Err(e) => Err(Error::io("open", lock_path, e)),
+    }
+}
+
+/// What [`open_lock_file_at`] found.
+enum LockFileAt {
+    /// The lock file, made now (`created`) or found.
+    Opened { file: RegFd, created: bool },
+    /// It was there and is gone again: open once more.
+    Gone,
+    /// The directory was removed under its descriptor.
+    DirVanished,
+}
+
+/// Opens the lock file in the directory open at `at`, creating it (with
+/// `access`) when missing; what is there and is not a regular file (a
+/// link, a directory, a FIFO, a socket, a device) is refused, never
+/// followed or blocked on.
+fn open_lock_file_at(
+    at: &RegFd,
+    dir: &Path,
+    lock_path: &Path,
+    access: &Access,
+) -> Result<LockFileAt, Error> {
+    let lock_name = OsStr::new(LOCK_FILE_NAME);
+    match RegFd::open_at(
+        at.as_fd(),
+        lock_name,
+        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+        access.file_mode(),
+    ) {
+        Ok(file) => {
+            if let Err(e) = access.apply(file.as_fd(), false) {
+                let _ = nix::unistd::unlinkat(
+                    at.as_fd(),
+                    lock_name,
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                );
+                return Err(Error::io("set the mode and group of", lock_path, e));
+            }
+            Ok(LockFileAt::Opened {
+                file,
+                created: true,
+            })
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            seams::run_hook(HookPoint::OpeningExistingLockFile, lock_path);
+            match RegFd::open_at(
+                at.as_fd(),
+                lock_name,
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                0,
+            ) {
+                Ok(file) => {
+                    // A FIFO, socket or device opens (O_NONBLOCK keeps a
+                    // FIFO from blocking) but is no lock file.
+                    let st = file.fstat().map_err(|e| Error::io("stat", lock_path, e))?;
+                    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                        return Err(not_regular(dir, lock_path, st.st_mode));
+                    }
+                    Ok(LockFileAt::Opened {
+                        file,
+                        created: false,
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(LockFileAt::Gone),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ELOOP | libc::EISDIR | libc::ENXIO)
+                    ) =>
+                {
+                    // O_NOFOLLOW refuses a symlink (ELOOP); O_RDWR a
+                    // directory (EISDIR); a FIFO without reader or a
+                    // socket gives ENXIO
+                    let mode = std::fs::symlink_metadata(lock_path)
+                        .map(|m| std::os::unix::fs::MetadataExt::mode(&m))
+                        .unwrap_or(0);
+                    Err(not_regular(dir, lock_path, mode))
+                }
+                Err(e) => Err(Error::io("open", lock_path, e)),
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(LockFileAt::DirVanished),
+        Err(e) => Err(Error::io("open", lock_path, e)),
+    }
+}
+
+/// Opens `dir` by its path again and flocks it, provided it is still the
+/// directory open at `at` (never a link or another directory put at its
+/// path since): `Ok(Err(_))` says who holds it.
+fn flock_dir_still_at(dir: &Path, at: &RegFd) -> Result<Result<RegFd, Flocked>, Error> {
+    seams::run_hook(HookPoint::OpeningDirectory, dir);
+    let dfd = RegFd::open(
+        dir,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+    )
+    .and_then(|d| {
+        let (now, was) = (d.fstat()?, at.fstat()?);
+        if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino) {
+            Ok(d)
+        } else {
+            Err(io::Error::other("another directory was put at its path"))
+        }
+    })
+    .map_err(|e| Error::io("open directory", dir, e))?;
+    Ok(match flock_retrying(&dfd, dir)? {
+        Flocked::Taken => Ok(dfd),
+        refused => Err(refused),
+    })
+}
+
+/// Under both locks: reads whom the record names as the producer, before it
+/// is rewritten (a claim takes over; any other take carries the producer it
+/// found), and writes this process's record when `purpose` is given.
+/// Returns the producer the take carries.
+fn write_owner_record(
+    file: &RegFd,
+    purpose: Option<Purpose>,
+    lock_path: &Path,
+) -> Result<Option<Producer>, Error> {
+    let previous = read_record(file);
+    let producer = match &purpose {
+        Some(Purpose::Claim) => Some(this_producer()),
+        _ => previous.as_ref().and_then(OwnerRecord::producer),
+    };
+    if let Some(purpose) = purpose {
+        let carried = match purpose {
+            Purpose::Claim => None,
+            _ => producer.clone(),
+        };
+        file.overwrite(this_record(purpose, carried).render().as_bytes())
+            .map_err(|e| Error::io("write owner record to", lock_path, e))?;
+    }
+    Ok(producer)
 }
 
 /// The staging name of a directory being created: `.<name>.<8 hex>.creating`.
@@ -458,48 +515,10 @@ fn create_locked_at(
 ) -> Result<Created, Error> {
     use nix::unistd::{unlinkat, UnlinkatFlags};
     let dir = parent.join(name);
-    let mut staging_name = None;
-    for _ in 0..8 {
-        let candidate = std::ffi::OsString::from(format!(
-            ".{}.{:08x}.creating",
-            name.to_string_lossy(),
-            random_u32()
-        ));
-        let path = parent.join(&candidate);
-        seams::run_hook(HookPoint::CreatingDirectory, &path);
-        let made = match from {
-            Staging::Fresh => access.create_dir_at(parent_fd, &candidate, &path),
-            // the reserve becomes the staging copy: a rename, no new inode
-            Staging::Reserve => nix::fcntl::renameat2(
-                parent_fd,
-                RESERVE_NAME,
-                parent_fd,
-                candidate.as_os_str(),
-                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-            )
-            .map_err(io::Error::from),
-        };
-        match made {
-            Ok(()) => {
-                staging_name = Some(candidate);
-                break;
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) if from == Staging::Reserve && e.kind() == io::ErrorKind::NotFound => {
-                return Ok(Created::NoReserve)
-            }
-            Err(e) => return Err(Error::io("create staging directory", &path, e)),
-        }
-    }
-    let Some(staging_name) = staging_name else {
-        return Err(Error::io(
-            "create staging directory in",
-            parent,
-            io::Error::from(io::ErrorKind::AlreadyExists),
-        ));
+    let Some(staging_name) = make_staging_copy(parent_fd, parent, name, access, from)? else {
+        return Ok(Created::NoReserve);
     };
     let staging = parent.join(&staging_name);
-    let staging_lock = staging.join(LOCK_FILE_NAME);
     // The staging copy as made (unlocked; only its entries are made and
     // removed through it, and it tells the copy still in place from
     // anything put there since).
@@ -532,112 +551,43 @@ fn create_locked_at(
             UnlinkatFlags::RemoveDir,
         );
     };
-    let result = (|| -> Result<Held, Error> {
-        let file = match from {
-            Staging::Fresh => {
-                let file = RegFd::open_at(
-                    made.as_fd(),
-                    OsStr::new(LOCK_FILE_NAME),
-                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                    access.file_mode(),
-                )
-                .map_err(|e| Error::io("create", &staging_lock, e))?;
-                access
-                    .apply(file.as_fd(), false)
-                    .map_err(|e| Error::io("set the mode and group of", &staging_lock, e))?;
-                file
-            }
-            // made with the spool's access by whoever made the reserve
-            // (perhaps another user of the group): opened as it is
-            Staging::Reserve => {
-                let file = RegFd::open_at(
-                    made.as_fd(),
-                    OsStr::new(LOCK_FILE_NAME),
-                    libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-                    0,
-                )
-                .map_err(|e| Error::io("open", &staging_lock, e))?;
-                let st = file
-                    .fstat()
-                    .map_err(|e| Error::io("stat", &staging_lock, e))?;
-                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                    return Err(not_regular(&staging, &staging_lock, st.st_mode));
-                }
-                file
-            }
-        };
-        seams::run_hook(HookPoint::LockFileOpened, &staging_lock);
-        if !matches!(flock_retrying(&file, &staging_lock)?, Flocked::Taken) {
-            return Err(refusal_file_held(&staging));
-        }
-        // Opened again by name: the copy must still be the one made (a
-        // file or another directory put in its place is never locked and
-        // renamed into place as the spool directory).
-        let dfd = RegFd::open_at(
-            parent_fd,
-            &staging_name,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            0,
-        )
-        .map_err(|e| Error::io("open directory", &staging, e))?;
-        let same = |a: &libc::stat, b: &nix::sys::stat::FileStat| {
-            a.st_dev == b.st_dev && a.st_ino == b.st_ino
-        };
-        let now = dfd.fstat().map_err(|e| Error::io("stat", &staging, e))?;
-        let was = nix::sys::stat::fstat(made.as_fd())
-            .map_err(|e| Error::io("stat", &staging, e.into()))?;
-        if !same(&now, &was) {
-            return Err(Error::io(
-                "open directory",
-                &staging,
-                io::Error::other("the staging copy was replaced while being made"),
-            ));
-        }
-        if !matches!(flock_retrying(&dfd, &staging)?, Flocked::Taken) {
-            return Err(refusal_dir_held(&staging));
-        }
-        file.overwrite(this_record(purpose, None).render().as_bytes())
-            .map_err(|e| Error::io("write owner record to", &staging_lock, e))?;
-        dfd.sync().map_err(|e| Error::io("fsync", &staging, e))?;
-        Ok(Held { file, dir: dfd })
-    })();
-    let held = match result {
+    let copy = StagingCopy {
+        parent_fd,
+        name: &staging_name,
+        path: &staging,
+        made: made.as_fd(),
+    };
+    let held = match copy.lock(purpose, access, from) {
         Ok(held) => held,
         Err(e) => {
             cleanup();
             return Err(e);
         }
     };
-    match nix::fcntl::renameat2(
+    let renamed = nix::fcntl::renameat2(
         parent_fd,
         staging_name.as_os_str(),
         parent_fd,
         name,
         nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    ) {
-        Ok(()) => {}
-        Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOTEMPTY) => {
-            cleanup();
-            held.close();
-            return Ok(Created::AlreadyExists);
-        }
-        Err(e @ (nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)) => {
-            cleanup();
-            held.close();
-            return Err(Error::NoReplaceUnsupported {
-                dir,
-                source: io::Error::from(e),
-            });
-        }
-        Err(e) => {
-            cleanup();
-            held.close();
-            return Err(Error::io(
+    );
+    if let Err(e) = renamed {
+        cleanup();
+        held.close();
+        return match e {
+            nix::errno::Errno::EEXIST | nix::errno::Errno::ENOTEMPTY => Ok(Created::AlreadyExists),
+            nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS => {
+                Err(Error::NoReplaceUnsupported {
+                    dir,
+                    source: io::Error::from(e),
+                })
+            }
+            e => Err(Error::io(
                 "rename staging directory to",
                 &dir,
                 io::Error::from(e),
-            ));
-        }
+            )),
+        };
     }
     if let Err(e) = sync_parent(parent_fd, parent) {
         // The new directory is in place but its entry may not be durable:
@@ -656,6 +606,145 @@ fn create_locked_at(
         created_file: true,
         producer: Some(this_producer()),
     }))
+}
+
+/// Makes the staging copy of `parent/name` in the directory open at
+/// `parent_fd`, `.<name>.<8 hex>.creating`: a new directory, or the
+/// parent's reserve renamed (`None` when there is no reserve). Returns its
+/// name.
+fn make_staging_copy(
+    parent_fd: BorrowedFd<'_>,
+    parent: &Path,
+    name: &OsStr,
+    access: &Access,
+    from: Staging,
+) -> Result<Option<std::ffi::OsString>, Error> {
+    for _ in 0..8 {
+        let candidate = std::ffi::OsString::from(format!(
+            ".{}.{:08x}.creating",
+            name.to_string_lossy(),
+            random_u32()
+        ));
+        let path = parent.join(&candidate);
+        seams::run_hook(HookPoint::CreatingDirectory, &path);
+        let made = match from {
+            Staging::Fresh => access.create_dir_at(parent_fd, &candidate, &path),
+            // the reserve becomes the staging copy: a rename, no new inode
+            Staging::Reserve => nix::fcntl::renameat2(
+                parent_fd,
+                RESERVE_NAME,
+                parent_fd,
+                candidate.as_os_str(),
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            )
+            .map_err(io::Error::from),
+        };
+        match made {
+            Ok(()) => return Ok(Some(candidate)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if from == Staging::Reserve && e.kind() == io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
+            Err(e) => return Err(Error::io("create staging directory", &path, e)),
+        }
+    }
+    Err(Error::io(
+        "create staging directory in",
+        parent,
+        io::Error::from(io::ErrorKind::AlreadyExists),
+    ))
+}
+
+/// A staging copy [`make_staging_copy`] made, open at `made`.
+struct StagingCopy<'a> {
+    parent_fd: BorrowedFd<'a>,
+    name: &'a OsStr,
+    path: &'a Path,
+    made: BorrowedFd<'a>,
+}
+
+impl StagingCopy<'_> {
+    /// Takes both locks inside the copy and writes the owner record: the
+    /// lock file flocked (created now, or the reserve's as it is), the
+    /// copy opened again by name and flocked only while it is still the one
+    /// made (a file or another directory put in its place is never locked
+    /// and renamed into place as the spool directory), then fsynced.
+    fn lock(&self, purpose: Purpose, access: &Access, from: Staging) -> Result<Held, Error> {
+        let staging_lock = self.path.join(LOCK_FILE_NAME);
+        let file = self.open_lock_file(&staging_lock, access, from)?;
+        seams::run_hook(HookPoint::LockFileOpened, &staging_lock);
+        if !matches!(flock_retrying(&file, &staging_lock)?, Flocked::Taken) {
+            return Err(refusal_file_held(self.path));
+        }
+        let dfd = RegFd::open_at(
+            self.parent_fd,
+            self.name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+        .map_err(|e| Error::io("open directory", self.path, e))?;
+        let now = dfd.fstat().map_err(|e| Error::io("stat", self.path, e))?;
+        let was =
+            nix::sys::stat::fstat(self.made).map_err(|e| Error::io("stat", self.path, e.into()))?;
+        if (now.st_dev, now.st_ino) != (was.st_dev, was.st_ino) {
+            return Err(Error::io(
+                "open directory",
+                self.path,
+                io::Error::other("the staging copy was replaced while being made"),
+            ));
+        }
+        if !matches!(flock_retrying(&dfd, self.path)?, Flocked::Taken) {
+            return Err(refusal_dir_held(self.path));
+        }
+        file.overwrite(this_record(purpose, None).render().as_bytes())
+            .map_err(|e| Error::io("write owner record to", &staging_lock, e))?;
+        dfd.sync().map_err(|e| Error::io("fsync", self.path, e))?;
+        Ok(Held { file, dir: dfd })
+    }
+
+    /// The copy's lock file: created now (with `access`) in a fresh copy; a
+    /// reserve's, made with the spool's access by whoever made the reserve
+    /// (perhaps another user of the group), opened as it is and refused
+    /// unless a regular file.
+    fn open_lock_file(
+        &self,
+        staging_lock: &Path,
+        access: &Access,
+        from: Staging,
+    ) -> Result<RegFd, Error> {
+        let name = OsStr::new(LOCK_FILE_NAME);
+        match from {
+            Staging::Fresh => {
+                let file = RegFd::open_at(
+                    self.made,
+                    name,
+                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                    access.file_mode(),
+                )
+                .map_err(|e| Error::io("create", staging_lock, e))?;
+                access
+                    .apply(file.as_fd(), false)
+                    .map_err(|e| Error::io("set the mode and group of", staging_lock, e))?;
+                Ok(file)
+            }
+            Staging::Reserve => {
+                let file = RegFd::open_at(
+                    self.made,
+                    name,
+                    libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                    0,
+                )
+                .map_err(|e| Error::io("open", staging_lock, e))?;
+                let st = file
+                    .fstat()
+                    .map_err(|e| Error::io("stat", staging_lock, e))?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                    return Err(not_regular(self.path, staging_lock, st.st_mode));
+                }
+                Ok(file)
+            }
+        }
+    }
 }
 
 /// fsync of a parent directory (through the fault seam in test builds).
