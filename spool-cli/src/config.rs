@@ -10,8 +10,7 @@ use std::path::Path;
 pub use spool_catalog::mask_url;
 use spool_service::config::keys::Key;
 pub use spool_service::config::{
-    keys, parse_bytes, parse_duration, Config, ConfigError, FlagValue, Source, PLAIN_ENV,
-    SECRET_ENV,
+    keys, parse_bytes, parse_duration, Config, ConfigError, FlagValue, PLAIN_ENV, SECRET_ENV,
 };
 
 /// The flags that set configuration keys, shared by `spool run` and

@@ -16,7 +16,6 @@ use spool_catalog::mask_url;
 #[cfg(doc)]
 use spool_core::Destination;
 
-pub use spool_core::layout::EMBEDDED_STORE_DIR;
 pub use spool_service::config::{embedded_catalog_url, embedded_store_url};
 
 /// Refuses a `memory://` store or catalog for a command that drains a

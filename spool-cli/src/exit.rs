@@ -94,6 +94,10 @@ fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<ExitCode> {
         return match s {
             spool_service::Error::FlushTimeout { .. } => Some(ExitCode::Deadline),
             spool_service::Error::LoopFailed { .. } => Some(ExitCode::LoopFailed),
+            spool_service::Error::OpenStore { .. }
+            | spool_service::Error::Catalog(spool_catalog::Error::InvalidUrl { .. }) => {
+                Some(ExitCode::Usage)
+            }
             _ => None,
         };
     }

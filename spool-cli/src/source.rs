@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use chrono::{DateTime, NaiveDate, Utc};
 
-use std::sync::Arc;
-
 use crate::config::{keys, Config, FlagValue};
 use crate::exit::{coded, ExitCode};
 
@@ -64,78 +62,6 @@ impl CatalogArgs {
         }
         Config::load(config_file, &flags).map_err(|e| coded(ExitCode::Usage, e.to_string()))
     }
-}
-
-/// The catalog URL `cfg` names (`destination.catalog`, else the embedded
-/// one under `spool.root`); a usage error when none does.
-pub fn catalog_url(cfg: &Config) -> Result<String> {
-    if cfg.catalog_url().is_ok() {
-        // with `catalog.cluster` joined, as the service opens it
-        return cfg
-            .catalog_open_url()
-            .map_err(|e| coded(ExitCode::Usage, e.to_string()));
-    }
-    cfg.catalog_url().map_err(|_| {
-        coded(
-            ExitCode::Usage,
-            "no catalog given: pass --catalog URL (clickhouse://... or sqlite:///...) or \
-             --spool-root ROOT for the embedded one at ROOT/.catalog.db (or set \
-             destination.catalog or spool.root in the config file, or SPOOL_CATALOG or \
-             SPOOL_ROOT)",
-        )
-    })
-}
-
-/// The store URL `cfg` names (`destination.store`, else the embedded one
-/// under `spool.root`); a usage error when none does.
-pub fn store_url(cfg: &Config) -> Result<String> {
-    cfg.store_url().map_err(|_| {
-        coded(
-            ExitCode::Usage,
-            "no store given: pass --store URL (s3://, gs://, az://, file:///...) or \
-             --spool-root ROOT for the embedded one at ROOT/.store (or set \
-             destination.store or spool.root in the config file, or SPOOL_STORE or \
-             SPOOL_ROOT)",
-        )
-    })
-}
-
-/// Opens the object store at `url` with the configuration's client
-/// settings (client.*: timeouts, retries, plain-HTTP permission; and
-/// AWS_ALLOW_HTTP and friends).
-pub fn open_store(cfg: &Config, url: &str) -> Result<spool_upload::Store> {
-    spool_upload::Store::from_url(url, &cfg.client()).map_err(|e| {
-        coded(
-            ExitCode::Usage,
-            format!(
-                "cannot open the object store {}: {e}",
-                crate::config::mask_url(url)
-            ),
-        )
-    })
-}
-
-/// Opens a catalog for reading, each request bounded by `cfg`'s
-/// `catalog.request_timeout` as the service's are. An SQLite catalog must
-/// already exist (an inspection never creates one); a bad URL is a usage
-/// error.
-pub fn open_catalog(cfg: &Config, url: &str) -> Result<Arc<dyn spool_catalog::Catalog>> {
-    let parsed =
-        spool_catalog::CatalogUrl::parse(url).map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
-    if let spool_catalog::CatalogUrl::Sqlite { path, .. } = &parsed {
-        if !path.is_file() {
-            return Err(coded(
-                ExitCode::Other,
-                format!(
-                    "no catalog at {}: that SQLite catalog does not exist (is the spool root \
-                     right, and has a service indexed anything there yet?)",
-                    path.display()
-                ),
-            ));
-        }
-    }
-    spool_catalog::open_with_timeout(url, keys::CATALOG_REQUEST_TIMEOUT.get(cfg))
-        .map_err(|e| coded(ExitCode::Usage, e.to_string()))
 }
 
 /// A single-threaded tokio runtime for one command's catalog and store

@@ -19,7 +19,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyByteArrayMethods, PyBytes, PyDict, PyMemoryView};
 use spool_core::sink::{AdmissionPolicy, Sink as CoreSink, SinkConfig};
 use spool_lock::LockMode;
-use spool_service::config::keys;
 
 use crate::errors;
 use crate::live::{self, Closable};
@@ -293,19 +292,11 @@ impl Sink {
         let so = sink_opts(&mut opts, Place::Claim)?;
         opts.finish()?;
         let cfg = crate::config::load(py, config, &args)?;
-        let (key, _) = cfg.key_dir().map_err(|e| errors::service(py, &e))?;
-        let root = cfg
-            .existing_spool_root()
-            .map_err(|e| errors::config(py, e.0))?;
-        let rank = keys::RANK.get(&cfg);
-        let mut config = so.config;
-        config.spool.lock = cfg.lock_options().map_err(|e| errors::config(py, e.0))?;
-        config.spool.max_bytes = keys::MAX_BYTES.get(&cfg);
         // a sink-only producer in the layout hands each pack to the node's
         // shipper while it lives (with none, its packs go when it exits)
         let sink = py
-            .detach(move || CoreSink::claim(&root, &key, rank, config))
-            .map_err(|e| errors::core(py, &e))?;
+            .detach(move || cfg.claim_sink(so.config))
+            .map_err(|e| errors::service(py, &e))?;
         wrap(py, Arc::new(sink), true)
     }
 

@@ -64,6 +64,24 @@ pub enum Error {
     /// A spool-catalog failure (bad lease configuration).
     #[error("{0}")]
     Catalog(#[from] spool_catalog::Error),
+    /// The store URL names no store this build can open.
+    #[error("cannot open the object store {url}: {source}")]
+    OpenStore {
+        /// The URL, credentials masked.
+        url: String,
+        /// Why (boxed: it is large).
+        source: Box<spool_upload::Error>,
+    },
+    /// A read of an SQLite catalog that does not exist (a read never makes
+    /// one).
+    #[error(
+        "no catalog at {path}: that SQLite catalog does not exist (is the spool root right, and \
+         has a service indexed anything there yet?)"
+    )]
+    NoCatalogAt {
+        /// The database file.
+        path: PathBuf,
+    },
     /// A local store directory or SQLite catalog file could not be created
     /// with the spool's access mode.
     #[error("cannot create {path} (mode {mode:04o}): {source}")]

@@ -162,6 +162,61 @@ pub struct ShipperSays {
     pub unconfirmed_why: Option<String>,
 }
 
+/// Who holds one spool directory's owner lock (`spool lock owner`): the
+/// lock probe (never blocking, never taking it), the owner record, and for
+/// a live owner that handed packs off, the node's shipper serving it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockOwner {
+    /// The directory, as given.
+    pub dir: PathBuf,
+    /// Whether someone holds it now.
+    pub held: bool,
+    /// The owner record's pid.
+    pub pid: Option<u32>,
+    /// The owner record's host.
+    pub host: Option<String>,
+    /// Why it is held: `claim`, `adopting`, `blocked`, `unknown: …`.
+    pub purpose: Option<String>,
+    /// A blocked mark's reason.
+    pub blocked: Option<String>,
+    /// Held through a lock file removed or replaced since (the record
+    /// cannot name the holder).
+    pub lock_file_replaced: bool,
+    /// Whether a lock file is there.
+    pub lock_file_present: bool,
+    /// The shipper of a live owner that handed packs off.
+    pub served_by: Option<ShipperView>,
+}
+
+/// Reads who holds `dir`'s owner lock ([`LockOwner`]), changing nothing.
+pub fn lock_owner(dir: &Path) -> Result<LockOwner, Error> {
+    use spool_lock::Purpose;
+    let status = spool_lock::read_owner(dir)?;
+    let record = status.record.as_ref();
+    let (purpose, blocked) = match record.map(|r| &r.purpose) {
+        None => (None, None),
+        Some(Purpose::Claim) => (Some("claim".to_owned()), None),
+        Some(Purpose::Adopting) => (Some("adopting".to_owned()), None),
+        Some(Purpose::Blocked(why)) => (Some("blocked".to_owned()), Some(why.clone())),
+        Some(Purpose::Unknown(s)) => (Some(format!("unknown: {s}")), None),
+    };
+    let handed_off =
+        std::fs::symlink_metadata(dir.join(spool_core::spool::REFS_DIR)).is_ok_and(|m| m.is_dir());
+    Ok(LockOwner {
+        dir: dir.to_path_buf(),
+        held: status.held,
+        pid: record.and_then(|r| r.pid),
+        host: record.map(|r| r.host.clone()),
+        purpose,
+        blocked,
+        lock_file_replaced: status.lock_file_replaced,
+        lock_file_present: status.lock_file_present,
+        served_by: (status.held && handed_off)
+            .then(|| dir.parent().and_then(shipper_of))
+            .flatten(),
+    })
+}
+
 /// The node's shipper under one catalog key.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShipperView {

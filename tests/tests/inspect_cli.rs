@@ -401,7 +401,7 @@ fn cat_refuses_bad_input_with_the_right_exit_codes() {
         (
             vec![packs[0].id.to_hex(), "--catalog".into(), catalog_url(&root)],
             2,
-            "no store given",
+            "no object store",
         ),
         (
             vec![

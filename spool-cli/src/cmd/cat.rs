@@ -1,19 +1,10 @@
-//! `spool cat PACK_ID`: reads a pack back from the catalog and the store,
-//! checks it, and writes it (or its records) out.
-//!
-//! The object is streamed into a temporary file (beside `--out`, or in the
-//! temp directory for stdout) by [`spool_service::fetch::fetch_pack`]
-//! (Python's `spool.fetch` uses it too), which validates it with
-//! spool-core's [`spool_core::pack::validate`] (magic, version, id, every
-//! record length, footer, trailer, SHA-256) and compares it with the
-//! catalog row's checksum and size. Only then is anything written: `--out`
-//! gets the file by a rename, stdout a copy. A mismatch exits 9 and writes
-//! nothing.
-//!
-//! `--out` replaces only a regular file (or creates one). What is not a
-//! regular file is never replaced: a device or a FIFO (`--out /dev/null`)
-//! is written into, the temporary copy kept in the temp directory; a
-//! symlink, a directory or a socket is refused before anything is fetched.
+//! `spool cat PACK_ID`: reads a pack back and writes it (or its records)
+//! out, as [`LONG_ABOUT`] says. The read-back and its checks are the
+//! library's [`spool_service::fetch::fetch_pack`] (Python's `spool.fetch`
+//! too), into a temporary file (beside `--out`, or in the temp directory);
+//! only a pack that passed is written. `--out` replaces only a regular file
+//! (by a rename); a device or FIFO is written into; a symlink, directory or
+//! socket is refused before anything is fetched ([`OutPath`]).
 
 use std::io::{IsTerminal, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -25,7 +16,7 @@ use spool_service::fetch::fetch_pack;
 use spool_service::Error;
 
 use crate::exit::{coded, ExitCode};
-use crate::source::{open_catalog, runtime, CatalogArgs};
+use crate::source::{runtime, CatalogArgs};
 
 /// Arguments of `spool cat`.
 #[derive(Debug, clap::Args)]
@@ -112,10 +103,8 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         None => None,
     };
     let cfg = args.target.config(args.store.as_deref(), config_file)?;
-    let catalog_url = crate::source::catalog_url(&cfg)?;
-    let store_url = crate::source::store_url(&cfg)?;
-    let catalog = open_catalog(&cfg, &catalog_url)?;
-    let store = crate::source::open_store(&cfg, &store_url)?;
+    let store = cfg.open_store()?;
+    let catalog = cfg.open_catalog_to_read()?;
 
     let rt = runtime()?;
     let hex_id = id.to_hex();

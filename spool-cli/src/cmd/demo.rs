@@ -1,33 +1,23 @@
 //! `spool demo`: the whole product on one machine, in a minute, with real
-//! processes and nothing to install.
+//! processes and nothing to install, in a scratch directory (removed at the
+//! end unless `--keep`) on the embedded store and catalog:
 //!
-//! In a scratch directory (removed at the end unless `--keep`), on the
-//! embedded defaults — a local-directory store at `ROOT/.store` and a SQLite
-//! catalog at `ROOT/.catalog.db`:
+//! 1. The node's daemon starts (`spool run`), then `--ranks` sink-only
+//!    producers as child processes (`spool produce --rank K`): each hands
+//!    every pack it stages to the daemon, which ships and confirms it while
+//!    the producer lives. All but the victim exit once every pack is
+//!    confirmed.
+//! 2. Once the victim (twice the packs) has staged `--packs`, the daemon
+//!    stops (SIGTERM); the victim hands off a few more that nobody
+//!    confirms and is SIGKILLed: a dead sibling holding them.
+//! 3. `spool run --once` adopts that directory, ships it and removes it.
+//! 4. Every id a producer reported is read back as `spool cat` reads it
+//!    (row, object, checksum). The table counts packs produced, uploaded,
+//!    indexed, handed off, adopted, left in a spool and **lost**; exit 0
+//!    only if nothing was lost and the daemon drained.
 //!
-//! 1. The node's daemon starts (`spool run --spool-root ROOT`), then
-//!    `--ranks` sink-only producers as real child processes (`spool
-//!    produce --spool-root ROOT --rank K`): each claims its rank directory
-//!    and hands every pack it stages to the daemon, which uploads and
-//!    indexes it and confirms it, and the producer removes it — while the
-//!    producer lives. The producers but the victim (rank 1, or 0 with a
-//!    single rank) exit once every pack is confirmed.
-//! 2. The daemon stops (SIGTERM) once the victim, which stages twice as
-//!    many packs, has staged `--packs`; the victim hands off a few more,
-//!    which nobody confirms, and is SIGKILLed mid-stream: its directory,
-//!    holding them, is now a dead sibling.
-//! 3. A daemon again (`spool run --once`) adopts the dead directory, ships
-//!    what is in it and removes it.
-//! 4. Every pack id any producer reported staged is looked up in the
-//!    catalog, and its object is read back from the store and validated
-//!    (trailer id and SHA-256). The final table counts packs produced,
-//!    uploaded, indexed, handed off, adopted, left in a spool and **lost** (reported
-//!    staged but neither shipped nor still spooled). Exit 0 only if nothing
-//!    was lost and the daemon drained.
-//!
-//! Progress: a bar per producer and one for the daemon on a terminal;
-//! plain event lines otherwise. `--json` prints the result as one JSON
-//! object on stdout.
+//! Progress: a bar per producer and one for the daemon on a terminal,
+//! plain lines otherwise; `--json` prints the result as one JSON object.
 
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
@@ -40,6 +30,8 @@ use anyhow::Context;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use spool_core::PackId;
+use spool_service::fetch::fetch_pack;
+use spool_service::Error;
 
 use crate::exit::ExitCode;
 
@@ -255,22 +247,30 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
             }
         }
     }
+    // Waits until the victim has staged `n` packs (or, `exit_ok`, exited).
+    let wait_staged = |children: &mut [Child], n: usize, exit_ok: bool| -> anyhow::Result<()> {
+        while staged(victim) < n {
+            if let Some(status) = children[victim].try_wait()? {
+                if exit_ok {
+                    return Ok(());
+                }
+                anyhow::bail!(
+                    "rank {victim} exited ({status}) before it could be killed; see {}",
+                    logs.join(format!("rank-{victim}.log")).display()
+                );
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "rank {victim} staged only {} packs in 120 s",
+                    staged(victim)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    };
     // At least half the victim's packs handed off while the daemon runs.
-    while staged(victim) < args.packs as usize {
-        if let Some(status) = children[victim].try_wait()? {
-            anyhow::bail!(
-                "rank {victim} exited ({status}) before it could be killed; see {}",
-                logs.join(format!("rank-{victim}.log")).display()
-            );
-        }
-        if Instant::now() > deadline {
-            anyhow::bail!(
-                "rank {victim} staged only {} packs in 120 s",
-                staged(victim)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_staged(&mut children, args.packs as usize, false)?;
 
     // 3. The daemon stops: what the victim hands off from now on waits,
     //    unconfirmed, in its directory.
@@ -294,16 +294,7 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
     ));
 
     // 4. The victim hands off a few more, then is SIGKILLed mid-stream.
-    let at_stop = staged(victim);
-    while staged(victim) < at_stop + 3 && children[victim].try_wait()?.is_none() {
-        if Instant::now() > deadline {
-            anyhow::bail!(
-                "rank {victim} staged only {} packs in 120 s",
-                staged(victim)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_staged(&mut children, staged(victim) + 3, true)?;
     children[victim].kill().context("SIGKILL the victim")?; // SIGKILL
     let _ = children[victim].wait();
     let victim_dir = rank_dir(&logs.join(format!("rank-{victim}.log")));
@@ -504,19 +495,20 @@ struct Report {
     victim_dir_gone: bool,
 }
 
-/// Looks every reported pack up in the catalog and reads it back from the
-/// store, validating it.
+/// Reads every reported pack back as a reader would (`spool cat`'s
+/// [`fetch_pack`]: its row, its object, validation against the row).
 fn verify(root: &Path, outcome: &Outcome) -> anyhow::Result<Report> {
     let catalog = spool_catalog::open(&crate::dest::embedded_catalog_url(root))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let store = spool_upload::Store::from_url(
+        &crate::dest::embedded_store_url(root),
+        &spool_upload::ClientConfig::default(),
+    )?;
+    let runtime = crate::source::runtime()?;
     let spooled: std::collections::HashSet<String> = spool_core::layout::catalog_key_dirs(root)?
         .iter()
         .flat_map(|(_, key_dir)| spool_core::siblings::rank_dirs(key_dir).unwrap_or_default())
         .flat_map(|d| ready_ids(&d))
         .collect();
-    let store_dir = root.join(crate::dest::EMBEDDED_STORE_DIR);
     let mut report = Report {
         produced: 0,
         indexed: 0,
@@ -532,23 +524,24 @@ fn verify(root: &Path, outcome: &Outcome) -> anyhow::Result<Report> {
     };
     for id in outcome.ranks.iter().flat_map(|r| r.ids.iter()) {
         report.produced += 1;
-        let row = runtime.block_on(catalog.get(id))?;
-        let mut shipped = false;
-        if let Some(row) = &row {
-            report.indexed += 1;
-            let path = store_dir.join(&row.object_key);
-            if let Ok(file) = std::fs::File::open(&path) {
-                let pack_id = PackId::from_hex(id)?;
-                if spool_core::validate(file, Some(pack_id), &AtomicBool::new(false)).is_ok() {
-                    report.uploaded += 1;
-                    report.bytes += row.bytes;
-                    shipped = true;
-                }
+        let mut scratch = tempfile::tempfile()?;
+        let fetched = runtime.block_on(fetch_pack(
+            catalog.as_ref(),
+            &store,
+            PackId::from_hex(id)?,
+            &mut scratch,
+        ));
+        report.indexed += usize::from(!matches!(fetched, Err(Error::PackNotIndexed { .. })));
+        match fetched {
+            Ok(f) => {
+                report.uploaded += 1;
+                report.bytes += f.row.bytes;
             }
-        }
-        if !shipped && !spooled.contains(id) {
-            report.lost += 1;
-            report.lost_ids.push(id.clone());
+            Err(_) if spooled.contains(id) => {}
+            Err(_) => {
+                report.lost += 1;
+                report.lost_ids.push(id.clone());
+            }
         }
     }
     Ok(report)
@@ -562,8 +555,37 @@ fn print_report(
     report: &Report,
     elapsed: Duration,
 ) -> anyhow::Result<()> {
-    let adopted_packs = outcome.adopted.len();
+    let (store, catalog) = (
+        crate::dest::embedded_store_url(root),
+        crate::dest::embedded_catalog_url(root),
+    );
+    // the counts, each with its JSON name and what it means
+    let counts: [(&str, u64, &str); 7] = [
+        ("produced", report.produced as u64, ""),
+        (
+            "uploaded",
+            report.uploaded as u64,
+            "read back from the store, checksum verified",
+        ),
+        ("indexed", report.indexed as u64, ""),
+        (
+            "handed_off",
+            outcome.handed_off,
+            "shipped by the daemon while their producers lived",
+        ),
+        (
+            "adopted",
+            outcome.adopted.len() as u64,
+            "handed off by the SIGKILLed rank, not yet confirmed: adopted by the next daemon",
+        ),
+        ("left_in_spool", report.left as u64, ""),
+        ("lost", report.lost as u64, ""),
+    ];
     if args.json {
+        let mut out = serde_json::Map::new();
+        for (name, n, _) in counts {
+            out.insert(name.into(), n.into());
+        }
         let ranks: Vec<_> = outcome
             .ranks
             .iter()
@@ -573,42 +595,28 @@ fn print_report(
                        "exit_code": r.exit, "dir": r.dir})
             })
             .collect();
-        let out = json!({
-            "produced": report.produced,
-            "uploaded": report.uploaded,
-            "indexed": report.indexed,
-            "handed_off": outcome.handed_off,
-            "adopted": adopted_packs,
-            "left_in_spool": report.left,
-            "lost": report.lost,
-            "lost_ids": report.lost_ids,
-            "victim_dir_removed": report.victim_dir_gone,
-            "bytes": report.bytes,
-            "elapsed_s": elapsed.as_secs_f64(),
-            "ranks": ranks,
-            "daemon_exit_code": outcome.daemon_exit,
-            "daemon": outcome.daemon_result,
-            "dir": work,
-            "store": crate::dest::embedded_store_url(root),
-            "catalog": crate::dest::embedded_catalog_url(root),
+        let rest = json!({
+            "lost_ids": report.lost_ids, "victim_dir_removed": report.victim_dir_gone,
+            "bytes": report.bytes, "elapsed_s": elapsed.as_secs_f64(), "ranks": ranks,
+            "daemon_exit_code": outcome.daemon_exit, "daemon": outcome.daemon_result,
+            "dir": work, "store": store, "catalog": catalog,
         });
-        outln!("{out}");
+        out.extend(rest.as_object().cloned().unwrap_or_default());
+        outln!("{}", serde_json::Value::Object(out));
         return Ok(());
     }
     outln!();
     outln!("{:<8} {:>8} {:>10}  ended", "rank", "staged", "role");
     for (k, r) in outcome.ranks.iter().enumerate() {
-        let ended = if r.killed {
-            if report.victim_dir_gone {
-                "SIGKILLed mid-stream; the daemon adopted and removed its directory".to_string()
-            } else {
-                "SIGKILLed mid-stream; its directory is STILL THERE (not adopted)".to_string()
+        let ended = match (r.killed, report.victim_dir_gone, r.exit) {
+            (true, true, _) => {
+                "SIGKILLed mid-stream; the daemon adopted and removed its directory".into()
             }
-        } else {
-            match r.exit {
-                Some(0) => "exited cleanly (every pack confirmed by the daemon)".to_string(),
-                other => format!("exit {other:?}"),
+            (true, false, _) => {
+                "SIGKILLed mid-stream; its directory is STILL THERE (not adopted)".into()
             }
+            (false, _, Some(0)) => "exited cleanly (every pack confirmed by the daemon)".into(),
+            (false, _, other) => format!("exit {other:?}"),
         };
         let role = if k == outcome.victim {
             "victim"
@@ -618,41 +626,30 @@ fn print_report(
         outln!("{:<8} {:>8} {:>10}  {ended}", k, r.ids.len(), role);
     }
     outln!();
-    outln!("packs produced  {:>8}", report.produced);
-    outln!(
-        "packs uploaded  {:>8}  (read back from the store, checksum verified)",
-        report.uploaded
-    );
-    outln!("packs indexed   {:>8}", report.indexed);
-    outln!(
-        "packs handed off{:>8}  (shipped by the daemon while their producers lived)",
-        outcome.handed_off
-    );
-    outln!(
-        "packs adopted   {:>8}  (handed off by the SIGKILLed rank, not yet confirmed: adopted by the next daemon)",
-        adopted_packs
-    );
-    outln!("left in spool   {:>8}", report.left);
-    outln!("packs lost      {:>8}", report.lost);
-    outln!("bytes           {:>8}", report.bytes);
-    outln!("time            {:>7.1}s", elapsed.as_secs_f64());
-    outln!(
-        "daemon          exit {}",
-        outcome
-            .daemon_exit
-            .map_or("by signal".to_string(), |c| c.to_string())
-    );
-    outln!("store           {}", crate::dest::embedded_store_url(root));
-    outln!(
-        "catalog         {}",
-        crate::dest::embedded_catalog_url(root)
-    );
+    for (name, n, why) in counts {
+        let label = format!("packs {}", name.replace('_', " "));
+        let why = if why.is_empty() {
+            String::new()
+        } else {
+            format!("  ({why})")
+        };
+        outln!("{label:<20}{n:>8}{why}");
+    }
+    outln!("{:<20}{:>8}", "bytes", report.bytes);
+    outln!("{:<20}{:>7.1}s", "time", elapsed.as_secs_f64());
+    let daemon = outcome
+        .daemon_exit
+        .map_or("by signal".into(), |c| c.to_string());
+    outln!("{:<20}exit {daemon}", "daemon");
+    outln!("{:<20}{store}", "store");
+    outln!("{:<20}{catalog}", "catalog");
     if !report.lost_ids.is_empty() {
-        outln!("lost ids        {}", report.lost_ids.join(" "));
+        outln!("{:<20}{}", "lost ids", report.lost_ids.join(" "));
     }
     if args.keep {
         outln!(
-            "kept            {} (try: spool ls --spool-root {})",
+            "{:<20}{} (try: spool ls --spool-root {})",
+            "kept",
             work.display(),
             root.display()
         );

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
-use spool_lock::{LockOptions, Purpose};
+use spool_lock::LockOptions;
 
 use crate::exit::ExitCode;
 
@@ -122,76 +122,38 @@ fn hold(dir: PathBuf, allow_shared_filesystem: bool, release_on_eof: bool) -> Re
 }
 
 fn owner(dir: PathBuf, json: bool) -> Result<ExitCode> {
-    let status = spool_lock::read_owner(&dir)?;
-    let record = status.record.as_ref();
-    let (purpose, blocked) = match record.map(|r| &r.purpose) {
-        None => (None, None),
-        Some(Purpose::Claim) => (Some("claim".to_owned()), None),
-        Some(Purpose::Adopting) => (Some("adopting".to_owned()), None),
-        Some(Purpose::Blocked(why)) => (Some("blocked".to_owned()), Some(why.clone())),
-        Some(Purpose::Unknown(s)) => (Some(format!("unknown: {s}")), None),
-    };
-    // A live owner that handed packs off is served by the node's shipper.
-    let served_by = if status.held && dir.join(spool_core::spool::REFS_DIR).is_dir() {
-        dir.parent().and_then(spool_service::status::shipper_of)
-    } else {
-        None
-    };
+    let owner = spool_service::status::lock_owner(&dir)?;
     let mut out = std::io::stdout().lock();
     if json {
-        let value = serde_json::json!({
-            "dir": dir.display().to_string(),
-            "held": status.held,
-            "pid": record.and_then(|r| r.pid),
-            "host": record.map(|r| r.host.clone()),
-            "purpose": purpose,
-            "blocked": blocked,
-            "lock_file_replaced": status.lock_file_replaced,
-            "lock_file_present": status.lock_file_present,
-            "served_by": served_by,
-        });
+        let value = serde_json::to_string(&owner)?;
         writeln!(out, "{value}").map_err(crate::exit::stdout_error)?;
+        out.flush().map_err(crate::exit::stdout_error)?;
+        return Ok(ExitCode::Ok);
+    }
+    let who = match (&owner.host, owner.pid) {
+        (Some(host), pid) => format!(
+            "pid {} on host {host}",
+            pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
+        ),
+        (None, _) => "no owner record".to_owned(),
+    };
+    let d = dir.display();
+    let line = if owner.lock_file_replaced {
+        format!("{d}: held by a process whose lock file was removed or replaced (the record cannot name it)")
+    } else if owner.held {
+        format!("{d}: held by {who} ({})", owner.purpose.unwrap_or_default())
+    } else if let Some(why) = owner.blocked {
+        format!("{d}: not held; blocked: {why} (last held by {who})")
+    } else if owner.lock_file_present {
+        format!("{d}: not held (last held by {who})")
     } else {
-        let who = match record {
-            Some(r) => format!(
-                "pid {} on host {}",
-                r.pid
-                    .map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
-                r.host
-            ),
-            None => "no owner record".to_owned(),
-        };
-        let line = if status.lock_file_replaced {
-            format!(
-                "{}: held by a process whose lock file was removed or replaced (the record cannot name it)",
-                dir.display()
-            )
-        } else if status.held {
-            format!(
-                "{}: held by {who} ({})",
-                dir.display(),
-                purpose.unwrap_or_default()
-            )
-        } else if let Some(why) = blocked {
-            format!(
-                "{}: not held; blocked: {why} (last held by {who})",
-                dir.display()
-            )
-        } else if status.lock_file_present {
-            format!("{}: not held (last held by {who})", dir.display())
-        } else {
-            format!("{}: not held (no lock file)", dir.display())
-        };
-        writeln!(out, "{line}").map_err(crate::exit::stdout_error)?;
-        if let Some(shipper) = served_by.filter(|s| s.live) {
-            writeln!(
-                out,
-                "{}: its handed-off packs are shipped by {}",
-                dir.display(),
-                shipper.describe()
-            )
+        format!("{d}: not held (no lock file)")
+    };
+    writeln!(out, "{line}").map_err(crate::exit::stdout_error)?;
+    if let Some(shipper) = owner.served_by.filter(|s| s.live) {
+        let by = shipper.describe();
+        writeln!(out, "{d}: its handed-off packs are shipped by {by}")
             .map_err(crate::exit::stdout_error)?;
-        }
     }
     out.flush().map_err(crate::exit::stdout_error)?;
     Ok(ExitCode::Ok)

@@ -6,9 +6,7 @@ use anyhow::{Context, Result};
 use spool_catalog::PackRow;
 
 use crate::exit::{coded, ExitCode};
-use crate::source::{
-    catalog_url, format_ms, human_bytes, open_catalog, parse_time, runtime, CatalogArgs,
-};
+use crate::source::{format_ms, human_bytes, parse_time, runtime, CatalogArgs};
 
 /// Arguments of `spool ls`.
 #[derive(Debug, clap::Args)]
@@ -86,8 +84,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         ));
     }
     let cfg = args.target.config(None, config_file)?;
-    let url = catalog_url(&cfg)?;
-    let catalog = open_catalog(&cfg, &url)?;
+    let catalog = cfg.open_catalog_to_read()?;
     let rt = runtime()?;
     let (mut rows, total) = rt
         .block_on(async {

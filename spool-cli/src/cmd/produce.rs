@@ -1,41 +1,16 @@
-//! `spool produce`: stage synthetic packs into a spool directory with the
-//! real sink (which takes the directory's lock), printing each staged pack's
-//! id on its own line as soon as it is durable. For tests, benchmarks and
-//! trying a deployment out.
+//! `spool produce`: stages synthetic packs with the real sink and prints
+//! each id once the pack is durable. What it does for a user (where it
+//! stages, `--serve`, `--hold`, the exit codes) is [`LONG_ABOUT`]; this
+//! file maps the flags to one of three targets: a sink on `--dir`, a
+//! sink-only producer claimed in the layout (spool-core's `Sink::claim`,
+//! handing each pack off to the node's daemon) or, with `--serve`, an
+//! [`Engine`] (spool-service) with its own service.
 //!
-//! Where it stages:
-//! - `--dir DIR`: that directory (created and locked if missing);
-//! - a spool root (`--spool-root ROOT`, `SPOOL_ROOT` or `spool.root`): a
-//!   fresh rank directory claimed under the layout for the destination,
-//!   which resolves exactly as `spool run`'s does (the shared
-//!   [`ConfigFlags`], the `SPOOL_*` variables and the config file, through
-//!   [`Config`]; the embedded defaults under ROOT when none names a store
-//!   or catalog), so a daemon with the same configuration adopts and ships
-//!   what it stages. It says on stderr where it stages or ships (`spool
-//!   produce: staging for store …; catalog …`, URLs redacted) and names
-//!   the directory as `spool: rank directory DIR`. Without `--serve` it is a sink-only
-//!   producer: it hands each pack off to the node's shipper (a `spool run`
-//!   holding the node lease) while it lives, and with none its
-//!   packs go by exiting (the directory is then a dead sibling for a
-//!   service to adopt). With `--serve` it runs the whole
-//!   engine: its own service uploads and indexes as it goes, and
-//!   the close at the end ships the tail and removes the directory (exit 6
-//!   if it could not drain: the directory stays, unlocked, with its packs).
-//!
-//! Each pack is `--records` records filling about `--pack-bytes` bytes; the
-//! sink seals it by record count and the command flushes it, so a printed id
-//! is a pack whose `.ready` file exists and whose directory was fsynced
-//! (`--print-sha256` adds the SHA-256 of the whole pack, its catalog row's
-//! `sha256`: `ID SHA256`).
-//! `--hold` keeps the lock after staging until SIGTERM, SIGINT or SIGHUP (the signals
-//! are blocked in every thread and taken with `sigwait` by a thread of
-//! their own, so no handler runs in an arbitrary thread). A signal that
-//! comes while it is still staging stops it after the pack in flight (one
-//! flush, `--timeout`, at the most): it stages no more packs and lets go as
-//! it would after the last one, so a stop never waits for the whole run of
-//! packs (the torture's stop bound, RELIABILITY.md). The hidden `--pause-before-publish FILE` makes
-//! every stage wait before its publish until FILE exists (a test seam; a
-//! build without test seams refuses it).
+//! `--hold` blocks the stop signals in every thread before any starts and
+//! takes them with `sigwait` on a thread of its own ([`crate::signals`]),
+//! so no handler runs in an arbitrary thread; one that comes while staging
+//! stops after the pack in flight, so a stop never waits for the whole run
+//! (the torture's stop bound, RELIABILITY.md).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -436,17 +411,15 @@ fn open_target(
     sink_config: SinkConfig,
     timeout: Duration,
 ) -> anyhow::Result<Target> {
-    let root = match place {
-        Place::Dir(dir) => return Ok(Target::Dir(Sink::open(dir, sink_config)?)),
-        Place::Root(root) => root,
-    };
+    if let Place::Dir(dir) = place {
+        return Ok(Target::Dir(Sink::open(dir, sink_config)?));
+    }
     if args.serve {
         let engine = crate::engine::start(cfg, vec![sink_config], timeout, false)?;
         eprintln!("spool: rank directory {}", engine.dir().display());
         return Ok(Target::Engine(Box::new(engine)));
     }
-    let (key, _) = cfg.key_dir()?;
-    let sink = Sink::claim(root, &key, keys::RANK.get(cfg), sink_config)?;
+    let sink = cfg.claim_sink(sink_config)?;
     eprintln!("spool: rank directory {}", sink.dir().display());
     Ok(Target::Claimed(sink))
 }

@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use crate::exit::{coded, ExitCode};
-use crate::source::{open_catalog, runtime, CatalogArgs};
+use crate::source::{runtime, CatalogArgs};
 
 /// Arguments of `spool reindex`.
 #[derive(Debug, clap::Args)]
@@ -62,10 +62,8 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
              (SPOOL_LEASE_SCOPE=node), then start the publisher again",
         ));
     }
-    let catalog_url = crate::source::catalog_url(&cfg)?;
-    let store_url = crate::source::store_url(&cfg)?;
-    let catalog = open_catalog(&cfg, &catalog_url)?;
-    let store = crate::source::open_store(&cfg, &store_url)?;
+    let store = cfg.open_store()?;
+    let catalog = cfg.open_catalog_to_read()?;
     let store_id = cfg
         .destination()
         .map(|d| d.store_id)

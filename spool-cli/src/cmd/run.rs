@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use spool_service::{RunEnd, RunPlan, Snapshot};
 
-use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags, Source};
+use crate::config::{keys, mask_url, parse_duration, ConfigError, ConfigFlags};
 use crate::exit::ExitCode;
 use spool_service::metrics;
 use spool_service::Health;
@@ -75,26 +75,9 @@ pub fn run(args: Args, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
                 args.progress_interval
             ))
         })?;
-    // `service.ship` is for producers' engines: a shared file or
-    // environment that sets it does not stop the daemon; a flag that asks
-    // spool run itself to hand its packs off is a usage error.
-    if keys::SHIP.get(&cfg) == spool_service::Ship::Daemon {
-        match cfg.source(&keys::SHIP.key) {
-            Some(Source::Flag(flag)) => {
-                return Err(ConfigError(format!(
-                    "service.ship = \"daemon\" ({flag}) is for producers' engines (they hand their \
-                     packs to the node's `spool run`); spool run is that daemon and ships itself: \
-                     leave the key out (or set it to \"self\") for spool run"
-                ))
-                .into())
-            }
-            source => tracing::info!(
-                "service.ship = \"daemon\" (from {}) applies to producers' engines; spool run is the \
-                 node's daemon and ships itself",
-                source.map_or_else(|| "the configuration".into(), ToString::to_string)
-            ),
-        }
-    }
+    // `service.ship` is for producers' engines: set in a shared file it does
+    // not stop the daemon; a flag for spool run itself is a usage error.
+    cfg.daemon_ships_itself()?;
     let stop_flush = keys::STOP_FLUSH_TIMEOUT.get(&cfg);
     let plan = match timeout {
         Some(t) => RunPlan::until_drained(t, stop_flush).wait_for_siblings(args.wait_for_siblings),
@@ -296,17 +279,8 @@ impl Progress {
             let _ = writeln!(
                 std::io::stdout().lock(),
                 "{}",
-                json!({
-                            "event": "progress",
-                            "drained_packs": drained,
-                            "owed_packs": owed,
-                            "pending_index": s.pending_index,
-                            "adopted_spools": s.adopted_spools,
-                            "live_siblings": s.live_siblings,
-                            "blocked_siblings": s.blocked_siblings.len(),
-                            "adoption_owed": s.adoption_owed,
-                "hand_off": s.to_json()["hand_off"].clone(),
-                        })
+                json!({"event": "progress", "drained_packs": drained, "owed_packs": owed,
+                       "snapshot": s.to_json()})
             );
         } else {
             eprintln!(

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spool_catalog::Catalog;
+use spool_core::sink::{Sink, SinkConfig};
 use spool_core::Destination;
 use spool_lock::{Access, LockOptions};
 use spool_upload::{ClientConfig, Store, UploadConfig};
@@ -68,6 +69,76 @@ impl super::Config {
             Some(c) => spool_catalog::CatalogUrl::with_cluster(&url, &c)
                 .map_err(|e| ConfigError(format!("catalog.cluster: {e}"))),
         }
+    }
+
+    /// Opens the object store it names with the client settings
+    /// (`client.*`), creating nothing: where `spool cat` and `spool
+    /// reindex` read.
+    pub fn open_store(&self) -> Result<Store, Error> {
+        let url = self.store_url()?;
+        Store::from_url(&url, &self.client()).map_err(|source| Error::OpenStore {
+            url: spool_catalog::mask_url(&url),
+            source: Box::new(source),
+        })
+    }
+
+    /// Opens the catalog it names (with `catalog.cluster`) to read it, each
+    /// request bounded by `catalog.request_timeout` as the service's are.
+    /// An SQLite catalog must already exist: a read never creates one.
+    pub fn open_catalog_to_read(&self) -> Result<Arc<dyn Catalog>, Error> {
+        let url = self.catalog_open_url()?;
+        if let spool_catalog::CatalogUrl::Sqlite { path, .. } =
+            spool_catalog::CatalogUrl::parse(&url)?
+        {
+            if !path.is_file() {
+                return Err(Error::NoCatalogAt { path });
+            }
+        }
+        Ok(spool_catalog::open_with_timeout(
+            &url,
+            keys::CATALOG_REQUEST_TIMEOUT.get(self),
+        )?)
+    }
+
+    /// Checks the configuration of the node's daemon (`spool run`), which
+    /// ships its own packs whatever `service.ship` says: that key is for
+    /// producers' engines, so a shared file or environment that sets it to
+    /// `daemon` is logged and does not stop the daemon; a flag that asks
+    /// the daemon itself to hand its packs off is refused.
+    pub fn daemon_ships_itself(&self) -> Result<(), ConfigError> {
+        if keys::SHIP.get(self) != crate::Ship::Daemon {
+            return Ok(());
+        }
+        match self.source(&keys::SHIP.key) {
+            Some(super::Source::Flag(flag)) => Err(ConfigError(format!(
+                "service.ship = \"daemon\" ({flag}) is for producers' engines (they hand their \
+                 packs to the node's `spool run`); spool run is that daemon and ships itself: \
+                 leave the key out (or set it to \"self\") for spool run"
+            ))),
+            source => {
+                tracing::info!(
+                    "service.ship = \"daemon\" (from {}) applies to producers' engines; spool run \
+                     is the node's daemon and ships itself",
+                    source.map_or_else(|| "the configuration".into(), ToString::to_string)
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Claims a fresh rank directory for a sink-only producer (spool-core's
+    /// `Sink::claim`: it hands each pack off to the node's daemon while it
+    /// lives, and its directory is a dead sibling to adopt once it exits):
+    /// under the existing spool root, for the destination's catalog key and
+    /// `spool.rank`, with the lock options and the byte budget
+    /// (`spool.max_bytes`) of the configuration and the rest of `sink`.
+    /// What `spool produce` and Python's `Sink.claim` open.
+    pub fn claim_sink(&self, mut sink: SinkConfig) -> Result<Sink, Error> {
+        let (key, _) = self.key_dir()?;
+        let root = self.existing_spool_root()?;
+        sink.spool.lock = self.lock_options()?;
+        sink.spool.max_bytes = keys::MAX_BYTES.get(self);
+        Ok(Sink::claim(&root, &key, keys::RANK.get(self), sink)?)
     }
 
     /// The destination its packs go to (credentials removed from the
