@@ -332,6 +332,36 @@ mod tests {
     }
 
     #[test]
+    fn a_new_directory_swapped_for_a_link_before_its_mode_is_set_leaves_the_victim_as_it_was() {
+        // Between the mkdirat and the open that sets its mode and group,
+        // the new directory is replaced by a link to a victim: the open
+        // never follows it, so the victim keeps its mode.
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let new = t.path().join("new");
+        let v = victim.clone();
+        crate::testing::set_lock_hook(
+            t.path(),
+            std::sync::Arc::new(move |point, path: &std::path::Path| {
+                if point == crate::HookPoint::DirectoryMade {
+                    std::fs::remove_dir(path).unwrap();
+                    std::os::unix::fs::symlink(&v, path).unwrap();
+                }
+            }),
+        );
+        let parent = std::fs::File::open(t.path()).unwrap();
+        let made = Access::PRIVATE.create_dir_at(parent.as_fd(), std::ffi::OsStr::new("new"), &new);
+        crate::testing::clear_lock_hook(t.path());
+        assert!(made.is_err(), "set the mode through a link");
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o755, "the victim's mode was changed");
+    }
+
+    #[test]
     fn access_modes_parse_and_refuse_what_gives_others_access() {
         assert_eq!(Access::default(), Access::PRIVATE);
         assert_eq!(Access::default().dir_mode(), 0o700);

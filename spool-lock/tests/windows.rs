@@ -515,14 +515,25 @@ fn a_directory_swapped_for_a_link_to_a_victim_before_its_take_is_refused_and_the
     let victim = tmp.path().join("victim");
     std::fs::create_dir(&victim).unwrap();
     let v = victim.clone();
-    hook_once(
+    // what the victim held once a lock file was open (never anything: the
+    // take must not create its lock file there, even for a moment)
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let swapped = AtomicBool::new(false);
+    testing::set_lock_hook(
         tmp.path(),
-        HookPoint::OpeningLockFile,
-        move |lock: &Path| {
-            let d = lock.parent().unwrap();
-            std::fs::rename(d, d.with_file_name("moved")).unwrap();
-            std::os::unix::fs::symlink(&v, d).unwrap();
-        },
+        Arc::new(move |point, path: &Path| match point {
+            HookPoint::OpeningLockFile if !swapped.swap(true, Ordering::SeqCst) => {
+                let d = path.parent().unwrap();
+                std::fs::rename(d, d.with_file_name("moved")).unwrap();
+                std::os::unix::fs::symlink(&v, d).unwrap();
+            }
+            HookPoint::LockFileOpened => {
+                let entries = std::fs::read_dir(&v).unwrap().count();
+                s.lock().unwrap().push(entries);
+            }
+            _ => {}
+        }),
     );
     let taken = try_adopt(&dir, &opts());
     testing::clear_lock_hook(tmp.path());
@@ -531,6 +542,11 @@ fn a_directory_swapped_for_a_link_to_a_victim_before_its_take_is_refused_and_the
         std::fs::read_dir(&victim).unwrap().count(),
         0,
         "the victim is untouched"
+    );
+    assert!(
+        seen.lock().unwrap().iter().all(|&n| n == 0),
+        "a lock file was made in the victim before the take was refused: {:?}",
+        seen.lock().unwrap()
     );
     let _ = lock_path;
 }
