@@ -1525,3 +1525,97 @@ fn a_stage_never_writes_through_a_link_or_into_another_directory_at_its_path() {
         }
     }
 }
+
+/// Requeue renames only what was set aside and asked for: a rejected pack
+/// and a quarantined one that validates now become ready; a quarantined
+/// one that still does not validate stays, saying why; a ready pack, an
+/// open temp file and a FIFO named like a rejected pack are never touched
+/// or listed (nor blocked on).
+#[test]
+fn requeue_renames_only_the_set_aside_packs_asked_for_and_a_quarantined_one_only_if_it_validates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let spool = Spool::open(&dir, &take()).unwrap();
+    let set_aside = |suffix: &str, bytes: &[u8]| {
+        let id = PackId::generate();
+        std::fs::write(dir.join(format!("{}.{suffix}", id.to_hex())), bytes).unwrap();
+        id
+    };
+    let ready = PackId::generate();
+    spool.stage(None, ready, &pack_bytes(ready, 10)).unwrap();
+    let rejected = PackId::generate();
+    std::fs::write(
+        dir.join(format!("{}.rejected", rejected.to_hex())),
+        pack_bytes(rejected, 10),
+    )
+    .unwrap();
+    let good = PackId::generate();
+    std::fs::write(
+        dir.join(format!("{}.quarantined", good.to_hex())),
+        pack_bytes(good, 10),
+    )
+    .unwrap();
+    let corrupt = set_aside("quarantined", b"not a pack");
+    let fifo = dir.join(format!("{}.rejected", PackId::generate().to_hex()));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+    // only the quarantined ones asked for
+    let out = spool.requeue(false, true).unwrap();
+    let mut seen: Vec<(String, Option<String>)> = out
+        .iter()
+        .map(|r| {
+            (
+                r.from().file_name().unwrap().to_string_lossy().into_owned(),
+                r.kept().map(str::to_owned),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let kept_corrupt = seen
+        .iter()
+        .find(|(name, _)| name.starts_with(&corrupt.to_hex()))
+        .unwrap();
+    assert!(
+        kept_corrupt
+            .1
+            .as_deref()
+            .is_some_and(|why| why.contains("still does not validate")),
+        "{seen:?}"
+    );
+    assert!(dir
+        .join(format!("{}.quarantined", corrupt.to_hex()))
+        .exists());
+    assert!(dir.join(format!("{}.ready", good.to_hex())).exists());
+    assert!(dir.join(format!("{}.rejected", rejected.to_hex())).exists());
+
+    // a rejected copy of a pack that is ready again is kept: never replaced
+    std::fs::write(
+        dir.join(format!("{}.rejected", ready.to_hex())),
+        pack_bytes(ready, 10),
+    )
+    .unwrap();
+
+    // then the rejected ones: the real ones, never the FIFO or the ready pack
+    let out = spool.requeue(true, false).unwrap();
+    let names: Vec<_> = out.iter().map(|r| r.from()).collect();
+    assert_eq!(out.len(), 2, "{names:?}");
+    let of = |id: PackId| {
+        out.iter()
+            .find(|r| r.from().to_string_lossy().contains(&id.to_hex()))
+            .unwrap()
+    };
+    assert_eq!(of(rejected).kept(), None);
+    let why = of(ready).kept();
+    assert!(
+        why.is_some_and(|w| w.ends_with("already exists")),
+        "{why:?}"
+    );
+    assert!(dir.join(format!("{}.ready", rejected.to_hex())).exists());
+    assert!(dir.join(format!("{}.ready", ready.to_hex())).exists());
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+}
