@@ -15,7 +15,7 @@ use crate::lease::{LeaseClaim, LeaseConfig, LeaseGuard, LeaseHead, LeaseRecord, 
 use crate::row::PackRow;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// How far back the lease log keeps claims other than each name's head:
 /// ClickHouse drops whole days older than yesterday, so it keeps at least

@@ -71,6 +71,7 @@ struct ChPackRow {
     created_at_ms: u64,
     indexed_at_ms: u64,
     trailer_sha256: String,
+    object_offset: u64,
 }
 
 impl From<ChPackRow> for PackRow {
@@ -86,6 +87,7 @@ impl From<ChPackRow> for PackRow {
             source_pid: r.source_pid,
             rank_dir: r.rank_dir,
             trailer_sha256: r.trailer_sha256,
+            object_offset: r.object_offset,
             ordinal: r.ordinal,
             created_at_ms: r.created_at_ms,
             indexed_at_ms: r.indexed_at_ms,

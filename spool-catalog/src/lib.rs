@@ -18,7 +18,7 @@
 //!   [`Error::SchemaMismatch`]) before anything is read or written. Every
 //!   install step is idempotent (`CREATE ... IF NOT EXISTS`, a version row
 //!   that two installers may both write), so it needs no serialisation.
-//! - **Schema versions.** This build writes version 4. Each older version
+//! - **Schema versions.** This build writes version 5. Each older version
 //!   is migrated in place the first time this build opens it, keeping every
 //!   row readable; each step is idempotent, so two services migrating at
 //!   once need no lease, and a crash mid-way migrates again on the next
@@ -43,6 +43,13 @@
 //!     ([`PackRow::whole_sha256`] tells them apart); rewriting their
 //!     `sha256` would mean reading every object, so they keep it, and
 //!     readers check them by the trailer.
+//!   - 4 → 5: a row names its pack's byte range in its object,
+//!     `object_offset` (the pack is the `bytes` bytes from there), so many
+//!     packs can share one object and each still be read with one ranged
+//!     GET and checked by its own `sha256`. ClickHouse adds it with `ALTER
+//!     TABLE ADD COLUMN object_offset UInt64 DEFAULT 0` (metadata only),
+//!     SQLite with `ADD COLUMN ... NOT NULL DEFAULT 0`: every row already
+//!     there reads 0, a pack that is its whole object.
 //!
 //!   Upgrade note: a process of an older version that was already running
 //!   reads rows with its old row layout; stop old readers (`spool ls`,

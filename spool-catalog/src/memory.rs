@@ -270,9 +270,11 @@ impl MemoryCatalog {
         inner.schema_version = Some(1);
         for r in rows {
             r.validate()?;
-            // version 1 had no `trailer_sha256`; its `sha256` was that checksum
+            // version 1 had no `trailer_sha256` (its `sha256` was that
+            // checksum) and no `object_offset` (a pack was its object)
             let old = PackRow {
                 trailer_sha256: r.sha256.clone(),
+                object_offset: 0,
                 ..r.clone()
             };
             inner.packs.insert(r.pack_id.clone(), old);

@@ -12,8 +12,14 @@ use crate::error::{Error, Result};
 pub struct PackRow {
     /// The pack id: 32 lowercase hex digits (its file name without `.ready`).
     pub pack_id: String,
-    /// The object key in the store (`<prefix>/v1/date=<day>/<pack_id>.pack`).
+    /// The object key in the store (`<prefix>/v1/date=<day>/<pack_id>.pack`):
+    /// the object that holds the pack's bytes.
     pub object_key: String,
+    /// Where the pack's bytes start in that object: the pack is the
+    /// `bytes` bytes from here, read with one ranged GET. 0 for a pack that
+    /// is its own object (every row written before schema version 5,
+    /// whose range is the whole object).
+    pub object_offset: u64,
     /// The operator's name for the store (`default` unless configured).
     pub store_id: String,
     /// SHA-256 of the whole pack (the object, trailer included), 64

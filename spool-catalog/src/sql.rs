@@ -16,7 +16,7 @@ pub(crate) const INDEXED_AT_DEFAULT: &str = NOW_MS;
 
 /// The pack columns a `VALUES` index insert carries: all but
 /// `indexed_at_ms`, which the column's default fills.
-pub(crate) const PACK_VALUE_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, trailer_sha256";
+pub(crate) const PACK_VALUE_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, trailer_sha256, object_offset";
 
 /// The ClickHouse exception code of `throwIf` (FUNCTION_THROW_IF_VALUE_IS_NON_ZERO):
 /// a fenced index insert whose fence was shut.
@@ -33,7 +33,7 @@ pub(crate) const LEASE_COLUMNS: &str =
     "name, term, lease_id, holder, acquired_at_ms, expires_at_ms";
 
 /// The pack columns in table order.
-pub(crate) const PACK_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256";
+pub(crate) const PACK_COLUMNS: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset";
 
 /// The pack columns of schema versions 1 to 3 (no `trailer_sha256`): what
 /// a packs table made by them holds, copied by the partitioning swap.
@@ -60,6 +60,7 @@ pub(crate) const PACKS_SCHEMA: &[(&str, &str)] = &[
     ("created_at_ms", "UInt64"),
     ("indexed_at_ms", "UInt64"),
     ("trailer_sha256", "String"),
+    ("object_offset", "UInt64"),
 ];
 
 /// The expected columns (name, type) of the lease table.
@@ -214,6 +215,7 @@ impl Tables {
             .map(|(n, t)| match *n {
                 "indexed_at_ms" => format!("{n} {t} DEFAULT {INDEXED_AT_DEFAULT}"),
                 "trailer_sha256" => format!("{n} {t} DEFAULT {TRAILER_SHA256_DEFAULT}"),
+                "object_offset" => format!("{n} {t} DEFAULT 0"),
                 _ => format!("{n} {t}"),
             })
             .collect();
@@ -364,6 +366,19 @@ impl Tables {
         )
     }
 
+    /// The migration from schema version 4: the packs table gets
+    /// `object_offset`, where a pack's bytes start in its object, which
+    /// reads as 0 on every row already there (each of those packs is its
+    /// own object, so its range is the whole object). Metadata-only, as
+    /// [`migrate_v3_trailer_sha256`](Self::migrate_v3_trailer_sha256) is;
+    /// a second run fails on the column it added.
+    pub(crate) fn migrate_v4_object_offset(&self) -> String {
+        format!(
+            "ALTER TABLE {} ADD COLUMN object_offset UInt64 DEFAULT 0",
+            self.packs()
+        )
+    }
+
     /// Gives `indexed_at_ms` its default (the server clock) on a packs
     /// table made before it had one. Only the default changes: 18.16 and
     /// later do that in the table's metadata, rewriting no data; repeating
@@ -491,7 +506,7 @@ impl Tables {
             sql.push_str(&literals(r, &ordinal));
             sql.push_str(", ");
             sql.push_str(&quote(&r.trailer_sha256));
-            sql.push(')');
+            sql.push_str(&format!(", {})", r.object_offset));
         }
         sql
     }
@@ -533,6 +548,10 @@ impl Tables {
                 array(rows, |r| r.created_at_ms.to_string()),
             ),
             ("trailer_sha256", array(rows, |r| quote(&r.trailer_sha256))),
+            (
+                "object_offset",
+                array(rows, |r| r.object_offset.to_string()),
+            ),
         ];
         let arrays: Vec<String> = columns
             .iter()
@@ -543,7 +562,7 @@ impl Tables {
             .map(|(name, _)| format!("{name}_a AS {name}"))
             .collect();
         format!(
-            "INSERT INTO {} ({PACK_COLUMNS}) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), {NOW_MS}, trailer_sha256 FROM (SELECT {}) ARRAY JOIN {} WHERE {} SETTINGS max_execution_time = {}",
+            "INSERT INTO {} ({PACK_COLUMNS}) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), {NOW_MS}, trailer_sha256, toUInt64(object_offset) FROM (SELECT {}) ARRAY JOIN {} WHERE {} SETTINGS max_execution_time = {}",
             self.packs(),
             arrays.join(", "),
             joins.join(", "),
@@ -630,6 +649,7 @@ impl Tables {
 impl Tables {
     pub(crate) fn every_statement(&self) -> Vec<(&'static str, String)> {
         let row = PackRow {
+            object_offset: 0,
             pack_id: "0".repeat(32),
             object_key: format!("pre/v1/date=2026-11-29/{}.pack", "0".repeat(32)),
             store_id: "default".into(),
@@ -692,6 +712,7 @@ impl Tables {
                 "migrate_v3_trailer_sha256",
                 self.migrate_v3_trailer_sha256(),
             ),
+            ("migrate_v4_object_offset", self.migrate_v4_object_offset()),
             ("set_indexed_at_default", self.set_indexed_at_default()),
             (
                 "select_has_quorum_parallel",
@@ -752,6 +773,7 @@ mod tests {
 
     fn row(id: char) -> PackRow {
         PackRow {
+            object_offset: 0,
             pack_id: id.to_string().repeat(32),
             object_key: format!("pre/v1/date=2026-11-29/{}.pack", id.to_string().repeat(32)),
             store_id: "default".into(),
@@ -824,7 +846,7 @@ mod tests {
         );
         assert_eq!(
             t.create_packs(),
-            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64 DEFAULT toUInt64(now()) * 1000, trailer_sha256 String DEFAULT sha256) ENGINE = ReplacingMergeTree(indexed_at_ms) PARTITION BY intDiv(created_at_ms, 86400000) ORDER BY pack_id"
+            "CREATE TABLE IF NOT EXISTS `spooldb`.`p_packs` (pack_id String, object_key String, store_id String, sha256 String, bytes UInt64, records UInt64, source_host String, source_pid UInt32, rank_dir String, ordinal Nullable(UInt32), created_at_ms UInt64, indexed_at_ms UInt64 DEFAULT toUInt64(now()) * 1000, trailer_sha256 String DEFAULT sha256, object_offset UInt64 DEFAULT 0) ENGINE = ReplacingMergeTree(indexed_at_ms) PARTITION BY intDiv(created_at_ms, 86400000) ORDER BY pack_id"
         );
         assert_eq!(
             t.set_indexed_at_default(),
@@ -953,33 +975,35 @@ mod tests {
     #[test]
     fn golden_index_unfenced_values() {
         let t = tables();
-        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, trailer_sha256) VALUES ";
+        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, trailer_sha256, object_offset) VALUES ";
         let (a, c) = ("a".repeat(32), "c".repeat(32));
         let sha = "ab".repeat(32);
         assert_eq!(
             t.index_values(&[row('a')]),
-            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd')")
+            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd', 0)")
         );
         // A sink without an ordinal travels as NULL (never as 0, which is
         // `w0/`); hostile text is quoted.
         let none = PackRow {
             ordinal: None,
             source_host: r"h'o\st".into(),
+            object_offset: 65536,
             ..row('c')
         };
         assert_eq!(
             t.index_values(&[row('a'), none]),
-            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd'), ('{c}', 'pre/v1/date=2026-11-29/{c}.pack', 'default', '{sha}', 1048576, 1000, 'h\\'o\\\\st', 4242, 'r0-0badcafe', NULL, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd')")
+            format!("{head}('{a}', 'pre/v1/date=2026-11-29/{a}.pack', 'default', '{sha}', 1048576, 1000, 'node1', 4242, 'r0-0badcafe', 0, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd', 0), ('{c}', 'pre/v1/date=2026-11-29/{c}.pack', 'default', '{sha}', 1048576, 1000, 'h\\'o\\\\st', 4242, 'r0-0badcafe', NULL, 1795965709123, 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd', 65536)")
         );
     }
 
     #[test]
     fn golden_index_fenced() {
         let t = tables();
-        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), toUInt64(now()) * 1000, trailer_sha256 FROM (SELECT ";
-        let joins = ") ARRAY JOIN pack_id_a AS pack_id, object_key_a AS object_key, store_id_a AS store_id, sha256_a AS sha256, bytes_a AS bytes, records_a AS records, source_host_a AS source_host, source_pid_a AS source_pid, rank_dir_a AS rank_dir, ordinal_a AS ordinal, created_at_ms_a AS created_at_ms, trailer_sha256_a AS trailer_sha256";
+        let head = "INSERT INTO `spooldb`.`p_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset) SELECT pack_id, object_key, store_id, sha256, toUInt64(bytes), toUInt64(records), source_host, toUInt32(source_pid), rank_dir, CAST(ordinal AS Nullable(UInt32)), toUInt64(created_at_ms), toUInt64(now()) * 1000, trailer_sha256, toUInt64(object_offset) FROM (SELECT ";
+        let joins = ") ARRAY JOIN pack_id_a AS pack_id, object_key_a AS object_key, store_id_a AS store_id, sha256_a AS sha256, bytes_a AS bytes, records_a AS records, source_host_a AS source_host, source_pid_a AS source_pid, rank_dir_a AS rank_dir, ordinal_a AS ordinal, created_at_ms_a AS created_at_ms, trailer_sha256_a AS trailer_sha256, object_offset_a AS object_offset";
         let none = PackRow {
             ordinal: None,
+            object_offset: 65536,
             ..row('c')
         };
         let fenced = t.index_fenced(&[row('a'), none], &guard());
@@ -987,7 +1011,7 @@ mod tests {
         assert_eq!(
             fenced,
             format!(
-                "{head}['{a}', '{c}'] AS pack_id_a, ['pre/v1/date=2026-11-29/{a}.pack', 'pre/v1/date=2026-11-29/{c}.pack'] AS object_key_a, ['default', 'default'] AS store_id_a, ['abababababababababababababababababababababababababababababababab', 'abababababababababababababababababababababababababababababababab'] AS sha256_a, [1048576, 1048576] AS bytes_a, [1000, 1000] AS records_a, ['node1', 'node1'] AS source_host_a, [4242, 4242] AS source_pid_a, ['r0-0badcafe', 'r0-0badcafe'] AS rank_dir_a, [0, NULL] AS ordinal_a, [1795965709123, 1795965709123] AS created_at_ms_a, ['cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd', 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd'] AS trailer_sha256_a{joins} WHERE {} SETTINGS max_execution_time = 4",
+                "{head}['{a}', '{c}'] AS pack_id_a, ['pre/v1/date=2026-11-29/{a}.pack', 'pre/v1/date=2026-11-29/{c}.pack'] AS object_key_a, ['default', 'default'] AS store_id_a, ['abababababababababababababababababababababababababababababababab', 'abababababababababababababababababababababababababababababababab'] AS sha256_a, [1048576, 1048576] AS bytes_a, [1000, 1000] AS records_a, ['node1', 'node1'] AS source_host_a, [4242, 4242] AS source_pid_a, ['r0-0badcafe', 'r0-0badcafe'] AS rank_dir_a, [0, NULL] AS ordinal_a, [1795965709123, 1795965709123] AS created_at_ms_a, ['cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd', 'cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd'] AS trailer_sha256_a, [0, 65536] AS object_offset_a{joins} WHERE {} SETTINGS max_execution_time = 4",
                 tables().fence_condition(&guard())
             )
         );
@@ -1011,11 +1035,11 @@ mod tests {
         let t = tables();
         assert_eq!(
             t.select_pack(&"a".repeat(32)),
-            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256 FROM `spooldb`.`p_packs` FINAL WHERE pack_id = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'"
+            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset FROM `spooldb`.`p_packs` FINAL WHERE pack_id = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'"
         );
         assert_eq!(
             t.select_range(10, 20),
-            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256 FROM `spooldb`.`p_packs` FINAL WHERE created_at_ms >= 10 AND created_at_ms < 20 ORDER BY created_at_ms, pack_id"
+            "SELECT pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset FROM `spooldb`.`p_packs` FINAL WHERE created_at_ms >= 10 AND created_at_ms < 20 ORDER BY created_at_ms, pack_id"
         );
         assert_eq!(
             t.select_count(),

@@ -31,11 +31,12 @@ pub(crate) fn fence_sql(lease: &str) -> String {
     )
 }
 
-/// The packs table of schema version 4 (`ordinal` may be NULL since
-/// version 2; `trailer_sha256` since version 4).
+/// The packs table of schema version 5 (`ordinal` may be NULL since
+/// version 2; `trailer_sha256` since version 4; `object_offset` since
+/// version 5, 0 for a pack that is its whole object).
 fn create_packs(table: &str) -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS \"{table}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL, trailer_sha256 TEXT NOT NULL)"
+        "CREATE TABLE IF NOT EXISTS \"{table}\" (pack_id TEXT NOT NULL PRIMARY KEY, object_key TEXT NOT NULL, store_id TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, records INTEGER NOT NULL, source_host TEXT NOT NULL, source_pid INTEGER NOT NULL, rank_dir TEXT NOT NULL, ordinal INTEGER, created_at_ms INTEGER NOT NULL, indexed_at_ms INTEGER NOT NULL, trailer_sha256 TEXT NOT NULL, object_offset INTEGER NOT NULL DEFAULT 0)"
     )
 }
 
@@ -66,8 +67,15 @@ fn migrate_v3(packs: &str) -> String {
     )
 }
 
+/// The migration from schema version 4: the packs table gets
+/// `object_offset`, 0 on every row already there (each of those packs is
+/// its own object), inside the install's transaction.
+fn migrate_v4(packs: &str) -> String {
+    format!("ALTER TABLE \"{packs}\" ADD COLUMN object_offset INTEGER NOT NULL DEFAULT 0;")
+}
+
 /// The pack columns in table order.
-const PACK_COLUMN_LIST: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256";
+const PACK_COLUMN_LIST: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset";
 
 /// The pack columns of schema versions 1 to 3 (no `trailer_sha256`).
 const PACK_COLUMN_LIST_V3: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms";
@@ -103,14 +111,14 @@ impl Statements {
             "CREATE INDEX IF NOT EXISTS \"{packs}_by_created\" ON \"{packs}\" (created_at_ms)"
         );
         let cols = PACK_COLUMN_LIST;
-        let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms, trailer_sha256 = excluded.trailer_sha256";
+        let upsert_tail = "ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key, store_id = excluded.store_id, sha256 = excluded.sha256, bytes = excluded.bytes, records = excluded.records, source_host = excluded.source_host, source_pid = excluded.source_pid, rank_dir = excluded.rank_dir, ordinal = excluded.ordinal, created_at_ms = excluded.created_at_ms, indexed_at_ms = excluded.indexed_at_ms, trailer_sha256 = excluded.trailer_sha256, object_offset = excluded.object_offset";
         // The fence is read once per batch inside its `BEGIN IMMEDIATE`
         // transaction: no other writer can append a claim until it commits.
         let fence_open = format!("SELECT {} = 1", fence_sql(&lease));
         // The clock is read once per batch, not per row, and bound as ?12.
         let now = format!("SELECT {NOW_MS}");
         let upsert = format!(
-            "INSERT INTO \"{packs}\" ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) {upsert_tail}"
+            "INSERT INTO \"{packs}\" ({cols}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) {upsert_tail}"
         );
         let append_claim = format!(
             "INSERT INTO \"{lease}\" (name, term, lease_id, holder, acquired_at_ms, expires_at_ms) SELECT ?1, ?2, ?3, ?4, {NOW_MS}, {NOW_MS} + ?5 WHERE (SELECT coalesce(max(term), 0) FROM \"{lease}\" WHERE name = ?1) = ?2 - 1"
@@ -176,6 +184,7 @@ const PACKS_COLUMNS: &[(&str, &str)] = &[
     ("created_at_ms", "INTEGER NOT NULL"),
     ("indexed_at_ms", "INTEGER NOT NULL"),
     ("trailer_sha256", "TEXT NOT NULL"),
+    ("object_offset", "INTEGER NOT NULL"),
 ];
 const LEASE_COLUMNS: &[(&str, &str)] = &[
     ("name", "TEXT NOT NULL"),
@@ -205,6 +214,7 @@ fn row_to_pack(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
             created_at_ms: unsigned(r, 10)?,
             indexed_at_ms: unsigned(r, 11)?,
             trailer_sha256: r.get(12)?,
+            object_offset: unsigned(r, 13)?,
         })
     }
     read(r).map_err(|e| {
@@ -400,6 +410,22 @@ fn open_and_install(
             .purpose("migrate the packs table from schema version 3 (trailer_sha256)")?;
         tracing::info!(path = %shown, "migrated the packs table from schema version 3: trailer_sha256 added, filled with each row's sha256");
     }
+    let has_offset: bool = tx
+        .query_row(
+            &format!(
+                "SELECT count(*) FROM pragma_table_info('{}') WHERE name = 'object_offset'",
+                s.packs
+            ),
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .purpose("look for the object_offset column")?
+        > 0;
+    if !has_offset && (1..SCHEMA_VERSION).contains(&found) {
+        tx.execute_batch(&migrate_v4(&s.packs))
+            .purpose("migrate the packs table from schema version 4 (object_offset)")?;
+        tracing::info!(path = %shown, "migrated the packs table from schema version 4: object_offset added, 0 on every row (a whole object)");
+    }
     for (table, want) in [(&s.packs, PACKS_COLUMNS), (&s.lease, LEASE_COLUMNS)] {
         let mut st = tx
             .prepare(&format!("PRAGMA table_info(\"{table}\")"))
@@ -530,6 +556,7 @@ impl Catalog for SqliteCatalog {
                         r.created_at_ms as i64,
                         now,
                         r.trailer_sha256,
+                        r.object_offset as i64,
                     ])
                     .purpose("insert a pack row")?;
                 }
@@ -773,7 +800,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("catalog.db");
         let _ = std::fs::remove_file(&path);
-        let v3_packs = create_packs("spool_packs").replace(", trailer_sha256 TEXT NOT NULL", "");
+        let v3_packs = create_packs("spool_packs")
+            .replace(", trailer_sha256 TEXT NOT NULL", "")
+            .replace(", object_offset INTEGER NOT NULL DEFAULT 0", "");
         assert!(!v3_packs.contains("trailer"));
         let old_sha = "ab".repeat(32);
         let c = Connection::open(&path).unwrap();
@@ -791,7 +820,49 @@ mod tests {
             let row = cat.get(&"a".repeat(32)).await.unwrap().unwrap();
             assert_eq!((&row.sha256, &row.trailer_sha256), (&old_sha, &old_sha));
             assert!(!row.whole_sha256());
+            assert_eq!(row.object_offset, 0);
             assert_eq!(cat.testing_schema_version().await.unwrap(), SCHEMA_VERSION);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file as schema version 4 left it (no `object_offset`) gets the
+    /// column on open, 0 on every row (each of those packs is its whole
+    /// object), and the version row 5; opening it again changes nothing,
+    /// and a row indexed since keeps the offset it was given.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_version_4_file_gets_object_offset_zero_on_every_row() {
+        let dir = std::env::temp_dir().join(format!("spool-sqlite-v4-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("catalog.db");
+        let _ = std::fs::remove_file(&path);
+        let v4_packs =
+            create_packs("spool_packs").replace(", object_offset INTEGER NOT NULL DEFAULT 0", "");
+        assert!(!v4_packs.contains("object_offset"));
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(&format!(
+            "CREATE TABLE \"spool_schema_version\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
+             {v4_packs};\n\
+             INSERT INTO \"spool_schema_version\" VALUES (4, 0);\n\
+             INSERT INTO \"spool_packs\" ({PACK_COLUMN_LIST_V3}, trailer_sha256) VALUES ('{id}', 'k', 'default', '{sha}', 1, 1, 'h', 1, 'r0-0badcafe', NULL, 5, 6, '{sha}');",
+            id = "a".repeat(32),
+            sha = "ab".repeat(32),
+        ))
+        .unwrap();
+        drop(c);
+        for _ in 0..2 {
+            let cat = SqliteCatalog::new(path.clone(), "spool_").unwrap();
+            let row = cat.get(&"a".repeat(32)).await.unwrap().unwrap();
+            assert_eq!(row.object_offset, 0);
+            assert_eq!(cat.testing_schema_version().await.unwrap(), SCHEMA_VERSION);
+            let mut bundled = row.clone();
+            bundled.pack_id = "b".repeat(32);
+            bundled.object_offset = 4096;
+            cat.index(std::slice::from_ref(&bundled), None)
+                .await
+                .unwrap();
+            let back = cat.get(&bundled.pack_id).await.unwrap().unwrap();
+            assert_eq!(back.object_offset, 4096);
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -812,11 +883,11 @@ mod tests {
             format!("SELECT {} = 1", fence_sql("spool_lease"))
         );
         assert!(s.upsert.starts_with(
-            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
+            "INSERT INTO \"spool_packs\" (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT(pack_id) DO UPDATE SET object_key = excluded.object_key,"
         ));
-        assert!(s
-            .upsert
-            .ends_with("trailer_sha256 = excluded.trailer_sha256"));
+        assert!(s.upsert.ends_with(
+            "trailer_sha256 = excluded.trailer_sha256, object_offset = excluded.object_offset"
+        ));
         assert_eq!(
             s.now,
             "SELECT (CAST(strftime('%s','now') AS INTEGER) * 1000)"

@@ -18,7 +18,7 @@ use spool_service::fetch::fetch_pack;
 use crate::errors;
 
 /// The columns of a catalog row, in order.
-pub const COLUMNS: [&str; 13] = [
+pub const COLUMNS: [&str; 14] = [
     "pack_id",
     "object_key",
     "store_id",
@@ -32,6 +32,7 @@ pub const COLUMNS: [&str; 13] = [
     "created_at_ms",
     "indexed_at_ms",
     "trailer_sha256",
+    "object_offset",
 ];
 
 type Reader = PackReader<Box<dyn Read + Send>>;
@@ -141,6 +142,7 @@ fn row<'py>(py: Python<'py>, r: &PackRow) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("created_at_ms", r.created_at_ms)?;
     d.set_item("indexed_at_ms", r.indexed_at_ms)?;
     d.set_item("trailer_sha256", &r.trailer_sha256)?;
+    d.set_item("object_offset", r.object_offset)?;
     Ok(d)
 }
 

@@ -309,6 +309,7 @@ impl Drain {
     /// The catalog row of `job`, uploaded as `result`.
     fn row(&self, result: &UploadResult, summary: &PackSummary, job: &Job) -> PackRow {
         PackRow {
+            object_offset: 0,
             pack_id: summary.id.to_hex(),
             object_key: result.key.to_string(),
             store_id: self.store_id.clone(),

@@ -8,7 +8,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::atomic::AtomicBool;
 
 use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use spool_catalog::{Catalog, PackRow};
 use spool_core::pack::{PackId, PackSummary};
 use spool_upload::Store;
@@ -24,7 +23,8 @@ pub struct FetchedPack {
     pub summary: PackSummary,
 }
 
-/// Looks pack `id` up in `catalog`, streams its object from `store` into
+/// Looks pack `id` up in `catalog`, streams its bytes (the row's range of
+/// its object: `bytes` bytes from `object_offset`) from `store` into
 /// `out` (from `out`'s current position; pass an empty file or buffer),
 /// validates what was written and compares it with the row's SHA-256 and
 /// size. On success `out` holds the checked pack and is rewound to its
@@ -62,7 +62,11 @@ pub async fn fetch_pack<F: Read + Write + Seek>(
         key: key.to_string(),
         error,
     };
-    let got = match store.object_store().get(&key).await {
+    // The pack is the row's range of its object (the whole object for a
+    // pack that is one): one ranged GET.
+    let range = row.object_offset..row.object_offset.saturating_add(row.bytes);
+    let options = object_store::GetOptions::default().with_range(Some(range));
+    let got = match store.object_store().get_opts(&key, options).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => {
             return Err(Error::PackNotInStore {
@@ -116,4 +120,76 @@ pub async fn fetch_pack<F: Read + Write + Seek>(
     out.seek(SeekFrom::Start(start))
         .map_err(|e| store_error(e.into()))?;
     Ok(FetchedPack { row, summary })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::{ObjectStoreExt, PutPayload};
+    use spool_core::pack::PackWriter;
+
+    /// A pack inside a larger object (a bundle) is read back from its row's
+    /// range with one ranged GET and checked; a row whose range is off by
+    /// one byte fails the checks, and nothing passes as the pack.
+    #[tokio::test]
+    async fn a_pack_inside_a_larger_object_is_read_from_its_range_and_checked() {
+        let store = Store::from_url("memory://", &Default::default()).unwrap();
+        let catalog = spool_catalog::open("memory://").unwrap();
+        let id = PackId::generate();
+        let mut w = PackWriter::new(id, id.timestamp_ms());
+        w.push_record(b"the one record");
+        let pack = w.finish();
+        let summary = spool_core::validate(
+            std::io::Cursor::new(&pack),
+            Some(id),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        // another pack's bytes before it, padding after
+        let mut object = vec![0x5a; 4099];
+        let offset = object.len() as u64;
+        object.extend_from_slice(&pack);
+        object.extend_from_slice(&[0xa5; 777]);
+        let key = "pre/v2/bundle.bundle";
+        store
+            .object_store()
+            .put(
+                &object_store::path::Path::from(key),
+                PutPayload::from(object),
+            )
+            .await
+            .unwrap();
+        let row = |object_offset: u64| PackRow {
+            pack_id: id.to_hex(),
+            object_key: key.into(),
+            object_offset,
+            store_id: "default".into(),
+            sha256: hex::encode(summary.sha256),
+            bytes: summary.bytes,
+            records: summary.records,
+            source_host: "h".into(),
+            source_pid: 1,
+            rank_dir: "r0-0badcafe".into(),
+            ordinal: None,
+            created_at_ms: id.timestamp_ms(),
+            indexed_at_ms: 0,
+            trailer_sha256: hex::encode(summary.trailer_sha256),
+        };
+        catalog.index(&[row(offset)], None).await.unwrap();
+        let mut out = std::io::Cursor::new(Vec::new());
+        let fetched = fetch_pack(catalog.as_ref(), &store, id, &mut out)
+            .await
+            .unwrap();
+        assert_eq!(out.into_inner(), pack);
+        assert_eq!(fetched.row.object_offset, offset);
+
+        for wrong in [offset - 1, offset + 1, 0] {
+            catalog.index(&[row(wrong)], None).await.unwrap();
+            let mut out = std::io::Cursor::new(Vec::new());
+            let err = fetch_pack(catalog.as_ref(), &store, id, &mut out)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::PackMismatch { .. }), "{wrong}: {err}");
+        }
+    }
 }

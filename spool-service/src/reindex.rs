@@ -148,6 +148,7 @@ async fn insert(
 /// know).
 fn row_of(summary: &PackSummary, key: &str, store_id: &str) -> PackRow {
     PackRow {
+        object_offset: 0,
         pack_id: summary.id.to_hex(),
         object_key: key.to_string(),
         store_id: store_id.to_string(),

@@ -59,6 +59,8 @@ pub fn row(n: u64, created_at_ms: u64) -> PackRow {
     let pack_id = format!("{:016x}{:016x}", created_at_ms, n);
     PackRow {
         object_key: format!("pre/v1/date=2026-11-29/{pack_id}.pack"),
+        // packs sharing objects sit at offsets; the first is at 0
+        object_offset: n * 4096,
         pack_id,
         store_id: "default".into(),
         sha256: format!("{:064x}", n + 1),
@@ -496,6 +498,8 @@ pub async fn migration_from_v1_keeps_rows(fx: Fixture) {
             (&r.source_host, r.source_pid, r.ordinal, r.bytes, &r.sha256),
             "an old row reads back as written"
         );
+        // before version 5 every pack was its whole object: offset 0
+        assert_eq!(got.object_offset, 0, "{got:?}");
         // before version 4 a row's sha256 was its trailer's checksum: it
         // reads back in trailer_sha256 too, and the row says so
         assert_eq!(got.trailer_sha256, r.sha256, "{got:?}");

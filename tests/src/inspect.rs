@@ -53,6 +53,7 @@ pub fn pack_and_row(
     let bytes = w.finish();
     let summary = spool_core::pack::validate_bytes(&bytes, Some(id)).expect("a valid pack");
     let row = PackRow {
+        object_offset: 0,
         pack_id: id.to_hex(),
         object_key: object_key(store.prefix(), &id).to_string(),
         store_id: "default".into(),

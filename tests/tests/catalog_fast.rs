@@ -332,6 +332,7 @@ mod clickhouse_faults {
             ("created_at_ms", "UInt64"),
             ("indexed_at_ms", "UInt64"),
             ("trailer_sha256", "String"),
+            ("object_offset", "UInt64"),
         ];
         let lease = [
             ("name", "String"),

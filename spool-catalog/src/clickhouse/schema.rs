@@ -160,6 +160,32 @@ impl ClickHouseCatalog {
                 Err(_) => {}
             }
         }
+        let has_offset = |cols: &[ColumnRow]| {
+            cols.iter()
+                .any(|c| c.table == packs && c.name == "object_offset")
+        };
+        if (1..SCHEMA_VERSION).contains(&found) && !has_offset(&cols) {
+            // Version 4 → 5: a row names the byte range of its pack in its
+            // object; rows already there read offset 0 (each is its own
+            // object). A concurrent migrator's ALTER fails: read again.
+            let added = self
+                .execute(
+                    "migrate the packs table from schema version 4 (object_offset)",
+                    Mode::Plain,
+                    &t.migrate_v4_object_offset(),
+                )
+                .await;
+            cols = self
+                .fetch_all("read the table columns", Mode::Plain, &t.select_columns())
+                .await?;
+            match added {
+                Ok(()) => {
+                    tracing::info!(server = %server, table = %packs, "migrated the packs table from schema version 4: object_offset added, rows already there read 0 (a whole object)")
+                }
+                Err(e) if !has_offset(&cols) => return Err(e),
+                Err(_) => {}
+            }
+        }
         // `indexed_at_ms` must default to the server clock: the unfenced
         // `VALUES` insert leaves it out. Tables made before it had one get
         // it (a metadata-only change, idempotent).

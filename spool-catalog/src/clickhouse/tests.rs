@@ -68,6 +68,7 @@ fn bad_responses_are_classified() {
 
 fn row_on_day(day: u64, n: u64) -> PackRow {
     PackRow {
+        object_offset: 0,
         pack_id: format!("{n:032x}"),
         object_key: "k".into(),
         store_id: "default".into(),

@@ -185,6 +185,7 @@ mod tests {
     #[test]
     fn the_table_shows_host_pid_and_ordinal_with_a_dash_for_none() {
         let row = PackRow {
+            object_offset: 0,
             pack_id: "a".repeat(32),
             object_key: "p/v1/date=2026-11-29/x.pack".into(),
             store_id: "default".into(),

@@ -25,6 +25,7 @@ fn pack(holder: &str, round: u64, what: &str) -> PackRow {
     }
     let pack_id = format!("{h:016x}{h2:016x}");
     PackRow {
+        object_offset: 0,
         object_key: format!("contend/{pack_id}.pack"),
         pack_id,
         store_id: "default".into(),
