@@ -466,7 +466,7 @@ fn drain_in(ctx: &Ctx, db: &Db, idle_db: &Db, n: usize, bytes: usize) -> Result<
             format!("drain {what}, wall against s5cmd"),
             "s",
             format!(
-                "the drain above against `s5cmd cp` (v2.3.0, 256 requests in flight) of the same files, page cache dropped before it: {} objects/s, {:.0} MiB/s; ours {:.0} packs/s",
+                "the drain above against `s5cmd cp` (v2.3.0, 256 requests in flight) of the same files, page cache dropped before it: {:.0} objects/s, {:.0} MiB/s; ours {:.0} packs/s",
                 n as f64 / s5cmd.wall,
                 mib / s5cmd.wall,
                 n as f64 / ours.wall
