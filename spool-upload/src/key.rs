@@ -1,20 +1,29 @@
-//! Object keys: `<prefix>/v1/date=<YYYY-MM-DD>/<pack_id>.pack`.
+//! Object keys: `<prefix>/v2/<spread>/date=<YYYY-MM-DD>/<pack_id>.pack`
+//! (the crate docs say why the spread comes first).
 
 use object_store::path::Path;
 use spool_core::pack::PackId;
 
 /// The object key of a pack under `prefix`: deterministic (a pack has one
-/// key forever), unique (the id is), listable by day (the date is the UTC
-/// day of the id's timestamp).
+/// key forever), unique (the id is), spread over 256 key ranges
+/// ([`spread`]), listable by day within each (the date is the UTC day of
+/// the id's timestamp).
 pub fn object_key(prefix: &Path, id: &PackId) -> Path {
     let (y, m, d) = civil_from_days((id.timestamp_ms() / 86_400_000) as i64);
     let date = format!("date={y:04}-{m:02}-{d:02}");
     let file = format!("{}.pack", id.to_hex());
     prefix
         .clone()
-        .join("v1")
+        .join("v2")
+        .join(spread(id).as_str())
         .join(date.as_str())
         .join(file.as_str())
+}
+
+/// The key range a pack's object goes to: its id's last byte, which is
+/// random (spool-core's `PackId`), as two hex digits, `00` to `ff`.
+fn spread(id: &PackId) -> String {
+    format!("{:02x}", id.0[15])
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
@@ -41,14 +50,33 @@ mod tests {
         // 2024-02-29T23:59:59.999Z
         let id = PackId::with_timestamp(1_709_251_199_999);
         let key = object_key(&Path::from("a/b"), &id);
+        let hex = id.to_hex();
         assert_eq!(
             key.as_ref(),
-            format!("a/b/v1/date=2024-02-29/{}.pack", id.to_hex())
+            format!("a/b/v2/{}/date=2024-02-29/{hex}.pack", &hex[30..])
         );
         let next = PackId::with_timestamp(1_709_251_200_000);
+        let hex = next.to_hex();
         assert!(object_key(&Path::from(""), &next)
             .as_ref()
-            .starts_with("v1/date=2024-03-01/"));
+            .starts_with(&format!("v2/{}/date=2024-03-01/", &hex[30..])));
+    }
+
+    /// The packs of one millisecond, one node's or a fleet's, spread over
+    /// all 256 key ranges, not the newest one.
+    #[test]
+    fn the_packs_of_one_instant_spread_over_every_key_range() {
+        let ranges: std::collections::BTreeSet<String> = (0..4096)
+            .map(|_| {
+                let key = object_key(&Path::from("p"), &PackId::with_timestamp(1_800_000_000_000));
+                key.as_ref().split('/').nth(2).unwrap().to_owned()
+            })
+            .collect();
+        // 4096 draws miss one of 256 ranges with probability below 1e-4
+        assert!(ranges.len() >= 250, "{} ranges", ranges.len());
+        assert!(ranges
+            .iter()
+            .all(|r| r.len() == 2 && u8::from_str_radix(r, 16).is_ok()));
     }
 
     #[test]

@@ -10,9 +10,22 @@
 //!
 //! # Guarantees
 //!
-//! - **One key per pack, forever**: `<prefix>/v1/date=<YYYY-MM-DD>/<pack_id>.pack`,
-//!   the date being the UTC day of the id's timestamp ([`object_key`]).
-//!   Deterministic, unique, listable by day.
+//! - **One key per pack, forever**:
+//!   `<prefix>/v2/<spread>/date=<YYYY-MM-DD>/<pack_id>.pack`, the date
+//!   being the UTC day of the id's timestamp ([`object_key`]).
+//!   Deterministic, unique, listable by day. `<spread>` (`00` to `ff`) is
+//!   the id's last byte, which is random, and comes before the date
+//!   because S3 partitions a bucket by key range and serves about 3,500
+//!   PUT/s per partitioned prefix: ids begin with their time, so under one
+//!   date every node's newest packs would sort into the same range, and a
+//!   fleet's writes would all land on one partition (503 SlowDown) however
+//!   many nodes write. Spread first, the writes of one instant fall into
+//!   256 ranges that S3 can split apart. Objects written under the
+//!   previous layout (`<prefix>/v1/date=<day>/<pack_id>.pack`) stay where
+//!   they are and read as before: a row names its object's key, and
+//!   `reindex` lists the whole prefix. (A pack left in a spool across the
+//!   upgrade is uploaded again under its new key; the old object is then
+//!   one no row points to.)
 //! - **Nothing is overwritten; one request per fresh pack.** A single PUT
 //!   to a store that honours `PutMode::Create` ([`Store::conditional_create`];
 //!   object_store's S3, GCS, Azure, local and in-memory stores do, and moto

@@ -683,7 +683,9 @@ mod tests {
         assert_eq!((s.id, s.bytes), (id, body.len() as u64));
         assert_eq!(std::fs::read(fx.file(&r.key)).unwrap(), body);
 
-        let bad_id = PackId::generate();
+        // in the same key range as the good one, so they share a directory
+        let mut bad_id = PackId::with_timestamp(id.timestamp_ms());
+        bad_id.0[15] = id.0[15];
         let bad = spool_core::pack::testing_misframed_pack(bad_id);
         let path = fx.spool.join(format!("{bad_id}.ready"));
         std::fs::write(&path, &bad).unwrap();
@@ -889,16 +891,21 @@ mod tests {
     async fn an_uploaded_object_and_its_directory_are_fsynced() {
         let fx = fixture();
         let ts = spool_core::pack::now_ms();
-        let (a, a_bytes) = stage_pack(&fx.spool, PackId::with_timestamp(ts), 50_000, 7);
-        let (b, _) = stage_pack(&fx.spool, PackId::with_timestamp(ts), 50_000, 8);
+        let a_id = PackId::with_timestamp(ts);
+        let (a, a_bytes) = stage_pack(&fx.spool, a_id, 50_000, 7);
+        // b shares a's key range and day: its object goes beside a's
+        let mut b_id = a_id;
+        b_id.0[8] ^= 0xff;
+        let (b, _) = stage_pack(&fx.spool, b_id, 50_000, 8);
         let r = fx.up.upload_one(a, &CancellationToken::new()).await;
         assert!(r.outcome.is_stored(), "{:?}", r.outcome);
-        // <root>/v1/date=D/<id>.pack: v1 and date=D are new, the root existed.
+        // <root>/v2/<spread>/date=D/<id>.pack: v2, <spread> and date=D are
+        // new, the root existed.
         assert_eq!(
             fx.counters(),
             LocalCounters {
                 files_synced: 1,
-                dirs_synced: 3 + 1,
+                dirs_synced: 4 + 1,
                 published: 1,
                 staging_removed: 0,
                 leftovers_removed: 0,
@@ -909,7 +916,7 @@ mod tests {
         let c = fx.counters();
         assert_eq!(
             (c.files_synced, c.dirs_synced, c.published),
-            (2, 5, 2),
+            (2, 6, 2),
             "{c:?}"
         );
         assert!(std::fs::read(fx.file(&r.key)).unwrap() == a_bytes);

@@ -140,6 +140,24 @@ pub fn ready_files(dir: &Path) -> std::collections::HashMap<String, Vec<u8>> {
         .collect()
 }
 
+/// The objects of the embedded store `ROOT/.store` named like a pack
+/// (`<id>.pack`, at any depth of the key layout), by pack id.
+pub fn store_objects(root: &Path) -> std::collections::BTreeMap<String, PathBuf> {
+    fn walk(dir: &Path, out: &mut std::collections::BTreeMap<String, PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(&path, out);
+            } else if let Some(id) = e.file_name().to_str().and_then(|n| n.strip_suffix(".pack")) {
+                out.insert(id.to_owned(), path);
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(&root.join(".store"), &mut out);
+    out
+}
+
 /// Pack ids of the rows of the embedded catalog `ROOT/.catalog.db`
 /// (none before a service made its schema).
 pub fn indexed_ids(root: &Path) -> std::collections::BTreeSet<String> {

@@ -81,7 +81,7 @@ pub async fn keys(store: &Store) -> Vec<String> {
 }
 
 /// The same pack uploaded twice: one object, byte-equal to the file, at
-/// `<prefix>/v1/date=<day>/<id>.pack`; the second upload is skipped by the
+/// `<prefix>/v2/<spread>/date=<day>/<id>.pack`; the second upload is skipped by the
 /// preflight.
 pub async fn uploads_then_skips_the_same_pack(make: MakeStore<'_>) {
     let dir = tempfile::tempdir().unwrap();
@@ -113,10 +113,11 @@ pub async fn uploads_then_skips_the_same_pack(make: MakeStore<'_>) {
     let trailer = Trailer::parse(bytes[bytes.len() - TRAILER_LEN..].try_into().unwrap()).unwrap();
     assert_eq!(trailer_sha256(&first.outcome), Some(trailer.sha256));
     assert_eq!(keys(&store).await, vec![first.key.to_string()]);
+    let hex = item.pack_id.to_hex();
     assert!(first.key.as_ref().ends_with(&format!(
-        "v1/{}/{}.pack",
+        "v2/{}/{}/{hex}.pack",
+        &hex[30..],
         day(&item.pack_id),
-        item.pack_id.to_hex()
     )));
     assert_eq!(object_bytes(&store, &first.key).await, bytes);
     assert!(
@@ -129,7 +130,7 @@ pub async fn uploads_then_skips_the_same_pack(make: MakeStore<'_>) {
 /// pin the date itself).
 fn day(id: &PackId) -> String {
     let key = spool_upload::object_key(&object_store::path::Path::from(""), id);
-    key.as_ref().split('/').nth(1).unwrap().to_string()
+    key.as_ref().split('/').nth(2).unwrap().to_string()
 }
 
 /// A pack above `multipart_threshold` goes up as a multipart upload in

@@ -184,17 +184,7 @@ impl Scratch {
 
     /// Ids of the objects in the embedded store.
     fn stored(&self) -> BTreeSet<String> {
-        let mut out = BTreeSet::new();
-        let Ok(days) = std::fs::read_dir(self.root.join(".store/v1")) else {
-            return out;
-        };
-        for day in days.flatten() {
-            for f in std::fs::read_dir(day.path()).unwrap().flatten() {
-                let name = f.file_name().into_string().unwrap();
-                out.insert(name.strip_suffix(".pack").unwrap().to_string());
-            }
-        }
-        out
+        spool_tests::store_objects(&self.root).into_keys().collect()
     }
 
     /// Pack ids of the embedded catalog's rows.
@@ -641,7 +631,7 @@ fn catalog_garbage_gives_clear_errors_and_changes_nothing() {
     let row = |id: &str, object_key: &str, bytes: &str, ordinal: &str| {
         format!(
             "INSERT INTO spool_packs VALUES ('{id}', {object_key}, 'default', 'ab', {bytes}, 1, \
-             'h', 1, 'r9-00000000', {ordinal}, 1796153435430, 1796153435430, 'ab')"
+             'h', 1, 'r9-00000000', {ordinal}, 1796153435430, 1796153435430, 'ab', 0)"
         )
     };
     let id = "01a23316652658cfc2d65896fafb3299";

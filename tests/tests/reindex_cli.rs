@@ -23,12 +23,8 @@ fn a_catalog_that_lost_rows_is_made_whole_from_the_store() {
     drop(db);
     assert_eq!(indexed_ids(&root).len(), 2);
     // beside the packs: a file that is no pack, and a corrupt one
-    let day = std::fs::read_dir(root.join(".store").join("v1"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let (_, any) = spool_tests::store_objects(&root).pop_first().unwrap();
+    let day = any.parent().unwrap().to_path_buf();
     std::fs::write(day.join("notes.txt"), b"not a pack").unwrap();
     let fake = "01a00000000000000000000000000000";
     std::fs::write(

@@ -62,14 +62,7 @@ fn ready(dir: &Path) -> BTreeSet<String> {
 }
 
 fn stored_object(root: &Path, id: &str) -> Option<PathBuf> {
-    let v1 = root.join(".store/v1");
-    for day in fs::read_dir(&v1).ok()?.flatten() {
-        let p = day.path().join(format!("{id}.pack"));
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    None
+    spool_tests::store_objects(root).remove(id)
 }
 
 /// The catalog's rows as `spool ls --json` prints them.
@@ -292,12 +285,9 @@ fn run_once_on_embedded_defaults_drains_dead_siblings_into_store_and_catalog() {
     // The embedded store and catalog are outside every walk: a pack-named
     // file in the store is no flat pack, a second run claims and drains
     // nothing, and `spool status ROOT` does not list them.
-    let day = fs::read_dir(root.path().join(".store/v1"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    // a directory of the store's key layout, beside the objects
+    let (_, any) = spool_tests::store_objects(root.path()).pop_first().unwrap();
+    let day = any.parent().unwrap().to_path_buf();
     fs::write(day.join(format!("{}.ready", "0".repeat(32))), b"not a pack").unwrap();
     let out = run_once(root.path(), &["--timeout", "60", "--json"]);
     assert_eq!(code(&out), 0, "{}", describe(&out));
