@@ -118,7 +118,7 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
 }
 
 /// The table's columns: heading, right-aligned.
-const TABLE: [(&str, bool); 9] = [
+const TABLE: [(&str, bool); 10] = [
     ("PACK ID", false),
     ("CREATED", false),
     ("SIZE", true),
@@ -127,13 +127,15 @@ const TABLE: [(&str, bool); 9] = [
     ("PID", true),
     ("RANK DIR", false),
     ("ORDINAL", true),
+    ("RANGE", true),
     ("OBJECT KEY", false),
 ];
 
 /// One table line of a row: where it came from is the producer's host and
 /// pid (`-` when the owner record named none) and the sink's ordinal (`-`
-/// for a sink without one, `0` for `w0/`).
-fn cells(r: &PackRow) -> [String; 9] {
+/// for a sink without one, `0` for `w0/`); the pack is the object's bytes
+/// `RANGE` (first-last, inclusive, as an HTTP range or `curl -r` spells it).
+fn cells(r: &PackRow) -> [String; 10] {
     [
         r.pack_id.clone(),
         format_ms(r.created_at_ms),
@@ -146,19 +148,24 @@ fn cells(r: &PackRow) -> [String; 9] {
         },
         r.rank_dir.clone(),
         r.ordinal.map_or_else(|| "-".to_string(), |k| k.to_string()),
+        format!(
+            "{}-{}",
+            r.object_offset,
+            (r.object_offset + r.bytes).saturating_sub(1)
+        ),
         r.object_key.clone(),
     ]
 }
 
 fn print_table(out: &mut impl Write, rows: &[PackRow]) -> std::io::Result<()> {
-    let cells: Vec<[String; 9]> = rows.iter().map(cells).collect();
+    let cells: Vec<[String; 10]> = rows.iter().map(cells).collect();
     let mut width = TABLE.map(|(h, _)| h.chars().count());
     for row in &cells {
         for (w, c) in width.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let line = |out: &mut dyn Write, cols: [&str; 9]| {
+    let line = |out: &mut dyn Write, cols: [&str; 10]| {
         let mut text = String::new();
         for (i, c) in cols.iter().enumerate() {
             if i + 1 == cols.len() {
@@ -203,15 +210,23 @@ mod tests {
         let w0 = PackRow {
             ordinal: Some(0),
             source_pid: 0,
+            object_offset: 4096,
             ..row.clone()
         };
-        assert_eq!(cells(&row)[4..8], ["node7", "4100", "r3-0badcafe", "-"]);
-        assert_eq!(cells(&w0)[4..8], ["node7", "-", "r3-0badcafe", "0"]);
+        assert_eq!(
+            cells(&row)[4..9],
+            ["node7", "4100", "r3-0badcafe", "-", "0-2047"]
+        );
+        // a pack inside a larger object: its range in it
+        assert_eq!(
+            cells(&w0)[4..9],
+            ["node7", "-", "r3-0badcafe", "0", "4096-6143"]
+        );
         let mut out = Vec::new();
         print_table(&mut out, &[row, w0]).unwrap();
         let text = String::from_utf8(out).unwrap();
         let head = text.lines().next().unwrap();
-        for h in ["HOST", "PID", "RANK DIR", "ORDINAL"] {
+        for h in ["HOST", "PID", "RANK DIR", "ORDINAL", "RANGE", "OBJECT KEY"] {
             assert!(head.contains(h), "{text}");
         }
         assert_eq!(text.lines().count(), 3, "{text}");
