@@ -74,6 +74,29 @@ fn migrate_v4(packs: &str) -> String {
     format!("ALTER TABLE \"{packs}\" ADD COLUMN object_offset INTEGER NOT NULL DEFAULT 0;")
 }
 
+/// Runs `migration` (which adds `column` to the packs table `packs`) inside
+/// the install's transaction unless the column is there; whether it ran.
+fn add_column_if_missing(
+    tx: &rusqlite::Transaction<'_>,
+    packs: &str,
+    column: &'static str,
+    migration: &str,
+) -> std::result::Result<bool, Fail> {
+    let has: bool = tx
+        .query_row(
+            &format!("SELECT count(*) FROM pragma_table_info('{packs}') WHERE name = ?1"),
+            [column],
+            |r| r.get::<_, i64>(0),
+        )
+        .purpose("look for a column added since")?
+        > 0;
+    if !has {
+        tx.execute_batch(migration)
+            .purpose("add a column of a newer schema version")?;
+    }
+    Ok(!has)
+}
+
 /// The pack columns in table order.
 const PACK_COLUMN_LIST: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset";
 
@@ -393,38 +416,14 @@ fn open_and_install(
         }
     }
     tx.execute_batch(&s.create).purpose("create the tables")?;
-    let has_trailer: bool = tx
-        .query_row(
-            &format!(
-                "SELECT count(*) FROM pragma_table_info('{}') WHERE name = 'trailer_sha256'",
-                s.packs
-            ),
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .purpose("look for the trailer_sha256 column")?
-        > 0;
     // only a table an older spool made (a version row says so) is migrated
-    if !has_trailer && (1..SCHEMA_VERSION).contains(&found) {
-        tx.execute_batch(&migrate_v3(&s.packs))
-            .purpose("migrate the packs table from schema version 3 (trailer_sha256)")?;
-        tracing::info!(path = %shown, "migrated the packs table from schema version 3: trailer_sha256 added, filled with each row's sha256");
-    }
-    let has_offset: bool = tx
-        .query_row(
-            &format!(
-                "SELECT count(*) FROM pragma_table_info('{}') WHERE name = 'object_offset'",
-                s.packs
-            ),
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .purpose("look for the object_offset column")?
-        > 0;
-    if !has_offset && (1..SCHEMA_VERSION).contains(&found) {
-        tx.execute_batch(&migrate_v4(&s.packs))
-            .purpose("migrate the packs table from schema version 4 (object_offset)")?;
-        tracing::info!(path = %shown, "migrated the packs table from schema version 4: object_offset added, 0 on every row (a whole object)");
+    if (1..SCHEMA_VERSION).contains(&found) {
+        if add_column_if_missing(&tx, &s.packs, "trailer_sha256", &migrate_v3(&s.packs))? {
+            tracing::info!(path = %shown, "migrated the packs table from schema version 3: trailer_sha256 added, filled with each row's sha256");
+        }
+        if add_column_if_missing(&tx, &s.packs, "object_offset", &migrate_v4(&s.packs))? {
+            tracing::info!(path = %shown, "migrated the packs table from schema version 4: object_offset added, 0 on every row (a whole object)");
+        }
     }
     for (table, want) in [(&s.packs, PACKS_COLUMNS), (&s.lease, LEASE_COLUMNS)] {
         let mut st = tx

@@ -38,6 +38,16 @@ struct TableRow {
     partition_key: String,
 }
 
+/// A column a schema migration adds to the packs table.
+struct ColumnStep {
+    /// Its name.
+    column: &'static str,
+    /// What the `ALTER` does (its error's and its log's words).
+    what: &'static str,
+    /// What rows already there read in it.
+    done: &'static str,
+}
+
 /// Engine and partition key of each table of the catalog, by name.
 type Layout = BTreeMap<String, (String, String)>;
 
@@ -133,58 +143,29 @@ impl ClickHouseCatalog {
             .fetch_all("read the table columns", Mode::Plain, &t.select_columns())
             .await?;
         let packs = t.packs_name();
-        let has_trailer = |cols: &[ColumnRow]| {
-            cols.iter()
-                .any(|c| c.table == packs && c.name == "trailer_sha256")
-        };
         // (only on tables an older spool made: a version row says so)
-        if (1..SCHEMA_VERSION).contains(&found) && !has_trailer(&cols) {
+        if (1..SCHEMA_VERSION).contains(&found) {
             // Version 3 → 4: the trailer's checksum gets a column of its
-            // own (old rows read their `sha256` there). A concurrent
-            // migrator's ALTER fails on the column it added: read again.
-            let added = self
-                .execute(
-                    "migrate the packs table from schema version 3 (trailer_sha256)",
-                    Mode::Plain,
-                    &t.migrate_v3_trailer_sha256(),
-                )
-                .await;
+            // own (old rows read their `sha256` there).
+            let step = ColumnStep {
+                column: "trailer_sha256",
+                what: "migrate the packs table from schema version 3 (trailer_sha256)",
+                done: "trailer_sha256 added, rows already there read their sha256 in it",
+            };
             cols = self
-                .fetch_all("read the table columns", Mode::Plain, &t.select_columns())
+                .add_column(cols, step, &t.migrate_v3_trailer_sha256())
                 .await?;
-            match added {
-                Ok(()) => {
-                    tracing::info!(server = %server, table = %packs, "migrated the packs table from schema version 3: trailer_sha256 added, rows already there read their sha256 in it")
-                }
-                Err(e) if !has_trailer(&cols) => return Err(e),
-                Err(_) => {}
-            }
-        }
-        let has_offset = |cols: &[ColumnRow]| {
-            cols.iter()
-                .any(|c| c.table == packs && c.name == "object_offset")
-        };
-        if (1..SCHEMA_VERSION).contains(&found) && !has_offset(&cols) {
             // Version 4 → 5: a row names the byte range of its pack in its
             // object; rows already there read offset 0 (each is its own
-            // object). A concurrent migrator's ALTER fails: read again.
-            let added = self
-                .execute(
-                    "migrate the packs table from schema version 4 (object_offset)",
-                    Mode::Plain,
-                    &t.migrate_v4_object_offset(),
-                )
-                .await;
+            // object).
+            let step = ColumnStep {
+                column: "object_offset",
+                what: "migrate the packs table from schema version 4 (object_offset)",
+                done: "object_offset added, rows already there read 0 (a whole object)",
+            };
             cols = self
-                .fetch_all("read the table columns", Mode::Plain, &t.select_columns())
+                .add_column(cols, step, &t.migrate_v4_object_offset())
                 .await?;
-            match added {
-                Ok(()) => {
-                    tracing::info!(server = %server, table = %packs, "migrated the packs table from schema version 4: object_offset added, rows already there read 0 (a whole object)")
-                }
-                Err(e) if !has_offset(&cols) => return Err(e),
-                Err(_) => {}
-            }
         }
         // `indexed_at_ms` must default to the server clock: the unfenced
         // `VALUES` insert leaves it out. Tables made before it had one get
@@ -246,6 +227,41 @@ impl ClickHouseCatalog {
             .await?;
         }
         Ok(())
+    }
+
+    /// Adds `step`'s column to the packs table with `alter` unless `cols`
+    /// (the tables' columns as read) already has it, and returns the columns
+    /// as they are now. A concurrent migrator's `ALTER` fails on the column
+    /// the other added: the columns are read again and only a column still
+    /// missing is an error.
+    async fn add_column(
+        &self,
+        cols: Vec<ColumnRow>,
+        step: ColumnStep,
+        alter: &str,
+    ) -> Result<Vec<ColumnRow>> {
+        let t = &self.tables;
+        let packs = t.packs_name();
+        let has = |cols: &[ColumnRow]| {
+            cols.iter()
+                .any(|c| c.table == packs && c.name == step.column)
+        };
+        if has(&cols) {
+            return Ok(cols);
+        }
+        let added = self.execute(step.what, Mode::Plain, alter).await;
+        let cols = self
+            .fetch_all("read the table columns", Mode::Plain, &t.select_columns())
+            .await?;
+        match added {
+            Ok(()) => {
+                let server = self.target.redacted();
+                tracing::info!(server = %server, table = %packs, "{}: {}", step.what, step.done);
+            }
+            Err(e) if !has(&cols) => return Err(e),
+            Err(_) => {}
+        }
+        Ok(cols)
     }
 
     /// Each table's engine matches the catalog's (replicated exactly when
