@@ -93,6 +93,93 @@ fn ids_on(replicas: &Replicas, url: &str, i: usize) -> Option<Vec<String>> {
 mod serial {
     use super::*;
 
+    /// A replicated catalog of schema version 4 (no `object_offset`) is
+    /// migrated in place by the first version-5 open: the column reaches
+    /// every replica, the rows already there read offset 0 (a whole
+    /// object), and a row indexed since keeps its offset.
+    #[test]
+    fn a_version_4_replicated_catalog_gets_object_offset_on_every_replica() {
+        let Some(replicas) = spool_tests::servers::replicas() else {
+            return;
+        };
+        let (url, cleanup) = setup(&replicas);
+        let (statements, _) = spool_catalog::testing::clickhouse_statements(&url).unwrap();
+        let statement = |name: &str| {
+            statements
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("no statement {name}"))
+                .1
+                .clone()
+        };
+        // the tables as version 4 made them: today's, less the column
+        for name in ["create_database", "create_schema_table", "create_lease"] {
+            clickhouse_sql(&url, &statement(name));
+        }
+        let v4_packs = statement("create_packs").replace(", object_offset UInt64 DEFAULT 0", "");
+        assert!(!v4_packs.contains("object_offset"), "{v4_packs}");
+        clickhouse_sql(&url, &v4_packs);
+        let db = database_of(&url);
+        let old = suite::row(7, 1_795_000_000_007);
+        clickhouse_sql(
+            &url,
+            &format!(
+                "INSERT INTO `{db}`.`spool_packs` (pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, trailer_sha256) VALUES ('{}', '{}', 'default', '{}', {}, {}, 'node-a', 4242, 'r0-0badcafe', NULL, {}, '{}')",
+                old.pack_id, old.object_key, old.sha256, old.bytes, old.records, old.created_at_ms, old.trailer_sha256
+            ),
+        );
+        clickhouse_sql(
+            &url,
+            &format!("INSERT INTO `{db}`.`spool_schema_version` (version, installed_at_ms) VALUES (4, 0)"),
+        );
+
+        let catalog = spool_catalog::open(&url).unwrap();
+        let got = cleanup
+            .rt
+            .block_on(catalog.get(&old.pack_id))
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.object_offset, 0, "{got:?}");
+        assert_eq!(
+            cleanup
+                .rt
+                .block_on(spool_catalog::testing::schema_version(&url))
+                .unwrap(),
+            spool_catalog::SCHEMA_VERSION
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in 0..replicas.len() {
+            loop {
+                let cols = clickhouse_sql(
+                    &replicas.only(&url, i),
+                    &format!("SELECT count() FROM system.columns WHERE database = '{db}' AND table = 'spool_packs' AND name = 'object_offset' FORMAT TSV"),
+                );
+                if cols.trim() == "1" {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {i} has no object_offset"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let bundled = PackRow {
+            object_offset: 4096,
+            ..suite::row(8, 1_795_000_000_008)
+        };
+        cleanup
+            .rt
+            .block_on(catalog.index(std::slice::from_ref(&bundled), None))
+            .unwrap();
+        let back = cleanup
+            .rt
+            .block_on(catalog.get(&bundled.pack_id))
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.object_offset, 4096);
+    }
+
     /// The tables are created once, `ON CLUSTER`, as replicated and
     /// partitioned on every replica; a row indexed through one replica
     /// (confirmed by the quorum) is on the others.
