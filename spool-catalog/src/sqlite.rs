@@ -790,30 +790,45 @@ impl SqliteCatalog {
 mod tests {
     use super::*;
 
+    /// A catalog file as schema version `version` left it: its version row,
+    /// its packs table (`create_packs`) and one row (`insert`), in a fresh
+    /// directory; returns the directory and the file.
+    fn old_file(version: u32, create_packs: &str, insert: &str) -> (PathBuf, PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("spool-sqlite-v{version}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("catalog.db");
+        let _ = std::fs::remove_file(&path);
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(&format!(
+                "CREATE TABLE \"spool_schema_version\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
+                 {create_packs};\n\
+                 INSERT INTO \"spool_schema_version\" VALUES ({version}, 0);\n\
+                 {insert};"
+            ))
+            .unwrap();
+        (dir, path)
+    }
+
     /// A file as schema version 3 left it (no `trailer_sha256`) gets the
     /// column on open, each row's `sha256` (then the trailer's checksum)
     /// copied in, and the version row 4; opening it again changes nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_version_3_file_gets_trailer_sha256_from_each_rows_sha256() {
-        let dir = std::env::temp_dir().join(format!("spool-sqlite-v3-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("catalog.db");
-        let _ = std::fs::remove_file(&path);
         let v3_packs = create_packs("spool_packs")
             .replace(", trailer_sha256 TEXT NOT NULL", "")
             .replace(", object_offset INTEGER NOT NULL DEFAULT 0", "");
         assert!(!v3_packs.contains("trailer"));
         let old_sha = "ab".repeat(32);
-        let c = Connection::open(&path).unwrap();
-        c.execute_batch(&format!(
-            "CREATE TABLE \"spool_schema_version\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
-             {v3_packs};\n\
-             INSERT INTO \"spool_schema_version\" VALUES (3, 0);\n\
-             INSERT INTO \"spool_packs\" ({PACK_COLUMN_LIST_V3}) VALUES ('{id}', 'k', 'default', '{old_sha}', 1, 1, 'h', 1, 'r0-0badcafe', NULL, 5, 6);",
-            id = "a".repeat(32),
-        ))
-        .unwrap();
-        drop(c);
+        let (dir, path) = old_file(
+            3,
+            &v3_packs,
+            &format!(
+                "INSERT INTO \"spool_packs\" ({PACK_COLUMN_LIST_V3}) VALUES ('{id}', 'k', 'default', '{old_sha}', 1, 1, 'h', 1, 'r0-0badcafe', NULL, 5, 6)",
+                id = "a".repeat(32),
+            ),
+        );
         for _ in 0..2 {
             let cat = SqliteCatalog::new(path.clone(), "spool_").unwrap();
             let row = cat.get(&"a".repeat(32)).await.unwrap().unwrap();
@@ -831,24 +846,18 @@ mod tests {
     /// and a row indexed since keeps the offset it was given.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_version_4_file_gets_object_offset_zero_on_every_row() {
-        let dir = std::env::temp_dir().join(format!("spool-sqlite-v4-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("catalog.db");
-        let _ = std::fs::remove_file(&path);
         let v4_packs =
             create_packs("spool_packs").replace(", object_offset INTEGER NOT NULL DEFAULT 0", "");
         assert!(!v4_packs.contains("object_offset"));
-        let c = Connection::open(&path).unwrap();
-        c.execute_batch(&format!(
-            "CREATE TABLE \"spool_schema_version\" (version INTEGER NOT NULL, installed_at_ms INTEGER NOT NULL);\n\
-             {v4_packs};\n\
-             INSERT INTO \"spool_schema_version\" VALUES (4, 0);\n\
-             INSERT INTO \"spool_packs\" ({PACK_COLUMN_LIST_V3}, trailer_sha256) VALUES ('{id}', 'k', 'default', '{sha}', 1, 1, 'h', 1, 'r0-0badcafe', NULL, 5, 6, '{sha}');",
-            id = "a".repeat(32),
-            sha = "ab".repeat(32),
-        ))
-        .unwrap();
-        drop(c);
+        let (dir, path) = old_file(
+            4,
+            &v4_packs,
+            &format!(
+                "INSERT INTO \"spool_packs\" ({PACK_COLUMN_LIST_V3}, trailer_sha256) VALUES ('{id}', 'k', 'default', '{sha}', 1, 1, 'h', 1, 'r0-0badcafe', NULL, 5, 6, '{sha}')",
+                id = "a".repeat(32),
+                sha = "ab".repeat(32),
+            ),
+        );
         for _ in 0..2 {
             let cat = SqliteCatalog::new(path.clone(), "spool_").unwrap();
             let row = cat.get(&"a".repeat(32)).await.unwrap().unwrap();

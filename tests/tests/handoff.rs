@@ -511,12 +511,7 @@ fn a_shipper_record_half_written_by_a_killed_daemon_is_swept_by_the_next() {
     std::fs::create_dir_all(&shipped).unwrap();
     let temp = shipped.join(".shipper.0badcafe.tmp");
     std::fs::write(&temp, b"half a record").unwrap();
-    let out = output(
-        spool()
-            .args(["run", "--once", "--timeout", "30", "--spool-root"])
-            .arg(&root),
-    );
-    assert!(out.status.success(), "{}", describe(&out));
+    spool_tests::run_once(&root);
     assert!(indexed_ids(&root).is_superset(&staged));
     assert!(!temp.exists(), "the half-written record is left behind");
     assert!(!shipped.exists(), "an empty _shipped/ is left behind");
@@ -525,12 +520,7 @@ fn a_shipper_record_half_written_by_a_killed_daemon_is_swept_by_the_next() {
     std::fs::create_dir_all(&shipped).unwrap();
     let stranger = shipped.join("notes.txt");
     std::fs::write(&stranger, b"mine").unwrap();
-    let out = output(
-        spool()
-            .args(["run", "--once", "--timeout", "30", "--spool-root"])
-            .arg(&root),
-    );
-    assert!(out.status.success(), "{}", describe(&out));
+    spool_tests::run_once(&root);
     assert_eq!(std::fs::read(&stranger).unwrap(), b"mine");
 }
 
