@@ -233,9 +233,11 @@ impl Shipper {
         if full {
             self.served.retain(|d| live.contains(d));
             self.counts.owners = self.served.len() as u64;
-            if self.served.is_empty() {
-                // no owner to serve: no record, and no temp file of one (a
-                // daemon killed while it wrote its record left it there)
+            if self.served.is_empty()
+                && (self.recorded.is_some()
+                    || !matches!(handoff::shipper_of(&self.key_dir), Ok(None)))
+            {
+                // no owner to serve: no record (a killed daemon's included)
                 self.recorded = None;
                 handoff::clear_shipper(&self.key_dir);
             }
