@@ -42,6 +42,7 @@
 
 mod counters;
 mod job;
+mod linger;
 mod pipeline;
 mod stage_times;
 
@@ -61,6 +62,8 @@ use crate::bound::{human, Cut, InFlight};
 pub(crate) use counters::{Counters, Progress};
 pub use job::PackOutcome;
 pub(crate) use job::{Home, Job, Origin};
+pub(crate) use linger::Linger;
+pub use linger::OpenBundle;
 pub use stage_times::StageTimes;
 
 /// The longest the index linger grows to while the catalog pushes back.
@@ -215,6 +218,15 @@ impl Drain {
         self.counters.note_error(e);
     }
 
+    /// The object keys the owed rows name.
+    #[cfg(test)]
+    pub(crate) fn backlog_keys(&self) -> Vec<String> {
+        self.backlog
+            .iter()
+            .filter_map(|j| j.row().map(|r| r.object_key.clone()))
+            .collect()
+    }
+
     /// The ids of the packs owed to the catalog.
     pub(crate) fn owed_ids(&self) -> HashSet<PackId> {
         self.backlog.iter().map(|j| j.pack().id).collect()
@@ -233,6 +245,12 @@ impl Drain {
                 .map(|p| Job::new(p, self.own.clone(), source.clone())),
         );
         jobs
+    }
+
+    /// Whether the run of `jobs` should wait for more small packs to share
+    /// its bundle (see [`Linger::hold`]), by `linger`'s clock.
+    pub(crate) fn hold_for_bundle(&self, linger: &mut Linger, jobs: &[Job]) -> bool {
+        linger.hold(jobs, &self.uploader, std::time::Instant::now())
     }
 
     /// The own directory's spool, the drain done with (stop releases its
@@ -309,7 +327,7 @@ impl Drain {
     /// The catalog row of `job`, uploaded as `result`.
     fn row(&self, result: &UploadResult, summary: &PackSummary, job: &Job) -> PackRow {
         PackRow {
-            object_offset: 0,
+            object_offset: result.offset,
             pack_id: summary.id.to_hex(),
             object_key: result.key.to_string(),
             store_id: self.store_id.clone(),

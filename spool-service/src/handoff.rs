@@ -56,7 +56,7 @@ use spool_core::PackId;
 use spool_lock::Access;
 
 use crate::bound::Bound;
-use crate::drain::{Drain, Job, Origin, PackOutcome};
+use crate::drain::{Drain, Job, Linger, Origin, PackOutcome};
 use crate::offload::blocking;
 
 pub(crate) use watch::RefWatch;
@@ -124,6 +124,9 @@ pub(crate) struct Shipper {
     /// `spool.group`), like the owners' packs.
     access: Access,
     counts: HandOffCounts,
+    /// The handed-off packs' bundle linger: every owner's small packs wait
+    /// together for one bundle.
+    linger: Linger,
 }
 
 impl Shipper {
@@ -150,7 +153,13 @@ impl Shipper {
             reported_other: None,
             access,
             counts: HandOffCounts::default(),
+            linger: Linger::default(),
         }
+    }
+
+    /// The handed-off packs' bundle linger.
+    pub(crate) fn linger(&self) -> &Linger {
+        &self.linger
     }
 
     /// The counts so far.
@@ -244,6 +253,9 @@ impl Shipper {
         }
         self.counts.waiting = waiting;
         let mut failed = false;
+        if drain.hold_for_bundle(&mut self.linger, &jobs) {
+            jobs.clear(); // a bundle's worth is not there yet, and may come
+        }
         if !jobs.is_empty() {
             for (job, outcome) in drain.run(jobs, bound, flag).await {
                 match outcome {

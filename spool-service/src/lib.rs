@@ -179,7 +179,7 @@ mod snapshot;
 pub mod status;
 
 pub use config::ServiceConfig;
-pub use drain::StageTimes;
+pub use drain::{OpenBundle, StageTimes};
 pub use engine::{CloseReport, Engine, EngineConfig, HandOffConfig, Shipping};
 pub use error::Error;
 pub use handoff::HandOffCounts;

@@ -365,6 +365,9 @@ impl Engine {
         let node_scope = self.lease_scope() == LeaseScope::Node;
         // Snapshots the service has published (one per cycle): until one
         // has, the snapshot is that of a service that has looked at nothing.
+        if plan.until_drained {
+            svc.skip_bundle_linger();
+        }
         let mut published = 0;
         let mut owed: Option<(Instant, u64)> = None;
         let mut stop: Option<String> = None;

@@ -33,7 +33,7 @@ use crate::adoption::real_env::{let_go_of_all, Env, HeldSiblings};
 use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
-use crate::drain::{Drain, DrainParts, PackOutcome, Progress};
+use crate::drain::{Drain, DrainParts, Linger, OpenBundle, PackOutcome, Progress};
 use crate::handoff::Shipper;
 use crate::snapshot::Snapshot;
 use crate::Error;
@@ -74,6 +74,9 @@ struct Shared {
     wake: tokio::sync::Notify,
     flushes: AtomicUsize,
     cycles: AtomicU64,
+    /// No run waits for a bundle to fill (a run until drained: nothing
+    /// more is coming that is worth the wait).
+    hurry: std::sync::atomic::AtomicBool,
     /// Cancels the own-upload phase of the loop's current cycle (a flush
     /// cuts it so it can run its own cycle by its deadline).
     own_phase: Mutex<Option<CancellationToken>>,
@@ -160,6 +163,8 @@ struct Core {
     dirty_owners: HashSet<PathBuf>,
     /// The next hand-off step looks at every owner.
     rescan_owners: bool,
+    /// The own packs' bundle linger.
+    own_linger: Linger,
 }
 
 /// The storage service. Owns its tokio runtime; its API is
@@ -228,6 +233,7 @@ impl StorageService {
             stop: CancellationToken::new(),
             wake: tokio::sync::Notify::new(),
             flushes: AtomicUsize::new(0),
+            hurry: std::sync::atomic::AtomicBool::new(false),
             cycles: AtomicU64::new(0),
             own_phase: Mutex::new(None),
             snapshot: Mutex::new(Snapshot::default()),
@@ -372,6 +378,7 @@ impl StorageService {
             shipper,
             dirty_owners: HashSet::new(),
             rescan_owners: true,
+            own_linger: Linger::default(),
         }));
         *self.shared.lease.lock().unwrap_or_else(|e| e.into_inner()) =
             core.try_lock().ok().and_then(|c| c.drain.lease_receiver());
@@ -555,6 +562,13 @@ impl StorageService {
         Ok(())
     }
 
+    /// Runs never wait for a bundle to fill from now on (a run until
+    /// drained: `spool run --once`).
+    pub(crate) fn skip_bundle_linger(&self) {
+        self.shared.hurry.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_one();
+    }
+
     /// Waits until more than `seen` snapshots have been published (each
     /// cycle, the loop's or a flush's, publishes one at its end) or
     /// `timeout` passes, and returns how many have been. A caller that
@@ -724,6 +738,7 @@ async fn run_loop(
                 .as_ref()
                 .filter(|_| !out.adoption_gated)
                 .and_then(|a| a.next_due());
+            let next_due = [next_due, c.bundle_due()].into_iter().flatten().min();
             (out, next_due)
         };
         backoff = if out.failed {
@@ -771,6 +786,27 @@ impl Core {
         self.drain.lease_state().is_some_and(|s| s.latched)
     }
 
+    /// When a run held back for its bundle to fill goes anyway.
+    fn bundle_due(&self) -> Option<Instant> {
+        let shipped = self.shipper.as_ref().and_then(|s| s.linger().due());
+        [self.own_linger.due(), shipped].into_iter().flatten().min()
+    }
+
+    /// What waits for a bundle now, the own packs' and the hand-off's.
+    fn open_bundle(&self) -> OpenBundle {
+        let own = self.own_linger.open();
+        let shipped = self
+            .shipper
+            .as_ref()
+            .map(|s| s.linger().open())
+            .unwrap_or_default();
+        OpenBundle {
+            packs: own.packs + shipped.packs,
+            bytes: own.bytes + shipped.bytes,
+            age: own.age.max(shipped.age),
+        }
+    }
+
     /// One cycle: own packs in rounds, each round indexed or
     /// owed, indexed files removed; reconcile; then adopt.
     async fn run_cycle(
@@ -795,7 +831,8 @@ impl Core {
             })
         };
         let bound = Bound::new(deadline, token.clone());
-        let mut out = self.own_work(&bound, &flag).await;
+        let linger = mode == CycleMode::Loop && !shared.hurry.load(Ordering::SeqCst);
+        let mut out = self.own_work(&bound, &flag, linger).await;
         *shared.own_phase.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if mode == CycleMode::Loop && !token.is_cancelled() {
             let spool = self.drain.own().clone();
@@ -818,8 +855,14 @@ impl Core {
     }
 
     /// The cycle's own work: the backlog, then every ready pack of the
-    /// own directory, through the drain.
-    async fn own_work(&mut self, bound: &Bound, flag: &Arc<AtomicBool>) -> CycleOutcome {
+    /// own directory, through the drain; with `linger`, small packs wait
+    /// for a bundle's worth (the drain's docs, "Bundles").
+    async fn own_work(
+        &mut self,
+        bound: &Bound,
+        flag: &Arc<AtomicBool>,
+        linger: bool,
+    ) -> CycleOutcome {
         let cancel = &bound.cancel;
         let mut out = CycleOutcome::default();
         let spool = self.drain.own().clone();
@@ -850,6 +893,9 @@ impl Core {
             return out;
         }
         let jobs = self.drain.own_jobs(ready);
+        if linger && self.drain.hold_for_bundle(&mut self.own_linger, &jobs) {
+            return out; // nothing owed among them: the backlog is empty
+        }
         let mut left = self.own_left;
         for (job, outcome) in self.drain.run(jobs, bound, flag).await {
             if owed_before.contains(&job.pack().id) {
@@ -1034,6 +1080,9 @@ impl Core {
             cancelled_uploads: c.cancelled_uploads(),
             deferred: self.own_left as u64,
             quarantined: c.quarantined(),
+            bundles: c.bundles(),
+            bundled_packs: c.bundled_packs(),
+            open_bundle: self.open_bundle(),
             rejected: c.rejected(),
             adopted_spools: ad.adopted_spools,
             adopted_packs: ad.adopted_packs,

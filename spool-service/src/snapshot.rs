@@ -34,6 +34,14 @@ pub struct Snapshot {
     pub quarantined: u64,
     /// Own packs renamed `.rejected` after a non-retryable failure.
     pub rejected: u64,
+    /// Bundles stored: objects holding more than one pack.
+    pub bundles: u64,
+    /// Packs stored inside those bundles (`bundled_packs / bundles` is
+    /// packs per bundle).
+    pub bundled_packs: u64,
+    /// Small packs waiting for their bundle to fill (the own packs' and
+    /// the hand-off's), as of the last cycle.
+    pub open_bundle: crate::OpenBundle,
     /// Siblings drained by this service.
     pub adopted_spools: u64,
     /// Sibling packs uploaded by this service.
@@ -206,6 +214,11 @@ pub const FIELDS: &[Field] = &[
     Field::new("deferred", "deferred_packs", Gauge, "Own ready packs not uploaded at the end of the last cycle.", |s| Number(s.deferred)),
     Field::new("quarantined", "quarantined_packs", Counter, "Corrupt packs set aside as .quarantined.", |s| Number(s.quarantined)),
     Field::new("rejected", "rejected_packs", Counter, "Own packs set aside as .rejected after a non-retryable failure.", |s| Number(s.rejected)),
+    Field::new("bundles", "bundles", Counter, "Bundles stored: objects holding more than one pack.", |s| Number(s.bundles)),
+    Field::new("bundled_packs", "bundled_packs", Counter, "Packs stored inside bundles (bundled_packs / bundles: packs per bundle).", |s| Number(s.bundled_packs)),
+    Field::new("open_bundle.packs", "open_bundle_packs", Gauge, "Small packs waiting for a bundle to fill (upload.bundle_linger).", |s| Number(s.open_bundle.packs)),
+    Field::new("open_bundle.bytes", "open_bundle_bytes", Gauge, "Bytes of the small packs waiting for a bundle to fill.", |s| Number(s.open_bundle.bytes)),
+    Field::new("open_bundle.age_ms", "open_bundle_age_milliseconds", Gauge, "How long the oldest pack waiting for a bundle has waited.", |s| ms(s.open_bundle.age)),
     Field::new("adopted_spools", "adopted_spools", Counter, "Dead sibling directories drained by this service.", |s| Number(s.adopted_spools)),
     Field::new("adopted_packs", "adopted_packs", Counter, "Sibling packs uploaded by this service.", |s| Number(s.adopted_packs)),
     Field::new("adoption_owed", "adoption_owed", Gauge, "1 while adoptable sibling work is not done.", |s| Flag(s.adoption_owed)),

@@ -14,6 +14,11 @@ use crate::error::{Error, Result};
 /// in parts), so `max_workers` of them.
 pub const SMALL_PACK_BYTES: u64 = 16 << 20;
 
+/// The shortest `orphan_grace` accepted: half of it must outlast any one
+/// index call a drain starts (a catalog request is bounded well below
+/// this), and a sweep's own listing and deletes.
+pub(crate) const MIN_ORPHAN_GRACE: Duration = Duration::from_secs(2);
+
 /// How the uploader works through staged packs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadConfig {
@@ -48,6 +53,22 @@ pub struct UploadConfig {
     /// before it is given up on (the store is probably down; the bucket's
     /// lifecycle rule for incomplete uploads is then the backstop).
     pub abort_timeout: Duration,
+    /// Packs smaller than this go up together, many to one object (a
+    /// bundle, [`crate::Uploader::upload_bundle`]) of at most this many
+    /// bytes; a pack at or over it goes alone. 0: every pack alone. Taken
+    /// as at most `multipart_threshold` and `max_in_flight_bytes` (a bundle
+    /// is one PUT held in memory: [`UploadConfig::bundle_limit`]).
+    /// `file://` stores never bundle (the crate docs, "Bundles").
+    pub bundle_bytes: u64,
+    /// How long the service lets its first small pack wait for others to
+    /// share its bundle when fewer than `bundle_bytes` are ready (the
+    /// latency a bundle costs; spool-service's drain docs, "Bundles").
+    pub bundle_linger: Duration,
+    /// How old a bundle must be before a sweep may delete it for want of
+    /// rows naming it; a drain never indexes a bundle older than half of
+    /// it (it uploads its packs again instead), so a sweep never races an
+    /// index call (the crate docs, "Bundles").
+    pub orphan_grace: Duration,
 }
 
 impl Default for UploadConfig {
@@ -63,11 +84,22 @@ impl Default for UploadConfig {
             backoff_initial: Duration::from_millis(250),
             backoff_max: Duration::from_secs(5),
             abort_timeout: Duration::from_secs(2),
+            bundle_bytes: 8 << 20,
+            bundle_linger: Duration::from_secs(1),
+            orphan_grace: Duration::from_secs(3600),
         }
     }
 }
 
 impl UploadConfig {
+    /// The bundle size in force: `bundle_bytes`, at most
+    /// `multipart_threshold` and `max_in_flight_bytes`.
+    pub fn bundle_limit(&self) -> u64 {
+        self.bundle_bytes
+            .min(self.multipart_threshold)
+            .min(self.max_in_flight_bytes)
+    }
+
     /// Refuses settings that cannot work.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidConfig(m));
@@ -82,6 +114,13 @@ impl UploadConfig {
         }
         if self.max_attempts == 0 {
             return bad("max_attempts must be at least 1 (the first attempt counts)".into());
+        }
+        if self.orphan_grace < MIN_ORPHAN_GRACE {
+            return bad(format!(
+                "orphan_grace ({:?}) is below {MIN_ORPHAN_GRACE:?}: a drain indexes a bundle \
+                 only within half of it",
+                self.orphan_grace
+            ));
         }
         if self.backoff_max < self.backoff_initial {
             return bad(format!(

@@ -146,6 +146,19 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The one PUT of a bundle failed: every pack in it shares `source`
+    /// (classified as it is), and stays in the spool.
+    #[error("the bundle {key} holding {packs} pack(s) was not stored: {source}")]
+    InBundle {
+        /// The bundle's object key (of the last attempt).
+        key: String,
+        /// How many packs the bundle held.
+        packs: usize,
+        /// Why the PUT failed.
+        #[source]
+        source: std::sync::Arc<Error>,
+    },
+
     /// The upload was cut by a cancel. Not a failure: the pack stays staged.
     #[error("upload of {key} was cancelled; the pack stays in the spool")]
     Cancelled {
@@ -190,7 +203,7 @@ impl Error {
         matches!(
             self,
             Error::Conflict { .. } | Error::TooLarge { .. } | Error::StagedMismatch { .. }
-        )
+        ) || matches!(self, Error::InBundle { source, .. } if source.is_pack_specific())
     }
 
     /// Whether retrying later can help. Retryable: timeouts,
@@ -201,6 +214,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Store { retryable, .. } => *retryable,
+            Error::InBundle { source, .. } => source.is_retryable(),
             Error::ReadStaged { .. } | Error::Cancelled { .. } | Error::LocalWrite { .. } => true,
             Error::InvalidUrl { .. }
             | Error::BackendNotBuilt { .. }

@@ -1,5 +1,6 @@
 //! Object keys: `<prefix>/v2/<spread>/date=<YYYY-MM-DD>/<pack_id>.pack`
-//! (the crate docs say why the spread comes first).
+//! for a pack alone, `<bundle id>.bundle` beside them for a bundle (the
+//! crate docs say why the spread comes first).
 
 use object_store::path::Path;
 use spool_core::pack::PackId;
@@ -19,6 +20,22 @@ pub fn object_key(prefix: &Path, id: &PackId) -> Path {
         .join(date.as_str())
         .join(file.as_str())
 }
+
+/// The object key of a bundle under `prefix`, named by a fresh id of its
+/// own (`bundle`: a [`PackId`] made for it, so its time and spread work as
+/// a pack's): `<prefix>/v2/<spread>/date=<day>/<bundle>.bundle`. A
+/// bundle's key is never reused: every PUT of one goes to a fresh key.
+pub fn bundle_key(prefix: &Path, bundle: &PackId) -> Path {
+    let pack = object_key(prefix, bundle);
+    let mut parts: Vec<String> = pack.parts().map(|p| p.as_ref().to_owned()).collect();
+    if let Some(last) = parts.last_mut() {
+        *last = format!("{}{BUNDLE_SUFFIX}", bundle.to_hex());
+    }
+    Path::from_iter(parts)
+}
+
+/// How a bundle's key ends (a pack's ends `.pack`).
+pub const BUNDLE_SUFFIX: &str = ".bundle";
 
 /// The key range a pack's object goes to: its id's last byte, which is
 /// random (spool-core's `PackId`), as two hex digits, `00` to `ff`.
@@ -77,6 +94,16 @@ mod tests {
         assert!(ranges
             .iter()
             .all(|r| r.len() == 2 && u8::from_str_radix(r, 16).is_ok()));
+    }
+
+    #[test]
+    fn a_bundle_key_sits_beside_the_packs_of_its_day_and_range() {
+        let id = PackId::with_timestamp(1_709_251_199_999);
+        let hex = id.to_hex();
+        assert_eq!(
+            bundle_key(&Path::from("a/b"), &id).as_ref(),
+            format!("a/b/v2/{}/date=2024-02-29/{hex}.bundle", &hex[30..])
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload};
 use sha2::{Digest, Sha256};
 use spool_core::pack::{PackId, PackSummary, Trailer, TRAILER_HASH_OFFSET, TRAILER_LEN};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff;
@@ -21,13 +21,19 @@ use crate::local::{Job, LocalDir, Published};
 use crate::retryable;
 use crate::store::Store;
 
+mod bundle;
+
 /// What happened to one pack.
 #[derive(Debug)]
 pub struct UploadResult {
     /// The pack.
     pub item: UploadItem,
-    /// Its object key.
+    /// Its object key: its own, or its bundle's.
     pub key: Path,
+    /// Where the pack starts in that object: 0 for a pack alone, its
+    /// place in the bundle otherwise (the pack is its `item.size` bytes
+    /// from here).
+    pub offset: u64,
     /// The outcome.
     pub outcome: UploadOutcome,
     /// The pack's summary when this upload validated the whole pack from
@@ -206,6 +212,7 @@ impl Uploader {
         UploadResult {
             item,
             key,
+            offset: 0,
             outcome,
             summary,
         }
@@ -632,10 +639,20 @@ fn corrupt_trailer(item: &UploadItem, problem: String) -> Error {
     }
 }
 
+/// Re-checks a staged file against what was staged (see
+/// [`check_staged`]), on the blocking pool.
+async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER_LEN])> {
+    let owned = item.clone();
+    tokio::task::spawn_blocking(move || check_staged(&owned))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
 /// Re-checks a staged file against what was staged: its size, and a trailer
 /// naming its id and its length. Returns the trailer and its bytes.
-async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER_LEN])> {
-    let mut file = match tokio::fs::File::open(&item.path).await {
+pub(crate) fn check_staged(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER_LEN])> {
+    use std::io::{Read, Seek};
+    let mut file = match std::fs::File::open(&item.path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(mismatch(item, "the file is gone".into()))
@@ -644,7 +661,6 @@ async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER
     };
     let size = file
         .metadata()
-        .await
         .map_err(|source| read_err(&item.path, source))?
         .len();
     if size != item.size {
@@ -661,10 +677,8 @@ async fn read_staged_trailer(item: &UploadItem) -> Result<(Trailer, [u8; TRAILER
     }
     let mut bytes = [0u8; TRAILER_LEN];
     file.seek(std::io::SeekFrom::Start(size - TRAILER_LEN as u64))
-        .await
         .map_err(|source| read_err(&item.path, source))?;
     file.read_exact(&mut bytes)
-        .await
         .map_err(|source| read_err(&item.path, source))?;
     let trailer = Trailer::parse(&bytes)
         .map_err(|e| corrupt_trailer(item, format!("its trailer is damaged ({e})")))?;

@@ -52,6 +52,9 @@ pub fn test_config() -> UploadConfig {
         backoff_initial: Duration::from_millis(20),
         backoff_max: Duration::from_millis(100),
         abort_timeout: Duration::from_secs(2),
+        bundle_bytes: 1 << 20,
+        bundle_linger: Duration::ZERO,
+        orphan_grace: UploadConfig::default().orphan_grace,
     }
 }
 

@@ -167,8 +167,12 @@ impl super::Config {
             max_attempts: keys::UPLOAD_MAX_ATTEMPTS.get(self).min(u32::MAX as u64) as u32,
             backoff_initial: keys::UPLOAD_BACKOFF_INITIAL.get(self),
             backoff_max: keys::UPLOAD_BACKOFF_MAX.get(self),
+            bundle_bytes: keys::UPLOAD_BUNDLE_BYTES.get(self),
+            bundle_linger: keys::UPLOAD_BUNDLE_LINGER.get(self),
+            orphan_grace: keys::UPLOAD_ORPHAN_GRACE.get(self),
             ..UploadConfig::default()
         };
+
         u.validate()
             .map_err(|e| ConfigError(format!("upload.*: {e}")))?;
         Ok(u)

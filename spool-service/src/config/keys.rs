@@ -497,6 +497,39 @@ pub const UPLOAD_BACKOFF_MAX: Setting<Duration> = Setting::new(Key {
     help: "cap of the backoff between attempts",
 });
 
+/// `upload.bundle_bytes` (SPOOL_UPLOAD_BUNDLE_BYTES).
+pub const UPLOAD_BUNDLE_BYTES: Setting<u64> = Setting::new(Key {
+    name: "upload.bundle_bytes",
+    env: "SPOOL_UPLOAD_BUNDLE_BYTES",
+    flag: None,
+    kind: Kind::Bytes(0),
+    default: Some("8MiB"),
+    help: "packs smaller than this share objects (bundles) of up to this size, one PUT each; 0 sends every pack alone (file:// stores never bundle; at most multipart_threshold and max_in_flight_bytes)",
+});
+
+/// `upload.bundle_linger` (SPOOL_UPLOAD_BUNDLE_LINGER).
+pub const UPLOAD_BUNDLE_LINGER: Setting<Duration> = Setting::new(Key {
+    name: "upload.bundle_linger",
+    env: "SPOOL_UPLOAD_BUNDLE_LINGER",
+    flag: None,
+    kind: SECS0,
+    default: Some("1s"),
+    help: "how long the first small pack waits for others to fill its bundle (the latency a bundle adds; `spool run --once`, a flush and a stop never wait)",
+});
+
+/// `upload.orphan_grace` (SPOOL_UPLOAD_ORPHAN_GRACE).
+pub const UPLOAD_ORPHAN_GRACE: Setting<Duration> = Setting::new(Key {
+    name: "upload.orphan_grace",
+    env: "SPOOL_UPLOAD_ORPHAN_GRACE",
+    flag: None,
+    kind: Kind::Secs {
+        min_ms: 2_000,
+        whole: false,
+    },
+    default: Some("1h"),
+    help: "a bundle no row names is deleted by `spool sweep` only once this old; a drain never indexes a bundle older than half of it (it uploads the packs again)",
+});
+
 /// `client.connect_timeout` (SPOOL_CLIENT_CONNECT_TIMEOUT).
 pub const CLIENT_CONNECT_TIMEOUT: Setting<Duration> = Setting::new(Key {
     name: "client.connect_timeout",
@@ -605,6 +638,9 @@ pub const KEYS: &[&Key] = &[
     &UPLOAD_MAX_ATTEMPTS.key,
     &UPLOAD_BACKOFF_INITIAL.key,
     &UPLOAD_BACKOFF_MAX.key,
+    &UPLOAD_BUNDLE_BYTES.key,
+    &UPLOAD_BUNDLE_LINGER.key,
+    &UPLOAD_ORPHAN_GRACE.key,
     &CLIENT_CONNECT_TIMEOUT.key,
     &CLIENT_REQUEST_TIMEOUT.key,
     &CLIENT_MAX_RETRIES.key,

@@ -38,6 +38,9 @@ pub(crate) struct Counters {
     cancelled_uploads: u64,
     quarantined: u64,
     rejected: u64,
+    /// Bundles stored, and the packs they held.
+    bundles: u64,
+    bundled_packs: u64,
     last_error: Option<String>,
     /// The store refuses the whole destination (401, 403, no such bucket):
     /// what it said, until an upload lands again.
@@ -86,6 +89,22 @@ impl Counters {
     /// Own packs renamed `.rejected`.
     pub(crate) fn rejected(&self) -> u64 {
         self.rejected
+    }
+
+    /// Bundles stored (objects holding more than one pack).
+    pub(crate) fn bundles(&self) -> u64 {
+        self.bundles
+    }
+
+    /// Packs stored in those bundles.
+    pub(crate) fn bundled_packs(&self) -> u64 {
+        self.bundled_packs
+    }
+
+    /// One bundle of `packs` packs was stored.
+    pub(super) fn count_bundle(&mut self, packs: usize) {
+        self.bundles += 1;
+        self.bundled_packs += packs as u64;
     }
 
     /// Where the drains' time went so far.

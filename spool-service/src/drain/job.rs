@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use spool_catalog::PackRow;
 use spool_core::{ReadyPack, Spool};
@@ -79,6 +80,8 @@ pub(crate) struct Job {
     /// Its catalog row once its upload landed: the job is owed to the
     /// catalog and goes straight to the index stage.
     row: Option<PackRow>,
+    /// When its upload landed.
+    uploaded_at: Option<Instant>,
 }
 
 impl Job {
@@ -89,6 +92,7 @@ impl Job {
             home: Home::Spool(spool),
             source,
             row: None,
+            uploaded_at: None,
         }
     }
 
@@ -100,6 +104,7 @@ impl Job {
             home: Home::Owner(owner_dir),
             source,
             row: None,
+            uploaded_at: None,
         }
     }
 
@@ -134,6 +139,23 @@ impl Job {
     /// Marks it uploaded, with the row the catalog is owed.
     pub(super) fn uploaded(mut self, row: PackRow) -> Job {
         self.row = Some(row);
+        self.uploaded_at = Some(Instant::now());
+        self
+    }
+
+    /// Whether its row names a bundle uploaded more than `limit` ago.
+    pub(super) fn bundled_before(&self, limit: Duration) -> bool {
+        let bundled = self
+            .row
+            .as_ref()
+            .is_some_and(|r| r.object_key.ends_with(spool_upload::BUNDLE_SUFFIX));
+        bundled && self.uploaded_at.is_some_and(|t| t.elapsed() > limit)
+    }
+
+    /// Forgets its upload: it goes up again (in a fresh bundle).
+    pub(super) fn not_uploaded(mut self) -> Job {
+        self.row = None;
+        self.uploaded_at = None;
         self
     }
 }

@@ -129,7 +129,12 @@ struct Stages {
     /// Jobs being validated now.
     validating_jobs: usize,
     validated: VecDeque<Job>,
-    uploads: JoinSet<(Job, UploadResult)>,
+    /// The bytes of the packs in `validated`.
+    validated_bytes: u64,
+    /// Each task uploads one pack, or one bundle of them.
+    uploads: JoinSet<Vec<(Job, UploadResult)>>,
+    /// Packs in the uploads in flight.
+    uploading_packs: usize,
     /// When each upload in flight started.
     upload_started: HashMap<PackId, Instant>,
     upload_bytes: u64,
@@ -156,7 +161,36 @@ impl Stages {
     /// index call, a fence that cannot be had or a cancel, and each of those
     /// halts new uploads for the rest of the run.
     fn unindexed(&self) -> usize {
-        self.uploads.len() + self.uploaded.len() + self.indexing_packs
+        self.uploading_packs + self.uploaded.len() + self.indexing_packs
+    }
+
+    fn push_validated(&mut self, job: Job) {
+        self.validated_bytes += job.pack().bytes;
+        self.validated.push_back(job);
+    }
+
+    fn pop_validated(&mut self) -> Option<Job> {
+        let job = self.validated.pop_front()?;
+        self.validated_bytes -= job.pack().bytes;
+        Some(job)
+    }
+
+    /// Whether more packs may yet join `validated` in this run.
+    fn more_coming(&self) -> bool {
+        !self.input.is_empty() || self.validating_jobs > 0
+    }
+
+    /// Counts `job` as uploading from now; its upload item.
+    fn start_upload(&mut self, job: &Job) -> UploadItem {
+        let size = job.pack().bytes;
+        self.upload_bytes += size;
+        self.uploading_packs += 1;
+        self.upload_started.insert(job.pack().id, Instant::now());
+        UploadItem {
+            path: job.pack().path.clone(),
+            pack_id: job.pack().id,
+            size,
+        }
     }
 
     fn idle(&self) -> bool {
@@ -201,7 +235,12 @@ impl Drain {
         let store = self.uploader.store().description().to_string();
         let server = self.catalog.server();
         let started = Instant::now();
-        // owed jobs go straight to the index stage
+        // owed jobs go straight to the index stage, but for a bundle
+        // near its sweep's grace ("Bundles"): its packs go up again
+        let jobs = jobs
+            .into_iter()
+            .map(|j| self.unless_stale(j))
+            .collect::<Vec<_>>();
         let (owed, fresh): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.row().is_some());
         let mut clock = StageClock::start();
         let mut st = Stages {
@@ -209,7 +248,9 @@ impl Drain {
             validating: JoinSet::new(),
             validating_jobs: 0,
             validated: VecDeque::new(),
+            validated_bytes: 0,
             uploads: JoinSet::new(),
+            uploading_packs: 0,
             upload_started: HashMap::new(),
             upload_bytes: 0,
             uploaded_since: (!owed.is_empty()).then(Instant::now),
@@ -228,7 +269,7 @@ impl Drain {
                 st.uploads_halted = true;
                 st.index_halted = true;
             }
-            self.feed_validation(&mut st, small_workers, flag);
+            self.feed_validation(&mut st, (small_workers, cfg.bundle_limit()), flag);
             let limits = (workers, small_workers);
             self.start_uploads(&mut st, limits, depth, cfg.max_in_flight_bytes, bound);
             let index_due = self.index_due(&st, (batch_max, depth), paced);
@@ -265,8 +306,14 @@ impl Drain {
                     }
                 }
                 Some(joined) = st.uploads.join_next(), if !st.uploads.is_empty() => {
-                    let (job, r) = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-                    self.upload_done(&mut st, job, r, &store).await;
+                    let results = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                    let stored = results.iter().filter(|(_, r)| r.outcome.is_stored()).count();
+                    if results.len() > 1 && stored > 0 {
+                        self.counters.count_bundle(stored);
+                    }
+                    for (job, r) in results {
+                        self.upload_done(&mut st, job, r, &store).await;
+                    }
                 }
                 Some(joined) = st.indexing.join_next(), if !st.indexing.is_empty() => {
                     let answer = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
@@ -284,6 +331,7 @@ impl Drain {
             self.removals_done(joined);
         }
         clock.tick(Busy::default(), self.counters.stage_times_mut());
+        st.validated_bytes = 0;
         for job in st.validated.drain(..).chain(st.input.drain(..)) {
             st.done.push((job, PackOutcome::Cancelled));
         }
@@ -320,19 +368,29 @@ impl Drain {
     }
 
     /// Starts validating the next jobs while fewer than `ahead` are
-    /// validated or validating; jobs this service validated before go
-    /// straight through.
-    fn feed_validation(&mut self, st: &mut Stages, ahead: usize, flag: &Arc<AtomicBool>) {
+    /// validated or validating, or while fewer than `bundle_bytes` are
+    /// validated (a bundle's worth waits for its upload); jobs validated
+    /// elsewhere go straight through.
+    fn feed_validation(
+        &mut self,
+        st: &mut Stages,
+        (ahead, bundle_bytes): (usize, u64),
+        flag: &Arc<AtomicBool>,
+    ) {
         if st.uploads_halted {
             return;
         }
-        while st.validated.len() + st.validating_jobs < ahead {
+        while st.validated.len() + st.validating_jobs < ahead || st.validated_bytes < bundle_bytes {
             let Some(front) = st.input.front() else {
                 return;
             };
             if self.validated_elsewhere(front) {
-                st.validated.extend(st.input.pop_front());
+                let job = st.input.pop_front().expect("front exists");
+                st.push_validated(job);
                 continue;
+            }
+            if st.validated.len() + st.validating_jobs >= ahead {
+                return; // only packs validated elsewhere fill a bundle's worth
             }
             if !st.validating.is_empty() {
                 return; // one validation task at a time
@@ -365,11 +423,13 @@ impl Drain {
 
     /// Whether `job` needs no validation task of the pipeline: this service
     /// validated it before, its upload validates it from the very bytes it
-    /// sends (one read, one hash), or its upload refuses it unread by its
-    /// size from `stat` (over `max_in_flight_bytes`: hashing it first would
-    /// only stall every pack behind it before the same refusal).
+    /// sends (one read, one hash; a bundle's packs always), or its upload
+    /// refuses it unread by its size from `stat` (over
+    /// `max_in_flight_bytes`: hashing it first would only stall every pack
+    /// behind it before the same refusal).
     fn validated_elsewhere(&self, job: &Job) -> bool {
         self.summaries.contains_key(&job.pack().id)
+            || self.uploader.bundles(job.pack().bytes)
             || self.uploader.validates_whole(job.pack().bytes)
             || self.uploader.refuses_unread(job.pack().bytes)
     }
@@ -384,7 +444,7 @@ impl Drain {
         match r {
             Ok(s) => {
                 self.summaries.insert(job.pack().id, s);
-                st.validated.push_back(job);
+                st.push_validated(job);
             }
             Err(e) => {
                 let outcome = self.not_valid(&job, e).await;
@@ -438,6 +498,15 @@ impl Drain {
                 return;
             };
             let size = front.pack().bytes;
+            if self.uploader.bundles(size) {
+                if st.uploads.len() >= small {
+                    return;
+                }
+                if !self.start_bundle(st, depth, max_bytes, bound) {
+                    return;
+                }
+                continue;
+            }
             let limit = if size <= SMALL_PACK_BYTES {
                 small
             } else {
@@ -450,26 +519,68 @@ impl Drain {
             if !st.uploads.is_empty() && st.upload_bytes + size > max_bytes {
                 return;
             }
-            let job = st.validated.pop_front().expect("front exists");
-            st.upload_bytes += size;
-            st.upload_started.insert(job.pack().id, Instant::now());
-            let item = UploadItem {
-                path: job.pack().path.clone(),
-                pack_id: job.pack().id,
-                size,
-            };
+            let job = st.pop_validated().expect("front exists");
+            let item = st.start_upload(&job);
             let (uploader, cancel) = (self.uploader.clone(), bound.cancel.clone());
             st.uploads.spawn(async move {
                 let r = uploader.upload_one(item, &cancel).await;
-                (job, r)
+                vec![(job, r)]
             });
         }
+    }
+
+    /// Starts one bundle's upload from the front of `validated` (the
+    /// module docs, "Bundles"): the packs that go in a bundle, in order,
+    /// while they fit in `bundle_bytes`, the depth and the in-flight
+    /// bytes. Closed when the next pack would not fit or goes alone, at
+    /// the depth, or when no more packs can come in this run; otherwise it
+    /// waits for them and returns `false` (so does a bundle over the
+    /// in-flight bytes while others are in flight). A bundle of one pack
+    /// goes up as that pack alone, at its own key.
+    fn start_bundle(
+        &mut self,
+        st: &mut Stages,
+        depth: usize,
+        max_bytes: u64,
+        bound: &Bound,
+    ) -> bool {
+        let target = self.uploader.config().bundle_limit();
+        let room = depth - st.unindexed();
+        let (mut n, mut bytes) = (0usize, 0u64);
+        let mut closed = false;
+        for job in &st.validated {
+            let size = job.pack().bytes;
+            if n == room || !self.uploader.bundles(size) || bytes + size > target {
+                closed = true;
+                break;
+            }
+            n += 1;
+            bytes += size;
+        }
+        let closed = closed || n == room || !st.more_coming();
+        if !closed || (!st.uploads.is_empty() && st.upload_bytes + bytes > max_bytes) {
+            return false;
+        }
+        let jobs: Vec<Job> = (0..n).filter_map(|_| st.pop_validated()).collect();
+        let items: Vec<UploadItem> = jobs.iter().map(|j| st.start_upload(j)).collect();
+        let (uploader, cancel) = (self.uploader.clone(), bound.cancel.clone());
+        st.uploads.spawn(async move {
+            let results = if items.len() == 1 {
+                let item = items.into_iter().next().expect("one item");
+                vec![uploader.upload_one(item, &cancel).await]
+            } else {
+                uploader.upload_bundle(items, &cancel).await
+            };
+            jobs.into_iter().zip(results).collect()
+        });
+        true
     }
 
     /// One upload's answer: counted, then uploaded (towards the index),
     /// quarantined, not done, or failed.
     async fn upload_done(&mut self, st: &mut Stages, job: Job, r: UploadResult, store: &str) {
         st.upload_bytes -= job.pack().bytes;
+        st.uploading_packs -= 1;
         st.upload_started.remove(&job.pack().id);
         self.count_upload(&r, store);
         let UploadResult { outcome, .. } = &r;
@@ -548,7 +659,17 @@ impl Drain {
             }
         };
         let n = st.uploaded.len().min(batch_max);
-        let batch: Vec<Job> = st.uploaded.drain(..n).collect();
+        let mut batch: Vec<Job> = Vec::with_capacity(n);
+        for job in st.uploaded.drain(..n).collect::<Vec<_>>() {
+            match self.unless_stale(job) {
+                job if job.row().is_some() => batch.push(job),
+                job => st.input.push_front(job),
+            }
+        }
+        if batch.is_empty() {
+            st.uploaded_since = (!st.uploaded.is_empty()).then(Instant::now);
+            return;
+        }
         st.uploaded_since = (!st.uploaded.is_empty()).then(Instant::now);
         let rows: Vec<PackRow> = batch.iter().filter_map(|j| j.row().cloned()).collect();
         st.indexing_packs = batch.len();
@@ -560,6 +681,22 @@ impl Drain {
             let answer = bound.run(catalog.index(&rows, fence.as_ref())).await;
             (batch, answer)
         });
+    }
+
+    /// `job`, or `job` to upload again when its row names a bundle
+    /// uploaded more than half of `orphan_grace` ago: a sweep may delete
+    /// such a bundle once it is `orphan_grace` old and no row names it, so
+    /// no row may name it from then on (the module docs, "Bundles").
+    fn unless_stale(&mut self, job: Job) -> Job {
+        let limit = self.uploader.config().orphan_grace / 2;
+        if !job.bundled_before(limit) {
+            return job;
+        }
+        let key = job.row().map(|r| r.object_key.clone()).unwrap_or_default();
+        tracing::warn!(pack = %job.pack().path.display(), bundle = %key,
+            "a bundle uploaded more than {limit:?} ago was never indexed: its pack goes up again");
+        self.summaries.remove(&job.pack().id);
+        job.not_uploaded()
     }
 
     /// The catalog's answer to one batch: indexed (then removed) or owed.

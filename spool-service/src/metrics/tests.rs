@@ -41,6 +41,13 @@ fn every_field_of_the_table_shows_in_run_json_and_metrics_alike() {
         deferred: 7,
         quarantined: 8,
         rejected: 9,
+        bundles: 19,
+        bundled_packs: 20,
+        open_bundle: crate::OpenBundle {
+            packs: 21,
+            bytes: 22,
+            age: Duration::from_millis(23),
+        },
         adopted_spools: 10,
         adopted_packs: 11,
         adoption_owed: true,

@@ -78,6 +78,9 @@ impl Fixture {
         c.upload.max_attempts = 2;
         c.upload.backoff_initial = Duration::from_millis(10);
         c.upload.backoff_max = Duration::from_millis(20);
+        // one object per pack, which most tests count; the tests of
+        // bundles turn them on (`drain/pipeline/tests.rs`, "bundles")
+        c.upload.bundle_bytes = 0;
         c.registry = Arc::new(spool_core::registry::Registry::new());
         c
     }

@@ -1170,3 +1170,5 @@ fn a_drain_charges_its_time_to_the_stages_busy_in_it() {
     assert!(s.remove < Duration::from_millis(200), "{s:?} in {wall:?}");
     assert_eq!(s.list, Duration::ZERO, "a drain lists nothing itself");
 }
+
+mod bundles;
