@@ -4,13 +4,14 @@
 //! every backend provides (`read_lease_head`, `append_claim`,
 //! `read_claims`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::{LeaseClaim, LeaseConfig, LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
 use crate::row::PackRow;
 
@@ -29,6 +30,10 @@ pub const LEASE_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_s
 /// Most rows one index statement carries; larger batches are split (each
 /// statement fenced on its own).
 pub const MAX_ROWS_PER_STATEMENT: usize = 256;
+
+/// Most object keys one statement of [`Catalog::referenced_bytes`] asks
+/// about; a longer list is split into statements of this many keys.
+pub const MAX_KEYS_PER_STATEMENT: usize = 500;
 
 /// Default bound on one request of a networked catalog (connect, send,
 /// answer); [`crate::open_with_timeout`] sets another.
@@ -75,6 +80,42 @@ pub trait Catalog: Send + Sync {
 
     /// Number of packs (one per id).
     async fn count(&self) -> Result<u64>;
+
+    /// For each of `object_keys`, the sum of `bytes` over the packs whose
+    /// current row (the one row per `pack_id` that [`get`](Self::get),
+    /// [`list_range`](Self::list_range) and [`count`](Self::count) read:
+    /// the latest indexed) names that object: what a sweep of unreferenced
+    /// store objects must keep. A key is in the map exactly when some
+    /// current row names it (even if its packs' bytes sum to 0); a key no
+    /// current row names is absent. A pack re-indexed under another object
+    /// counts only under its new one. Keys are compared byte for byte;
+    /// repeated keys are answered once; no keys, no request. Lists longer
+    /// than [`MAX_KEYS_PER_STATEMENT`] are split into several statements
+    /// (each answers its keys as of its own read).
+    ///
+    /// What it cannot see: a row not written yet. A pack whose object is
+    /// uploaded and whose row is still on its way (an index statement in
+    /// flight, or a pack still in its spool) names no object here, so a
+    /// sweep must also spare objects younger than that.
+    ///
+    /// A replicated ClickHouse catalog reads with
+    /// `select_sequential_consistency=1` (as the lease's reads do), not
+    /// as a plain read: a replica that has not yet received a confirmed
+    /// row would otherwise answer that its object is unreferenced, and the
+    /// sweep would delete a live pack's bytes. A lagging replica fails the
+    /// read instead (and the next replica is tried).
+    ///
+    /// A catalog that does not provide it (a wrapper that does not forward
+    /// it) keeps this default, which answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported) rather than an
+    /// empty map: "nothing is referenced" is never answered by default.
+    async fn referenced_bytes(&self, object_keys: &[String]) -> Result<HashMap<String, u64>> {
+        let _ = object_keys;
+        Err(Error::Unsupported {
+            server: self.server(),
+            purpose: "read referenced bytes",
+        })
+    }
 
     /// Lease primitive: the claims at the name's highest term and the
     /// catalog clock.

@@ -9,9 +9,9 @@ use crate::redact::foreign_text;
 use crate::row::{check_pack_id, PackRow};
 use crate::sql::{Tables, DAY_MS, FENCE_SHUT_CODE, QUORUM_PARALLEL};
 use crate::target::ClickHouseTarget;
-use crate::{Catalog, CatalogCounters, MAX_ROWS_PER_STATEMENT};
+use crate::{Catalog, CatalogCounters, MAX_KEYS_PER_STATEMENT, MAX_ROWS_PER_STATEMENT};
 use async_trait::async_trait;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -54,6 +54,13 @@ struct LeaseRow {
     acquired_at_ms: u64,
     expires_at_ms: u64,
     now_ms: u64,
+}
+
+/// One object and the bytes of the packs whose current row names it.
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct ReferencedRow {
+    object_key: String,
+    total: u64,
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -971,6 +978,42 @@ impl Catalog for ClickHouseCatalog {
         self.ready().await?;
         self.fetch_one("count packs", Mode::Plain, &self.tables.select_count())
             .await
+    }
+
+    async fn referenced_bytes(&self, object_keys: &[String]) -> Result<HashMap<String, u64>> {
+        let keys: Vec<String> = object_keys
+            .iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect();
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        self.ready().await?;
+        let mut out = HashMap::new();
+        for chunk in keys.chunks(MAX_KEYS_PER_STATEMENT) {
+            // Consistent on a cluster (nothing more on one server): a
+            // replica that lacks a confirmed row would call its object
+            // unreferenced (see the trait's docs).
+            let rows: Vec<ReferencedRow> = self
+                .fetch_all(
+                    "read referenced bytes",
+                    Mode::Consistent,
+                    &self.tables.referenced_bytes(chunk),
+                )
+                .await?;
+            // The statement also answers objects its keys' packs moved to;
+            // their totals cover only those packs, so only the chunk's own
+            // keys are kept (another chunk answers the rest whole).
+            let asked: HashSet<&str> = chunk.iter().map(String::as_str).collect();
+            for r in rows {
+                if asked.contains(r.object_key.as_str()) {
+                    out.insert(r.object_key, r.total);
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {

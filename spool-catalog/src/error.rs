@@ -234,6 +234,17 @@ pub enum Error {
     #[error("the lease keeper's task panicked: {0}")]
     LeaseTaskPanicked(String),
 
+    /// This implementation of the `Catalog` trait does not provide the
+    /// operation (a wrapper that does not forward it): nothing was read,
+    /// and nothing may be concluded from it.
+    #[error("catalog {server} cannot {purpose}: this implementation of the Catalog trait does not provide it (a wrapper that does not forward it); nothing was read")]
+    Unsupported {
+        /// The server, credentials removed.
+        server: String,
+        /// What the call was for.
+        purpose: &'static str,
+    },
+
     /// The catalog answered something this crate cannot read.
     #[error("catalog {server} answered unreadably while trying to {purpose}: {detail}")]
     Protocol {

@@ -6,7 +6,9 @@
 //! - **One row per pack as read.** [`Catalog::index`] writes one row per
 //!   pack ([`PackRow`], its columns); indexing the same pack again
 //!   (a crash between upload and delete) still reads back as one row
-//!   ([`Catalog::get`], [`Catalog::list_range`], [`Catalog::count`]).
+//!   ([`Catalog::get`], [`Catalog::list_range`], [`Catalog::count`],
+//!   [`Catalog::referenced_bytes`]: what a sweep of unreferenced store
+//!   objects must keep, read consistently on a replicated catalog).
 //!   ClickHouse: `ReplacingMergeTree(indexed_at_ms)` read with `FINAL`;
 //!   SQLite: a primary key and an upsert; the fake: a map.
 //! - **Never misread.** Every operation first makes sure the schema is there
@@ -358,7 +360,7 @@ use std::sync::Arc;
 
 pub use crate::catalog::{
     Catalog, CatalogCounters, DEFAULT_REQUEST_TIMEOUT, LEASE_LOG_RETENTION, LEASE_TRIM_INTERVAL,
-    MAX_ROWS_PER_STATEMENT, SCHEMA_VERSION,
+    MAX_KEYS_PER_STATEMENT, MAX_ROWS_PER_STATEMENT, SCHEMA_VERSION,
 };
 #[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{
@@ -544,6 +546,12 @@ pub mod testing {
         }
         async fn count(&self) -> crate::Result<u64> {
             self.0.count().await
+        }
+        async fn referenced_bytes(
+            &self,
+            object_keys: &[String],
+        ) -> crate::Result<std::collections::HashMap<String, u64>> {
+            self.0.referenced_bytes(object_keys).await
         }
         async fn read_lease_head(&self, name: &str) -> crate::Result<crate::LeaseHead> {
             self.0.read_lease_head(name).await

@@ -195,6 +195,25 @@ impl Catalog for MemoryCatalog {
         self.with("count packs", |inner, _| Ok(inner.packs.len() as u64))
     }
 
+    async fn referenced_bytes(&self, object_keys: &[String]) -> Result<HashMap<String, u64>> {
+        if object_keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let wanted: std::collections::HashSet<&str> =
+            object_keys.iter().map(String::as_str).collect();
+        self.with("read referenced bytes", |inner, _| {
+            // the map holds each pack's current row only
+            let mut out: HashMap<String, u64> = HashMap::new();
+            for r in inner.packs.values() {
+                if wanted.contains(r.object_key.as_str()) {
+                    let sum = out.entry(r.object_key.clone()).or_insert(0);
+                    *sum = sum.saturating_add(r.bytes);
+                }
+            }
+            Ok(out)
+        })
+    }
+
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
         self.with("read the lease head", |inner, now| {
             Ok(LeaseHead {

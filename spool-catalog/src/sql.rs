@@ -590,6 +590,27 @@ impl Tables {
         format!("SELECT count() FROM {} FINAL", self.packs())
     }
 
+    /// For each of `keys` some current row names: the key and the sum of
+    /// the `bytes` of the packs whose current row names it. The current
+    /// row of a pack is what `FINAL` reads (as [`select_pack`](Self::select_pack)
+    /// does): the latest `indexed_at_ms`. The filter on the key is not put
+    /// under `FINAL`, where a row replaced by one naming another object
+    /// could be read before its replacement is merged in: the inner read
+    /// (no `FINAL`) finds every pack any row of which names a key, the
+    /// `FINAL` read takes those packs' current rows (by `pack_id`, the
+    /// sorting key, which every row of a pack shares), and only then are
+    /// the rows grouped by the object they name. Rows naming objects not
+    /// asked about come back too (a pack moved away from a key); the caller
+    /// keeps only `keys`.
+    pub(crate) fn referenced_bytes(&self, keys: &[String]) -> String {
+        let list: Vec<String> = keys.iter().map(|k| quote(k)).collect();
+        format!(
+            "SELECT object_key, toUInt64(sum(bytes)) AS total FROM {packs} FINAL WHERE pack_id IN (SELECT pack_id FROM {packs} WHERE object_key IN ({})) GROUP BY object_key",
+            list.join(", "),
+            packs = self.packs()
+        )
+    }
+
     fn lease_columns() -> &'static str {
         "name, term, toString(lease_id) AS lease_id, holder, acquired_at_ms, expires_at_ms"
     }
@@ -730,6 +751,10 @@ impl Tables {
             ("select_pack", self.select_pack(&row.pack_id)),
             ("select_range", self.select_range(0, u64::MAX)),
             ("select_count", self.select_count()),
+            (
+                "referenced_bytes",
+                self.referenced_bytes(&[row.object_key.clone(), r"it's \ odd".into()]),
+            ),
             ("lease_head", self.lease_head(&guard.name)),
             ("select_now", Self::select_now()),
             ("append_claim", self.append_claim(&claim)),
@@ -1044,6 +1069,10 @@ mod tests {
         assert_eq!(
             t.select_count(),
             "SELECT count() FROM `spooldb`.`p_packs` FINAL"
+        );
+        assert_eq!(
+            t.referenced_bytes(&["pre/a.pack".into(), r"pre/it's a \ key".into()]),
+            r"SELECT object_key, toUInt64(sum(bytes)) AS total FROM `spooldb`.`p_packs` FINAL WHERE pack_id IN (SELECT pack_id FROM `spooldb`.`p_packs` WHERE object_key IN ('pre/a.pack', 'pre/it\'s a \\ key')) GROUP BY object_key"
         );
         assert_eq!(
             Tables::select_has_quorum_parallel(),

@@ -13,9 +13,10 @@
 use crate::error::{Error, Result};
 use crate::lease::{LeaseGuard, LeaseHead, LeaseRecord, NewClaim};
 use crate::row::{check_pack_id, PackRow};
-use crate::{Catalog, SCHEMA_VERSION};
+use crate::{Catalog, MAX_KEYS_PER_STATEMENT, SCHEMA_VERSION};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -95,6 +96,17 @@ fn add_column_if_missing(
             .purpose("add a column of a newer schema version")?;
     }
     Ok(!has)
+}
+
+/// The bytes of the packs naming each of `keys` objects (bound as ?1 to
+/// ?`keys`), one row per key some row names; a pack's row is its current
+/// one (the primary key and the upsert keep one per `pack_id`).
+fn referenced_bytes_sql(packs: &str, keys: usize) -> String {
+    let marks: Vec<String> = (1..=keys).map(|i| format!("?{i}")).collect();
+    format!(
+        "SELECT object_key, sum(bytes) FROM \"{packs}\" WHERE object_key IN ({}) GROUP BY object_key",
+        marks.join(", ")
+    )
 }
 
 /// The pack columns in table order.
@@ -610,6 +622,41 @@ impl Catalog for SqliteCatalog {
         .await
     }
 
+    async fn referenced_bytes(&self, object_keys: &[String]) -> Result<HashMap<String, u64>> {
+        let keys: Vec<String> = object_keys
+            .iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect();
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        self.call("read referenced bytes", move |c, s| {
+            // One read transaction: every statement reads one snapshot.
+            // The primary key makes each pack one row (its latest), so a
+            // sum over the rows naming a key is over current rows only.
+            let tx = c.transaction().purpose("begin a referenced-bytes read")?;
+            let mut out = HashMap::new();
+            for chunk in keys.chunks(MAX_KEYS_PER_STATEMENT) {
+                let mut st = tx
+                    .prepare(&referenced_bytes_sql(&s.packs, chunk.len()))
+                    .purpose("read referenced bytes")?;
+                let rows = st
+                    .query_map(rusqlite::params_from_iter(chunk), |r| {
+                        Ok((r.get::<_, String>(0)?, unsigned::<u64>(r, 1)?))
+                    })
+                    .purpose("read referenced bytes")?;
+                for row in rows {
+                    let (key, bytes) = row.purpose("read referenced bytes")?;
+                    out.insert(key, bytes);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
         let name = name.to_string();
         self.call("read the lease head", move |c, s| {
@@ -873,6 +920,14 @@ mod tests {
             assert_eq!(back.object_offset, 4096);
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn golden_sqlite_referenced_bytes() {
+        assert_eq!(
+            referenced_bytes_sql("spool_packs", 3),
+            "SELECT object_key, sum(bytes) FROM \"spool_packs\" WHERE object_key IN (?1, ?2, ?3) GROUP BY object_key"
+        );
     }
 
     #[test]
