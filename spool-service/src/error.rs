@@ -253,6 +253,32 @@ pub enum Error {
         /// Why (in the message, so not also a `source`).
         error: Box<spool_catalog::Error>,
     },
+    /// Sweeping: listing or deleting in the store failed (what was deleted
+    /// stays deleted; running it again goes on).
+    #[error("sweeping store {store}: {key}: {error}; run it again once the store answers")]
+    SweepStore {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The key (or prefix) at hand.
+        key: String,
+        /// Why (in the message, so not also a `source`).
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Sweeping: the catalog could not say which objects rows name
+    /// (nothing of that batch was deleted).
+    #[error("sweeping against catalog {catalog}: {error}; nothing it could not vouch for was deleted, run it again once the catalog answers")]
+    SweepCatalog {
+        /// The catalog's server, credentials masked.
+        catalog: String,
+        /// Why (in the message, so not also a `source`).
+        error: Box<spool_catalog::Error>,
+    },
+    /// Sweeping was cancelled (what was deleted stays deleted).
+    #[error("sweeping store {store} was cancelled; run it again to finish")]
+    SweepCancelled {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+    },
     /// Reindexing was cancelled (rows already inserted stay).
     #[error("reindexing from store {store} was cancelled; run it again to finish (rows already written are skipped)")]
     ReindexCancelled {

@@ -177,6 +177,7 @@ mod service;
 mod ship;
 mod snapshot;
 pub mod status;
+pub mod sweep;
 
 pub use config::ServiceConfig;
 pub use drain::{OpenBundle, StageTimes};

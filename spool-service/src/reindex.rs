@@ -2,8 +2,18 @@
 //! under the store's prefix named like a pack (`<32 hex digits>.pack`, in
 //! any layout) is read, validated as the pack its name says (header, every
 //! record, footer, trailer, SHA-256), and indexed if the catalog has no row
-//! for its id. For a catalog that lost rows: a part a single unreplicated
-//! server never fsynced, a dropped table, a restored backup.
+//! for its id. Every object named like a bundle (`<32 hex digits>.bundle`)
+//! is read whole and walked from its end by the packs' own framing (each
+//! trailer names its pack's length, so the pack before it ends where this
+//! one starts); each pack is validated and indexed the same way, its row
+//! naming its range in the bundle. For a catalog that lost rows: a part a
+//! single unreplicated server never fsynced, a dropped table, a restored
+//! backup.
+//!
+//! A bundle no row names may be one a sweep is about to delete (`spool
+//! sweep`, spool-upload's crate docs, "Bundles"): run the two apart, or a
+//! row may come to name a deleted object (its pack is then in a later
+//! bundle too, or still in its spool).
 //!
 //! It never indexes what is not a valid pack (reported, with why), never
 //! writes a second row for a pack the catalog has (it asks first, and the
@@ -80,6 +90,30 @@ pub async fn reindex(
         })?;
         report.listed += 1;
         let key = meta.location.to_string();
+        if bundle_name(&key) {
+            let packs = read_bundle(store, &meta.location).await?;
+            for found in packs {
+                let (offset, summary) = match found {
+                    Ok(p) => p,
+                    Err(why) => {
+                        tracing::warn!(key, "not indexed: the rest of the bundle: {why}");
+                        report.invalid.push((key.clone(), why));
+                        continue;
+                    }
+                };
+                if !seen.insert(summary.id) || known(catalog, summary.id).await? {
+                    report.present += 1;
+                    continue;
+                }
+                let mut row = row_of(&summary, &key, store_id);
+                row.object_offset = offset;
+                rows.push(row);
+            }
+            if rows.len() >= BATCH {
+                report.inserted += insert(catalog, &mut rows, fence, dry_run).await?;
+            }
+            continue;
+        }
         let Some(id) = pack_id_of(&key) else {
             report.other += 1;
             continue;
@@ -88,14 +122,7 @@ pub async fn reindex(
             report.present += 1; // another copy of a pack met already
             continue;
         }
-        let known = catalog
-            .get(&id.to_hex())
-            .await
-            .map_err(|e| Error::ReindexCatalog {
-                catalog: catalog.server(),
-                error: Box::new(e),
-            })?;
-        if known.is_some() {
+        if known(catalog, id).await? {
             report.present += 1;
             continue;
         }
@@ -115,6 +142,95 @@ pub async fn reindex(
     }
     report.inserted += insert(catalog, &mut rows, fence, dry_run).await?;
     Ok(report)
+}
+
+/// Whether the catalog has a row for `id`.
+async fn known(catalog: &dyn Catalog, id: PackId) -> Result<bool, Error> {
+    let row = catalog
+        .get(&id.to_hex())
+        .await
+        .map_err(|e| Error::ReindexCatalog {
+            catalog: catalog.server(),
+            error: Box::new(e),
+        })?;
+    Ok(row.is_some())
+}
+
+/// Whether an object key names a bundle (`.../<32 hex>.bundle`).
+fn bundle_name(key: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or_default();
+    name.strip_suffix(spool_upload::BUNDLE_SUFFIX)
+        .is_some_and(|hex| PackId::from_hex(hex).is_ok())
+}
+
+/// Reads the bundle at `key` whole and walks it from its end (see the
+/// module doc): each pack with its offset and summary, last first; where
+/// the framing breaks, why, and nothing before it.
+async fn read_bundle(
+    store: &Store,
+    key: &object_store::path::Path,
+) -> Result<Vec<Result<(u64, PackSummary), String>>, Error> {
+    let bytes = store
+        .object_store()
+        .get(key)
+        .await
+        .map_err(|e| Error::ReindexStore {
+            store: store.description().to_string(),
+            key: key.to_string(),
+            error: e.into(),
+        })?
+        .bytes()
+        .await
+        .map_err(|e| Error::ReindexStore {
+            store: store.description().to_string(),
+            key: key.to_string(),
+            error: e.into(),
+        })?;
+    let walked = tokio::task::spawn_blocking(move || walk_bundle(&bytes)).await;
+    Ok(walked.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
+}
+
+/// The packs of a bundle's bytes, from its end (see [`read_bundle`]).
+fn walk_bundle(bytes: &[u8]) -> Vec<Result<(u64, PackSummary), String>> {
+    use spool_core::pack::{Trailer, TRAILER_LEN};
+    let mut found = Vec::new();
+    let mut end = bytes.len() as u64;
+    while end > 0 {
+        let Some(tail) = end
+            .checked_sub(TRAILER_LEN as u64)
+            .and_then(|at| <&[u8; TRAILER_LEN]>::try_from(&bytes[at as usize..end as usize]).ok())
+        else {
+            found.push(Err(format!(
+                "{end} bytes left before the packs found, less than a trailer"
+            )));
+            break;
+        };
+        let trailer = match Trailer::parse(tail) {
+            Ok(t) => t,
+            Err(e) => {
+                found.push(Err(format!(
+                    "the trailer ending at byte {end} is damaged: {e}"
+                )));
+                break;
+            }
+        };
+        let Some(start) = end.checked_sub(trailer.total_len) else {
+            found.push(Err(format!(
+                "the trailer ending at byte {end} names a pack of {} bytes, longer than what \
+                 is before it",
+                trailer.total_len
+            )));
+            break;
+        };
+        let pack = &bytes[start as usize..end as usize];
+        let never = AtomicBool::new(false);
+        match spool_core::pack::validate(pack, Some(trailer.id), &never) {
+            Ok(summary) => found.push(Ok((start, summary))),
+            Err(e) => found.push(Err(format!("pack {} at {start}: {e}", trailer.id))),
+        }
+        end = start;
+    }
+    found
 }
 
 /// The pack id an object key names (`.../<32 hex>.pack`), if any.

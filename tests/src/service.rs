@@ -147,7 +147,10 @@ impl Fixture {
 
     /// A service configuration for `dir` (claimed by the caller) with
     /// short intervals: 10 s lease, 200 ms poll, 500 ms max backoff, two
-    /// quick upload attempts, a registry of its own.
+    /// quick upload attempts, a registry of its own, and one object per
+    /// pack (which the tests using it count and script faults on; bundles
+    /// have tests of their own: spool-service's `drain/pipeline/tests/
+    /// bundles.rs` and `real_run.rs`).
     pub fn config(&self, dir: &Path) -> ServiceConfig {
         let mut c = ServiceConfig::new(
             dir,
@@ -170,6 +173,7 @@ impl Fixture {
         c.upload.max_attempts = 2;
         c.upload.backoff_initial = Duration::from_millis(10);
         c.upload.backoff_max = Duration::from_millis(20);
+        c.upload.bundle_bytes = 0;
         c.registry = Arc::new(spool_core::registry::Registry::new());
         c
     }

@@ -125,22 +125,30 @@ fn a_missing_bucket_keeps_every_pack_ready_and_ships_all_once_it_exists() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let objects = spool_tests::servers::s3_object_store(&moto.endpoint, &bucket);
-    for (id, bytes) in &staged {
-        let got = rt
-            .block_on(async {
-                use object_store::ObjectStoreExt;
-                let id = spool_core::PackId::from_hex(id).unwrap();
-                let p = spool_upload::object_key(&object_store::path::Path::from("packs"), &id);
-                objects.get(&p).await?.bytes().await
-            })
-            .unwrap_or_else(|e| panic!("pack {id} is not in the store: {e}"));
-        assert_eq!(&got[..], &bytes[..], "pack {id} arrived changed");
-    }
     let out = output(spool().args(["ls", "--json", "--spool-root"]).arg(&root));
     assert!(out.status.success(), "{}", describe(&out));
     let listed = String::from_utf8_lossy(&out.stdout);
-    for id in staged.keys() {
-        assert!(listed.contains(id.as_str()), "{id} not indexed: {listed}");
+    let rows: std::collections::HashMap<String, serde_json::Value> = listed
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|r| Some((r["pack_id"].as_str()?.to_string(), r)))
+        .collect();
+    for (id, bytes) in &staged {
+        let row = rows
+            .get(id)
+            .unwrap_or_else(|| panic!("{id} not indexed: {listed}"));
+        let (offset, len) = (
+            row["object_offset"].as_u64().unwrap(),
+            row["bytes"].as_u64().unwrap(),
+        );
+        let got = rt
+            .block_on(async {
+                use object_store::ObjectStoreExt;
+                let key = object_store::path::Path::from(row["object_key"].as_str().unwrap());
+                objects.get_range(&key, offset..offset + len).await
+            })
+            .unwrap_or_else(|e| panic!("pack {id} is not in the store: {e}"));
+        assert_eq!(&got[..], &bytes[..], "pack {id} arrived changed");
     }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.0.id() as i32),

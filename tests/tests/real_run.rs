@@ -2,8 +2,10 @@
 //! moto's S3 server (the `AWS_*` variables xtask exports) and ClickHouse,
 //! configured the way an operator would — a `spool.toml` naming the
 //! destination, overridden by a `SPOOL_*` variable — with `/metrics` on.
-//! Dead siblings left by real producer processes are adopted; every pack
-//! reads back from catalog + store byte-equal; the directories are gone.
+//! Dead siblings left by real producer processes are adopted, each
+//! sibling's packs in one bundle; every pack reads back from catalog +
+//! store byte-equal with one ranged GET; the directories are gone; `spool
+//! sweep` keeps the bundles rows name and deletes an old one none does.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -104,19 +106,21 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
             .build()
             .unwrap(),
     );
+    let mut bundles = std::collections::BTreeSet::new();
     for (id, copy) in &staged {
         let row = rt
             .block_on(catalog.get(id))
             .unwrap()
             .unwrap_or_else(|| panic!("{id} is not indexed"));
         assert!(row.object_key.starts_with(&prefix), "{}", row.object_key);
+        assert!(row.object_key.ends_with(".bundle"), "{}", row.object_key);
+        bundles.insert(row.object_key.clone());
+        let range = row.object_offset..row.object_offset + row.bytes;
         let bytes = rt
-            .block_on(async {
-                s3.get(&object_store::path::Path::from(row.object_key.as_str()))
-                    .await?
-                    .bytes()
-                    .await
-            })
+            .block_on(s3.get_range(
+                &object_store::path::Path::from(row.object_key.as_str()),
+                range,
+            ))
             .unwrap_or_else(|e| panic!("{id}: {e}"));
         assert_eq!(&bytes[..], &copy[..], "{id} differs from its spooled bytes");
         spool_core::validate(
@@ -127,6 +131,46 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
         .unwrap();
     }
     assert_eq!(rt.block_on(catalog.count()).unwrap(), 10);
+    assert_eq!(
+        bundles.len(),
+        2,
+        "one bundle per adopted sibling: {bundles:?}"
+    );
+
+    // an old bundle no row names (an upload whose index never came) is
+    // deleted; the ones rows name stay
+    let orphan = format!(
+        "{prefix}/v2/0a/date=2026-12-07/{}.bundle",
+        PackId::generate()
+    );
+    rt.block_on(s3.put(
+        &object_store::path::Path::from(orphan.as_str()),
+        vec![0u8; 4096].into(),
+    ))
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let swept = output(
+        spool()
+            .args(["sweep", "--json", "--config"])
+            .arg(&cfg)
+            .env("SPOOL_STORE", &store_url)
+            .env("SPOOL_UPLOAD_ORPHAN_GRACE", "2s"),
+    );
+    assert!(swept.status.success(), "{}", describe(&swept));
+    let report: Value = serde_json::from_slice(&swept.stdout).unwrap();
+    assert_eq!(report["deleted"], 1, "{report}");
+    assert_eq!(report["deleted_bytes"], 4096, "{report}");
+    assert_eq!(report["kept"], 2, "{report}");
+    assert_eq!(report["orphaned_bytes"], 0, "{report}");
+    let exists = |key: &str| {
+        rt.block_on(s3.head(&object_store::path::Path::from(key)))
+            .is_ok()
+    };
+    assert!(!exists(&orphan), "the orphan is still there");
+    assert!(
+        bundles.iter().all(|b| exists(b)),
+        "a bundle rows name was deleted"
+    );
     rt.block_on(admin.testing_drop_database()).unwrap();
 }
 

@@ -15,6 +15,7 @@ pub mod requeue;
 pub mod run;
 mod spool_dir;
 pub mod status;
+pub mod sweep;
 pub mod unblock;
 pub mod verify;
 
@@ -65,6 +66,10 @@ pub enum Command {
     /// lacks (never a duplicate, never an object that is not a pack).
     #[command(long_about = reindex::LONG_ABOUT)]
     Reindex(reindex::Args),
+    /// Delete the bundles no row names once they are upload.orphan_grace
+    /// old (never one a row names, never racing an index).
+    #[command(long_about = sweep::LONG_ABOUT)]
+    Sweep(sweep::Args),
     /// Clear a rank directory's blocked mark once its cause is fixed.
     #[command(long_about = unblock::LONG_ABOUT)]
     Unblock(unblock::Args),
@@ -88,6 +93,7 @@ pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::R
         Command::Ls(a) => ls::run(a, config_file),
         Command::Cat(a) => cat::run(a, config_file),
         Command::Reindex(a) => reindex::run(a, config_file),
+        Command::Sweep(a) => sweep::run(a, config_file),
         Command::Unblock(a) => unblock::run(a),
         Command::Requeue(a) => requeue::run(a),
     }

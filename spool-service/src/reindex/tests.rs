@@ -125,3 +125,53 @@ async fn a_cancel_stops_it() {
     assert!(matches!(e, Error::ReindexCancelled { .. }), "{e}");
     assert_eq!(catalog.count().await.unwrap(), 0);
 }
+
+/// A bundle's packs come back each with its own row naming its range,
+/// found by walking the bundle from its end; a pack damaged inside it
+/// gets no row and the packs before it are still found; a second run
+/// inserts nothing.
+#[tokio::test]
+async fn the_packs_of_a_bundle_come_back_each_naming_its_range() {
+    let objects = Arc::new(InMemory::new());
+    let store = Store::new(objects.clone(), "p", "memory", true).unwrap();
+    let catalog = MemoryCatalog::new();
+    let packs: Vec<(PackId, Vec<u8>)> = (1..=4).map(pack).collect();
+    let mut body = Vec::new();
+    let mut offsets = Vec::new();
+    for (i, (_, bytes)) in packs.iter().enumerate() {
+        offsets.push(body.len() as u64);
+        let mut bytes = bytes.clone();
+        if i == 2 {
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 1; // its trailer stays whole: the walk goes on
+        }
+        body.extend_from_slice(&bytes);
+    }
+    let key = format!("p/v2/0a/date=2026-12-07/{}.bundle", PackId::generate());
+    put(&objects, &key, body.clone()).await;
+    let cancel = AtomicBool::new(false);
+    let report = reindex(&catalog, &store, "default", None, false, &cancel)
+        .await
+        .unwrap();
+    assert_eq!(report.inserted, 3, "{report:?}");
+    assert_eq!(report.invalid.len(), 1, "{:?}", report.invalid);
+    for (i, (id, bytes)) in packs.iter().enumerate() {
+        let row = catalog.get(&id.to_hex()).await.unwrap();
+        if i == 2 {
+            assert!(row.is_none(), "a damaged pack got a row");
+            continue;
+        }
+        let row = row.unwrap();
+        assert_eq!(row.object_key, key);
+        assert_eq!(row.object_offset, offsets[i]);
+        assert_eq!(row.bytes, bytes.len() as u64);
+        let at = row.object_offset as usize;
+        let whole =
+            spool_core::pack::validate_bytes(&body[at..at + bytes.len()], Some(*id)).unwrap();
+        assert_eq!(row.sha256, hex::encode(whole.sha256));
+    }
+    let again = reindex(&catalog, &store, "default", None, false, &cancel)
+        .await
+        .unwrap();
+    assert_eq!((again.inserted, again.present), (0, 3));
+}

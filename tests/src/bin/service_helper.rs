@@ -71,6 +71,8 @@ fn main() {
     // the memory catalog stands in for a remote one: its index linger
     c.index_linger = spool_service::config::keys::INDEX_LINGER.default_value();
     c.max_backoff = Duration::from_secs(10);
+    // each own pack alone and at once: the pace it reports is per pack
+    c.upload.bundle_bytes = 0;
     let registry = Arc::new(spool_core::registry::Registry::new());
     c.registry = registry.clone();
     let mut svc = StorageService::new(c).unwrap();

@@ -308,3 +308,49 @@ mod serial {
         svc.stop().unwrap();
     }
 }
+
+/// A crash between a bundle's PUT and its index: the successor uploads
+/// the packs again in a bundle of its own and indexes them; the sweep
+/// then deletes the first bundle, which no row names, and keeps the one
+/// rows name; every row reads back.
+#[test]
+fn a_bundle_orphaned_by_a_crash_before_its_index_is_swept_and_nothing_is_lost() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 5);
+    let (mut dead, _) = gated_path(&fx, own.dir(), |p| {
+        p.uploader = spool_upload::Uploader::new(
+            p.uploader.store().clone(),
+            bundling(&fx, own.dir(), 1 << 20),
+        )
+        .unwrap();
+    });
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&dead, packs);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let done = block_on(dead.run(jobs, &cut_after_300ms(deadline), &never));
+    assert_eq!(outcome_names(&done), vec!["Owed"; 5]);
+    let orphan = dead.backlog_keys()[0].clone();
+    drop(dead); // the crash: its backlog is gone, its files stay
+
+    let mut successor = upload_path(&fx, own.dir(), bundling(&fx, own.dir(), 1 << 20));
+    let done = run_all(&mut successor, own.dir());
+    assert_eq!(outcome_names(&done), vec!["Indexed"; 5]);
+    assert_eq!(objects(&fx), 2);
+    let store = spool_upload::Store::new(fx.store.clone(), "p", "memory", true).unwrap();
+    let report = block_on(crate::sweep::sweep(
+        fx.catalog.as_ref(),
+        &store,
+        Duration::ZERO,
+        (1000, false),
+        &AtomicBool::new(false),
+    ))
+    .unwrap();
+    assert_eq!((report.deleted, report.kept), (1, 1), "{report:?}");
+    assert_eq!(objects(&fx), 1);
+    let rows = rows(fx.catalog.as_ref());
+    assert_eq!(rows.len(), 5);
+    assert!(rows.iter().all(|r| r.object_key != orphan));
+    assert_ranges_read_back(&fx, &rows);
+}
