@@ -45,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<readers::Catalog>()?;
     m.add_function(wrap_pyfunction!(readers::read_pack, m)?)?;
     m.add_function(wrap_pyfunction!(readers::fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(readers::fetch_many, m)?)?;
     m.add_function(wrap_pyfunction!(live::_close_at_exit, m)?)?;
     m.add("COLUMNS", readers::COLUMNS.to_vec())?;
     m.add("CONFIG_KEYS", config::argument_names())?;

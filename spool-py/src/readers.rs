@@ -13,7 +13,7 @@ use spool_catalog::{Catalog as CoreCatalog, PackRow};
 use spool_core::pack::{PackId, PackReader};
 
 use spool_service::config::keys;
-use spool_service::fetch::fetch_pack;
+use spool_service::fetch::{fetch_pack, fetch_packs};
 
 use crate::errors;
 
@@ -216,18 +216,18 @@ impl Catalog {
     }
 }
 
-/// Reads pack `pack_id` back (see `spool.fetch`).
-#[pyfunction]
-#[pyo3(signature = (pack_id, catalog=None, store=None, root=None, *, config=None))]
-pub fn fetch(
+/// The store and catalog `fetch` and `fetch_many` read from, as
+/// `spool cat` resolves them.
+fn fetch_source(
     py: Python<'_>,
-    pack_id: &str,
-    catalog: Option<Bound<'_, PyAny>>,
-    store: Option<Bound<'_, PyAny>>,
-    root: Option<Bound<'_, PyAny>>,
-    config: Option<PathBuf>,
-) -> PyResult<Records> {
-    let id = PackId::from_hex(pack_id).map_err(|e| errors::core(py, &e))?;
+    what: &str,
+    (catalog, store, root, config): (
+        Option<Bound<'_, PyAny>>,
+        Option<Bound<'_, PyAny>>,
+        Option<Bound<'_, PyAny>>,
+        Option<PathBuf>,
+    ),
+) -> PyResult<(spool_upload::Store, Arc<dyn CoreCatalog>)> {
     let mut args = Vec::new();
     for (key, v) in [
         (&keys::ROOT.key, root),
@@ -240,12 +240,28 @@ pub fn fetch(
     let (catalog_url, store_url) = cfg
         .catalog_open_url()
         .and_then(|c| Ok((c, cfg.store_url()?)))
-        .map_err(|e| errors::config(py, format!("fetch(): {e}")))?;
+        .map_err(|e| errors::config(py, format!("{what}: {e}")))?;
     let store = spool_upload::Store::from_url(&store_url, &cfg.client())
         .map_err(|e| errors::upload(py, &e))?;
     let cat =
         spool_catalog::open_with_timeout(&catalog_url, keys::CATALOG_REQUEST_TIMEOUT.get(&cfg))
             .map_err(|e| errors::catalog(py, &e))?;
+    Ok((store, cat))
+}
+
+/// Reads pack `pack_id` back (see `spool.fetch`).
+#[pyfunction]
+#[pyo3(signature = (pack_id, catalog=None, store=None, root=None, *, config=None))]
+pub fn fetch(
+    py: Python<'_>,
+    pack_id: &str,
+    catalog: Option<Bound<'_, PyAny>>,
+    store: Option<Bound<'_, PyAny>>,
+    root: Option<Bound<'_, PyAny>>,
+    config: Option<PathBuf>,
+) -> PyResult<Records> {
+    let id = PackId::from_hex(pack_id).map_err(|e| errors::core(py, &e))?;
+    let (store, cat) = fetch_source(py, "fetch()", (catalog, store, root, config))?;
     let rt = runtime(py)?;
     // The one library read-back (also `spool cat`'s): row, object,
     // validation, the row's checksum and size.
@@ -254,4 +270,32 @@ pub fn fetch(
         .detach(|| rt.block_on(fetch_pack(cat.as_ref(), &store, id, &mut out)))
         .map_err(|e| errors::service(py, &e))?;
     records(py, out.into_inner(), &fetched.summary)
+}
+
+/// Reads packs `pack_ids` back together (see `spool.fetch_many`): one GET
+/// per object, however many of its packs are asked.
+#[pyfunction]
+#[pyo3(signature = (pack_ids, catalog=None, store=None, root=None, *, config=None))]
+pub fn fetch_many(
+    py: Python<'_>,
+    pack_ids: Vec<String>,
+    catalog: Option<Bound<'_, PyAny>>,
+    store: Option<Bound<'_, PyAny>>,
+    root: Option<Bound<'_, PyAny>>,
+    config: Option<PathBuf>,
+) -> PyResult<Vec<Records>> {
+    let ids = pack_ids
+        .iter()
+        .map(|p| PackId::from_hex(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| errors::core(py, &e))?;
+    let (store, cat) = fetch_source(py, "fetch_many()", (catalog, store, root, config))?;
+    let rt = runtime(py)?;
+    let fetched = py
+        .detach(|| rt.block_on(fetch_packs(cat.as_ref(), &store, &ids)))
+        .map_err(|e| errors::service(py, &e))?;
+    fetched
+        .into_iter()
+        .map(|(f, bytes)| records(py, bytes, &f.summary))
+        .collect()
 }

@@ -229,6 +229,24 @@ def test_corrupt_pack_error_names_the_offset(tmp_path):
     assert e.value.offset == 0
 
 
+def test_fetch_many_reads_packs_back_in_the_order_asked_and_checks_each(root):
+    with spool.Engine(root=str(root), adopt=False) as engine:
+        sink = engine.sink(seal_records=1)
+        sink.write_many([b"a", b"b", b"c"])
+        assert engine.flush(timeout=30.0) is True
+    rows = spool.Catalog(f"sqlite://{root}/.catalog.db").ls()
+    asked = [r["pack_id"] for r in sorted(rows, key=lambda r: r["pack_id"], reverse=True)]
+    got = [list(r) for r in spool.fetch_many(asked, root=str(root))]
+    assert got == [list(spool.fetch(p, root=str(root))) for p in asked]
+    assert sorted(sum(got, [])) == [b"a", b"b", b"c"]
+    obj = root / ".store" / rows[0]["object_key"]
+    flipped = bytearray(obj.read_bytes())
+    flipped[40] ^= 1
+    obj.write_bytes(bytes(flipped))
+    with pytest.raises(spool.CorruptPackError, match="does not match its checksum"):
+        spool.fetch_many(asked, root=str(root))
+
+
 def test_fetch_checks_the_object_as_spool_cat_does(root):
     with spool.Engine(root=str(root), adopt=False) as engine:
         sink = engine.sink(seal_records=2)

@@ -42,3 +42,12 @@ def test_write_close_and_read_back_through_clickhouse_and_s3(root, clickhouse):
     for row in rows:
         got.extend(spool.fetch(row["pack_id"], catalog=clickhouse, store=store))
     assert sorted(got) == sorted(records)
+    # the flush bundled the small packs: rows name ranges of shared objects,
+    # and the batch reader reads them back together, in the order asked
+    assert len({r["object_key"] for r in rows}) < len(rows)
+    assert any(r["object_key"].endswith(".bundle") and r["object_offset"] > 0 for r in rows)
+    asked = [r["pack_id"] for r in reversed(rows)]
+    many = spool.fetch_many(asked, catalog=clickhouse, store=store)
+    assert [list(m) for m in many] == [
+        list(spool.fetch(p, catalog=clickhouse, store=store)) for p in asked
+    ]

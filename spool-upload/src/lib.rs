@@ -2,11 +2,13 @@
 //!
 //! The service's pipeline hands the [`Uploader`] staged packs
 //! ([`UploadItem`]: path, pack id, size) — its own and an adopted sibling's
-//! alike — one [`Uploader::upload_one`] call each, as many at once as its
-//! bounds allow, and gets one [`UploadResult`] per pack: `Uploaded`, `Skipped`
-//! (already there with the same checksum) or `Failed { retryable,
-//! cancelled, error }`. The uploader never removes or renames a staged
-//! file: that is the service's call once the pack is indexed.
+//! alike — one [`Uploader::upload_one`] call each, or many small ones to
+//! one [`Uploader::upload_bundle`] call (see "Bundles"), as many at once as
+//! its bounds allow, and gets one [`UploadResult`] per pack: `Uploaded`,
+//! `Skipped` (already there with the same checksum) or `Failed {
+//! retryable, cancelled, error }`, with the key and offset where the pack
+//! now is. The uploader never removes or renames a staged file: that is
+//! the service's call once the pack is indexed.
 //!
 //! # Guarantees
 //!
@@ -121,6 +123,47 @@
 //!   from disk in `part_size` parts, at most `part_concurrency` in flight.
 //!   Pack bytes held at once are therefore at most `max_in_flight_bytes +
 //!   max_workers × part_concurrency × part_size`.
+//!
+//! # Bundles
+//!
+//! Object stores bill per request (S3 Standard: $0.005 per 1,000 PUTs), so
+//! one object per small pack costs a fleet more in requests than in
+//! storage (BENCHMARKS.md, "Bundles", has the figures). Packs smaller than
+//! `bundle_bytes` (8 MiB by default, taken as at most
+//! `multipart_threshold` and `max_in_flight_bytes`:
+//! [`UploadConfig::bundle_limit`]) go up many to one object, a bundle:
+//!
+//! - **One PUT at a fresh key**, `<prefix>/v2/<spread>/date=<day>/<bundle
+//!   id>.bundle` ([`BUNDLE_SUFFIX`]), the bundle id minted as a pack id is
+//!   (its time and spread work as a pack's), with `PutMode::Create` where the
+//!   store honours it. Every attempt (a retry too) goes to a fresh key: an
+//!   attempt whose answer was lost leaves an object no row names, never
+//!   one a later attempt could be mistaken for. No HEAD, no multipart.
+//! - **Each pack keeps everything it has alone**: it is read whole, its
+//!   staged file re-checked (size, trailer) and the whole pack validated
+//!   from the bytes read, exactly as for a single PUT; a corrupt one, or
+//!   one changed since it was staged, fails alone and is left out, the
+//!   others go. A bundle is the packs' bytes back to back, nothing else:
+//!   each pack is the `size` bytes from its [`UploadResult::offset`], and
+//!   its own trailer names its length, so a bundle can be walked from its
+//!   end without any index of its own (`spool reindex` does).
+//! - **A failed PUT fails every pack in it alike** ([`Error::InBundle`],
+//!   classified as its cause): they stay staged and go up again.
+//! - **`file://` stores never bundle**: a file costs no request fee, one
+//!   file per pack stays inspectable with `ls` and `sha256sum`, and the
+//!   fast path copies in the kernel; the same code runs on `memory://` in
+//!   the fast tests and on S3 in the real ones.
+//! - **Bytes no row points to** (a bundle whose index never came, a pack
+//!   indexed again from a later bundle) are reclaimed by spool-service's
+//!   sweep (`spool sweep`), which deletes a bundle only once it is
+//!   `orphan_grace` old and no row names it; the service never indexes a
+//!   row naming a bundle older than half of that, so the two never race
+//!   (spool-service's `sweep` module docs give the argument).
+//!
+//! When the pipeline closes a bundle (at `bundle_bytes`, at its
+//! `pipeline_depth`, or when no more packs can come) and how long a
+//! trickle waits for one (`bundle_linger`) is spool-service's drain
+//! (`drain/pipeline.rs`, "Bundles").
 //!
 //! # Default concurrency, and why
 //!

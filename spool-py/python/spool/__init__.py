@@ -37,6 +37,7 @@ __all__ = [
     "CONFIG_KEYS",
     "read_pack",
     "fetch",
+    "fetch_many",
     *_errors.__all__,
 ]
 
@@ -118,6 +119,17 @@ def fetch(pack_id: str, catalog: Optional[str] = None, store: Optional[str] = No
     configuration as for ``spool cat`` (``config``, else ``$SPOOL_CONFIG``
     or ``./spool.toml``; ``SPOOL_CATALOG``, ``SPOOL_STORE``, ``SPOOL_ROOT``)."""
     return _native.fetch(pack_id, catalog, store, root, config=config)
+
+
+def fetch_many(pack_ids: List[str], catalog: Optional[str] = None, store: Optional[str] = None,
+               root: Optional[str] = None, *, config: Optional[str] = None) -> List[_native.Records]:
+    """Reads the packs ``pack_ids`` back together, each checked as
+    :func:`fetch` checks one, and returns their records' iterators in the
+    order asked. Packs that share an object (a bundle) cost one ranged GET
+    for all of them, not one each: ask for a bundle's packs together (rows
+    from :meth:`Catalog.ls` name each pack's ``object_key``). The first
+    failure raises, as :func:`fetch` would for that pack."""
+    return _native.fetch_many(list(pack_ids), catalog, store, root, config=config)
 
 
 _atexit.register(_native._close_at_exit)

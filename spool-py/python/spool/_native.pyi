@@ -50,6 +50,9 @@ class _ConfigKeys(TypedDict, total=False):
     upload_max_attempts: int
     upload_backoff_initial: _Secs
     upload_backoff_max: _Secs
+    upload_bundle_bytes: _Size
+    upload_bundle_linger: _Secs
+    upload_orphan_grace: _Secs
     client_connect_timeout: _Secs
     client_request_timeout: _Secs
     client_max_retries: int
@@ -198,5 +201,9 @@ def read_pack(source: Union[_Path, _Bytes]) -> Records:
 def fetch(pack_id: str, catalog: Optional[str] = ..., store: Optional[str] = ...,
           root: Optional[_Path] = ..., *, config: Optional[_Path] = ...) -> Records:
     """Reads a pack back from the store, checked against its catalog row."""
+
+def fetch_many(pack_ids: List[str], catalog: Optional[str] = ..., store: Optional[str] = ...,
+               root: Optional[_Path] = ..., *, config: Optional[_Path] = ...) -> List[Records]:
+    """Reads packs back together: one GET per object, each pack checked."""
 
 def _close_at_exit() -> None: ...

@@ -55,6 +55,46 @@
 //!   trouble: the loop backs off); a failed, refused or cut index call
 //!   stops the pipeline (the rest of what was uploaded is owed).
 //!
+//! # Bundles
+//!
+//! Packs the uploader bundles (smaller than `upload.bundle_bytes`, not to
+//! `file://`: spool-upload's crate docs, "Bundles") go up many to one
+//! object. The stage sits between validation and upload: validated packs
+//! queue until a bundle's worth is there (validation of bundled packs is
+//! the upload's own, from the bytes it sends, so they pass straight
+//! through), and a bundle closes, in list order, when the next pack would
+//! take it past `bundle_bytes` or goes alone, when it holds as many packs
+//! as the depth leaves room for, or when no more packs can come in this
+//! run. A bundle of one pack goes up as that pack alone, at its own key.
+//! Up to `small_pack_workers` bundles are in flight, within
+//! `max_in_flight_bytes`. Then each pack is a job as any other: its row
+//! names the bundle and its offset, it joins the index batches, its file
+//! is removed after its row's `Ok`.
+//!
+//! - **`pipeline_depth` counts packs, bundled or not**: a bundle holds at
+//!   most what the depth leaves room for, so a crash still costs a
+//!   successor at most `pipeline_depth` packs uploaded again (in one
+//!   bundle, one request, instead of one each).
+//! - **The linger** (`upload.bundle_linger`, 1 s): a run's packs are fixed
+//!   when it starts, so a trickle is made to wait before the run, not in
+//!   it. The service's own packs and the hand-off's (every live owner's
+//!   together) each wait while all of them are small packs not yet
+//!   uploaded, under `bundle_bytes` together, and the oldest was first
+//!   seen less than the linger ago; the loop wakes when it ends
+//!   (`drain/linger.rs`). A flush, a stop's last flush and a run until
+//!   drained (`spool run --once`) never wait; adoption steps never wait
+//!   (a backlog fills its bundles). The snapshot's `open_bundle` shows
+//!   what waits. The linger is the latency a bundle adds to a pack of a
+//!   trickle, and what it saves: a node sealing 4 packs/s puts one object
+//!   a second instead of four.
+//! - **An owed row naming a bundle is indexed only within half of
+//!   `upload.orphan_grace` after the bundle's PUT returned.** An older one
+//!   (a catalog down that long) is not indexed: its pack goes up again in
+//!   a fresh bundle. The sweep (`spool sweep`) deletes a bundle no row
+//!   names only once it is `orphan_grace` old, so no index call naming it
+//!   can still be in flight then (the sweep module docs give the whole
+//!   argument).
+//!
 //! # The index linger
 //!
 //! This is the one statement of the rule (`service.index_linger`); the
