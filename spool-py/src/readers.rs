@@ -216,17 +216,21 @@ impl Catalog {
     }
 }
 
+/// The `catalog`, `store` and `root` arguments of `fetch` and
+/// `fetch_many`, then `config`.
+type FetchArgs<'py> = (
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+    Option<PathBuf>,
+);
+
 /// The store and catalog `fetch` and `fetch_many` read from, as
 /// `spool cat` resolves them.
 fn fetch_source(
     py: Python<'_>,
     what: &str,
-    (catalog, store, root, config): (
-        Option<Bound<'_, PyAny>>,
-        Option<Bound<'_, PyAny>>,
-        Option<Bound<'_, PyAny>>,
-        Option<PathBuf>,
-    ),
+    (catalog, store, root, config): FetchArgs<'_>,
 ) -> PyResult<(spool_upload::Store, Arc<dyn CoreCatalog>)> {
     let mut args = Vec::new();
     for (key, v) in [
