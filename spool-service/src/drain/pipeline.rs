@@ -408,9 +408,10 @@ impl Drain {
     }
 
     /// Starts validating the next jobs while fewer than `ahead` are
-    /// validated or validating, or while fewer than `bundle_bytes` are
-    /// validated (a bundle's worth waits for its upload); jobs validated
-    /// elsewhere go straight through.
+    /// validated or validating, or while at most `bundle_bytes` are
+    /// validated (a bundle's worth and one pack more, which says the
+    /// bundle is full, wait for the upload); jobs validated elsewhere go
+    /// straight through.
     fn feed_validation(
         &mut self,
         st: &mut Stages,
@@ -420,7 +421,8 @@ impl Drain {
         if st.uploads_halted {
             return;
         }
-        while st.validated.len() + st.validating_jobs < ahead || st.validated_bytes < bundle_bytes {
+        while st.validated.len() + st.validating_jobs < ahead || st.validated_bytes <= bundle_bytes
+        {
             let Some(front) = st.input.front() else {
                 return;
             };
@@ -597,7 +599,10 @@ impl Drain {
             n += 1;
             bytes += size;
         }
-        let closed = closed || n == room || !st.more_coming();
+        // Nothing in flight can bring more packs (the feed ran just
+        // before): waiting would end the run with the bundle unsent.
+        let stuck = st.uploads.is_empty() && st.validating.is_empty();
+        let closed = closed || n == room || !st.more_coming() || stuck;
         if !closed || (!st.uploads.is_empty() && st.upload_bytes + bytes > max_bytes) {
             return false;
         }

@@ -147,7 +147,18 @@ fn service_config(
         c.index_linger = spool_service::config::parse_duration(&raw)
             .with_context(|| format!("SPOOL_INDEX_LINGER={raw:?} is not a duration"))?;
     }
+    c.upload.bundle_linger = bundle_linger()?;
     Ok(c)
+}
+
+/// `upload.bundle_linger`: the default, or `SPOOL_UPLOAD_BUNDLE_LINGER`
+/// for measuring another by hand.
+fn bundle_linger() -> Result<Duration> {
+    match std::env::var("SPOOL_UPLOAD_BUNDLE_LINGER") {
+        Ok(raw) => spool_service::config::parse_duration(&raw)
+            .with_context(|| format!("SPOOL_UPLOAD_BUNDLE_LINGER={raw:?} is not a duration")),
+        Err(_) => Ok(spool_upload::UploadConfig::default().bundle_linger),
+    }
 }
 
 fn destination(db: &Db, prefix: &str) -> Result<Destination> {
@@ -398,6 +409,9 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
             )?;
         }
         // against the floor measured in this run: p50 within 2 ms of it
+        // plus the bundle linger (a lone small pack waits that long for
+        // others to share its object)
+        let linger = ms(bundle_linger()?);
         for p in [50.0, 99.0] {
             let floor_p = ms(percentile(&floor, p));
             let mut figure = Figure::new(
@@ -406,7 +420,7 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
                 format!("seal-to-indexed latency, p{p:.0}, against the floor"),
                 "ms",
                 format!(
-                    "the {kw} packs above: the sink's flush — seal, fsync, link, directory fsync — (p{p:.0} {:.1} ms), then the registry wake, scan, validate, one PUT to moto, one insert into ClickHouse, until the snapshot counts the row (p{p:.0} {:.1} ms); the floor, measured alone in the same process after the same idle gaps (0–1 s): one conditional PUT of such a pack through `Uploader::upload_one` p{p:.0} {:.1} ms plus one single-row `Catalog::index` p{p:.0} {:.1} ms (together p{p:.0} {floor_p:.1} ms)",
+                    "the {kw} packs above: the sink's flush — seal, fsync, link, directory fsync — (p{p:.0} {:.1} ms), then the registry wake, scan, the bundle linger ({linger:.0} ms: a lone pack waits that long for others to share its object), validate, one PUT to moto, one insert into ClickHouse, until the snapshot counts the row (p{p:.0} {:.1} ms); the floor, measured alone in the same process after the same idle gaps (0–1 s): one conditional PUT of such a pack through `Uploader::upload_one` p{p:.0} {:.1} ms plus one single-row `Catalog::index` p{p:.0} {:.1} ms (together p{p:.0} {floor_p:.1} ms)",
                     ms(percentile(&flushes, p)),
                     ms(percentile(&rests, p)),
                     ms(percentile(&puts, p)),
@@ -418,12 +432,14 @@ pub fn latency(ctx: &Ctx) -> Result<()> {
             figure = if p == 50.0 {
                 figure
                     .vs(
-                        &format!("goal: the floor + 2 ms ({floor_p:.1} + 2)"),
-                        floor_p + 2.0,
+                        &format!(
+                            "goal: the floor + the bundle linger + 2 ms ({floor_p:.1} + {linger:.0} + 2)"
+                        ),
+                        floor_p + linger + 2.0,
                     )
                     .goal(1.0)
             } else {
-                figure.vs("the floor", floor_p)
+                figure.vs("the floor + the bundle linger", floor_p + linger)
             };
             ctx.record(figure)?;
         }

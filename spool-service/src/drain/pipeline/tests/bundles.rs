@@ -354,3 +354,22 @@ fn a_bundle_orphaned_by_a_crash_before_its_index_is_swept_and_nothing_is_lost() 
     assert!(rows.iter().all(|r| r.object_key != orphan));
     assert_ranges_read_back(&fx, &rows);
 }
+
+/// Packs that fill a bundle to the byte: the bundle still closes (the
+/// feed keeps one pack past it), and one run drains them all. (A run once
+/// ended with every pack not done, and the service cycled on it forever.)
+#[test]
+fn packs_that_fill_a_bundle_exactly_still_close_it() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage_sized(own.dir(), 60, 1000);
+    let never = Arc::new(AtomicBool::new(false));
+    let size = spool_core::spool::scan_dir(own.dir(), &never).unwrap()[0].bytes;
+    let mut p = parts(&fx, own.dir(), bundling(&fx, own.dir(), 20 * size));
+    p.pipeline_depth = 1024;
+    p.index_batch = 256;
+    let mut path = Drain::new(p);
+    let done = run_all(&mut path, own.dir());
+    assert_eq!(outcome_names(&done), vec!["Indexed"; 60]);
+    assert_eq!(fx.store.calls(Op::Put), 3, "three full bundles");
+}
