@@ -373,8 +373,8 @@ pub const PIPELINE_DEPTH: Setting<u64> = Setting::new(Key {
     env: "SPOOL_PIPELINE_DEPTH",
     flag: None,
     kind: Kind::Count(1),
-    default: Some("64"),
-    help: "most packs out of their spool and not yet in the catalog; what a crash can make a successor upload again",
+    default: Some("4096"),
+    help: "most packs out of their spool and not yet in the catalog (their bytes also at most twice upload.max_in_flight_bytes); what a crash can make a successor upload again: small packs go in bundles, so a few requests",
 });
 
 /// `service.stop_flush_timeout` (SPOOL_STOP_FLUSH_TIMEOUT).

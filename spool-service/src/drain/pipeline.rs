@@ -29,13 +29,17 @@
 //!   after validation is caught by the upload's hash and quarantined too.
 //! - **Removed only after its row is confirmed.** A file is removed only
 //!   after the catalog answered `Ok` to the statement carrying its row.
-//! - **At most `pipeline_depth` packs out of the spool and not in the
-//!   catalog.** No upload starts while `pipeline_depth` packs of this run
-//!   are uploading, uploaded or being indexed, nor once one is owed (a pack
-//!   becomes owed only when uploads have halted). That is what a crash
-//!   can cost a successor: it uploads those packs again (the store's
-//!   conditional create finds each already there: one request each, and a
-//!   ranged read of its trailer) and indexes them.
+//! - **At most `pipeline_depth` packs, and twice `max_in_flight_bytes`,
+//!   out of the spool and not in the catalog.** No upload starts while
+//!   `pipeline_depth` packs of this run (4096 by default: a few bundles of
+//!   small packs) are uploading, uploaded or being indexed, nor while it
+//!   would take their bytes past twice `max_in_flight_bytes` (512 MiB;
+//!   one pack always may go), nor once one is owed (a pack becomes owed
+//!   only when uploads have halted). That is what a crash can cost a
+//!   successor: it uploads those packs again (a pack alone: the store's
+//!   conditional create finds it already there, one request and a ranged
+//!   read of its trailer; bundled packs: in a fresh bundle, one request
+//!   per bundle) and indexes them.
 //! - **Concurrency fits the pack size**: packs of at most 16 MiB
 //!   ([`SMALL_PACK_BYTES`]) are latency-bound (a transfer is mostly round
 //!   trips, and one connection seldom fills the store's side), so up to
@@ -159,6 +163,16 @@ fn chunk_len(front: impl IntoIterator<Item = (u64, bool)>, room: usize) -> usize
     n
 }
 
+/// The most bytes of packs of one run out of their spool and not yet in
+/// the catalog: twice `max_in_flight_bytes` (512 MiB by default), as
+/// adoption bounds a step's bytes. `pipeline_depth` bounds the packs; this
+/// keeps a large depth (made for small packs, which go up in bundles)
+/// from letting thousands of large packs out at once, which a crash would
+/// make a successor upload again.
+fn unindexed_bound(max_in_flight: u64) -> u64 {
+    max_in_flight.saturating_mul(2)
+}
+
 /// The answer of one index call, with the batch it carried.
 type Indexed = (Vec<Job>, Result<Result<(), spool_catalog::Error>, Cut>);
 
@@ -184,6 +198,8 @@ struct Stages {
     indexing: JoinSet<Indexed>,
     /// Packs in the index call in flight, and when it started.
     indexing_packs: usize,
+    /// Their bytes.
+    indexing_bytes: u64,
     indexing_since: Option<Instant>,
     removals: JoinSet<Vec<(PathBuf, spool_core::Error)>>,
     /// No new upload starts (store trouble, a cancel, a failed index).
@@ -202,6 +218,20 @@ impl Stages {
     /// halts new uploads for the rest of the run.
     fn unindexed(&self) -> usize {
         self.uploading_packs + self.uploaded.len() + self.indexing_packs
+    }
+
+    /// The bytes of the packs counted by [`Stages::unindexed`].
+    fn unindexed_bytes(&self) -> u64 {
+        let uploaded: u64 = self.uploaded.iter().map(|j| j.pack().bytes).sum();
+        self.upload_bytes + uploaded + self.indexing_bytes
+    }
+
+    /// Whether `size` more bytes may leave the spool: within
+    /// [`unindexed_bound`] of `max_in_flight` (any one pack when none is
+    /// out, so a pack over it is not stuck).
+    fn bytes_allow(&self, size: u64, max_in_flight: u64) -> bool {
+        let out = self.unindexed_bytes();
+        out == 0 || out + size <= unindexed_bound(max_in_flight)
     }
 
     fn push_validated(&mut self, job: Job) {
@@ -297,6 +327,7 @@ impl Drain {
             uploaded: owed,
             indexing: JoinSet::new(),
             indexing_packs: 0,
+            indexing_bytes: 0,
             indexing_since: None,
             removals: JoinSet::new(),
             uploads_halted: false,
@@ -561,6 +592,9 @@ impl Drain {
             if !st.uploads.is_empty() && st.upload_bytes + size > max_bytes {
                 return;
             }
+            if !st.bytes_allow(size, max_bytes) {
+                return;
+            }
             let job = st.pop_validated().expect("front exists");
             let item = st.start_upload(&job);
             let (uploader, cancel) = (self.uploader.clone(), bound.cancel.clone());
@@ -604,6 +638,9 @@ impl Drain {
         let stuck = st.uploads.is_empty() && st.validating.is_empty();
         let closed = closed || n == room || !st.more_coming() || stuck;
         if !closed || (!st.uploads.is_empty() && st.upload_bytes + bytes > max_bytes) {
+            return false;
+        }
+        if !st.bytes_allow(bytes, max_bytes) {
             return false;
         }
         let jobs: Vec<Job> = (0..n).filter_map(|_| st.pop_validated()).collect();
@@ -718,6 +755,7 @@ impl Drain {
         st.uploaded_since = (!st.uploaded.is_empty()).then(Instant::now);
         let rows: Vec<PackRow> = batch.iter().filter_map(|j| j.row().cloned()).collect();
         st.indexing_packs = batch.len();
+        st.indexing_bytes = batch.iter().map(|j| j.pack().bytes).sum();
         st.indexing_since = Some(Instant::now());
         self.last_index = st.indexing_since;
         let (catalog, bound) = (self.catalog.clone(), bound.clone());
@@ -747,6 +785,7 @@ impl Drain {
     /// The catalog's answer to one batch: indexed (then removed) or owed.
     fn index_done(&mut self, st: &mut Stages, (batch, answer): Indexed, server: &str) {
         st.indexing_packs = 0;
+        st.indexing_bytes = 0;
         let took = st.indexing_since.take().map(|t| t.elapsed());
         self.adapt_pace(matches!(answer, Ok(Ok(()))) && took.is_some_and(|t| t < SLOW_INDEX));
         let what = format!("indexing {} pack(s)", batch.len());
