@@ -1172,3 +1172,33 @@ fn a_drain_charges_its_time_to_the_stages_busy_in_it() {
 }
 
 mod bundles;
+
+/// Besides `pipeline_depth` packs, at most twice `max_in_flight_bytes` are
+/// out of the spool and not indexed: with the catalog not answering and a
+/// depth of thousands, three packs of 600 KiB go up under a 1 MiB
+/// in-flight bound (1.8 MiB out), the fourth waits.
+#[test]
+fn the_bytes_out_and_not_indexed_stay_within_twice_the_in_flight_bound() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage_sized(own.dir(), 8, 600 << 10);
+    let (mut path, _catalog) = gated_path(&fx, own.dir(), |p| {
+        p.pipeline_depth = 4096;
+        let mut u = p.uploader.config().clone();
+        u.max_in_flight_bytes = 1 << 20;
+        p.uploader = spool_upload::Uploader::new(p.uploader.store().clone(), u).unwrap();
+    });
+    let never = Arc::new(AtomicBool::new(false));
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, packs);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let done = block_on(path.run(jobs, &cut_after_300ms(deadline), &never));
+    let mut names = outcome_names(&done);
+    names.sort();
+    assert_eq!(fx.store.calls(Op::Put), 3, "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| *n == "Owed").count(),
+        3,
+        "{names:?}"
+    );
+}
