@@ -91,6 +91,10 @@ pub struct Run {
     pub missing_reports: usize,
     /// CPU seconds the server used in the window (with `--server-pid`).
     pub server_cpu_secs: Option<f64>,
+    /// Objects the store gained in the window: its PUTs (the `file://`
+    /// store puts one per pack; an object store, one per bundle).
+    #[serde(default)]
+    pub objects_put: u64,
     /// The replica killed mid-window, if any.
     #[serde(default)]
     pub replica_kill: Option<ReplicaKill>,
@@ -282,6 +286,11 @@ impl fmt::Display for Report {
             f,
             "  server (window): {:.1} inserts/s, {:.1} rows/insert, {} delayed, {} rejected, {} failed inserts",
             self.server_inserts_per_s, self.server_rows_per_insert, self.delayed_inserts, self.rejected_inserts, self.failed_inserts
+        )?;
+        writeln!(
+            f,
+            "  store (window): {:.1} PUTs/s (objects created; the file:// store puts one per pack, it never bundles)",
+            r.objects_put as f64 / r.window_secs.max(1e-9)
         )?;
         if let Some(cpu) = r.server_cpu_secs {
             writeln!(

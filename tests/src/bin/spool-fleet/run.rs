@@ -182,6 +182,8 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let load_start = load();
     let events0 = server.events()?;
     let cpu0 = o.server_pid.and_then(cpu_secs);
+    let store_dir = scratch.join("store");
+    let objects0 = count_objects(&store_dir);
     let window_start = Instant::now();
 
     let stop_sampling = Arc::new(AtomicBool::new(false));
@@ -279,6 +281,7 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
         .zip(cpu0)
         .map(|(b, a)| b - a);
     let window_secs = window_start.elapsed().as_secs_f64();
+    let objects_put = count_objects(&store_dir).saturating_sub(objects0);
     let load_end = load();
 
     eprintln!("spool-fleet: stopping production; draining");
@@ -335,6 +338,7 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
             killed,
             missing_reports,
             server_cpu_secs,
+            objects_put,
             replica_kill,
         },
         reports.into_iter().flatten().collect(),
@@ -434,4 +438,20 @@ fn load() -> f64 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(f64::NAN)
+}
+
+/// Objects in the `file://` store under `dir` (every file: one per PUT).
+fn count_objects(dir: &std::path::Path) -> u64 {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(_) => n += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    n
 }

@@ -336,7 +336,17 @@ impl Run {
         self.figures.unreported = verdict.unreported;
         self.figures.lost = verdict.lost;
         self.figures.duplicates = verdict.duplicates;
+        self.figures.orphaned_bytes = verdict.orphaned_bytes;
+        self.figures.orphan_bundles = verdict.orphan_bundles.len() as u64;
+        let swept = oracle::sweep_and_rejudge(
+            &self.store_at,
+            &self.catalog_read,
+            &durable,
+            &self.root,
+            &verdict,
+        )?;
         self.shared.problems(verdict.problems);
+        self.shared.problems(swept);
         // a handed-off pack leaves its live owner only once its row is
         // confirmed: whatever the monitor saw go must be indexed
         let indexed: std::collections::BTreeSet<String> = self

@@ -121,6 +121,26 @@ impl StoreAt {
         }
     }
 
+    /// Runs the sweep (`spool sweep`'s library call) over this store
+    /// against `catalog` with no grace (every service of the run is
+    /// stopped); `None` for a `file://` store, which never bundles.
+    pub fn sweep(&self, catalog: &Catalog) -> Result<Option<spool_service::sweep::SweepReport>> {
+        let StoreAt::S3 { store, prefix } = self else {
+            return Ok(None);
+        };
+        let store = spool_upload::Store::new(store.clone(), prefix, "moto", true)?;
+        let report = rt()
+            .block_on(spool_service::sweep::sweep(
+                catalog.catalog.as_ref(),
+                &store,
+                Duration::ZERO,
+                (usize::MAX, false),
+                &std::sync::atomic::AtomicBool::new(false),
+            ))
+            .context("sweeping the run's store")?;
+        Ok(Some(report))
+    }
+
     /// Whether the object a catalog row names is there.
     pub fn has(&self, key: &str) -> bool {
         match self {

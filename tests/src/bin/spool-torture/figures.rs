@@ -46,6 +46,12 @@ pub struct Figures {
     pub rows_before_object: u64,
     /// Objects made by a producer killed before it reported them (fine).
     pub unreported: u64,
+    /// Bundles no row named at the end of a run (a crash between a
+    /// bundle's PUT and its index), each then deleted by the sweep.
+    pub orphan_bundles: u64,
+    /// Bytes no row pointed to at the end of a run (orphan bundles, packs
+    /// alone superseded by a later copy).
+    pub orphaned_bytes: u64,
     /// Deaths at each kill point.
     pub points: BTreeMap<String, u64>,
     /// Adoptions of a dead owner's directory seen past their sweep (the
@@ -85,6 +91,8 @@ impl Figures {
         self.live_touched += o.live_touched;
         self.rows_before_object += o.rows_before_object;
         self.unreported += o.unreported;
+        self.orphan_bundles += o.orphan_bundles;
+        self.orphaned_bytes += o.orphaned_bytes;
         self.latched += o.latched;
         self.plants += o.plants;
         self.adoptions_swept += o.adoptions_swept;
@@ -144,7 +152,7 @@ impl Figures {
             .as_ref()
             .map_or(String::new(), |d| format!(" {}", d.line()));
         format!(
-            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) adoptions_swept {} plants {} (victim unchanged unless a problem says so) hand_off (refs published {}, {} in a fault window; packs released once confirmed {}, {} in a fault window; kill points: {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
+            "runs {} kills {} (random {}, at kill points {}: {}) faults {}{disk} packs {} lost {} duplicates {} live_touched {} rows_before_object {} (unreported objects {}) orphan_bundles {} swept, orphaned_bytes {} adoptions_swept {} plants {} (victim unchanged unless a problem says so) hand_off (refs published {}, {} in a fault window; packs released once confirmed {}, {} in a fault window; kill points: {}) latched {} longest_flush_overrun {:.2} s (longest engine close {:.2} s of {}, deadline {ENGINE_TIMEOUT} s, bound +{} s) longest_stop {:.2} s (of {}, bound {} s)",
             self.runs,
             self.kills_random + self.kills_at_points,
             self.kills_random,
@@ -157,6 +165,8 @@ impl Figures {
             self.live_touched,
             self.rows_before_object,
             self.unreported,
+            self.orphan_bundles,
+            self.orphaned_bytes,
             self.adoptions_swept,
             self.plants,
             self.refs_published,

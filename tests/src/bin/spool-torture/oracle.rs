@@ -1,9 +1,13 @@
 //! The crash oracle, after a run (RELIABILITY.md "Crash torture"): every
-//! pack a producer reported durable is in the store exactly once, valid
-//! (spool-core's validator) and with that checksum, and in the catalog
-//! exactly once with it; no catalog row without its object (same size and
-//! checksum); no object the catalog does not list; nothing left under the
-//! root but the catalog key's empty directory.
+//! pack a producer reported durable is in the catalog exactly once with
+//! that checksum, and its row's range of its object (a pack alone, or a
+//! bundle's) reads back valid (spool-core's validator) with that checksum
+//! and size; no catalog row without its bytes; no pack alone in the store
+//! that no row names unless its row names a later copy; bundles no row
+//! names (a crash between a bundle's PUT and its index) are counted as
+//! orphaned bytes, and the sweep must then reclaim exactly them without
+//! touching a row's bytes; nothing left under the root but the catalog
+//! key's empty directory.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,10 +25,16 @@ pub struct Verdict {
     pub problems: Vec<String>,
     /// Reported packs missing, damaged or unindexed.
     pub lost: u64,
-    /// Packs stored or indexed more than once.
+    /// Packs indexed more than once as read, or stored alone more than
+    /// once.
     pub duplicates: u64,
     /// Objects no producer reported (made by one killed before it could).
     pub unreported: u64,
+    /// Bundles no row names, and their bytes (for the sweep).
+    pub orphan_bundles: Vec<String>,
+    /// Bytes no row points to: orphan bundles, and packs alone whose rows
+    /// name a later copy.
+    pub orphaned_bytes: u64,
 }
 
 /// Judges a run's end state: its store, its catalog, what producers
@@ -37,16 +47,7 @@ pub fn judge(
     root: &Path,
 ) -> Result<Verdict> {
     let mut v = Verdict::default();
-    // the store: every object, by pack id
-    let mut objects: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut contents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    for (key, bytes) in store.objects()? {
-        let name = key.rsplit('/').next().unwrap_or_default();
-        if let Some(id) = name.strip_suffix(".pack") {
-            objects.entry(id.to_string()).or_default().push(key.clone());
-            contents.entry(id.to_string()).or_insert(bytes);
-        }
-    }
+    let objects: BTreeMap<String, Vec<u8>> = store.objects()?.into_iter().collect();
     // the catalog, as read
     let mut rows: BTreeMap<String, Vec<PackRow>> = BTreeMap::new();
     match catalog.rows() {
@@ -57,69 +58,89 @@ pub fn judge(
         }
         Err(e) => v.problems.push(format!("{e:#}")),
     }
-    // every object: valid, listed once with its size and checksum
-    let mut object_sha = BTreeMap::new();
-    for (id, paths) in &objects {
-        if paths.len() > 1 {
-            v.duplicates += 1;
-            v.problems.push(format!(
-                "pack {id} is in the store {} times: {paths:?}",
-                paths.len()
-            ));
-        }
-        let bytes = contents.get(id).map(Vec::as_slice).unwrap_or_default();
-        match pack_checksum(bytes) {
-            Some(sha) => {
-                object_sha.insert(id.clone(), (sha, bytes.len() as u64));
-            }
-            None => v.problems.push(format!(
-                "object {} does not validate (spool-core's validator refuses it)",
-                paths[0]
-            )),
-        }
-        match rows.get(id).map(Vec::len) {
-            None => v
-                .problems
-                .push(format!("object {} is in no catalog row", paths[0])),
-            Some(1) => {}
-            Some(n) => {
-                v.duplicates += 1;
-                v.problems
-                    .push(format!("pack {id} is indexed {n} times as read"));
-            }
-        }
-    }
-    // every row: its object there, same size and checksum
+    // every row: once, its range of its object valid with its checksum
+    let mut read_back: BTreeMap<&str, String> = BTreeMap::new();
     for (id, rs) in &rows {
+        if rs.len() > 1 {
+            v.duplicates += 1;
+            v.problems
+                .push(format!("pack {id} is indexed {} times as read", rs.len()));
+        }
         let row = &rs[0];
-        match object_sha.get(id) {
-            None if !objects.contains_key(id) => v.problems.push(format!(
+        let Some(object) = objects.get(&row.object_key) else {
+            v.problems.push(format!(
                 "catalog row {id} (object {}) has no object in the store",
                 row.object_key
-            )),
-            None => {}
-            Some((sha, len)) if row.sha256 != *sha || row.bytes != *len => {
-                v.problems.push(format!(
-                    "catalog row {id} says sha256 {} bytes {}, its object has {sha} {len}",
-                    row.sha256, row.bytes
-                ));
+            ));
+            continue;
+        };
+        let (at, end) = (row.object_offset as usize, (row.object_offset + row.bytes) as usize);
+        match object.get(at..end).and_then(pack_checksum) {
+            Some(sha) if sha == row.sha256 => {
+                read_back.insert(id, sha);
             }
-            Some(_) => {}
+            Some(sha) => v.problems.push(format!(
+                "catalog row {id} says sha256 {}, its range {at}..{end} of {} has {sha}",
+                row.sha256, row.object_key
+            )),
+            None => v.problems.push(format!(
+                "catalog row {id}: its range {at}..{end} of {} ({} bytes) is not a valid pack",
+                row.object_key,
+                object.len()
+            )),
         }
     }
-    // every reported pack: stored and indexed with the reported checksum
+    // every object: a pack alone once, named by its row (or superseded by
+    // a later copy its row names); a bundle named by rows, or orphaned
+    let named: std::collections::BTreeSet<&str> = rows
+        .values()
+        .map(|rs| rs[0].object_key.as_str())
+        .collect();
+    let mut alone: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut stored_ids = std::collections::BTreeSet::new();
+    for (key, bytes) in &objects {
+        let name = key.rsplit('/').next().unwrap_or_default();
+        if let Some(id) = name.strip_suffix(".pack") {
+            alone.entry(id).or_default().push(key);
+            stored_ids.insert(id.to_string());
+            if named.contains(key.as_str()) {
+                continue;
+            }
+            if rows.contains_key(id) {
+                v.orphaned_bytes += bytes.len() as u64; // its row names a later copy
+            } else {
+                v.problems.push(format!("object {key} is in no catalog row"));
+            }
+        } else if name.ends_with(spool_upload::BUNDLE_SUFFIX) {
+            if !named.contains(key.as_str()) {
+                v.orphan_bundles.push(key.clone());
+                v.orphaned_bytes += bytes.len() as u64;
+            }
+            for r in rows.values().filter(|rs| rs[0].object_key == *key) {
+                stored_ids.insert(r[0].pack_id.clone());
+            }
+        }
+    }
+    for (id, keys) in &alone {
+        if keys.len() > 1 {
+            v.duplicates += 1;
+            v.problems
+                .push(format!("pack {id} is in the store {} times: {keys:?}", keys.len()));
+        }
+    }
+    // every reported pack: indexed and read back with the reported checksum
     for (id, (sha, by)) in durable {
-        let stored = object_sha.get(id).map(|(s, _)| s);
+        let stored = read_back.get(id.as_str());
         let indexed = rows.get(id).map(|r| &r[0].sha256);
         if stored != Some(sha) || indexed != Some(sha) {
             v.lost += 1;
             v.problems.push(format!(
-                "pack {id} (reported durable by {by} with sha256 {sha}) is lost: stored {stored:?}, indexed {indexed:?}"
+                "pack {id} (reported durable by {by} with sha256 {sha}) is lost: read back {stored:?}, indexed {indexed:?}"
             ));
         }
     }
-    v.unreported = objects
-        .keys()
+    v.unreported = stored_ids
+        .iter()
         .filter(|id| !durable.contains_key(*id))
         .count() as u64;
     // nothing left under the root but the key's directory and its reserve
@@ -128,6 +149,44 @@ pub fn judge(
             .push(format!("left under the spool root: {}", l.display()));
     }
     Ok(v)
+}
+
+/// The sweep after a run, every service stopped (so no grace is needed):
+/// it must delete exactly the orphan bundles the oracle found, and every
+/// row must still read back (the oracle again, on what is left).
+pub fn sweep_and_rejudge(
+    store: &StoreAt,
+    catalog: &Catalog,
+    durable: &BTreeMap<String, (String, String)>,
+    root: &Path,
+    before: &Verdict,
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let Some(swept) = store.sweep(catalog)? else {
+        return Ok(problems); // a file:// store: no bundles
+    };
+    if swept.deleted as usize != before.orphan_bundles.len() {
+        problems.push(format!(
+            "the sweep deleted {} bundle(s), the oracle found {} no row names: {:?}",
+            swept.deleted,
+            before.orphan_bundles.len(),
+            before.orphan_bundles
+        ));
+    }
+    let after = judge(store, catalog, durable, root)?;
+    if !after.orphan_bundles.is_empty() {
+        problems.push(format!(
+            "bundles no row names left after the sweep: {:?}",
+            after.orphan_bundles
+        ));
+    }
+    if after.lost > before.lost || after.problems.len() > before.problems.len() {
+        problems.push(format!(
+            "the sweep broke a rule: {:?}",
+            after.problems
+        ));
+    }
+    Ok(problems)
 }
 
 /// What is under a spool root but catalog keys' empty directories.
