@@ -74,7 +74,10 @@ pub fn judge(
             ));
             continue;
         };
-        let (at, end) = (row.object_offset as usize, (row.object_offset + row.bytes) as usize);
+        let (at, end) = (
+            row.object_offset as usize,
+            (row.object_offset + row.bytes) as usize,
+        );
         match object.get(at..end).and_then(pack_checksum) {
             Some(sha) if sha == row.sha256 => {
                 read_back.insert(id, sha);
@@ -92,10 +95,8 @@ pub fn judge(
     }
     // every object: a pack alone once, named by its row (or superseded by
     // a later copy its row names); a bundle named by rows, or orphaned
-    let named: std::collections::BTreeSet<&str> = rows
-        .values()
-        .map(|rs| rs[0].object_key.as_str())
-        .collect();
+    let named: std::collections::BTreeSet<&str> =
+        rows.values().map(|rs| rs[0].object_key.as_str()).collect();
     let mut alone: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut stored_ids = std::collections::BTreeSet::new();
     for (key, bytes) in &objects {
@@ -109,7 +110,8 @@ pub fn judge(
             if rows.contains_key(id) {
                 v.orphaned_bytes += bytes.len() as u64; // its row names a later copy
             } else {
-                v.problems.push(format!("object {key} is in no catalog row"));
+                v.problems
+                    .push(format!("object {key} is in no catalog row"));
             }
         } else if name.ends_with(spool_upload::BUNDLE_SUFFIX) {
             if !named.contains(key.as_str()) {
@@ -124,8 +126,10 @@ pub fn judge(
     for (id, keys) in &alone {
         if keys.len() > 1 {
             v.duplicates += 1;
-            v.problems
-                .push(format!("pack {id} is in the store {} times: {keys:?}", keys.len()));
+            v.problems.push(format!(
+                "pack {id} is in the store {} times: {keys:?}",
+                keys.len()
+            ));
         }
     }
     // every reported pack: indexed and read back with the reported checksum
@@ -181,10 +185,7 @@ pub fn sweep_and_rejudge(
         ));
     }
     if after.lost > before.lost || after.problems.len() > before.problems.len() {
-        problems.push(format!(
-            "the sweep broke a rule: {:?}",
-            after.problems
-        ));
+        problems.push(format!("the sweep broke a rule: {:?}", after.problems));
     }
     Ok(problems)
 }
