@@ -601,6 +601,7 @@ impl StorageService {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         s.cycles = self.shared.cycles.load(Ordering::SeqCst);
+        s.open_bundle = s.open_bundle.aged_now();
         s.uploaded = self.shared.progress.uploaded();
         s.indexed = self.shared.progress.indexed();
         s.waiting_on = self.shared.waiting_on(WAITING_SHOWN_AFTER);
@@ -804,6 +805,7 @@ impl Core {
             packs: own.packs + shipped.packs,
             bytes: own.bytes + shipped.bytes,
             age: own.age.max(shipped.age),
+            since: [own.since, shipped.since].into_iter().flatten().min(),
         }
     }
 
@@ -1082,6 +1084,7 @@ impl Core {
             quarantined: c.quarantined(),
             bundles: c.bundles(),
             bundled_packs: c.bundled_packs(),
+            orphaned_bytes: c.orphaned_bytes(),
             open_bundle: self.open_bundle(),
             rejected: c.rejected(),
             adopted_spools: ad.adopted_spools,

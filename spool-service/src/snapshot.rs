@@ -39,6 +39,12 @@ pub struct Snapshot {
     /// Packs stored inside those bundles (`bundled_packs / bundles` is
     /// packs per bundle).
     pub bundled_packs: u64,
+    /// Bytes of packs in bundles this service stored and then stopped
+    /// indexing (their rows owed past half of `upload.orphan_grace`; the
+    /// packs went up again in fresh bundles): bytes no row will name, until
+    /// `spool sweep` reclaims them. Orphans a crash leaves are the sweep's
+    /// to count (`spool sweep --dry-run`).
+    pub orphaned_bytes: u64,
     /// Small packs waiting for their bundle to fill (the own packs' and
     /// the hand-off's), as of the last cycle.
     pub open_bundle: crate::OpenBundle,
@@ -216,6 +222,7 @@ pub const FIELDS: &[Field] = &[
     Field::new("rejected", "rejected_packs", Counter, "Own packs set aside as .rejected after a non-retryable failure.", |s| Number(s.rejected)),
     Field::new("bundles", "bundles", Counter, "Bundles stored: objects holding more than one pack.", |s| Number(s.bundles)),
     Field::new("bundled_packs", "bundled_packs", Counter, "Packs stored inside bundles (bundled_packs / bundles: packs per bundle).", |s| Number(s.bundled_packs)),
+    Field::new("orphaned_bytes", "orphaned_bytes", Counter, "Bytes of packs in stored bundles this service stopped indexing (sent again in fresh bundles); spool sweep reclaims them.", |s| Number(s.orphaned_bytes)),
     Field::new("open_bundle.packs", "open_bundle_packs", Gauge, "Small packs waiting for a bundle to fill (upload.bundle_linger).", |s| Number(s.open_bundle.packs)),
     Field::new("open_bundle.bytes", "open_bundle_bytes", Gauge, "Bytes of the small packs waiting for a bundle to fill.", |s| Number(s.open_bundle.bytes)),
     Field::new("open_bundle.age_ms", "open_bundle_age_milliseconds", Gauge, "How long the oldest pack waiting for a bundle has waited.", |s| ms(s.open_bundle.age)),

@@ -6,16 +6,23 @@
 //! sibling's packs in one bundle; every pack reads back from catalog +
 //! store byte-equal with one ranged GET; the directories are gone; `spool
 //! sweep` keeps the bundles rows name and deletes an old one none does.
+//! `spool status` shows the open bundle a daemon holds a live producer's
+//! packs in, read from the daemon's `/metrics`.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
+use std::process::Stdio;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::Value;
 use spool_core::PackId;
-use spool_tests::{describe, output, spool};
+use spool_tests::{describe, output, spool, KillOnDrop};
 
 #[test]
 fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
@@ -172,6 +179,116 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
         "a bundle rows name was deleted"
     );
     rt.block_on(admin.testing_drop_database()).unwrap();
+}
+
+/// A running daemon holds a live sink-only producer's small packs back
+/// for its bundle (`upload.bundle_linger`, here 4 s): `spool status`
+/// shows that open bundle — its packs, bytes and wait — read from the
+/// daemon's `/metrics`; when the linger ends it ships as one bundle.
+#[test]
+fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
+    let Some(moto) = spool_tests::servers::moto() else {
+        return;
+    };
+    let store_url = format!(
+        "s3://{}/status-{}",
+        moto.bucket,
+        uuid::Uuid::new_v4().simple()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut daemon = KillOnDrop(
+        spool()
+            .args(["run", "--poll-interval", "60", "--metrics-addr", &addr])
+            .args(["--set", "upload.bundle_linger=4s"])
+            .env("SPOOL_STORE", &store_url)
+            .arg("--spool-root")
+            .arg(&root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut producer = KillOnDrop(
+        spool()
+            .args(["produce", "--packs", "3", "--pack-bytes", "16384", "--hold"])
+            .arg("--spool-root")
+            .arg(&root)
+            .env("SPOOL_STORE", &store_url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let status = || {
+        let out = output(
+            spool()
+                .args(["status", "--json", "--metrics-addr", &addr])
+                .arg(&root),
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let s = status();
+        if s["daemon"]["open_bundle"]["packs"] == 3 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no open bundle of 3 packs: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ready: u64 = spool_tests::ready_under(&root)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(seen["daemon"]["answer"], "answered", "{seen}");
+    assert_eq!(seen["daemon"]["open_bundle"]["bytes"], ready, "{seen}");
+    std::thread::sleep(Duration::from_millis(300));
+    let text = output(spool().args(["status", "--metrics-addr", &addr]).arg(&root));
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("daemon: open bundle of 3 pack(s)"))
+        .unwrap_or_else(|| panic!("no open bundle line:\n{text}"));
+    let waited: f64 = line
+        .split("the oldest waiting ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(waited >= 0.3, "{line}");
+    assert!(
+        spool_tests::indexed_ids(&root).is_empty(),
+        "shipped before the linger"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while spool_tests::indexed_ids(&root).len() < 3 {
+        assert!(Instant::now() < deadline, "the bundle never shipped");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(status()["daemon"]["open_bundle"]["packs"], 0);
+    let db = rusqlite::Connection::open(root.join(".catalog.db")).unwrap();
+    let objects: i64 = db
+        .query_row(
+            "SELECT COUNT(DISTINCT object_key) FROM spool_packs",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(objects, 1, "one bundle");
+    for child in [&mut producer, &mut daemon] {
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        assert!(child.wait().unwrap().success());
+    }
 }
 
 /// A URL whose first host accepts and never answers: `spool ls` names that

@@ -83,7 +83,7 @@ pub enum Command {
 pub fn run(command: Command, config_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     match command {
         Command::Lock(args) => lock::run(args),
-        Command::Status(a) => status::run(a),
+        Command::Status(a) => status::run(a, config_file),
         Command::Verify(a) => verify::run(a),
         Command::Recover(a) => recover::run(a),
         Command::Produce(args) => produce::run(*args, config_file),

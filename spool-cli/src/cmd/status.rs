@@ -1,8 +1,12 @@
 //! `spool status PATH [--json]`: a spool directory's owner and the counts
 //! and bytes of its packs, or, for a spool root (or a catalog key
-//! directory), one row per rank directory.
+//! directory), one row per rank directory; and, where the node's daemon
+//! serves `/metrics`, its open bundle (`status/daemon.rs`).
 
-use std::path::PathBuf;
+mod daemon;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use spool_service::status::{status, OwnerState, OwnerView, RankDirRow, Status};
@@ -17,6 +21,10 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Ask the daemon serving /metrics here for its open bundle
+    /// (default: metrics.addr of the configuration, if set).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// The long help of this command (with examples).
@@ -36,10 +44,18 @@ owner, ready packs, bytes on disk, and the reason when blocked. The
 embedded defaults inside the root (ROOT/.store, ROOT/.catalog.db) are
 skipped.
 
+The node's daemon (`spool run`) is asked for its open bundle: the small
+packs it holds back for up to upload.bundle_linger so that they share one
+object, with their count, bytes and the oldest one's wait. It is asked at
+--metrics-addr, else at metrics.addr of the configuration (--config,
+SPOOL_METRICS_ADDR); without either it is not asked. One request, at most
+1 s: a daemon that does not answer is reported, never waited for.
+
 Examples:
   spool status /var/lib/spool
   spool status /var/lib/spool/3f2a9c01b7de/r0-1a2b3c4d
-  spool status /var/lib/spool --json | jq '.rank_dirs[] | select(.state == \"blocked\")'";
+  spool status /var/lib/spool --json | jq '.rank_dirs[] | select(.state == \"blocked\")'
+  spool status /var/lib/spool --metrics-addr 127.0.0.1:9464";
 
 /// `owned by pid P on host H (purpose)`, `not owned (…)`: a spool
 /// directory's owner in words.
@@ -64,11 +80,31 @@ fn owner_text(o: &OwnerView) -> String {
     }
 }
 
+/// Where to ask the daemon: `--metrics-addr`, else the configuration's
+/// `metrics.addr`; `Err` says why the configuration could not tell.
+fn daemon_addr(args: &Args, config_file: Option<&Path>) -> Result<Option<SocketAddr>, String> {
+    if args.metrics_addr.is_some() {
+        return Ok(args.metrics_addr);
+    }
+    let cfg = crate::config::load(config_file, &Default::default()).map_err(|e| e.to_string())?;
+    Ok(crate::config::keys::METRICS_ADDR.get(&cfg))
+}
+
 /// Runs `spool status`.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(args: Args, config_file: Option<&Path>) -> Result<ExitCode> {
     let report = status(&args.path)?;
+    let daemon = match daemon_addr(&args, config_file) {
+        Ok(addr) => addr.map(daemon::ask),
+        Err(why) => Some(daemon::Daemon::NotAsked {
+            why: format!("the configuration, which names its metrics.addr, does not load: {why}"),
+        }),
+    };
     if args.json {
-        outln!("{}", serde_json::to_value(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        if let Some(fields) = value.as_object_mut() {
+            fields.insert("daemon".into(), serde_json::to_value(&daemon)?);
+        }
+        outln!("{value}");
         return Ok(ExitCode::Ok);
     }
     match &report {
@@ -106,6 +142,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 );
             }
         }
+    }
+    if let Some(d) = &daemon {
+        outln!("daemon: {}", d.text());
     }
     Ok(ExitCode::Ok)
 }

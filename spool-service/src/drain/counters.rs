@@ -41,6 +41,8 @@ pub(crate) struct Counters {
     /// Bundles stored, and the packs they held.
     bundles: u64,
     bundled_packs: u64,
+    /// Bytes of stored bundles this service stopped indexing.
+    orphaned_bytes: u64,
     last_error: Option<String>,
     /// The store refuses the whole destination (401, 403, no such bucket):
     /// what it said, until an upload lands again.
@@ -99,6 +101,19 @@ impl Counters {
     /// Packs stored in those bundles.
     pub(crate) fn bundled_packs(&self) -> u64 {
         self.bundled_packs
+    }
+
+    /// Bytes of packs stored in bundles that no row will name: this
+    /// service stopped indexing them (their rows were owed past half of
+    /// `upload.orphan_grace`) and sent the packs again in fresh bundles.
+    /// `spool sweep` reclaims them once the bundle is `orphan_grace` old.
+    pub(crate) fn orphaned_bytes(&self) -> u64 {
+        self.orphaned_bytes
+    }
+
+    /// A pack of `bytes` in a stored bundle will never be indexed there.
+    pub(super) fn count_orphaned(&mut self, bytes: u64) {
+        self.orphaned_bytes += bytes;
     }
 
     /// One bundle of `packs` packs was stored.

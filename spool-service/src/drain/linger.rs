@@ -18,8 +18,25 @@ pub struct OpenBundle {
     pub packs: u64,
     /// Their bytes.
     pub bytes: u64,
-    /// How long the oldest has waited.
+    /// How long the oldest has waited (counted to when the snapshot was
+    /// taken).
     pub age: Duration,
+    /// When the oldest was first seen; `None` when nothing waits.
+    pub since: Option<Instant>,
+}
+
+impl OpenBundle {
+    /// This open bundle with its age counted to now: a service waiting out
+    /// a linger takes no cycle, so its last cycle's age would stand still.
+    pub(crate) fn aged_now(self) -> OpenBundle {
+        match self.since {
+            Some(t) => OpenBundle {
+                age: t.elapsed(),
+                ..self
+            },
+            None => self,
+        }
+    }
 }
 
 /// One stream of runs' linger (the service's own packs, or the hand-off's):
@@ -61,6 +78,7 @@ impl Linger {
             packs: jobs.len() as u64,
             bytes,
             age: now.saturating_duration_since(oldest),
+            since: Some(oldest),
         };
         true
     }

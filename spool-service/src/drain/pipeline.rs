@@ -778,6 +778,7 @@ impl Drain {
         let key = job.row().map(|r| r.object_key.clone()).unwrap_or_default();
         tracing::warn!(pack = %job.pack().path.display(), bundle = %key,
             "a bundle uploaded more than {limit:?} ago was never indexed: its pack goes up again");
+        self.counters.count_orphaned(job.pack().bytes);
         self.summaries.remove(&job.pack().id);
         job.not_uploaded()
     }

@@ -43,10 +43,12 @@ fn every_field_of_the_table_shows_in_run_json_and_metrics_alike() {
         rejected: 9,
         bundles: 19,
         bundled_packs: 20,
+        orphaned_bytes: 31,
         open_bundle: crate::OpenBundle {
             packs: 21,
             bytes: 22,
             age: Duration::from_millis(23),
+            since: None,
         },
         adopted_spools: 10,
         adopted_packs: 11,

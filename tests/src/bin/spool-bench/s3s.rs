@@ -267,6 +267,61 @@ fn stage_ms(log: &Path) -> Result<String> {
 /// Stages the backlog into a dead producer's rank directory and the same
 /// bytes into a plain directory; runs `spool run --once` on it, then
 /// `rclone copy --transfers 8` of the copy, page cache dropped before each.
+/// `upload.bundle_bytes`' default (spool-upload's `UploadConfig`).
+const DEFAULT_BUNDLE_BYTES: u64 = 8 << 20;
+
+/// `s5cmd cp` of every file in `dir` to `dest` (the fastest common
+/// client: one request per object, 256 in flight by default), its stderr
+/// to `log`.
+fn s5cmd_cp(dir: &Path, dest: &str, log: &Path) -> Result<Command> {
+    let key_secret = env("SPOOL_BENCH_S3S_KEY")?;
+    let mut s5 = Command::new(env("SPOOL_BENCH_S5CMD")?);
+    s5.arg("--endpoint-url")
+        .arg(env("SPOOL_BENCH_S3S_ENDPOINT")?)
+        .arg("cp")
+        .arg(format!("{}/*", dir.display()))
+        .arg(dest)
+        .env("AWS_ACCESS_KEY_ID", &key_secret)
+        .env("AWS_SECRET_ACCESS_KEY", &key_secret)
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("AWS_CA_BUNDLE")
+        .env_remove("AWS_PROFILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?);
+    Ok(s5)
+}
+
+/// The files of `from`, in name order, concatenated into files of `to`
+/// of at least `size` bytes each (the last may be smaller), synced; how
+/// many.
+fn join_files(from: &Path, to: &Path, size: u64) -> Result<usize> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(from)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    names.sort();
+    let mut written = 0;
+    let mut buf = Vec::new();
+    let mut flush = |buf: &mut Vec<u8>| -> Result<()> {
+        let f = std::fs::File::create(to.join(format!("joined-{written:04}")))?;
+        std::io::Write::write_all(&mut &f, buf)?;
+        f.sync_all()?;
+        buf.clear();
+        written += 1;
+        Ok(())
+    };
+    for name in names {
+        buf.extend_from_slice(&std::fs::read(name)?);
+        if buf.len() as u64 >= size {
+            flush(&mut buf)?;
+        }
+    }
+    if !buf.is_empty() {
+        flush(&mut buf)?;
+    }
+    Ok(written)
+}
+
 pub fn drain(ctx: &Ctx, shape: Shape) -> Result<()> {
     let (n, bytes) = match shape {
         Shape::Tiny => ctx
@@ -390,20 +445,7 @@ fn drain_in(
     // s5cmd, the fastest common client: one request per object, 256 in
     // flight by default.
     let s5_log = logs.join("s5cmd.log");
-    let mut s5 = Command::new(env("SPOOL_BENCH_S5CMD")?);
-    s5.arg("--endpoint-url")
-        .arg(env("SPOOL_BENCH_S3S_ENDPOINT")?)
-        .arg("cp")
-        .arg(format!("{}/*", plain.display()))
-        .arg(format!("s3://{bucket}/s5cmd-cp/"))
-        .env("AWS_ACCESS_KEY_ID", &key_secret)
-        .env("AWS_SECRET_ACCESS_KEY", &key_secret)
-        .env("AWS_REGION", "us-east-1")
-        .env_remove("AWS_CA_BUNDLE")
-        .env_remove("AWS_PROFILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&s5_log)?);
+    let mut s5 = s5cmd_cp(&plain, &format!("s3://{bucket}/s5cmd-cp/"), &s5_log)?;
     drop_caches();
     let servers0 = servers_cpu();
     let s5cmd = run_measured(&mut s5, &s5_log)?;
@@ -412,6 +454,22 @@ fn drain_in(
     if s5_stored.times.len() < n {
         bail!("s5cmd cp stored {} files of {n}", s5_stored.times.len());
     }
+    // The store's ceiling for these bytes: the same files concatenated
+    // into objects of the default bundle size, put by s5cmd (small packs
+    // only: larger ones go alone anyway).
+    let ceiling = match shape {
+        Shape::Tiny => {
+            let joined = ctx.dir("s3s-joined")?;
+            let objects = join_files(&plain, &joined, DEFAULT_BUNDLE_BYTES)?;
+            let log = logs.join("s5cmd-joined.log");
+            let mut cmd = s5cmd_cp(&joined, &format!("s3://{bucket}/s5cmd-joined/"), &log)?;
+            drop_caches();
+            let ran = run_measured(&mut cmd, &log)?;
+            std::fs::remove_dir_all(&joined).ok();
+            Some((objects, ran))
+        }
+        _ => None,
+    };
     let (first, last) = (ours_stored.first(), ours_stored.last());
     let (base_first, base_last) = (base_stored.first(), base_stored.last());
 
@@ -500,6 +558,25 @@ fn drain_in(
         .lower_is_better()
         .goal(wall_goal),
     )?;
+    if let Some((objects, ran)) = &ceiling {
+        let goal_wall = s5cmd.wall / wall_goal;
+        ctx.record(
+            Figure::new(
+                ctx,
+                "s3s",
+                format!("drain {what}, wall against the store's ceiling for its bytes"),
+                "s",
+                format!(
+                    "the drain above against `s5cmd cp` of the same {mib:.0} MiB concatenated into {objects} files of upload.bundle_bytes (8 MiB), page cache dropped before it: {:.0} MiB/s, the most this store took of these bytes from any client here. {wall_goal}× s5cmd's objects/s for {n} packs is a drain of {goal_wall:.2} s: {:.2}× this ceiling's wall, and the drain also lists, hashes, indexes and removes what it puts",
+                    mib / ran.wall,
+                    goal_wall / ran.wall,
+                ),
+            )
+            .ours(ours.wall)
+            .vs("s5cmd cp, 8 MiB objects", ran.wall)
+            .lower_is_better(),
+        )?;
+    }
     ctx.record(
         Figure::new(
             ctx,
@@ -535,7 +612,7 @@ fn drain_in(
     for d in [&root, &plain, &idle_root] {
         std::fs::remove_dir_all(d).ok();
     }
-    for sub in ["ours", "rclone-copy", "s5cmd-cp", "idle"] {
+    for sub in ["ours", "rclone-copy", "s5cmd-cp", "s5cmd-joined", "idle"] {
         std::fs::remove_dir_all(data.join(sub)).ok();
     }
     Ok(())

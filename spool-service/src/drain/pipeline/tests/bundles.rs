@@ -240,12 +240,14 @@ fn an_owed_row_naming_a_bundle_near_its_grace_is_uploaded_again_not_indexed() {
     });
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let staged: u64 = packs.iter().map(|p| p.bytes).sum();
     let jobs = jobs_of(&path, packs);
     let deadline = Instant::now() + Duration::from_millis(300);
     let done = block_on(path.run(jobs, &cut_after_300ms(deadline), &never));
     assert_eq!(outcome_names(&done), vec!["Owed"; 3]);
     let first: Vec<String> = path.backlog_keys();
     assert!(first.iter().all(|k| k.ends_with(".bundle")), "{first:?}");
+    assert_eq!(path.counters().orphaned_bytes(), 0);
     std::thread::sleep(Duration::from_millis(1100));
     catalog.set_open(true);
     let listed = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
@@ -253,6 +255,11 @@ fn an_owed_row_naming_a_bundle_near_its_grace_is_uploaded_again_not_indexed() {
     let done = block_on(path.run(jobs, &no_cut(), &never));
     assert_eq!(outcome_names(&done), vec!["Indexed"; 3]);
     assert_eq!(fx.store.calls(Op::Put), 2, "uploaded again");
+    assert_eq!(
+        path.counters().orphaned_bytes(),
+        staged,
+        "the abandoned bundle's packs are counted as orphaned bytes"
+    );
     let rows = block_on(catalog.list_range(0, u64::MAX)).unwrap();
     assert_eq!(rows.len(), 3);
     assert!(
