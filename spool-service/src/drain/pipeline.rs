@@ -340,9 +340,18 @@ impl Drain {
                 st.uploads_halted = true;
                 st.index_halted = true;
             }
-            self.feed_validation(&mut st, (small_workers, cfg.bundle_limit()), flag);
-            let limits = (workers, small_workers);
-            self.start_uploads(&mut st, limits, depth, cfg.max_in_flight_bytes, bound);
+            // Fed and started until nothing more moves: a backlog of small
+            // packs starts its bundles together (each is read on a blocking
+            // thread of its own), not one per wake-up of this loop.
+            loop {
+                let before = (st.input.len(), st.uploads.len());
+                self.feed_validation(&mut st, (small_workers, cfg.bundle_limit()), flag);
+                let limits = (workers, small_workers);
+                self.start_uploads(&mut st, limits, depth, cfg.max_in_flight_bytes, bound);
+                if (st.input.len(), st.uploads.len()) == before {
+                    break;
+                }
+            }
             let index_due = self.index_due(&st, (batch_max, depth), paced);
             if index_due.is_some_and(|d| Instant::now() >= d)
                 && st.indexing.is_empty()

@@ -86,6 +86,31 @@ fn small_packs_share_one_object_and_each_row_names_its_range() {
     );
 }
 
+/// A backlog of small packs starts its bundles together, each read on a
+/// thread of its own, not one per answer of the store.
+#[test]
+fn a_backlog_starts_its_bundles_together() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage_sized(own.dir(), 40, 4 << 10);
+    fx.store.script(Rule::new(
+        Op::Put,
+        Action::Delay(Duration::from_millis(200)),
+    ));
+    let mut p = parts(&fx, own.dir(), bundling(&fx, own.dir(), 40 << 10));
+    p.pipeline_depth = 64;
+    let mut path = Drain::new(p);
+    let done = run_all(&mut path, own.dir());
+    assert_eq!(outcome_names(&done), vec!["Indexed"; 40]);
+    let puts = fx.store.calls(Op::Put);
+    assert!(puts >= 4, "{puts} bundles");
+    assert_eq!(
+        fx.store.max_concurrent_transfers(),
+        puts,
+        "every bundle of the backlog in flight at once"
+    );
+}
+
 /// `pipeline_depth` counts the packs of a bundle: none holds more, and a
 /// crash can still cost a successor at most that many packs.
 #[test]
