@@ -314,11 +314,29 @@ pub fn forget_shipper(own_dir: &Path) {
 /// left), and `_shipped/` with it once empty. Something other than a
 /// regular file at the record's name is left alone.
 pub fn clear_shipper(key_dir: &Path) {
+    clear_shipper_files(key_dir, true);
+}
+
+/// Removes what a daemon killed while it wrote its first shipper record
+/// under `key_dir` left: the record's temp files (`.shipper.<8 hex>.tmp`),
+/// and `_shipped/` once empty; never a record, nor anything else there.
+/// For the lease holder serving no owner where no record exists (a temp
+/// of another daemon's first write in flight, should one race it, only
+/// costs that daemon a retry of its write).
+pub fn clear_shipper_temps(key_dir: &Path) {
+    clear_shipper_files(key_dir, false);
+}
+
+/// The record (with `record`) and its temp files under `key_dir`'s
+/// `_shipped/`, then `_shipped/` once empty.
+fn clear_shipper_files(key_dir: &Path, record: bool) {
     let Ok(Some(key)) = key_dir_at(key_dir) else {
         return;
     };
     if let Ok(Some(shipped)) = key.open_dir(SHIPPED_DIR) {
-        let _ = shipped.remove_file(SHIPPER_FILE);
+        if record {
+            let _ = shipped.remove_file(SHIPPER_FILE);
+        }
         let _ = shipped.remove_replace_temps(SHIPPER_FILE);
     }
     let _ = key.remove_dir(SHIPPED_DIR);

@@ -242,13 +242,19 @@ impl Shipper {
         if full {
             self.served.retain(|d| live.contains(d));
             self.counts.owners = self.served.len() as u64;
-            if self.served.is_empty()
-                && (self.recorded.is_some()
-                    || !matches!(handoff::shipper_of(&self.key_dir), Ok(None)))
-            {
-                // no owner to serve: no record (a killed daemon's included)
-                self.recorded = None;
-                handoff::clear_shipper(&self.key_dir);
+            if self.served.is_empty() {
+                let no_record = matches!(handoff::shipper_of(&self.key_dir), Ok(None));
+                if self.recorded.is_some() || !no_record {
+                    // no owner to serve: no record (a killed daemon's included)
+                    self.recorded = None;
+                    handoff::clear_shipper(&self.key_dir);
+                } else {
+                    // no record, but perhaps the temp file of one a daemon
+                    // killed mid-write left; the record itself is never
+                    // touched here, so a daemon recording at this moment
+                    // keeps its record
+                    handoff::clear_shipper_temps(&self.key_dir);
+                }
             }
         }
         self.counts.waiting = waiting;

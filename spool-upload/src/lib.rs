@@ -160,6 +160,17 @@
 //!   row naming a bundle older than half of that, so the two never race
 //!   (spool-service's `sweep` module docs give the argument).
 //!
+//! **Why 8 MiB.** Requests, not bytes, are what small packs cost: at
+//! 8 MiB a million packs of 16 KiB are 2,000 PUTs ($0.01 at S3 Standard's
+//! list price, against $5.00 one per pack) and packs of 1 MiB one PUT per
+//! eight, so a larger bundle saves almost nothing more, while each bundle
+//! is one PUT held whole in memory (within `max_in_flight_bytes`, 32 of
+//! them at the default 256 MiB) and a crash between its PUT and its index
+//! sends it again. 8 MiB is also `part_size`, the size the store already
+//! takes in one request for large packs. The drains on s3s-fs at this size
+//! (BENCHMARKS.md) put 16 KiB packs at 2.2× s5cmd's rate and 1 MiB packs
+//! at its wall.
+//!
 //! When the pipeline closes a bundle (at `bundle_bytes`, at its
 //! `pipeline_depth`, or when no more packs can come) and how long a
 //! trickle waits for one (`bundle_linger`) is spool-service's drain

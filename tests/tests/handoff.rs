@@ -498,6 +498,32 @@ fn a_producer_killed_mid_hand_off_is_adopted_and_loses_nothing() {
     );
 }
 
+/// A daemon killed while it wrote its shipper record leaves the record's
+/// temp file (`_shipped/.shipper.<8 hex>.tmp`) and no record: the next
+/// daemon serving no owner removes it (and `_shipped/` once empty), and
+/// leaves a stranger's file there alone.
+#[test]
+fn a_shipper_record_half_written_by_a_killed_daemon_is_swept_by_the_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let staged = spool_tests::produce_ids(&root, 1);
+    let shipped = key_dir(&root).join("_shipped");
+    std::fs::create_dir_all(&shipped).unwrap();
+    let temp = shipped.join(".shipper.0badcafe.tmp");
+    std::fs::write(&temp, b"half a record").unwrap();
+    spool_tests::run_once(&root);
+    assert!(indexed_ids(&root).is_superset(&staged));
+    assert!(!temp.exists(), "the half-written record is left behind");
+    assert!(!shipped.exists(), "an empty _shipped/ is left behind");
+
+    // a file that is not the record's temp stays
+    std::fs::create_dir_all(&shipped).unwrap();
+    let stranger = shipped.join("notes.txt");
+    std::fs::write(&stranger, b"mine").unwrap();
+    spool_tests::run_once(&root);
+    assert_eq!(std::fs::read(&stranger).unwrap(), b"mine");
+}
+
 /// With no daemon, `spool status` says per live owner how many handed-off
 /// packs wait, and why.
 #[test]

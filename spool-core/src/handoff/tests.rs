@@ -348,6 +348,7 @@ fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
         );
         step("record the shipper");
         let _ = shipper_of(&key_dir);
+        clear_shipper_temps(&key_dir);
         clear_shipper(&key_dir);
         forget_shipper(&key_dir.join("r1-00000001"));
         step("clear the record");
@@ -376,6 +377,38 @@ fn links_under_shipped_never_let_the_daemon_remove_or_write_outside_the_root() {
             _ => {}
         }
     }
+}
+
+/// The temp files a daemon killed mid-write left go, and `_shipped/` once
+/// empty; a record, and any other file there, stay.
+#[test]
+fn clearing_shipper_temps_keeps_the_record_and_every_other_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key_dir = tmp.path().join("root").join("0123456789ab");
+    let shipped = key_dir.join(SHIPPED_DIR);
+    std::fs::create_dir_all(&shipped).unwrap();
+    let temp = shipped.join(format!("{SHIPPER_FILE}.0badcafe.tmp"));
+    std::fs::write(&temp, b"half").unwrap();
+    std::fs::write(shipped.join(SHIPPER_FILE), b"r1-00000001\nnode\tn\n").unwrap();
+    std::fs::write(shipped.join("notes.txt"), b"mine").unwrap();
+    std::fs::write(shipped.join(format!("{SHIPPER_FILE}.nothex!!.tmp")), b"x").unwrap();
+    clear_shipper_temps(&key_dir);
+    assert!(!temp.exists(), "the temp is left");
+    assert!(
+        shipped.join(SHIPPER_FILE).exists(),
+        "the record was removed"
+    );
+    assert!(shipped.join("notes.txt").exists());
+    assert!(shipped
+        .join(format!("{SHIPPER_FILE}.nothex!!.tmp"))
+        .exists());
+
+    for f in [SHIPPER_FILE, "notes.txt", ".shipper.nothex!!.tmp"] {
+        std::fs::remove_file(shipped.join(f)).unwrap();
+    }
+    std::fs::write(&temp, b"half").unwrap();
+    clear_shipper_temps(&key_dir);
+    assert!(!shipped.exists(), "an empty _shipped/ is left");
 }
 
 /// A FIFO where the shipper record belongs is an error at once for a
