@@ -140,8 +140,13 @@ fn a_bundle_holds_at_most_pipeline_depth_packs() {
 fn a_pack_at_or_over_the_bundle_size_goes_alone() {
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
+    // ids sort by their millisecond: a pause keeps the three groups in
+    // list order (a small pack listed between the two large ones would go
+    // alone as a bundle of one)
     stage(own.dir(), 6);
+    std::thread::sleep(Duration::from_millis(5));
     stage_sized(own.dir(), 2, 70 << 10);
+    std::thread::sleep(Duration::from_millis(5));
     stage(own.dir(), 6);
     let mut path = upload_path(&fx, own.dir(), bundling(&fx, own.dir(), 64 << 10));
     let done = run_all(&mut path, own.dir());
