@@ -10,8 +10,8 @@
 //!    could not be written before).
 //! 2. List the owners to look at: every rank directory under the key
 //!    (a full rescan: at start, on the poll interval, when a new directory
-//!    appears, after the watch overflowed), or only those the watch saw
-//!    change. Each must be live: its lock held by another process, or by a
+//!    appears, after the watch overflowed, and while handed-off packs
+//!    wait for their bundle), or only those the watch saw change. Each must be live: its lock held by another process, or by a
 //!    claim this process keeps (an engine of the same process that ships
 //!    by the daemon); a dead one is adoption's, one this process is
 //!    adopting is too, and the own directory is the service's.

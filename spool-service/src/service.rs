@@ -958,7 +958,13 @@ impl Core {
             shipper.stand_down();
             return false;
         }
-        let only = if std::mem::take(&mut self.rescan_owners) {
+        // While packs wait for their bundle, every step looks at every
+        // owner: a step over only the owners that changed would leave the
+        // waiting packs of the others out of the run, and restart their
+        // linger, so a steady trickle from one owner would hold the rest
+        // back for as long as it lasts.
+        let lingering = shipper.linger().due().is_some();
+        let only = if std::mem::take(&mut self.rescan_owners) || lingering {
             self.dirty_owners.clear();
             None
         } else {

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -181,6 +182,47 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
     rt.block_on(admin.testing_drop_database()).unwrap();
 }
 
+/// A fresh prefix of moto's bucket.
+fn fresh_store(moto: &spool_tests::servers::Moto) -> String {
+    format!("s3://{}/run-{}", moto.bucket, uuid::Uuid::new_v4().simple())
+}
+
+/// The node's daemon on `root` (the catalog embedded there, the store
+/// `store_url`), lingering `linger` for a bundle, polling only every 60 s.
+fn lingering_daemon(root: &Path, store_url: &str, linger: &str, args: &[&str]) -> KillOnDrop {
+    KillOnDrop(
+        spool()
+            .args(["run", "--poll-interval", "60"])
+            .args(args)
+            .args(["--set", &format!("upload.bundle_linger={linger}")])
+            .env("SPOOL_STORE", store_url)
+            .arg("--spool-root")
+            .arg(root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// A live sink-only producer of 16 KiB packs in `root`'s layout (`args`:
+/// how many, how far apart), holding its lock once done; its ids on
+/// `stdout`.
+fn holding_producer(root: &Path, store_url: &str, args: &[&str], stdout: Stdio) -> KillOnDrop {
+    KillOnDrop(
+        spool()
+            .args(["produce", "--pack-bytes", "16384", "--hold"])
+            .args(args)
+            .arg("--spool-root")
+            .arg(root)
+            .env("SPOOL_STORE", store_url)
+            .stdout(stdout)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// A running daemon holds a live sink-only producer's small packs back
 /// for its bundle (`upload.bundle_linger`, here 4 s): `spool status`
 /// shows that open bundle — its packs, bytes and wait — read from the
@@ -190,11 +232,7 @@ fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
     let Some(moto) = spool_tests::servers::moto() else {
         return;
     };
-    let store_url = format!(
-        "s3://{}/status-{}",
-        moto.bucket,
-        uuid::Uuid::new_v4().simple()
-    );
+    let store_url = fresh_store(&moto);
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
@@ -204,29 +242,8 @@ fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut daemon = KillOnDrop(
-        spool()
-            .args(["run", "--poll-interval", "60", "--metrics-addr", &addr])
-            .args(["--set", "upload.bundle_linger=4s"])
-            .env("SPOOL_STORE", &store_url)
-            .arg("--spool-root")
-            .arg(&root)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut producer = KillOnDrop(
-        spool()
-            .args(["produce", "--packs", "3", "--pack-bytes", "16384", "--hold"])
-            .arg("--spool-root")
-            .arg(&root)
-            .env("SPOOL_STORE", &store_url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut daemon = lingering_daemon(&root, &store_url, "4s", &["--metrics-addr", &addr]);
+    let mut producer = holding_producer(&root, &store_url, &["--packs", "3"], Stdio::null());
     let status = || {
         let out = output(
             spool()

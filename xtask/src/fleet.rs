@@ -24,15 +24,18 @@ use anyhow::{bail, Context, Result};
 
 use crate::{cargo, run, servers, target_dir};
 
-/// `cargo xtask fleet [--debug] [--replicas N] ARGS...` (ARGS as
+/// `cargo xtask fleet [--debug] [--replicas N] [--s3s] ARGS...` (`--s3s`:
+/// the nodes' store is s3s-fs, an object store, so they bundle; ARGS as
 /// `spool-fleet run` takes them: `--nodes N --ranks R --rate P --minutes M
 /// [--kill K] [--kill-replica I] ...`).
 pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
     let (mut debug, mut replicas, mut rest) = (false, None, Vec::new());
+    let mut s3s = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--debug" => debug = true,
+            "--s3s" => s3s = true,
             "--replicas" => {
                 let n = it.next().and_then(|n| n.parse::<usize>().ok());
                 let n = n.filter(|n| (2..=9).contains(n));
@@ -73,10 +76,42 @@ pub fn fleet_cmd(root: &Path, args: &[String]) -> Result<()> {
             cmd.envs(s.env.iter().map(|(k, v)| (k, v)));
         }
     }
+    // an object store that bundles: s3s-fs, the nodes' credentials in
+    // their environment, its bucket's directory for the oracle
+    let store = if s3s {
+        let s = servers::s3s::start(root)?;
+        let var = |k: &str| {
+            s.var(k)
+                .map(str::to_string)
+                .with_context(|| format!("s3s-fs names no {k}"))
+        };
+        let (endpoint, bucket) = (
+            var("SPOOL_BENCH_S3S_ENDPOINT")?,
+            var("SPOOL_BENCH_S3S_BUCKET")?,
+        );
+        let (data, key) = (var("SPOOL_BENCH_S3S_DATA")?, var("SPOOL_BENCH_S3S_KEY")?);
+        cmd.args([
+            "--store",
+            &format!("s3://{bucket}/fleet"),
+            "--store-dir",
+            &data,
+        ]);
+        cmd.envs([
+            ("AWS_ENDPOINT", endpoint.as_str()),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", key.as_str()),
+            ("AWS_SECRET_ACCESS_KEY", key.as_str()),
+        ]);
+        Some(s)
+    } else {
+        None
+    };
     cmd.arg("--scratch")
         .arg(target_dir(root).join("fleet-data"))
         .args(rest);
     let r = run(&mut cmd);
+    drop(store);
     drop(servers);
     r
 }

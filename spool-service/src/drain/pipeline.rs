@@ -85,7 +85,10 @@
 //!   together) each wait while all of them are small packs not yet
 //!   uploaded, under `bundle_bytes` together, and the oldest was first
 //!   seen less than the linger ago; the loop wakes when it ends
-//!   (`drain/linger.rs`). A flush, a stop's last flush and a run until
+//!   (`drain/linger.rs`). While handed-off packs wait, each hand-off
+//!   step lists every live owner, not only those that changed: the
+//!   waiting packs of a quiet owner stay in the run and keep their age,
+//!   whatever another owner's trickle does. A flush, a stop's last flush and a run until
 //!   drained (`spool run --once`) never wait; adoption steps never wait
 //!   (a backlog fills its bundles). The snapshot's `open_bundle` shows
 //!   what waits. The linger is the latency a bundle adds to a pack of a

@@ -452,3 +452,67 @@ fn the_daemon_ships_a_hand_off_engine_of_its_own_process() {
     assert!(report.drained && report.removed, "{report:?}");
     daemon.close();
 }
+
+mod serial {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Two ranks of the daemon's own process each seal a pack every 100 ms
+    /// into a bundling store: their packs ship once the bundle linger (1 s)
+    /// is over, not when they stop. While packs wait, every hand-off step
+    /// looks at every owner; a step over only the owner that woke it would
+    /// leave the other's packs out of the run and restart their linger, so
+    /// two trickles would hold each other back for as long as they last
+    /// (bound: the linger and 2 s).
+    #[test]
+    fn ranks_trickling_together_ship_within_the_bundle_linger() {
+        let fx = Fixture::new();
+        let mut daemon = engine_config(&fx, Vec::new());
+        service(&mut daemon).adopt = true;
+        service(&mut daemon).upload.bundle_bytes = 1 << 20;
+        service(&mut daemon).upload.bundle_linger = Duration::from_secs(1);
+        daemon.rank = 8;
+        let registry = service(&mut daemon).registry.clone();
+        let daemon = Engine::start(daemon).unwrap();
+        let ranks: Vec<Engine> = (0..2)
+            .map(|r| {
+                let mut rank = engine_config(&fx, vec![sink()]);
+                rank.rank = r;
+                service(&mut rank).registry = registry.clone();
+                ship_by_daemon(&mut rank);
+                Engine::start(rank).unwrap()
+            })
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            for rank in &ranks {
+                let (sink, stop) = (rank.sinks()[0].clone(), stop.clone());
+                s.spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        sink.write(b"a record").unwrap();
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                });
+            }
+            while crate::service::tests::block_on(fx.catalog.count()).unwrap() == 0 {
+                if started.elapsed() > Duration::from_secs(3) {
+                    stop.store(true, Ordering::SeqCst);
+                    panic!(
+                        "nothing shipped in {:?} while the ranks trickled",
+                        started.elapsed()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        for rank in ranks {
+            rank.close();
+        }
+        daemon.close();
+    }
+}

@@ -10,7 +10,7 @@
 //! spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K]
 //!     [--kill-replica I] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL]
 //!     [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS]
-//!     [--json FILE] [--keep] [--server-pid PID]
+//!     [--json FILE] [--keep] [--server-pid PID] [--store URL --store-dir DIR]
 //! spool-fleet host ...      (internal: one host process)
 //! ```
 //!
@@ -57,7 +57,7 @@ fn main() -> Result<()> {
         }
         Some("host") => host::main(&args[1..]),
         _ => {
-            eprintln!("usage: spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K] [--kill-replica I] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL] [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS] [--json FILE] [--keep] [--server-pid PID]");
+            eprintln!("usage: spool-fleet run --nodes N --ranks R --rate P --minutes M [--kill K] [--kill-replica I] [--processes W] [--seed S] [--scratch DIR] [--clickhouse URL] [--set KEY=VALUE]... [--ship self|daemon] [--drain-timeout SECS] [--json FILE] [--keep] [--server-pid PID] [--store URL --store-dir DIR]");
             std::process::exit(2);
         }
     }

@@ -113,9 +113,14 @@ impl NodeSpec {
         for s in &self.settings {
             flags.push(FlagValue::from_set(s)?);
         }
-        // Hermetic: no SPOOL_* variable of the caller's, no spool.toml.
-        let none = |_: &str| None::<String>;
-        Ok(Config::load_with(None, &flags, &none)?)
+        // Hermetic: no SPOOL_* variable of the caller's, no spool.toml; an
+        // object store's own variables (`cargo xtask fleet --s3s`) pass.
+        let store_env = |k: &str| {
+            let store = spool_service::config::PLAIN_ENV.contains(&k)
+                || spool_service::config::SECRET_ENV.contains(&k);
+            store.then(|| std::env::var(k).ok()).flatten()
+        };
+        Ok(Config::load_with(None, &flags, &store_env)?)
     }
 
     /// The engine of `rank`: with a sink shipping as `sink` says, else (the

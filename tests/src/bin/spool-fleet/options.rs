@@ -55,6 +55,12 @@ pub struct Options {
     pub keep: bool,
     /// The server's pid, to read its CPU time (`/proc/PID/stat`).
     pub server_pid: Option<u32>,
+    /// An object store instead of the `file://` one (`--store URL`, its
+    /// credentials in the environment), with the directory where the store
+    /// keeps its objects as files under their keys (`--store-dir DIR`:
+    /// s3s-fs's bucket directory), which the oracle walks and the report
+    /// counts.
+    pub store: Option<(String, PathBuf)>,
 }
 
 impl Options {
@@ -78,7 +84,9 @@ impl Options {
             json: None,
             keep: false,
             server_pid: None,
+            store: None,
         };
+        let (mut store_url, mut store_dir) = (None, None);
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -101,6 +109,8 @@ impl Options {
                 "--json" => o.json = Some(PathBuf::from(value(&mut it, a)?)),
                 "--keep" => o.keep = true,
                 "--server-pid" => o.server_pid = Some(value(&mut it, a)?.parse()?),
+                "--store" => store_url = Some(value(&mut it, a)?),
+                "--store-dir" => store_dir = Some(PathBuf::from(value(&mut it, a)?)),
                 other => bail!("unknown option {other}"),
             }
         }
@@ -122,6 +132,11 @@ impl Options {
         if o.kill > o.nodes {
             bail!("--kill {} is more than --nodes {}", o.kill, o.nodes);
         }
+        o.store = match (store_url, store_dir) {
+            (Some(url), Some(dir)) => Some((url, dir)),
+            (None, None) => None,
+            _ => bail!("--store URL and --store-dir DIR go together (the directory where that store keeps its objects)"),
+        };
         Ok(o)
     }
 }

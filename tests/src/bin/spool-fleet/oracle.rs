@@ -51,6 +51,7 @@ impl Verdict {
 /// Checks the run in `scratch` against the catalog at `catalog_url`.
 pub fn check(
     scratch: &Path,
+    store_dir: &Path,
     catalog_url: &str,
     server: &Server,
     database: &str,
@@ -61,7 +62,7 @@ pub fn check(
         logged.extend(text.lines().filter(|l| l.len() == 32).map(String::from));
     }
     let mut stored = BTreeSet::new();
-    walk_store(&scratch.join("store"), &mut stored)?;
+    walk_store(store_dir, &mut stored)?;
     let catalog = spool_catalog::open(catalog_url)?;
     let rows = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -94,22 +95,45 @@ pub fn check(
     })
 }
 
-/// Pack ids of the `file://` store (`<id>.pack` objects anywhere below).
+/// Pack ids in the store's directory (`<id>.pack` objects anywhere
+/// below, and the packs of each `<id>.bundle`, found from its end by each
+/// pack's own trailer).
 fn walk_store(dir: &Path, out: &mut BTreeSet<String>) -> Result<()> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Ok(());
     };
     for e in rd.flatten() {
         let p = e.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         if p.is_dir() {
             walk_store(&p, out)?;
-        } else if let Some(id) = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".pack"))
-        {
+        } else if let Some(id) = name.strip_suffix(".pack") {
             out.insert(id.to_string());
+        } else if name.ends_with(".bundle") {
+            let bytes = std::fs::read(&p)?;
+            out.extend(bundled_ids(&bytes).with_context(|| format!("bundle {}", p.display()))?);
         }
     }
     Ok(())
+}
+
+/// The ids of the packs back to back in `bytes`, last first.
+fn bundled_ids(bytes: &[u8]) -> Result<Vec<String>> {
+    use spool_core::pack::{Trailer, TRAILER_LEN};
+    let mut ids = Vec::new();
+    let mut end = bytes.len();
+    while end > 0 {
+        let at = end
+            .checked_sub(TRAILER_LEN)
+            .context("bytes before the packs found, less than a trailer")?;
+        let tail: &[u8; TRAILER_LEN] = bytes[at..end].try_into().expect("TRAILER_LEN bytes");
+        let trailer =
+            Trailer::parse(tail).with_context(|| format!("the trailer ending at {end}"))?;
+        end = usize::try_from(trailer.total_len)
+            .ok()
+            .and_then(|len| end.checked_sub(len))
+            .with_context(|| format!("the trailer ending at {end} names more than is before it"))?;
+        ids.push(trailer.id.to_string());
+    }
+    Ok(ids)
 }

@@ -289,8 +289,9 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  store (window): {:.1} PUTs/s (objects created; the file:// store puts one per pack, it never bundles)",
-            r.objects_put as f64 / r.window_secs.max(1e-9)
+            "  store (window): {:.1} PUTs/s, {:.3} per pack sealed (objects created: one per pack on file://, which never bundles; one per bundle on an object store)",
+            r.objects_put as f64 / r.window_secs.max(1e-9),
+            r.objects_put as f64 / r.window_secs.max(1e-9) / self.sealed_per_s.max(1e-9)
         )?;
         if let Some(cpu) = r.server_cpu_secs {
             writeln!(

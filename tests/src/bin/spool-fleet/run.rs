@@ -89,7 +89,13 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     for d in ["nodes", "logs", "store"] {
         std::fs::create_dir_all(scratch.join(d))?;
     }
-    let store_url = format!("file://{}", scratch.join("store").display());
+    let (store_url, store_dir) = match &o.store {
+        Some((url, dir)) => (url.clone(), dir.clone()),
+        None => (
+            format!("file://{}", scratch.join("store").display()),
+            scratch.join("store"),
+        ),
+    };
     // one schema install before a thousand engines race for it
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -182,7 +188,6 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let load_start = load();
     let events0 = server.events()?;
     let cpu0 = o.server_pid.and_then(cpu_secs);
-    let store_dir = scratch.join("store");
     let objects0 = count_objects(&store_dir);
     let window_start = Instant::now();
 
@@ -323,7 +328,7 @@ pub fn run(o: &Options) -> Result<(Report, Leftovers)> {
     let missing_reports = reports.iter().filter(|r| r.is_none()).count();
 
     eprintln!("spool-fleet: drained in {drain_secs:.1} s; checking");
-    let verdict = crate::oracle::check(&scratch, &catalog_url, &server, &database)?;
+    let verdict = crate::oracle::check(&scratch, &store_dir, &catalog_url, &server, &database)?;
     let report = Report::new(
         o,
         crate::report::Run {
@@ -440,16 +445,21 @@ fn load() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Objects in the `file://` store under `dir` (every file: one per PUT).
+/// Objects in the store's directory `dir` (each `.pack` or `.bundle` file:
+/// one per PUT).
 fn count_objects(dir: &std::path::Path) -> u64 {
     let mut n = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let object = [".pack", ".bundle"]
+                .iter()
+                .any(|s| name.to_string_lossy().ends_with(s));
             match e.file_type() {
                 Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(_) => n += 1,
-                Err(_) => {}
+                Ok(_) if object => n += 1,
+                _ => {}
             }
         }
     }
