@@ -93,3 +93,28 @@ impl Linger {
         self.open
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot taken while a bundle lingers shows the wait so far, not
+    /// the one of the cycle that started the linger.
+    #[test]
+    fn an_open_bundle_ages_to_when_it_is_read() {
+        let since = Instant::now() - Duration::from_millis(500);
+        let open = OpenBundle {
+            packs: 3,
+            bytes: 3 << 14,
+            age: Duration::ZERO,
+            since: Some(since),
+        };
+        let aged = open.aged_now();
+        assert!(aged.age >= Duration::from_millis(500), "{aged:?}");
+        assert_eq!(
+            (aged.packs, aged.bytes, aged.since),
+            (3, 3 << 14, Some(since))
+        );
+        assert_eq!(OpenBundle::default().aged_now(), OpenBundle::default());
+    }
+}

@@ -18,6 +18,18 @@ fn bundling(fx: &Fixture, dir: &Path, bundle_bytes: u64) -> spool_upload::Upload
     u
 }
 
+/// `uploader` rebuilt on its store with its configuration changed by
+/// `change`, and no bundle linger unless `change` sets one.
+fn reconfigure(
+    uploader: &mut spool_upload::Uploader,
+    change: impl FnOnce(&mut spool_upload::UploadConfig),
+) {
+    let mut u = uploader.config().clone();
+    u.bundle_linger = Duration::ZERO;
+    change(&mut u);
+    *uploader = spool_upload::Uploader::new(uploader.store().clone(), u).unwrap();
+}
+
 /// Every row of the fixture's catalog, by id.
 fn rows(catalog: &dyn Catalog) -> Vec<PackRow> {
     block_on(catalog.list_range(0, u64::MAX)).unwrap()
@@ -83,6 +95,66 @@ fn small_packs_share_one_object_and_each_row_names_its_range() {
     assert_eq!(
         (path.counters().bundles(), path.counters().bundled_packs()),
         (1, 40)
+    );
+}
+
+/// A run lingers only when it has packs and every one of them would go in a
+/// bundle: none lingers with nothing to send, and one pack at or over the
+/// bundle size among small ones sends the run at once.
+#[test]
+fn only_a_run_of_small_packs_lingers() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let mut upload = bundling(&fx, own.dir(), 64 << 10);
+    upload.bundle_linger = Duration::from_secs(1);
+    let path = upload_path(&fx, own.dir(), upload);
+    let never = Arc::new(AtomicBool::new(false));
+    let mut linger = crate::drain::Linger::default();
+    assert!(!path.hold_for_bundle(&mut linger, &[]), "nothing to send");
+    stage(own.dir(), 3);
+    let small = jobs_of(
+        &path,
+        spool_core::spool::scan_dir(own.dir(), &never).unwrap(),
+    );
+    assert!(
+        path.hold_for_bundle(&mut linger, &small),
+        "three small packs"
+    );
+    assert!(linger.due().is_some());
+    std::thread::sleep(Duration::from_millis(5));
+    stage_sized(own.dir(), 1, 70 << 10);
+    let mixed = jobs_of(
+        &path,
+        spool_core::spool::scan_dir(own.dir(), &never).unwrap(),
+    );
+    assert_eq!(mixed.len(), 4);
+    assert!(
+        !path.hold_for_bundle(&mut linger, &mixed),
+        "a pack over the bundle size goes at once, and the run with it"
+    );
+    assert!(linger.due().is_none());
+
+    // packs uploaded and owed to the catalog go to the index at once
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    stage(own.dir(), 3);
+    let (mut path, _catalog) = gated_path(&fx, own.dir(), |p| {
+        reconfigure(&mut p.uploader, |u| u.bundle_bytes = 1 << 20)
+    });
+    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let jobs = jobs_of(&path, packs);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let done = block_on(path.run(jobs, &cut_after_300ms(deadline), &never));
+    assert_eq!(outcome_names(&done), vec!["Owed"; 3]);
+    reconfigure(&mut path.uploader, |u| {
+        u.bundle_linger = Duration::from_secs(1)
+    });
+    let listed = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    let owed = path.own_jobs(listed);
+    assert_eq!(owed.len(), 3);
+    assert!(
+        !path.hold_for_bundle(&mut crate::drain::Linger::default(), &owed),
+        "rows owed to the catalog wait for no bundle"
     );
 }
 
@@ -262,11 +334,10 @@ fn an_owed_row_naming_a_bundle_near_its_grace_is_uploaded_again_not_indexed() {
     let own = fx.claim(&fx.dest, 0);
     stage(own.dir(), 3);
     let (mut path, catalog) = gated_path(&fx, own.dir(), |p| {
-        let mut u = p.uploader.config().clone();
-        u.bundle_bytes = 1 << 20;
-        u.bundle_linger = Duration::ZERO;
-        u.orphan_grace = Duration::from_secs(2);
-        p.uploader = spool_upload::Uploader::new(p.uploader.store().clone(), u).unwrap();
+        reconfigure(&mut p.uploader, |u| {
+            u.bundle_bytes = 1 << 20;
+            u.orphan_grace = Duration::from_secs(2);
+        })
     });
     let never = Arc::new(AtomicBool::new(false));
     let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
