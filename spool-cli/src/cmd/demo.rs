@@ -7,7 +7,8 @@
 //!    every pack it stages to the daemon, which ships and confirms it while
 //!    the producer lives. All but the victim exit once every pack is
 //!    confirmed.
-//! 2. Once the victim (twice the packs) has staged `--packs`, the daemon
+//! 2. Once the victim (ten times the packs, so that it is still staging
+//!    however long the others take to exit) has staged `--packs`, the daemon
 //!    stops (SIGTERM); the victim hands off a few more that nobody
 //!    confirms and is SIGKILLed: a dead sibling holding them.
 //! 3. `spool run --once` adopts that directory, ships it and removes it.
@@ -229,8 +230,10 @@ fn drive(args: &Args, root: &Path, logs: &Path, ui: &Ui) -> anyhow::Result<Outco
     let (mut daemon, daemon_lines, spinner) = start_daemon(&exe, root, logs, ui)?;
 
     // 2. Sink-only producers: each hands its packs to the daemon while it
-    //    lives. The victim has twice the packs, so it is still staging
-    //    when the others are done.
+    //    lives. The victim has ten times the packs, so it is still staging
+    //    when the others are done, however long their confirmations take
+    //    on a loaded machine (with twice the packs it once finished first,
+    //    leaving nothing to adopt).
     let (ranks, mut children, readers) = start_producers(&exe, args, root, logs, ui, victim)?;
     let staged = |k: usize| ranks.lock().unwrap_or_else(|e| e.into_inner())[k].ids.len();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -345,7 +348,7 @@ type Producers = (
 );
 
 /// Starts the sink-only producers (`spool produce --rank K`), the
-/// victim with twice the packs.
+/// victim with ten times the packs.
 fn start_producers(
     exe: &Path,
     args: &Args,
@@ -360,7 +363,7 @@ fn start_producers(
     let mut readers = Vec::new();
     for k in 0..args.ranks as usize {
         let packs = if k == victim {
-            2 * args.packs
+            10 * args.packs
         } else {
             args.packs
         };
