@@ -88,10 +88,10 @@
 //!   (`drain/linger.rs`). While handed-off packs wait, each hand-off
 //!   step lists every live owner, not only those that changed: the
 //!   waiting packs of a quiet owner stay in the run and keep their age,
-//!   whatever another owner's trickle does. A flush, a stop's last flush and a run until
-//!   drained (`spool run --once`) never wait; adoption steps never wait
-//!   (a backlog fills its bundles). The snapshot's `open_bundle` shows
-//!   what waits. The linger is the latency a bundle adds to a pack of a
+//!   whatever another owner's trickle does. A flush, a stop's last flush
+//!   and a run until drained (`spool run --once`) never wait; adoption
+//!   steps never wait (a backlog fills its bundles). The snapshot's
+//!   `open_bundle` shows what waits. The linger is the latency a bundle adds to a pack of a
 //!   trickle, and what it saves: a node sealing 4 packs/s puts one object
 //!   a second instead of four.
 //! - **An owed row naming a bundle is indexed only within half of
@@ -346,10 +346,10 @@ impl Drain {
             // Fed and started until nothing more moves: a backlog of small
             // packs starts its bundles together (each is read on a blocking
             // thread of its own), not one per wake-up of this loop.
+            let limits = (workers, small_workers);
             loop {
                 let before = (st.input.len(), st.uploads.len());
                 self.feed_validation(&mut st, (small_workers, cfg.bundle_limit()), flag);
-                let limits = (workers, small_workers);
                 self.start_uploads(&mut st, limits, depth, cfg.max_in_flight_bytes, bound);
                 if (st.input.len(), st.uploads.len()) == before {
                     break;
