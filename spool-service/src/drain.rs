@@ -44,10 +44,12 @@ mod counters;
 mod job;
 mod linger;
 mod pipeline;
+mod riders;
 mod stage_times;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,13 +59,14 @@ use spool_core::{PackId, PackSummary, ReadyPack, Spool};
 use spool_upload::{UploadResult, Uploader};
 use tokio::sync::watch;
 
-use crate::bound::{human, Cut, InFlight};
+use crate::bound::{human, Bound, Cut, InFlight};
 
 pub(crate) use counters::{Counters, Progress};
 pub use job::PackOutcome;
 pub(crate) use job::{Home, Job, Origin};
 pub(crate) use linger::Linger;
 pub use linger::OpenBundle;
+pub(crate) use riders::{Carried, Stream};
 pub use stage_times::StageTimes;
 
 /// The longest the index linger grows to while the catalog pushes back.
@@ -123,6 +126,8 @@ pub(crate) struct Drain {
     summaries: HashMap<PackId, PackSummary>,
     /// Handed-off packs indexed whose owners are not yet told.
     confirmable: Vec<Job>,
+    /// Runs a linger holds back, riding along this cycle's other runs.
+    riders: riders::Riders,
     /// When the last index call started (across runs): the next one that
     /// is not a full batch waits until `pace` after it.
     last_index: Option<std::time::Instant>,
@@ -151,6 +156,7 @@ impl Drain {
             backlog: Vec::new(),
             summaries: HashMap::new(),
             confirmable: Vec::new(),
+            riders: riders::Riders::default(),
             last_index: None,
             pace: p.index_linger,
             counters: Counters::new(p.progress),
@@ -251,6 +257,35 @@ impl Drain {
     /// its bundle (see [`Linger::hold`]), by `linger`'s clock.
     pub(crate) fn hold_for_bundle(&self, linger: &mut Linger, jobs: &[Job]) -> bool {
         linger.hold(jobs, &self.uploader, std::time::Instant::now())
+    }
+
+    /// Parks `jobs`, a run of `stream` its linger holds back, to ride in
+    /// front of the next run of this cycle (see `drain/riders.rs`).
+    pub(crate) fn park(&mut self, stream: Stream, jobs: Vec<Job>) {
+        self.riders.park(stream, jobs);
+    }
+
+    /// Runs `jobs` through the pipeline (`drain/pipeline.rs`), with the
+    /// riders parked this cycle in front of them. Returns one outcome per
+    /// job of `jobs`; the riders' wait for [`Drain::end_cycle`].
+    pub(crate) async fn run(
+        &mut self,
+        jobs: Vec<Job>,
+        bound: &Bound,
+        flag: &Arc<AtomicBool>,
+    ) -> Vec<(Job, PackOutcome)> {
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let all = self.riders.board(jobs);
+        let done = self.run_pipeline(all, bound, flag).await;
+        self.riders.alight(done)
+    }
+
+    /// Ends a cycle: drops the riders no run took (their streams list them
+    /// again) and returns what became of those a run carried.
+    pub(crate) fn end_cycle(&mut self) -> Vec<Carried> {
+        self.riders.end_cycle()
     }
 
     /// The own directory's spool, the drain done with (stop releases its

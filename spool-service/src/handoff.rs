@@ -56,7 +56,7 @@ use spool_core::PackId;
 use spool_lock::Access;
 
 use crate::bound::Bound;
-use crate::drain::{Drain, Job, Linger, Origin, PackOutcome};
+use crate::drain::{Drain, Job, Linger, Origin, PackOutcome, Stream};
 use crate::offload::blocking;
 
 pub(crate) use watch::RefWatch;
@@ -260,21 +260,13 @@ impl Shipper {
         self.counts.waiting = waiting;
         let mut failed = false;
         if drain.hold_for_bundle(&mut self.linger, &jobs) {
-            jobs.clear(); // a bundle's worth is not there yet, and may come
+            // a bundle's worth is not there yet, and may come; meanwhile
+            // they ride along the cycle's other runs, if any
+            drain.park(Stream::HandOff, std::mem::take(&mut jobs));
         }
         if !jobs.is_empty() {
             for (job, outcome) in drain.run(jobs, bound, flag).await {
-                match outcome {
-                    PackOutcome::Quarantined { reason } => {
-                        self.refuse(ref_path(job.dir(), job.pack()), reason)
-                    }
-                    PackOutcome::Failed {
-                        retryable: false,
-                        reason,
-                    } => self.refuse(ref_path(job.dir(), job.pack()), reason.to_string()),
-                    PackOutcome::Failed { .. } => failed = true,
-                    _ => {}
-                }
+                failed |= self.settle(&job, outcome);
             }
         }
         self.report_refusals();
@@ -302,6 +294,44 @@ impl Shipper {
             .await;
         }
         failed
+    }
+
+    /// Settles the handed-off packs another run of the cycle carried (the
+    /// drain's `riders`) as this step settles its own run's, and tells
+    /// their owners at once; the linger starts over. Returns whether
+    /// something failed that a retry may fix.
+    pub(crate) async fn settle_carried(
+        &mut self,
+        drain: &mut Drain,
+        carried: Vec<(Job, PackOutcome)>,
+    ) -> bool {
+        let mut failed = false;
+        for (job, outcome) in carried {
+            failed |= self.settle(&job, outcome);
+        }
+        self.linger = Linger::default();
+        self.report_refusals();
+        self.queue(drain.take_confirmable());
+        self.tell_owners(drain).await;
+        failed | !self.to_confirm.is_empty()
+    }
+
+    /// Settles one handed-off pack's outcome: a pack that failed for good
+    /// is refused (left in its owner's directory, never tried again).
+    /// Returns whether it failed in a way a retry may fix.
+    fn settle(&mut self, job: &Job, outcome: PackOutcome) -> bool {
+        match outcome {
+            PackOutcome::Quarantined { reason } => {
+                self.refuse(ref_path(job.dir(), job.pack()), reason)
+            }
+            PackOutcome::Failed {
+                retryable: false,
+                reason,
+            } => self.refuse(ref_path(job.dir(), job.pack()), reason.to_string()),
+            PackOutcome::Failed { .. } => return true,
+            _ => {}
+        }
+        false
     }
 
     /// Whether another daemon, of another node name, serves the owners

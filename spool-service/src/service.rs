@@ -33,7 +33,7 @@ use crate::adoption::real_env::{let_go_of_all, Env, HeldSiblings};
 use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
-use crate::drain::{Drain, DrainParts, Linger, OpenBundle, PackOutcome, Progress};
+use crate::drain::{Drain, DrainParts, Linger, OpenBundle, PackOutcome, Progress, Stream};
 use crate::handoff::Shipper;
 use crate::snapshot::Snapshot;
 use crate::Error;
@@ -852,6 +852,7 @@ impl Core {
             out.failed |= failed;
             out.adoption_gated = gated;
         }
+        out.failed |= self.settle_carried().await;
         self.publish(shared);
         out
     }
@@ -896,7 +897,10 @@ impl Core {
         }
         let jobs = self.drain.own_jobs(ready);
         if linger && self.drain.hold_for_bundle(&mut self.own_linger, &jobs) {
-            return out; // nothing owed among them: the backlog is empty
+            // nothing owed among them (the backlog is empty); they ride
+            // along the cycle's other runs, if any
+            self.drain.park(Stream::Own, jobs);
+            return out;
         }
         let mut left = self.own_left;
         for (job, outcome) in self.drain.run(jobs, bound, flag).await {
@@ -931,6 +935,35 @@ impl Core {
         self.own_left = left;
         out.own_left = left;
         out
+    }
+
+    /// Ends the cycle's riders (the drain's `riders`): the packs another
+    /// run carried go back to their stream, their lingers start over.
+    /// Returns whether something failed that a retry may fix.
+    async fn settle_carried(&mut self) -> bool {
+        let mut failed = false;
+        let mut handed_off = Vec::new();
+        for (stream, job, outcome) in self.drain.end_cycle() {
+            match stream {
+                Stream::HandOff => handed_off.push((job, outcome)),
+                Stream::Own => {
+                    self.own_linger = Linger::default();
+                    // as `own_work` settles its own run's
+                    match outcome {
+                        PackOutcome::Failed {
+                            retryable: false,
+                            reason,
+                        } => failed |= !self.drain.reject(&job, reason.to_string()).await,
+                        PackOutcome::Failed { .. } => failed = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if let (Some(shipper), false) = (self.shipper.as_mut(), handed_off.is_empty()) {
+            failed |= shipper.settle_carried(&mut self.drain, handed_off).await;
+        }
+        failed
     }
 
     /// Notes which directories the registry said changed: owners for the

@@ -187,6 +187,24 @@ fn fresh_store(moto: &spool_tests::servers::Moto) -> String {
     format!("s3://{}/run-{}", moto.bucket, uuid::Uuid::new_v4().simple())
 }
 
+/// An empty spool root in `dir`.
+fn empty_root(dir: &Path) -> std::path::PathBuf {
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    root
+}
+
+/// How many objects the rows of `root`'s embedded catalog name.
+fn objects_named(root: &Path) -> i64 {
+    let db = rusqlite::Connection::open(root.join(".catalog.db")).unwrap();
+    db.query_row(
+        "SELECT COUNT(DISTINCT object_key) FROM spool_packs",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 /// The node's daemon on `root` (the catalog embedded there, the store
 /// `store_url`), lingering `linger` for a bundle, polling only every 60 s.
 fn lingering_daemon(root: &Path, store_url: &str, linger: &str, args: &[&str]) -> KillOnDrop {
@@ -232,10 +250,8 @@ fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
     let Some(moto) = spool_tests::servers::moto() else {
         return;
     };
-    let store_url = fresh_store(&moto);
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
+    let (store_url, tmp) = (fresh_store(&moto), tempfile::tempdir().unwrap());
+    let root = empty_root(tmp.path());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -293,14 +309,7 @@ fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(status()["daemon"]["open_bundle"]["packs"], 0);
-    let db = rusqlite::Connection::open(root.join(".catalog.db")).unwrap();
-    let objects: i64 = db
-        .query_row(
-            "SELECT COUNT(DISTINCT object_key) FROM spool_packs",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let objects = objects_named(&root);
     assert_eq!(objects, 1, "one bundle");
     for child in [&mut producer, &mut daemon] {
         kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
@@ -312,6 +321,48 @@ fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
 /// host in a warning about 2 s into its wait (`SLOW_NOTICE` in
 /// spool-catalog), long before the 8 s request timeout runs out and it
 /// moves on to the live server, and then lists.
+/// The node's daemon puts a crashed rank's packs and a live rank's in
+/// one object: the live rank's small packs wait for their bundle (the
+/// linger here 60 s), the crashed rank is adopted, and its step's run
+/// carries them, long before the linger ends (on moto, the daemon's own
+/// embedded catalog).
+#[test]
+fn a_crashed_rank_and_a_live_one_share_the_daemons_bundle() {
+    let Some(moto) = spool_tests::servers::moto() else {
+        return;
+    };
+    let (store_url, tmp) = (fresh_store(&moto), tempfile::tempdir().unwrap());
+    let root = empty_root(tmp.path());
+    let mut daemon = lingering_daemon(&root, &store_url, "60s", &["--recheck-interval", "200ms"]);
+    let mut live = holding_producer(&root, &store_url, &["--packs", "3"], Stdio::null());
+    let mut crashed = holding_producer(&root, &store_url, &["--packs", "2"], Stdio::null());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while spool_tests::ready_under(&root).len() < 5 {
+        assert!(Instant::now() < deadline, "the producers staged no 5 packs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    kill(Pid::from_raw(crashed.id() as i32), Signal::SIGKILL).unwrap();
+    crashed.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while spool_tests::indexed_ids(&root).len() < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 5 packs indexed 20 s after the crash",
+            spool_tests::indexed_ids(&root).len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let objects = objects_named(&root);
+    assert_eq!(
+        objects, 1,
+        "the crashed rank's packs and the live one's share one bundle"
+    );
+    for child in [&mut live, &mut daemon] {
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+}
+
 #[test]
 fn a_replica_that_stalls_at_start_is_named_while_it_is_waited_for() {
     use std::io::BufRead;

@@ -91,9 +91,17 @@
 //!   whatever another owner's trickle does. A flush, a stop's last flush
 //!   and a run until drained (`spool run --once`) never wait; adoption
 //!   steps never wait (a backlog fills its bundles). The snapshot's
-//!   `open_bundle` shows what waits. The linger is the latency a bundle adds to a pack of a
-//!   trickle, and what it saves: a node sealing 4 packs/s puts one object
-//!   a second instead of four.
+//!   `open_bundle` shows what waits. The linger is the latency a bundle
+//!   adds to a pack of a trickle, and what it saves: a node sealing 4
+//!   packs/s puts one object a second instead of four.
+//! - **One stream per node.** Packs a linger holds back ride in front of
+//!   the cycle's next run, whoever's it is (`drain/riders.rs`): the own
+//!   packs waiting go with the hand-off's run, and both with an adoption
+//!   step's, so the node's daemon puts every live owner's packs and an
+//!   adopted sibling's in the same bundles, and a sibling's last partial
+//!   bundle fills with them. Siblings are still taken one at a time (the
+//!   adopter holds at most one), so two dead siblings' tails go in two
+//!   bundles: at most one object more per dead sibling, once.
 //! - **An owed row naming a bundle is indexed only within half of
 //!   `upload.orphan_grace` after the bundle's PUT returned.** An older one
 //!   (a catalog down that long) is not indexed: its pack goes up again in
@@ -286,7 +294,7 @@ impl Drain {
     /// overlapping (see the module doc), under `bound` (its cancel cuts
     /// every stage; `flag` is the same cancel for validation). Returns one
     /// outcome per job.
-    pub(crate) async fn run(
+    pub(super) async fn run_pipeline(
         &mut self,
         jobs: Vec<Job>,
         bound: &Bound,

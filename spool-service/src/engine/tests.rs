@@ -453,6 +453,48 @@ fn the_daemon_ships_a_hand_off_engine_of_its_own_process() {
     daemon.close();
 }
 
+/// The node's daemon puts a dead sibling's packs and the packs live
+/// owners hand off in one bundle: the hand-off's waiting packs ride along
+/// the adoption step's run instead of waiting out their linger for an
+/// object of their own (the drain's `riders`).
+#[test]
+fn the_daemon_bundles_an_adopted_sibling_with_the_hand_off() {
+    let fx = Fixture::new();
+    let dead = fx.dead_sibling(0, 3);
+    let mut daemon = engine_config(&fx, Vec::new());
+    service(&mut daemon).adopt = true;
+    service(&mut daemon).upload.bundle_bytes = 1 << 20;
+    service(&mut daemon).upload.bundle_linger = Duration::from_secs(30);
+    daemon.rank = 8;
+    let mut rank = engine_config(&fx, vec![sink()]);
+    service(&mut rank).registry = service(&mut daemon).registry.clone();
+    ship_by_daemon(&mut rank);
+    let rank = Engine::start(rank).unwrap();
+    for i in 0..2 {
+        rank.sinks()[0]
+            .write(format!("record {i}").as_bytes())
+            .unwrap();
+    }
+    let daemon = Engine::start(daemon).unwrap();
+    // the flush sees its packs confirmed long before their linger ends
+    assert!(rank.flush(Duration::from_secs(10)).unwrap(), "not shipped");
+    assert!(crate::service::tests::wait_for(
+        Duration::from_secs(10),
+        || !dead.exists()
+    ));
+    assert_eq!(
+        crate::service::tests::block_on(fx.catalog.count()).unwrap(),
+        5
+    );
+    assert_eq!(
+        crate::service::tests::block_on(fx.objects()),
+        1,
+        "the sibling's three packs and the hand-off's two share one object"
+    );
+    rank.close();
+    daemon.close();
+}
+
 mod serial {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;

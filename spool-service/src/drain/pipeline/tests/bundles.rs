@@ -481,3 +481,57 @@ fn packs_that_fill_a_bundle_exactly_still_close_it() {
     assert_eq!(outcome_names(&done), vec!["Indexed"; 60]);
     assert_eq!(fx.store.calls(Op::Put), 3, "three full bundles");
 }
+
+/// A run a stream's linger holds back rides in front of the cycle's next
+/// run: one bundle for both, each run's outcomes back to its own stream;
+/// riders no run took are dropped at the cycle's end, never carried into
+/// the next cycle's runs (their stream lists them again).
+#[test]
+fn parked_packs_ride_along_the_next_run_of_the_cycle_only() {
+    let fx = Fixture::new();
+    let own = fx.claim(&fx.dest, 0);
+    let mut path = upload_path(&fx, own.dir(), bundling(&fx, own.dir(), 1 << 20));
+    let never = Arc::new(AtomicBool::new(false));
+    let listed = || spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+    stage(own.dir(), 2);
+    let parked = jobs_of(&path, listed());
+    let parked_ids: std::collections::HashSet<_> = parked.iter().map(|j| j.pack().id).collect();
+    path.park(crate::drain::Stream::HandOff, parked);
+    stage(own.dir(), 3);
+    let fresh: Vec<Job> = jobs_of(&path, listed())
+        .into_iter()
+        .filter(|j| !parked_ids.contains(&j.pack().id))
+        .collect();
+    let done = block_on(path.run(fresh, &no_cut(), &never));
+    assert_eq!(outcome_names(&done), vec!["Indexed"; 3], "the run's own");
+    let carried = path.end_cycle();
+    assert_eq!(carried.len(), 2);
+    for (stream, job, outcome) in &carried {
+        assert_eq!(*stream, crate::drain::Stream::HandOff);
+        assert!(parked_ids.contains(&job.pack().id));
+        assert!(matches!(outcome, PackOutcome::Indexed), "{outcome:?}");
+    }
+    assert_eq!(block_on(fx.objects()), 1, "five packs, one bundle");
+    assert_ranges_read_back(&fx, &rows(&*fx.catalog));
+
+    // parked, and the cycle ends with no other run: dropped
+    let dropped = stage(own.dir(), 1)[0];
+    path.park(crate::drain::Stream::Own, jobs_of(&path, listed()));
+    assert!(path.end_cycle().is_empty());
+    stage(own.dir(), 1);
+    let next = jobs_of(&path, listed());
+    assert_eq!(next.len(), 2, "the dropped rider is still ready");
+    let lone = next
+        .into_iter()
+        .filter(|j| j.pack().id != dropped)
+        .collect();
+    let done = block_on(path.run(lone, &no_cut(), &never));
+    assert_eq!(done.len(), 1);
+    assert!(path.end_cycle().is_empty(), "nothing rode the next cycle");
+    assert_eq!(
+        spool_core::spool::scan_dir(own.dir(), &never)
+            .unwrap()
+            .len(),
+        1
+    );
+}
