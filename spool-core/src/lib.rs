@@ -66,14 +66,15 @@
 //! | name | what it hashes | where it lives | who checks it |
 //! |---|---|---|---|
 //! | `trailer_sha256` ([`pack::Trailer::sha256`], [`pack::PackSummary::trailer_sha256`]) | every byte before the trailer's hash field (the pack's last 32 bytes) | in the pack itself, and the row's `trailer_sha256` column | [`pack::validate`] on every read (recovery, the pipeline, the uploader before it sends, `spool cat`, Python's `fetch`); the uploader's existing-object check (one ranged read of the trailer) |
-//! | `sha256` ([`pack::PackSummary::sha256`]) | the whole pack, trailer included | the row's `sha256` column; `spool produce --print-sha256` | any standard tool: `sha256sum` of the object, `rclone cat KEY \| sha256sum`, S3's `ChecksumSHA256` (base64) of an object sent with `x-amz-checksum-sha256`; `spool cat` and `fetch` against the row |
+//! | `sha256` ([`pack::PackSummary::sha256`]) | the whole pack, trailer included | the row's `sha256` column; `spool produce --print-sha256` | any standard tool: `sha256sum` of the object, `rclone cat KEY \| sha256sum`, `spool cat` and `fetch` against the row |
 //!
 //! What each protects: the trailer's checksum makes a pack self-checking (a
 //! torn or bit-flipped file fails validation wherever it is read); the
 //! uploader's hash of the bytes it sends (checked against the trailer
 //! before a PUT is sent or a multipart upload completed) keeps what reaches
-//! the store equal to what was validated; `x-amz-checksum-sha256` lets S3
-//! refuse a body damaged in transit; the row's `sha256` lets a reader check
+//! the store equal to what was validated; the request's SHA-256 of the
+//! body (spool-upload's crate docs) lets S3 refuse a body damaged in
+//! transit; the row's `sha256` lets a reader check
 //! an object with no spool code at all. Rows written before catalog schema
 //! version 4 carry the trailer's checksum in both columns (spool-catalog's
 //! `PackRow::whole_sha256` is `false`); readers check those by the trailer.

@@ -62,25 +62,30 @@
 //!   validated) is `Error::ChecksumMismatch`: nothing is sent or completed
 //!   (a multipart upload is aborted), `UploadFailure::corrupt` is set, and
 //!   the service quarantines the pack (`spool verify` lists it with why).
-//!   Server-side checks on top: `s3://` stores send `x-amz-checksum-sha256`
-//!   of every PUT and part (object_store's `Checksum::SHA256`; AWS S3
-//!   verifies it and refuses a damaged body; moto 5.2.5 stores without
-//!   checking, so the header is pinned against wiremock). object_store 0.14
-//!   sends no content checksum to GCS or Azure: there the body is protected
-//!   by TLS and our own hash before the upload completes. `file://` hashes
-//!   the staged copy itself, chunk by chunk as it is written, before it
-//!   publishes it.
+//!   Server-side checks on top: S3 hashes every PUT's and part's body
+//!   once and refuses a damaged one. By default the request signs its
+//!   payload: `x-amz-content-sha256` is the body's SHA-256, which S3
+//!   verifies (`XAmzContentSHA256Mismatch`); with `AWS_UNSIGNED_PAYLOAD`
+//!   or `AWS_SKIP_SIGNATURE` set, the store adds `x-amz-checksum-sha256`
+//!   (object_store's `Checksum::SHA256`) instead. Never both: the same
+//!   hash twice costs the server a second SHA-256 pass over every byte
+//!   (BENCHMARKS.md, "spool run --once against s3s-fs"). moto 5.2.5
+//!   verifies neither, so the headers are pinned against wiremock.
+//!   object_store 0.14 sends no content checksum to GCS or Azure: there
+//!   the body is protected by TLS and our own hash before the upload
+//!   completes. `file://` hashes the staged copy itself, chunk by chunk as
+//!   it is written, before it publishes it.
 //! - **How often a pack's bytes are read and hashed** (between the spool
 //!   file and the socket; spool-core's crate docs, "Which hash is which"):
 //!   - a single PUT (up to `multipart_threshold`): read once into 1 MiB
 //!     buffers; hashed once by spool-core's validation of those buffers
 //!     (the trailer's checksum and the whole pack's SHA-256 from one pass:
-//!     the service's row gets the latter), and once by object_store for
-//!     `x-amz-checksum-sha256` on `s3://` (its SigV4 signature reuses that
-//!     digest as the payload hash); the buffers are moved into the
-//!     `PutPayload`, not copied. object_store 0.14 takes no checksum from
-//!     the caller and signs every header it sends, so the second hash stays
-//!     while the server's own check of the body is wanted;
+//!     the service's row gets the latter), and once by object_store on
+//!     `s3://` for the signed payload hash (or `x-amz-checksum-sha256`
+//!     when the payload is unsigned); the buffers are moved into the
+//!     `PutPayload`, not copied. object_store 0.14 takes no digest from
+//!     the caller, so the second hash stays while the server's own check
+//!     of the body is wanted;
 //!   - a multipart upload: read twice (the service's validation ahead of
 //!     the upload, then the parts as they stream) and hashed three times
 //!     (that validation, the check of the bytes sent, object_store's per

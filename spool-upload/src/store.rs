@@ -67,9 +67,11 @@ impl Store {
     /// - `s3://BUCKET[/PREFIX]`: endpoint, region and credentials from the
     ///   `AWS_*` variables `AmazonS3Builder::from_env` reads (`AWS_ENDPOINT`,
     ///   `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-    ///   `AWS_ALLOW_HTTP`, ...). Feature `aws`. Requests carry
-    ///   `x-amz-checksum-sha256` (object_store's `Checksum::SHA256`), which
-    ///   S3 checks server-side, unless `AWS_CHECKSUM_ALGORITHM` says otherwise.
+    ///   `AWS_ALLOW_HTTP`, ...). Feature `aws`. S3 checks every body's
+    ///   SHA-256 server-side: the signed payload's `x-amz-content-sha256`,
+    ///   or, with `AWS_UNSIGNED_PAYLOAD` or `AWS_SKIP_SIGNATURE` set, an
+    ///   `x-amz-checksum-sha256` (object_store's `Checksum::SHA256`; an
+    ///   `AWS_CHECKSUM_ALGORITHM` the operator set wins).
     /// - `gs://BUCKET[/PREFIX]`: the `GOOGLE_*` variables
     ///   `GoogleCloudStorageBuilder::from_env` reads (`GOOGLE_SERVICE_ACCOUNT`
     ///   or `GOOGLE_SERVICE_ACCOUNT_KEY`, else application-default or
@@ -243,6 +245,24 @@ fn client_options(c: &ClientConfig) -> (object_store::ClientOptions, object_stor
     (options, retry)
 }
 
+/// Whether `b`'s requests sign their payload: `x-amz-content-sha256` is
+/// the body's SHA-256, which S3 verifies before it stores anything
+/// (`XAmzContentSHA256Mismatch`) — unless the operator turned signing off
+/// (`AWS_UNSIGNED_PAYLOAD`, `AWS_SKIP_SIGNATURE`).
+#[cfg(feature = "aws")]
+fn signs_payload(b: &object_store::aws::AmazonS3Builder) -> bool {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    let on = |key: Key| {
+        b.get_config_value(&key).is_some_and(|v| {
+            matches!(
+                v.to_ascii_lowercase().as_str(),
+                "1" | "true" | "on" | "yes" | "y"
+            )
+        })
+    };
+    !on(Key::UnsignedPayload) && !on(Key::SkipSignature)
+}
+
 fn cloud(scheme: &str, url: &str, client: &ClientConfig) -> Result<Arc<dyn ObjectStore>> {
     let config_err = |source| Error::StoreConfig {
         url: url.to_string(),
@@ -260,10 +280,11 @@ fn cloud(scheme: &str, url: &str, client: &ClientConfig) -> Result<Arc<dyn Objec
             if client.allow_http {
                 b = b.with_allow_http(true);
             }
-            // Every PUT and part carries `x-amz-checksum-sha256` of its
-            // body, which S3 verifies before it stores anything (an
+            // S3 checks every body once before it stores anything: a
+            // signed payload (the default) by its `x-amz-content-sha256`;
+            // an unsigned one by an `x-amz-checksum-sha256` we add (an
             // `AWS_CHECKSUM_ALGORITHM` the operator set wins).
-            if std::env::var_os("AWS_CHECKSUM_ALGORITHM").is_none() {
+            if !signs_payload(&b) && std::env::var_os("AWS_CHECKSUM_ALGORITHM").is_none() {
                 b = b.with_checksum_algorithm(object_store::aws::Checksum::SHA256);
             }
             Ok(Arc::new(b.build().map_err(config_err)?))
