@@ -694,6 +694,55 @@ pub fn validate_bytes(bytes: &[u8], expected_id: Option<PackId>) -> Result<PackS
     validate(bytes, expected_id, &AtomicBool::new(false))
 }
 
+/// The packs of a bundle (packs written back to back into one object:
+/// spool-upload's crate docs, "Bundles"), found from its end by their
+/// trailers, last first: each one's byte range in `bytes` and its trailer
+/// (parsed, not yet checked against the pack: that is [`validate`]'s job).
+/// The walk stops at the first damage, the last item then:
+/// [`Error::CorruptPack`] naming the byte the damaged pack ends at.
+pub fn bundled_packs(bytes: &[u8]) -> Vec<Result<(std::ops::Range<usize>, Trailer), Error>> {
+    let mut found = Vec::new();
+    let mut end = bytes.len();
+    while end > 0 {
+        let damaged = |problem| Error::CorruptPack {
+            pack: format!("in a bundle, ending at byte {end}"),
+            problem,
+        };
+        let Some(at) = end.checked_sub(TRAILER_LEN) else {
+            found.push(Err(damaged(Corruption::TooShort { len: end as u64 })));
+            break;
+        };
+        let tail: &[u8; TRAILER_LEN] = bytes[at..end].try_into().expect("TRAILER_LEN bytes");
+        let trailer = match Trailer::parse(tail) {
+            Ok(t) => t,
+            Err(Error::CorruptPack { problem, .. }) => {
+                found.push(Err(damaged(problem)));
+                break;
+            }
+            Err(e) => {
+                found.push(Err(e));
+                break;
+            }
+        };
+        // a length shorter than a trailer would never move the walk on
+        let Some(start) = usize::try_from(trailer.total_len)
+            .ok()
+            .filter(|&len| len >= TRAILER_LEN)
+            .and_then(|len| end.checked_sub(len))
+        else {
+            found.push(Err(damaged(Corruption::TrailerMismatch {
+                field: "total_len",
+                trailer: trailer.total_len.to_string(),
+                actual: format!("{end} bytes up to its end, at least {TRAILER_LEN}"),
+            })));
+            break;
+        };
+        found.push(Ok((start..end, trailer)));
+        end = start;
+    }
+    found
+}
+
 /// A pack that is corrupt in a way its hash cannot show (feature
 /// `testing`): two records, the first one's length changed to run into the
 /// second, and the trailer's SHA-256 recomputed over the changed bytes, so

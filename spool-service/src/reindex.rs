@@ -190,47 +190,20 @@ async fn read_bundle(
     Ok(walked.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
 }
 
-/// The packs of a bundle's bytes, from its end (see [`read_bundle`]).
+/// The packs of a bundle's bytes, from its end (see [`read_bundle`]), each
+/// validated.
 fn walk_bundle(bytes: &[u8]) -> Vec<Result<(u64, PackSummary), String>> {
-    use spool_core::pack::{Trailer, TRAILER_LEN};
-    let mut found = Vec::new();
-    let mut end = bytes.len() as u64;
-    while end > 0 {
-        let Some(tail) = end
-            .checked_sub(TRAILER_LEN as u64)
-            .and_then(|at| <&[u8; TRAILER_LEN]>::try_from(&bytes[at as usize..end as usize]).ok())
-        else {
-            found.push(Err(format!(
-                "{end} bytes left before the packs found, less than a trailer"
-            )));
-            break;
-        };
-        let trailer = match Trailer::parse(tail) {
-            Ok(t) => t,
-            Err(e) => {
-                found.push(Err(format!(
-                    "the trailer ending at byte {end} is damaged: {e}"
-                )));
-                break;
-            }
-        };
-        let Some(start) = end.checked_sub(trailer.total_len) else {
-            found.push(Err(format!(
-                "the trailer ending at byte {end} names a pack of {} bytes, longer than what \
-                 is before it",
-                trailer.total_len
-            )));
-            break;
-        };
-        let pack = &bytes[start as usize..end as usize];
-        let never = AtomicBool::new(false);
-        match spool_core::pack::validate(pack, Some(trailer.id), &never) {
-            Ok(summary) => found.push(Ok((start, summary))),
-            Err(e) => found.push(Err(format!("pack {} at {start}: {e}", trailer.id))),
-        }
-        end = start;
-    }
-    found
+    let never = AtomicBool::new(false);
+    spool_core::pack::bundled_packs(bytes)
+        .into_iter()
+        .map(|found| {
+            let (range, trailer) = found.map_err(|e| e.to_string())?;
+            let start = range.start as u64;
+            spool_core::pack::validate(&bytes[range], Some(trailer.id), &never)
+                .map(|summary| (start, summary))
+                .map_err(|e| format!("pack {} at {start}: {e}", trailer.id))
+        })
+        .collect()
 }
 
 /// The pack id an object key names (`.../<32 hex>.pack`), if any.

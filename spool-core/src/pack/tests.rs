@@ -506,3 +506,61 @@ fn a_trailer_spells_its_hash_as_sha256sum_does_and_an_id_debugs_as_its_hex() {
     assert_eq!(format!("{id:?}"), format!("PackId({id})"));
     assert_eq!(id.to_string().len(), 32);
 }
+
+/// A bundle's packs come back last first, each with its range and trailer;
+/// damage ends the walk with an error naming where (too few bytes for a
+/// trailer, a broken trailer, a length past the start or shorter than a
+/// trailer, which would never move the walk on).
+#[test]
+fn a_bundle_walks_back_by_its_trailers_and_stops_at_damage() {
+    let (a, pa) = pack(&[b"one"]);
+    let (b, pb) = pack(&[b"two", b"three"]);
+    let bundle = [pa.clone(), pb.clone()].concat();
+    let walked: Vec<_> = bundled_packs(&bundle)
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(walked.len(), 2);
+    assert_eq!(
+        (walked[0].1.id, walked[0].0.clone()),
+        (b, pa.len()..bundle.len())
+    );
+    assert_eq!((walked[1].1.id, walked[1].0.clone()), (a, 0..pa.len()));
+    assert!(bundled_packs(&[]).is_empty());
+
+    let last_err = |bytes: &[u8]| {
+        let mut walked = bundled_packs(bytes);
+        let e = walked.pop().unwrap().unwrap_err();
+        (walked.len(), problem(e))
+    };
+    // five stray bytes before the packs
+    let stray = [vec![0u8; 5], pa.clone(), pb.clone()].concat();
+    assert_eq!(last_err(&stray), (2, Corruption::TooShort { len: 5 }));
+    // the last pack's trailer magic broken
+    let mut broken = bundle.clone();
+    let at = broken.len() - TRAILER_LEN;
+    broken[at] ^= 0xff;
+    assert!(matches!(
+        last_err(&broken),
+        (0, Corruption::BadTrailerMagic { .. })
+    ));
+    // a trailer naming more bytes than there are, or fewer than a trailer
+    for len in [bundle.len() as u64 + 1, 0, TRAILER_LEN as u64 - 1] {
+        let mut bad = bundle.clone();
+        let at = bad.len() - TRAILER_LEN + 24;
+        bad[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        assert!(
+            matches!(
+                last_err(&bad),
+                (
+                    0,
+                    Corruption::TrailerMismatch {
+                        field: "total_len",
+                        ..
+                    }
+                )
+            ),
+            "total_len {len}"
+        );
+    }
+}

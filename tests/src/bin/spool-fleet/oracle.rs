@@ -119,21 +119,8 @@ fn walk_store(dir: &Path, out: &mut BTreeSet<String>) -> Result<()> {
 
 /// The ids of the packs back to back in `bytes`, last first.
 fn bundled_ids(bytes: &[u8]) -> Result<Vec<String>> {
-    use spool_core::pack::{Trailer, TRAILER_LEN};
-    let mut ids = Vec::new();
-    let mut end = bytes.len();
-    while end > 0 {
-        let at = end
-            .checked_sub(TRAILER_LEN)
-            .context("bytes before the packs found, less than a trailer")?;
-        let tail: &[u8; TRAILER_LEN] = bytes[at..end].try_into().expect("TRAILER_LEN bytes");
-        let trailer =
-            Trailer::parse(tail).with_context(|| format!("the trailer ending at {end}"))?;
-        end = usize::try_from(trailer.total_len)
-            .ok()
-            .and_then(|len| end.checked_sub(len))
-            .with_context(|| format!("the trailer ending at {end} names more than is before it"))?;
-        ids.push(trailer.id.to_string());
-    }
-    Ok(ids)
+    spool_core::pack::bundled_packs(bytes)
+        .into_iter()
+        .map(|found| Ok(found?.1.id.to_string()))
+        .collect()
 }
