@@ -178,6 +178,14 @@ impl Catalog for OnRuntime {
             .await
     }
 
+    async fn referenced_bytes(&self, object_keys: &[String]) -> Result<HashMap<String, u64>> {
+        let (c, keys) = (self.inner.clone(), object_keys.to_vec());
+        self.run("read referenced bytes", async move {
+            c.referenced_bytes(&keys).await
+        })
+        .await
+    }
+
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
         let (c, n) = (self.inner.clone(), name.to_string());
         self.run(
@@ -302,6 +310,10 @@ impl Catalog for TimedCatalog {
 
     async fn count(&self) -> Result<u64> {
         self.inner.count().await
+    }
+
+    async fn referenced_bytes(&self, object_keys: &[String]) -> Result<HashMap<String, u64>> {
+        self.inner.referenced_bytes(object_keys).await
     }
 
     /// A claim starts with its head read (the lease keeper runs the claim
