@@ -493,10 +493,19 @@ fn parked_packs_ride_along_the_next_run_of_the_cycle_only() {
     let mut path = upload_path(&fx, own.dir(), bundling(&fx, own.dir(), 1 << 20));
     let never = Arc::new(AtomicBool::new(false));
     let listed = || spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    stage(own.dir(), 2);
-    let parked = jobs_of(&path, listed());
-    let parked_ids: std::collections::HashSet<_> = parked.iter().map(|j| j.pack().id).collect();
-    path.park(crate::drain::Stream::HandOff, parked);
+    // two streams park, one pack each: both ride, neither replaces the other
+    stage(own.dir(), 1);
+    let first = jobs_of(&path, listed());
+    path.park(crate::drain::Stream::Own, first.clone());
+    stage(own.dir(), 1);
+    let first_id = first[0].pack().id;
+    let second: Vec<Job> = jobs_of(&path, listed())
+        .into_iter()
+        .filter(|j| j.pack().id != first_id)
+        .collect();
+    path.park(crate::drain::Stream::HandOff, second.clone());
+    let parked_ids: std::collections::HashSet<_> =
+        first.iter().chain(&second).map(|j| j.pack().id).collect();
     stage(own.dir(), 3);
     let fresh: Vec<Job> = jobs_of(&path, listed())
         .into_iter()
@@ -507,7 +516,12 @@ fn parked_packs_ride_along_the_next_run_of_the_cycle_only() {
     let carried = path.end_cycle();
     assert_eq!(carried.len(), 2);
     for (stream, job, outcome) in &carried {
-        assert_eq!(*stream, crate::drain::Stream::HandOff);
+        let parked_by = if job.pack().id == first_id {
+            crate::drain::Stream::Own
+        } else {
+            crate::drain::Stream::HandOff
+        };
+        assert_eq!(*stream, parked_by);
         assert!(parked_ids.contains(&job.pack().id));
         assert!(matches!(outcome, PackOutcome::Indexed), "{outcome:?}");
     }
