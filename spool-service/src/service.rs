@@ -33,7 +33,7 @@ use crate::adoption::real_env::{let_go_of_all, Env, HeldSiblings};
 use crate::adoption::{Adopter, AdoptionConfig, Pause, StepBudget};
 use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
-use crate::drain::{Drain, DrainParts, Linger, OpenBundle, PackOutcome, Progress, Stream};
+use crate::drain::{Drain, DrainParts, Job, Linger, OpenBundle, PackOutcome, Progress, Stream};
 use crate::handoff::Shipper;
 use crate::snapshot::Snapshot;
 use crate::Error;
@@ -773,6 +773,17 @@ async fn run_loop(
     c.shutdown(&shared).await;
 }
 
+/// What became of one own pack of a run (`Core::settle_own`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnSettled {
+    /// Out of the own backlog: indexed, owed, set aside, or gone.
+    Done,
+    /// Cut by the run's cancel; still ready.
+    Cancelled,
+    /// Failed in a way a retry may fix; still ready.
+    Failed,
+}
+
 /// What a cycle does after its own packs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CycleMode {
@@ -907,27 +918,10 @@ impl Core {
             if owed_before.contains(&job.pack().id) {
                 continue; // owed before this run: not counted in own_left
             }
-            match outcome {
-                PackOutcome::Indexed
-                | PackOutcome::Owed
-                | PackOutcome::Quarantined { .. }
-                | PackOutcome::Vanished => left -= 1,
-                PackOutcome::Cancelled => out.cut_short |= cancel.is_cancelled(),
-                // a refusal of the whole destination is retryable too: it
-                // never sets a pack aside; the loop backs off and tries again
-                PackOutcome::Failed {
-                    retryable: true, ..
-                } => out.failed = true,
-                PackOutcome::Failed {
-                    retryable: false,
-                    reason,
-                } => {
-                    if self.drain.reject(&job, reason.to_string()).await {
-                        left -= 1;
-                    } else {
-                        out.failed = true;
-                    }
-                }
+            match self.settle_own(&job, outcome).await {
+                OwnSettled::Done => left -= 1,
+                OwnSettled::Cancelled => out.cut_short |= cancel.is_cancelled(),
+                OwnSettled::Failed => out.failed = true,
             }
         }
         // the catalog down is a retryable failure of own work too
@@ -935,6 +929,34 @@ impl Core {
         self.own_left = left;
         out.own_left = left;
         out
+    }
+
+    /// Settles an own pack's outcome: a pack that failed for good is
+    /// renamed `.rejected` (a person decides), and counts as done once
+    /// renamed.
+    async fn settle_own(&mut self, job: &Job, outcome: PackOutcome) -> OwnSettled {
+        match outcome {
+            PackOutcome::Indexed
+            | PackOutcome::Owed
+            | PackOutcome::Quarantined { .. }
+            | PackOutcome::Vanished => OwnSettled::Done,
+            PackOutcome::Cancelled => OwnSettled::Cancelled,
+            // a refusal of the whole destination is retryable too: it
+            // never sets a pack aside; the loop backs off and tries again
+            PackOutcome::Failed {
+                retryable: true, ..
+            } => OwnSettled::Failed,
+            PackOutcome::Failed {
+                retryable: false,
+                reason,
+            } => {
+                if self.drain.reject(job, reason.to_string()).await {
+                    OwnSettled::Done
+                } else {
+                    OwnSettled::Failed
+                }
+            }
+        }
     }
 
     /// Ends the cycle's riders (the drain's `riders`): the packs another
@@ -948,15 +970,7 @@ impl Core {
                 Stream::HandOff => handed_off.push((job, outcome)),
                 Stream::Own => {
                     self.own_linger = Linger::default();
-                    // as `own_work` settles its own run's
-                    match outcome {
-                        PackOutcome::Failed {
-                            retryable: false,
-                            reason,
-                        } => failed |= !self.drain.reject(&job, reason.to_string()).await,
-                        PackOutcome::Failed { .. } => failed = true,
-                        _ => {}
-                    }
+                    failed |= self.settle_own(&job, outcome).await == OwnSettled::Failed;
                 }
             }
         }

@@ -495,6 +495,51 @@ fn the_daemon_bundles_an_adopted_sibling_with_the_hand_off() {
     daemon.close();
 }
 
+/// An engine that ships its own packs and is the node's shipper: its own
+/// small packs waiting for their bundle ride the hand-off's run when a
+/// live rank hands off a pack that goes at once (over the bundle size),
+/// instead of waiting out their linger (the drain's `riders`).
+#[test]
+fn own_packs_waiting_for_a_bundle_ride_the_hand_offs_run() {
+    let fx = Fixture::new();
+    let mut shipper = engine_config(&fx, vec![sink()]);
+    service(&mut shipper).adopt = true;
+    service(&mut shipper).upload.bundle_bytes = 64 << 10;
+    service(&mut shipper).upload.bundle_linger = Duration::from_secs(30);
+    shipper.rank = 8;
+    let mut rank = engine_config(&fx, vec![sink()]);
+    service(&mut rank).registry = service(&mut shipper).registry.clone();
+    ship_by_daemon(&mut rank);
+    let shipper = Engine::start(shipper).unwrap();
+    for i in 0..2 {
+        shipper.sinks()[0]
+            .write(format!("own {i}").as_bytes())
+            .unwrap();
+    }
+    assert!(crate::service::tests::wait_for(
+        Duration::from_secs(5),
+        || ready(shipper.dir()) == 2
+    ));
+    let rank = Engine::start(rank).unwrap();
+    rank.sinks()[0].write(&vec![7u8; 70 << 10]).unwrap();
+    assert!(rank.flush(Duration::from_secs(10)).unwrap(), "not shipped");
+    assert!(
+        crate::service::tests::wait_for(Duration::from_secs(5), || ready(shipper.dir()) == 0),
+        "the own packs still wait for their bundle"
+    );
+    assert_eq!(
+        crate::service::tests::block_on(fx.catalog.count()).unwrap(),
+        3
+    );
+    assert_eq!(
+        crate::service::tests::block_on(fx.objects()),
+        2,
+        "the large pack alone, the two own packs in one bundle"
+    );
+    rank.close();
+    shipper.close();
+}
+
 mod serial {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
