@@ -187,11 +187,14 @@ fn fresh_store(moto: &spool_tests::servers::Moto) -> String {
     format!("s3://{}/run-{}", moto.bucket, uuid::Uuid::new_v4().simple())
 }
 
-/// An empty spool root in `dir`.
-fn empty_root(dir: &Path) -> std::path::PathBuf {
-    let root = dir.join("root");
+/// On moto (None without it): a fresh store URL, and an empty spool root
+/// in a temp directory (kept while the directory lives).
+fn moto_root() -> Option<(String, tempfile::TempDir, std::path::PathBuf)> {
+    let moto = spool_tests::servers::moto()?;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
-    root
+    Some((fresh_store(&moto), tmp, root))
 }
 
 /// How many objects the rows of `root`'s embedded catalog name.
@@ -247,11 +250,9 @@ fn holding_producer(root: &Path, store_url: &str, args: &[&str], stdout: Stdio) 
 /// daemon's `/metrics`; when the linger ends it ships as one bundle.
 #[test]
 fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
-    let Some(moto) = spool_tests::servers::moto() else {
+    let Some((store_url, _tmp, root)) = moto_root() else {
         return;
     };
-    let (store_url, tmp) = (fresh_store(&moto), tempfile::tempdir().unwrap());
-    let root = empty_root(tmp.path());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -328,11 +329,9 @@ fn spool_status_shows_the_open_bundle_of_a_running_daemon() {
 /// embedded catalog).
 #[test]
 fn a_crashed_rank_and_a_live_one_share_the_daemons_bundle() {
-    let Some(moto) = spool_tests::servers::moto() else {
+    let Some((store_url, _tmp, root)) = moto_root() else {
         return;
     };
-    let (store_url, tmp) = (fresh_store(&moto), tempfile::tempdir().unwrap());
-    let root = empty_root(tmp.path());
     let mut daemon = lingering_daemon(&root, &store_url, "60s", &["--recheck-interval", "200ms"]);
     let mut live = holding_producer(&root, &store_url, &["--packs", "3"], Stdio::null());
     let mut crashed = holding_producer(&root, &store_url, &["--packs", "2"], Stdio::null());

@@ -53,6 +53,32 @@ fn ship_by_daemon(cfg: &mut EngineConfig) {
     });
 }
 
+/// The node's shipper (rank 8, adopting, so the hand-off's shipper too)
+/// with `sinks`, bundling packs under `bundle_bytes` for up to `linger`.
+fn bundling_shipper(
+    fx: &Fixture,
+    sinks: Vec<SinkConfig>,
+    bundle_bytes: u64,
+    linger: Duration,
+) -> EngineConfig {
+    let mut cfg = engine_config(fx, sinks);
+    service(&mut cfg).adopt = true;
+    service(&mut cfg).upload.bundle_bytes = bundle_bytes;
+    service(&mut cfg).upload.bundle_linger = linger;
+    cfg.rank = 8;
+    cfg
+}
+
+/// Rank `rank` with one sink, handing its packs off to `shipper` (the
+/// same registry).
+fn hand_off_rank(fx: &Fixture, shipper: &mut EngineConfig, rank: u64) -> EngineConfig {
+    let mut cfg = engine_config(fx, vec![sink()]);
+    cfg.rank = rank;
+    service(&mut cfg).registry = service(shipper).registry.clone();
+    ship_by_daemon(&mut cfg);
+    cfg
+}
+
 fn rank_dirs(fx: &Fixture) -> Vec<std::path::PathBuf> {
     let key_dir = fx.root.join(fx.dest.catalog_key().unwrap());
     std::fs::read_dir(key_dir)
@@ -461,15 +487,8 @@ fn the_daemon_ships_a_hand_off_engine_of_its_own_process() {
 fn the_daemon_bundles_an_adopted_sibling_with_the_hand_off() {
     let fx = Fixture::new();
     let dead = fx.dead_sibling(0, 3);
-    let mut daemon = engine_config(&fx, Vec::new());
-    service(&mut daemon).adopt = true;
-    service(&mut daemon).upload.bundle_bytes = 1 << 20;
-    service(&mut daemon).upload.bundle_linger = Duration::from_secs(30);
-    daemon.rank = 8;
-    let mut rank = engine_config(&fx, vec![sink()]);
-    service(&mut rank).registry = service(&mut daemon).registry.clone();
-    ship_by_daemon(&mut rank);
-    let rank = Engine::start(rank).unwrap();
+    let mut daemon = bundling_shipper(&fx, Vec::new(), 1 << 20, Duration::from_secs(30));
+    let rank = Engine::start(hand_off_rank(&fx, &mut daemon, 3)).unwrap();
     for i in 0..2 {
         rank.sinks()[0]
             .write(format!("record {i}").as_bytes())
@@ -502,14 +521,8 @@ fn the_daemon_bundles_an_adopted_sibling_with_the_hand_off() {
 #[test]
 fn own_packs_waiting_for_a_bundle_ride_the_hand_offs_run() {
     let fx = Fixture::new();
-    let mut shipper = engine_config(&fx, vec![sink()]);
-    service(&mut shipper).adopt = true;
-    service(&mut shipper).upload.bundle_bytes = 64 << 10;
-    service(&mut shipper).upload.bundle_linger = Duration::from_secs(30);
-    shipper.rank = 8;
-    let mut rank = engine_config(&fx, vec![sink()]);
-    service(&mut rank).registry = service(&mut shipper).registry.clone();
-    ship_by_daemon(&mut rank);
+    let mut shipper = bundling_shipper(&fx, vec![sink()], 64 << 10, Duration::from_secs(30));
+    let rank = hand_off_rank(&fx, &mut shipper, 3);
     let shipper = Engine::start(shipper).unwrap();
     for i in 0..2 {
         shipper.sinks()[0]
@@ -557,21 +570,12 @@ mod serial {
     #[test]
     fn ranks_trickling_together_ship_within_the_bundle_linger() {
         let fx = Fixture::new();
-        let mut daemon = engine_config(&fx, Vec::new());
-        service(&mut daemon).adopt = true;
-        service(&mut daemon).upload.bundle_bytes = 1 << 20;
-        service(&mut daemon).upload.bundle_linger = Duration::from_secs(1);
-        daemon.rank = 8;
-        let registry = service(&mut daemon).registry.clone();
+        let mut daemon = bundling_shipper(&fx, Vec::new(), 1 << 20, Duration::from_secs(1));
+        let ranks: Vec<EngineConfig> = (0..2).map(|r| hand_off_rank(&fx, &mut daemon, r)).collect();
         let daemon = Engine::start(daemon).unwrap();
-        let ranks: Vec<Engine> = (0..2)
-            .map(|r| {
-                let mut rank = engine_config(&fx, vec![sink()]);
-                rank.rank = r;
-                service(&mut rank).registry = registry.clone();
-                ship_by_daemon(&mut rank);
-                Engine::start(rank).unwrap()
-            })
+        let ranks: Vec<Engine> = ranks
+            .into_iter()
+            .map(|rank| Engine::start(rank).unwrap())
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
