@@ -117,6 +117,38 @@ pub trait Catalog: Send + Sync {
         })
     }
 
+    /// The current rows (as [`get`](Self::get) reads them) of each of
+    /// `pack_ids` that has one, by pack id, read **consistently**: on a
+    /// replicated ClickHouse with `select_sequential_consistency=1`, so a
+    /// confirmed row is never missed (a lagging replica fails the read and
+    /// the next one is tried). What a sweep proves a bundle spare with
+    /// (spool-service's `sweep` module docs): a pack no row names is never
+    /// taken for one another object holds. Ids are checked as
+    /// [`get`](Self::get) checks them; repeated ids are answered once; no
+    /// ids, no request. Lists longer than [`MAX_KEYS_PER_STATEMENT`] are
+    /// split into several statements.
+    ///
+    /// A catalog that does not provide it (a wrapper that does not forward
+    /// it) keeps this default, which answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported): "no rows" is never
+    /// answered by default.
+    async fn current_rows(&self, pack_ids: &[String]) -> Result<HashMap<String, PackRow>> {
+        let _ = pack_ids;
+        Err(Error::Unsupported {
+            server: self.server(),
+            purpose: "read current rows consistently",
+        })
+    }
+
+    /// The bound on one request to this catalog: how long a statement this
+    /// process sent may still be running at the server after it was sent
+    /// (a destination's orphan grace must leave room for it: spool-service's
+    /// `destination` module docs). A local catalog (SQLite) answers
+    /// within its busy timeout; the default is [`DEFAULT_REQUEST_TIMEOUT`].
+    fn request_timeout(&self) -> Duration {
+        DEFAULT_REQUEST_TIMEOUT
+    }
+
     /// Lease primitive: the claims at the name's highest term and the
     /// catalog clock.
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead>;

@@ -270,6 +270,9 @@ pub struct ClickHouseCatalog {
     /// The replica tried first (the last one that answered).
     preferred: AtomicUsize,
     request_timeout: Duration,
+    /// Opened to read only: the schema is verified, never created or
+    /// migrated ([`crate::open_existing`]).
+    read_only: bool,
     schema_ok: OnceCell<()>,
     /// Contention answers ([`QUORUM_CONTENTION_CODE`]) received, and
     /// statements that gave up on one at the end of their budget.
@@ -434,6 +437,7 @@ impl ClickHouseCatalog {
             replicas,
             preferred: AtomicUsize::new(0),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            read_only: false,
             schema_ok: OnceCell::new(),
             contention: AtomicU64::new(0),
             contention_gave_up: AtomicU64::new(0),
@@ -443,6 +447,14 @@ impl ClickHouseCatalog {
     /// The same catalog with another per-request timeout.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same catalog opened to read only: a missing database or table is
+    /// [`Error::NoCatalog`], an older schema is refused, nothing is created
+    /// or migrated.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
         self
     }
 
@@ -1014,6 +1026,43 @@ impl Catalog for ClickHouseCatalog {
             }
         }
         Ok(out)
+    }
+
+    async fn current_rows(&self, pack_ids: &[String]) -> Result<HashMap<String, PackRow>> {
+        let ids: Vec<String> = pack_ids
+            .iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect();
+        for id in &ids {
+            check_pack_id(id)?;
+        }
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        self.ready().await?;
+        let mut out = HashMap::new();
+        for chunk in ids.chunks(MAX_KEYS_PER_STATEMENT) {
+            // Consistent on a cluster, as `referenced_bytes`: a replica
+            // lacking a confirmed row would call its pack unindexed.
+            let rows: Vec<ChPackRow> = self
+                .fetch_all(
+                    "read current pack rows",
+                    Mode::Consistent,
+                    &self.tables.select_packs(chunk),
+                )
+                .await?;
+            for r in rows {
+                let row = PackRow::from(r);
+                out.insert(row.pack_id.clone(), row);
+            }
+        }
+        Ok(out)
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.request_timeout
     }
 
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {

@@ -185,6 +185,18 @@ pub enum Error {
         advice: &'static str,
     },
 
+    /// A catalog opened to read only ([`open_existing`](crate::open_existing))
+    /// is not there: its database, file or tables are missing (a typo in the
+    /// URL's database or `table_prefix`, or nothing was ever indexed there).
+    /// Nothing was created.
+    #[error("catalog {server} does not exist: {missing} (nothing was created); check the URL's database and table_prefix, or index into it first (a service, `spool run --once`, or `spool reindex`)")]
+    NoCatalog {
+        /// The server (or file), credentials removed.
+        server: String,
+        /// What is missing.
+        missing: String,
+    },
+
     /// The server answered with an error this crate does not single out.
     #[error("catalog {server} failed to {purpose}: {message}{}", if *retryable { " (will retry)" } else { "" })]
     Server {

@@ -553,6 +553,15 @@ pub mod testing {
         ) -> crate::Result<std::collections::HashMap<String, u64>> {
             self.0.referenced_bytes(object_keys).await
         }
+        async fn current_rows(
+            &self,
+            pack_ids: &[String],
+        ) -> crate::Result<std::collections::HashMap<String, crate::PackRow>> {
+            self.0.current_rows(pack_ids).await
+        }
+        fn request_timeout(&self) -> std::time::Duration {
+            self.0.request_timeout()
+        }
         async fn read_lease_head(&self, name: &str) -> crate::Result<crate::LeaseHead> {
             self.0.read_lease_head(name).await
         }
@@ -618,18 +627,41 @@ pub fn open_with_timeout(
     Ok(catalog)
 }
 
+/// [`open_with_timeout`] for a reader (`spool ls`, `cat`, `sweep`,
+/// `reindex --dry-run`, `status`): the catalog must exist. A missing
+/// ClickHouse database or table, or a missing SQLite file or table, is
+/// [`Error::NoCatalog`] at the first call, and nothing is ever created or
+/// migrated (a typo in a URL never makes an empty catalog a sweep would
+/// read as "nothing indexed").
+pub fn open_existing(url: &str, request_timeout: std::time::Duration) -> Result<Arc<dyn Catalog>> {
+    let catalog = open_backend_as(url, request_timeout, true)?;
+    #[cfg(any(test, feature = "testing"))]
+    let catalog = testing::seamed(catalog);
+    Ok(catalog)
+}
+
 /// The backend `url` names, unwrapped.
 fn open_backend(url: &str, request_timeout: std::time::Duration) -> Result<Arc<dyn Catalog>> {
+    open_backend_as(url, request_timeout, false)
+}
+
+/// The backend `url` names, unwrapped, to read only or not.
+fn open_backend_as(
+    url: &str,
+    request_timeout: std::time::Duration,
+    read_only: bool,
+) -> Result<Arc<dyn Catalog>> {
     match CatalogUrl::parse(url)? {
         #[cfg(feature = "clickhouse")]
-        CatalogUrl::ClickHouse(t) => Ok(Arc::new(
-            ClickHouseCatalog::new(t).with_request_timeout(request_timeout),
-        )),
+        CatalogUrl::ClickHouse(t) => {
+            let c = ClickHouseCatalog::new(t).with_request_timeout(request_timeout);
+            Ok(Arc::new(if read_only { c.read_only() } else { c }))
+        }
         #[cfg(not(feature = "clickhouse"))]
         CatalogUrl::ClickHouse(_) => Err(Error::BackendNotBuilt {
             // (the request bound is the ClickHouse client's alone)
             url: {
-                let _ = request_timeout;
+                let _ = (request_timeout, read_only);
                 redact::mask_url(url)
             },
             reason: "this build has no ClickHouse catalog (cargo feature `clickhouse` is off)"
@@ -637,7 +669,8 @@ fn open_backend(url: &str, request_timeout: std::time::Duration) -> Result<Arc<d
         }),
         #[cfg(feature = "sqlite")]
         CatalogUrl::Sqlite { path, table_prefix } => {
-            Ok(Arc::new(SqliteCatalog::new(path, &table_prefix)?))
+            let c = SqliteCatalog::new(path, &table_prefix)?;
+            Ok(Arc::new(if read_only { c.read_only() } else { c }))
         }
         #[cfg(not(feature = "sqlite"))]
         CatalogUrl::Sqlite { .. } => Err(Error::BackendNotBuilt {

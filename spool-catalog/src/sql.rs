@@ -579,6 +579,17 @@ impl Tables {
         )
     }
 
+    /// The current rows of `pack_ids` (as [`select_pack`](Self::select_pack)
+    /// reads one).
+    pub(crate) fn select_packs(&self, pack_ids: &[String]) -> String {
+        let list: Vec<String> = pack_ids.iter().map(|k| quote(k)).collect();
+        format!(
+            "SELECT {PACK_COLUMNS} FROM {} FINAL WHERE pack_id IN ({})",
+            self.packs(),
+            list.join(", ")
+        )
+    }
+
     pub(crate) fn select_range(&self, from_ms: u64, to_ms: u64) -> String {
         format!(
             "SELECT {PACK_COLUMNS} FROM {} FINAL WHERE created_at_ms >= {from_ms} AND created_at_ms < {to_ms} ORDER BY created_at_ms, pack_id",
@@ -749,6 +760,10 @@ impl Tables {
             ("index_values", self.index_values(rows)),
             ("index_fenced", self.index_fenced(rows, &guard)),
             ("select_pack", self.select_pack(&row.pack_id)),
+            (
+                "select_packs",
+                self.select_packs(&[row.pack_id.clone(), row.pack_id.clone()]),
+            ),
             ("select_range", self.select_range(0, u64::MAX)),
             ("select_count", self.select_count()),
             (

@@ -109,6 +109,10 @@ fn referenced_bytes_sql(packs: &str, keys: usize) -> String {
     )
 }
 
+/// How long a statement waits for another connection's write lock: a
+/// statement's bound ([`Catalog::request_timeout`]).
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The pack columns in table order.
 const PACK_COLUMN_LIST: &str = "pack_id, object_key, store_id, sha256, bytes, records, source_host, source_pid, rank_dir, ordinal, created_at_ms, indexed_at_ms, trailer_sha256, object_offset";
 
@@ -194,6 +198,9 @@ pub struct SqliteCatalog {
     path: PathBuf,
     sql: Arc<Statements>,
     conn: Arc<Mutex<Option<Connection>>>,
+    /// Opened to read only: the file and its tables must exist; nothing is
+    /// created or migrated ([`crate::open_existing`]).
+    read_only: bool,
 }
 
 impl std::fmt::Debug for SqliteCatalog {
@@ -321,7 +328,16 @@ impl SqliteCatalog {
             path,
             sql: Arc::new(Statements::new(table_prefix)),
             conn: Arc::new(Mutex::new(None)),
+            read_only: false,
         })
+    }
+
+    /// The same catalog opened to read only: a missing file or table is
+    /// [`Error::NoCatalog`], an older schema is refused, nothing is created
+    /// or migrated.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     /// Runs `f` on the connection (opened, schema checked, on first use) on
@@ -334,11 +350,12 @@ impl SqliteCatalog {
         let conn = self.conn.clone();
         let sql = self.sql.clone();
         let path = self.path.clone();
+        let read_only = self.read_only;
         let shown = self.path.display().to_string();
         let joined = tokio::task::spawn_blocking(move || {
             let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
             if guard.is_none() {
-                let c = open_and_install(&path, &sql)?;
+                let c = open_and_install(&path, &sql, read_only)?;
                 *guard = Some(c);
             }
             let c = guard.as_mut().expect("opened above");
@@ -365,6 +382,7 @@ impl SqliteCatalog {
 fn open_and_install(
     path: &std::path::Path,
     s: &Statements,
+    read_only: bool,
 ) -> std::result::Result<Connection, Fail> {
     let shown = path.display().to_string();
     if let Some(parent) = path.parent() {
@@ -378,8 +396,26 @@ fn open_and_install(
             }));
         }
     }
-    let mut c = Connection::open(path).purpose("open the database file")?;
-    c.busy_timeout(Duration::from_secs(10))
+    let no_catalog = |missing: String| {
+        Fail::Ours(Error::NoCatalog {
+            server: shown.clone(),
+            missing,
+        })
+    };
+    if read_only && !path.is_file() {
+        return Err(no_catalog("no such file".into()));
+    }
+    let mut c = if read_only {
+        // never created: a file removed since the check above is an error
+        Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+    } else {
+        Connection::open(path)
+    }
+    .purpose("open the database file")?;
+    c.busy_timeout(SQLITE_BUSY_TIMEOUT)
         .purpose("set the busy timeout")?;
     c.pragma_update(None, "journal_mode", "WAL")
         .purpose("switch to WAL")?;
@@ -412,6 +448,17 @@ fn open_and_install(
             advice: "it was written by a newer spool; upgrade this spool, or point it at another file or table_prefix",
         }));
     }
+    if read_only && !have_schema {
+        return Err(no_catalog(format!("no table {}", s.schema)));
+    }
+    if read_only && found < SCHEMA_VERSION {
+        return Err(Fail::Ours(Error::SchemaVersion {
+            server: shown,
+            found,
+            expected: SCHEMA_VERSION,
+            advice: "a read does not migrate it: run a service against it (spool run --once) to migrate it first",
+        }));
+    }
     if found == 1 {
         let have_packs: bool = tx
             .query_row(
@@ -427,7 +474,9 @@ fn open_and_install(
             tracing::info!(path = %shown, "migrated the catalog from schema version 1 to {SCHEMA_VERSION}");
         }
     }
-    tx.execute_batch(&s.create).purpose("create the tables")?;
+    if !read_only {
+        tx.execute_batch(&s.create).purpose("create the tables")?;
+    }
     // only a table an older spool made (a version row says so) is migrated
     if (1..SCHEMA_VERSION).contains(&found) {
         if add_column_if_missing(&tx, &s.packs, "trailer_sha256", &migrate_v3(&s.packs))? {
@@ -479,8 +528,10 @@ fn open_and_install(
             }));
         }
     }
-    tx.execute_batch(&s.create_index)
-        .purpose("create the time index")?;
+    if !read_only {
+        tx.execute_batch(&s.create_index)
+            .purpose("create the time index")?;
+    }
     if found < SCHEMA_VERSION {
         tx.execute(
             &format!(
@@ -655,6 +706,49 @@ impl Catalog for SqliteCatalog {
             Ok(out)
         })
         .await
+    }
+
+    async fn current_rows(&self, pack_ids: &[String]) -> Result<HashMap<String, PackRow>> {
+        let ids: Vec<String> = pack_ids
+            .iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect();
+        for id in &ids {
+            check_pack_id(id)?;
+        }
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        self.call("read current pack rows", move |c, s| {
+            // One read transaction: every statement reads one snapshot.
+            let tx = c.transaction().purpose("begin a pack-row read")?;
+            let mut out = HashMap::new();
+            for chunk in ids.chunks(MAX_KEYS_PER_STATEMENT) {
+                let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("?{i}")).collect();
+                let mut st = tx
+                    .prepare(&format!(
+                        "SELECT * FROM \"{}\" WHERE pack_id IN ({})",
+                        s.packs,
+                        marks.join(", ")
+                    ))
+                    .purpose("read current pack rows")?;
+                let rows = st
+                    .query_map(rusqlite::params_from_iter(chunk), row_to_pack)
+                    .purpose("read current pack rows")?;
+                for row in rows {
+                    let row = row.purpose("read current pack rows")?;
+                    out.insert(row.pack_id.clone(), row);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    fn request_timeout(&self) -> Duration {
+        SQLITE_BUSY_TIMEOUT
     }
 
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {

@@ -60,6 +60,8 @@ use spool_upload::{UploadResult, Uploader};
 use tokio::sync::watch;
 
 use crate::bound::{human, Bound, Cut, InFlight};
+use crate::cause::Cause;
+use crate::prefix_record::{self, CatalogIdentity, PrefixRecord};
 
 pub(crate) use counters::{Counters, Progress};
 pub use job::PackOutcome;
@@ -106,6 +108,9 @@ pub(crate) struct DrainParts {
     pub(crate) progress: Arc<Progress>,
     /// The slot saying what the service waits on now.
     pub(crate) inflight: InFlight,
+    /// This destination's catalog as the store prefix's record must name
+    /// it (`prefix_record.rs`).
+    pub(crate) identity: CatalogIdentity,
 }
 
 /// The drain (see the module doc).
@@ -137,6 +142,11 @@ pub(crate) struct Drain {
     pace: Duration,
     counters: Counters,
     inflight: InFlight,
+    identity: CatalogIdentity,
+    /// The store prefix's record, once read (or written) and found to name
+    /// this catalog: nothing is uploaded before. Its grace is the
+    /// destination's (the staleness of owed rows naming bundles).
+    record: Option<PrefixRecord>,
 }
 
 impl Drain {
@@ -161,6 +171,56 @@ impl Drain {
             pace: p.index_linger,
             counters: Counters::new(p.progress),
             inflight: p.inflight,
+            identity: p.identity,
+            record: None,
+        }
+    }
+
+    /// The destination's orphan grace: the prefix record's once read, else
+    /// the configured one (nothing was uploaded yet then).
+    pub(crate) fn orphan_grace(&self) -> Duration {
+        self.record.as_ref().map_or(
+            self.uploader.config().orphan_grace,
+            PrefixRecord::orphan_grace,
+        )
+    }
+
+    /// Reads (or writes) the store prefix's record before the first upload
+    /// and refuses one naming another catalog. `Err(Some(cause))`: nothing
+    /// may go up (reported as a refusal of the destination, the loop backs
+    /// off); `Err(None)`: cut by the deadline or a cancel.
+    async fn settle_prefix(&mut self, bound: &Bound) -> Result<(), Option<Cause>> {
+        if self.record.is_some() {
+            return Ok(());
+        }
+        let store = self.uploader.store().clone();
+        let settled = bound
+            .run(prefix_record::settle(
+                &store,
+                &self.identity,
+                &self.store_id,
+                self.uploader.config().orphan_grace,
+                self.catalog.request_timeout(),
+            ))
+            .await;
+        match settled {
+            Ok(Ok(record)) => {
+                if record.orphan_grace() != self.uploader.config().orphan_grace {
+                    tracing::info!(store = %store.description(),
+                        "the destination's orphan grace is {:?} (its prefix record's; upload.orphan_grace {:?} is not used)",
+                        record.orphan_grace(), self.uploader.config().orphan_grace);
+                }
+                self.record = Some(record);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                let msg = format!("{e}; uploads to it stop and back off, every pack stays ready");
+                if self.counters.store_refuses(msg.clone()) {
+                    tracing::error!(dir = %self.own.dir().display(), "{msg}");
+                }
+                Err(Some(Cause::new(e)))
+            }
+            Err(_) => Err(None),
         }
     }
 
@@ -276,6 +336,22 @@ impl Drain {
     ) -> Vec<(Job, PackOutcome)> {
         if jobs.is_empty() {
             return Vec::new();
+        }
+        if let Err(cause) = self.settle_prefix(bound).await {
+            // nothing went up in this drain yet: nothing is owed either
+            return jobs
+                .into_iter()
+                .map(|j| {
+                    let outcome = match &cause {
+                        Some(reason) => PackOutcome::Failed {
+                            retryable: true,
+                            reason: reason.clone(),
+                        },
+                        None => PackOutcome::Cancelled,
+                    };
+                    (j, outcome)
+                })
+                .collect();
         }
         let all = self.riders.board(jobs);
         let done = self.run_pipeline(all, bound, flag).await;

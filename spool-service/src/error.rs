@@ -279,6 +279,76 @@ pub enum Error {
         /// The store, as [`spool_upload::Store::description`] names it.
         store: String,
     },
+    /// The store prefix is recorded as serving another catalog (its
+    /// prefix record, `prefix_record.rs`): a drain, sweep or reindex here
+    /// would mix two catalogs' packs, so nothing was done.
+    #[error(
+        "store {store} serves another catalog: its record {key} (written by {written_by}) names \
+         [{recorded}], this one is [{ours}]; nothing was uploaded, indexed or deleted. Point this \
+         at the catalog that prefix serves, or at another store prefix; if that catalog is gone \
+         for good, `spool reindex --take-over` rebuilds this one from the store and records it"
+    )]
+    PrefixServesAnother {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The record's key.
+        key: String,
+        /// The catalog it names (one line per field, joined by `; `).
+        recorded: String,
+        /// This process's catalog, likewise.
+        ours: String,
+        /// Who wrote the record (host, pid).
+        written_by: String,
+    },
+    /// A sweep or a reindex found no prefix record: no spool service has
+    /// claimed this prefix for a catalog yet, so nothing vouches that the
+    /// catalog given is the one its packs are in.
+    #[error(
+        "store {store} has no prefix record at {key}: no spool service recorded which catalog \
+         this prefix serves, so nothing was deleted. Run a service against this destination once \
+         (spool run --once), or rebuild the catalog with `spool reindex --take-over`"
+    )]
+    NoPrefixRecord {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The record's key.
+        key: String,
+    },
+    /// The prefix record could not be read or written, or is not one spool
+    /// writes.
+    #[error("store {store}: prefix record {key}: {why}")]
+    PrefixRecord {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The record's key.
+        key: String,
+        /// What failed.
+        why: String,
+        /// Whether trying again may help (a store call failed) or not (a
+        /// record that is not spool's).
+        retryable: bool,
+    },
+    /// A destination's orphan grace leaves no room for one catalog request
+    /// (`upload.orphan_grace` against `catalog.request_timeout`).
+    #[error(
+        "the orphan grace of store {store} ({grace:?}{recorded}) is below {needed:?}, four times \
+         catalog.request_timeout ({request_timeout:?}): a row naming a bundle could still land \
+         after a sweep may delete that bundle; lower catalog.request_timeout{advice}"
+    )]
+    GraceTooShort {
+        /// The store, as [`spool_upload::Store::description`] names it.
+        store: String,
+        /// The grace.
+        grace: Duration,
+        /// `", recorded in its prefix record"`, or nothing for a configured one.
+        recorded: &'static str,
+        /// The catalog's request bound.
+        request_timeout: Duration,
+        /// The least grace it needs.
+        needed: Duration,
+        /// What else to change.
+        advice: &'static str,
+    },
     /// Reindexing was cancelled (rows already inserted stay).
     #[error("reindexing from store {store} was cancelled; run it again to finish (rows already written are skipped)")]
     ReindexCancelled {

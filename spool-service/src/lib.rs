@@ -171,6 +171,7 @@ mod handoff;
 mod health;
 pub mod metrics;
 mod offload;
+pub mod prefix_record;
 pub mod reindex;
 mod run;
 mod service;

@@ -35,6 +35,7 @@ use crate::bound::{Bound, InFlight};
 use crate::config::ServiceConfig;
 use crate::drain::{Drain, DrainParts, Job, Linger, OpenBundle, PackOutcome, Progress, Stream};
 use crate::handoff::Shipper;
+use crate::prefix_record::CatalogIdentity;
 use crate::snapshot::Snapshot;
 use crate::Error;
 
@@ -364,6 +365,7 @@ impl StorageService {
             own: spool.clone(),
             progress: self.shared.progress.clone(),
             inflight: self.shared.inflight.clone(),
+            identity: CatalogIdentity::of(&cfg.destination, &cfg.node_name),
         });
         let core = Arc::new(tokio::sync::Mutex::new(Core {
             drain,

@@ -180,8 +180,11 @@ impl Fixture {
 
     /// Objects in the store (under any prefix).
     pub async fn objects(&self) -> usize {
+        // (spool's own records under `_spool/` are not packs)
         let l: Vec<_> = self.store.inner().list(None).try_collect().await.unwrap();
-        l.len()
+        l.iter()
+            .filter(|m| !spool_service::prefix_record::is_record_key(m.location.as_ref()))
+            .count()
     }
 
     /// Deletes every object under the fixture's prefix (a real store's

@@ -102,6 +102,18 @@ impl ClickHouseCatalog {
         let complete = ["schema_version", "packs", "lease"]
             .iter()
             .all(|n| before.contains_key(&prefixed(n)));
+        if !complete && self.read_only {
+            let missing: Vec<String> = ["schema_version", "packs", "lease"]
+                .iter()
+                .map(|n| prefixed(n))
+                .filter(|n| !before.contains_key(n))
+                .map(|n| format!("`{}`.`{n}`", t.database))
+                .collect();
+            return Err(Error::NoCatalog {
+                server,
+                missing: format!("no table {}", missing.join(", ")),
+            });
+        }
         if !complete {
             self.create_database_and_version_table().await?;
         }
@@ -118,6 +130,14 @@ impl ClickHouseCatalog {
                 found,
                 expected: SCHEMA_VERSION,
                 advice: "it was written by a newer spool; upgrade this spool, or point it at another database or table_prefix",
+            });
+        }
+        if found < SCHEMA_VERSION && self.read_only {
+            return Err(Error::SchemaVersion {
+                server,
+                found,
+                expected: SCHEMA_VERSION,
+                advice: "a read does not migrate it: run a service against it (spool run --once) to migrate it first",
             });
         }
         if !complete {

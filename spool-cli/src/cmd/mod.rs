@@ -66,8 +66,8 @@ pub enum Command {
     /// lacks (never a duplicate, never an object that is not a pack).
     #[command(long_about = reindex::LONG_ABOUT)]
     Reindex(reindex::Args),
-    /// Delete the bundles no row names once they are upload.orphan_grace
-    /// old (never one a row names, never racing an index).
+    /// Delete the bundles proven spare copies: every pack in one indexed
+    /// in another object (never anything else, never a pack's only copy).
     #[command(long_about = sweep::LONG_ABOUT)]
     Sweep(sweep::Args),
     /// Clear a rank directory's blocked mark once its cause is fixed.

@@ -1,5 +1,5 @@
-//! `spool sweep`: deletes the bundles no row names once they are
-//! `upload.orphan_grace` old ([`spool_service::sweep`]).
+//! `spool sweep`: deletes the bundles proven spare copies
+//! ([`spool_service::sweep`]).
 
 use std::sync::atomic::AtomicBool;
 
@@ -33,35 +33,39 @@ pub struct Args {
 
 /// The long help of this command (with examples).
 pub const LONG_ABOUT: &str = "\
-Delete the bundles no catalog row names, once they are upload.orphan_grace
-old (default 1h; SPOOL_UPLOAD_ORPHAN_GRACE).
+Delete the bundles proven to be spare copies. A bundle is one object
+holding many small packs (upload.bundle_bytes); one that no row names
+comes from a crash between its upload and the index of its rows (its
+packs went up again in another bundle) or from an upload whose answer was
+lost.
 
-A bundle is one object holding many small packs (upload.bundle_bytes). One
-that no row names comes from a crash between its upload and the index of
-its rows (its packs went up again in another bundle) or from an upload
-whose answer was lost. The sweep lists the store's prefix, asks the
-catalog which old bundles rows name, and deletes the others. It never
-races an index: a drain indexes rows naming a bundle only within half of
-the grace after uploading it, so keep the grace well above the longest
-catalog outage you ride out without a restart and every host's clock
-within half of it of the store's.
+A bundle is deleted only when its own bytes prove it spare: its key is
+exactly spool's key for a bundle, it is the destination's orphan grace
+old by the store's clock, no row names it, it walks as valid spool packs,
+and every pack in it has a current row naming another object that holds
+that pack. A bundle holding a pack no row names is kept, whatever its
+age, and reported (run `spool reindex`): a catalog that lost rows never
+turns a sweep into a loss. Nothing else under the prefix is ever
+deleted.
 
-It also reports the bytes in kept bundles no row names any more and the
-old packs alone at their own key no row names; those are never deleted.
-Do not run it while `spool reindex` runs. Catalog and store resolve as for
-`spool reindex`.
+The catalog must be the one the store prefix's record names (written by
+the first service that drained there; the record also holds the
+destination's orphan grace): another one is refused having done nothing,
+and a catalog that does not exist is refused, never created. A dry run
+deletes nothing and measures ages by this host's clock.
+
+Catalog and store resolve as for `spool reindex`.
 
 Examples:
   spool sweep --spool-root /var/lib/spool --dry-run
-  SPOOL_UPLOAD_ORPHAN_GRACE=6h spool sweep --catalog 'clickhouse://ch1:8123/spool' --store s3://bucket/packs --json";
+  spool sweep --catalog 'clickhouse://ch1:8123/spool' --store s3://bucket/packs --json";
 
 /// Runs `spool sweep`.
 pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode> {
     let cfg = args.target.config(args.store.as_deref(), config_file)?;
-    let grace = cfg
-        .upload()
-        .map_err(|e| coded(ExitCode::Usage, e.to_string()))?
-        .orphan_grace;
+    let identity = cfg
+        .catalog_identity()
+        .map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
     let store = cfg.open_store()?;
     let catalog = cfg.open_catalog_to_read()?;
     let rt = runtime()?;
@@ -69,21 +73,33 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         .block_on(spool_service::sweep::sweep(
             catalog.as_ref(),
             &store,
-            grace,
+            &identity,
             (args.limit, args.dry_run),
             &AtomicBool::new(false),
         ))
         .map_err(|e| coded(ExitCode::Other, e.to_string()))?;
+    let kept_why: Vec<_> = report
+        .kept_why
+        .iter()
+        .map(|(key, why)| json!({"key": key, "why": why}))
+        .collect();
     if args.json {
         outln!(
             "{}",
             json!({
                 "listed": report.listed,
+                "grace_ms": report.grace.as_millis() as u64,
+                "clock": report.clock,
                 "young": report.young,
                 "kept": report.kept,
                 "deleted": report.deleted,
                 "deleted_bytes": report.deleted_bytes,
                 "orphaned_bytes": report.orphaned_bytes,
+                "unindexed_bundles": report.unindexed_bundles,
+                "unindexed_packs": report.unindexed_packs,
+                "unproven": report.unproven,
+                "kept_why": kept_why,
+                "foreign": report.foreign,
                 "stray_packs": report.stray_packs,
                 "stray_pack_bytes": report.stray_pack_bytes,
                 "truncated": report.truncated,
@@ -97,9 +113,10 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
             "deleted"
         };
         outln!(
-            "spool sweep: {} object(s) under {}: {verb} {} bundle(s) no row names ({} bytes); \
-             kept {} ({} bytes in them no row names), {} younger than {:?}; {} pack(s) alone \
-             that no row names ({} bytes, never deleted){}",
+            "spool sweep: {} object(s) under {}: {verb} {} bundle(s) proven spare ({} bytes); \
+             kept {} that rows name ({} bytes in them no row names), {} younger than {:?} (by \
+             the {} clock); {} object(s) outside spool's layout and {} pack(s) alone no row \
+             names ({} bytes), never deleted{}",
             report.listed,
             store.description(),
             report.deleted,
@@ -107,7 +124,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
             report.kept,
             report.orphaned_bytes,
             report.young,
-            grace,
+            report.grace,
+            report.clock,
+            report.foreign,
             report.stray_packs,
             report.stray_pack_bytes,
             if report.truncated {
@@ -116,6 +135,22 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
                 ""
             }
         );
+        if report.unindexed_bundles > 0 {
+            outln!(
+                "spool sweep: {} pack(s) in {} bundle(s) have no row here: run spool reindex",
+                report.unindexed_packs,
+                report.unindexed_bundles
+            );
+        }
+        if report.unproven > 0 {
+            outln!(
+                "spool sweep: {} bundle(s) no row names could not be proven spare: kept",
+                report.unproven
+            );
+        }
+        for (key, why) in &report.kept_why {
+            outln!("  kept {key}: {why}");
+        }
     }
     Ok(ExitCode::Ok)
 }

@@ -84,7 +84,8 @@ impl super::Config {
 
     /// Opens the catalog it names (with `catalog.cluster`) to read it, each
     /// request bounded by `catalog.request_timeout` as the service's are.
-    /// An SQLite catalog must already exist: a read never creates one.
+    /// The catalog must already exist, on every backend: a read never
+    /// creates a database, table or file ([`spool_catalog::open_existing`]).
     pub fn open_catalog_to_read(&self) -> Result<Arc<dyn Catalog>, Error> {
         let url = self.catalog_open_url()?;
         if let spool_catalog::CatalogUrl::Sqlite { path, .. } =
@@ -94,7 +95,7 @@ impl super::Config {
                 return Err(Error::NoCatalogAt { path });
             }
         }
-        Ok(spool_catalog::open_with_timeout(
+        Ok(spool_catalog::open_existing(
             &url,
             keys::CATALOG_REQUEST_TIMEOUT.get(self),
         )?)
@@ -147,6 +148,19 @@ impl super::Config {
         let store_id = keys::STORE_ID.get(self);
         destination::destination(&self.catalog_url()?, &self.store_url()?, &store_id)
             .map_err(|e| ConfigError(e.to_string()))
+    }
+
+    /// Its catalog as a store prefix's record names it
+    /// ([`crate::prefix_record`]): what a sweep and a reindex compare with
+    /// the record, as the service's drain does.
+    pub fn catalog_identity(&self) -> Result<crate::prefix_record::CatalogIdentity, ConfigError> {
+        let node = keys::NODE_NAME
+            .get(self)
+            .unwrap_or_else(spool_lock::host_name);
+        Ok(crate::prefix_record::CatalogIdentity::of(
+            &self.destination()?,
+            &node,
+        ))
     }
 
     /// `ROOT/<catalog key>`: where this destination's rank directories live.

@@ -791,7 +791,7 @@ impl Drain {
     /// such a bundle once it is `orphan_grace` old and no row names it, so
     /// no row may name it from then on (the module docs, "Bundles").
     fn unless_stale(&mut self, job: Job) -> Job {
-        let limit = self.uploader.config().orphan_grace / 2;
+        let limit = self.orphan_grace() / 2;
         if !job.bundled_before(limit) {
             return job;
         }

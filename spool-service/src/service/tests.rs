@@ -37,13 +37,42 @@ pub(crate) struct Fixture {
 impl Fixture {
     pub(crate) fn new() -> Fixture {
         let root = tempfile::tempdir().unwrap();
-        Fixture {
+        let fx = Fixture {
             root: root.path().canonicalize().unwrap(),
             _root: root,
             dest: destination("a"),
             store: Arc::new(FaultStore::new(Arc::new(InMemory::new()))),
             catalog: Arc::new(MemoryCatalog::new()),
+        };
+        // the store's prefixes ("" for services, "p" for bare drains)
+        // recorded for this catalog up front, behind the fault store: the
+        // tests script and count the packs' calls, not the record's
+        for prefix in ["", "p"] {
+            fx.record(prefix, Duration::from_secs(3600));
         }
+        fx
+    }
+
+    /// Records (again) store prefix `prefix` as serving this fixture's
+    /// catalog, with `grace`.
+    pub(crate) fn record(&self, prefix: &str, grace: Duration) {
+        let inner: Arc<dyn ObjectStore> = self.store.inner().clone();
+        let store = spool_upload::Store::new(inner.clone(), prefix, "memory", true).unwrap();
+        // (a take-over keeps a record's grace: this one is set anew)
+        let _ = block_on(inner.delete(&crate::prefix_record::record_key(&store)));
+        block_on(crate::prefix_record::take_over(
+            &store,
+            &self.identity(),
+            "default",
+            grace,
+            Duration::ZERO,
+        ))
+        .unwrap();
+    }
+
+    /// This fixture's catalog as a prefix record names it.
+    pub(crate) fn identity(&self) -> crate::prefix_record::CatalogIdentity {
+        crate::prefix_record::CatalogIdentity::of(&self.dest, &spool_lock::host_name())
     }
 
     pub(crate) fn claim(&self, dest: &Destination, rank: u64) -> Claim {
@@ -95,8 +124,11 @@ impl Fixture {
     }
 
     pub(crate) async fn objects(&self) -> usize {
+        // (spool's own records under `_spool/` are not packs)
         let l: Vec<_> = self.store.inner().list(None).try_collect().await.unwrap();
-        l.len()
+        l.iter()
+            .filter(|m| !crate::prefix_record::is_record_key(m.location.as_ref()))
+            .count()
     }
 }
 

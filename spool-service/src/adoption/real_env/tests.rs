@@ -199,6 +199,7 @@ fn drain(fx: &Fixture, own: &Path) -> Drain {
         own: Arc::new(crate::service::tests::held_spool(own)),
         progress: Default::default(),
         inflight: Default::default(),
+        identity: fx.identity(),
     })
 }
 

@@ -133,6 +133,9 @@ impl Catalog for GatedCatalog {
     async fn lease_log(&self, name: &str) -> Result<Vec<LeaseRecord>> {
         self.inner.lease_log(name).await
     }
+    fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout()
+    }
 }
 
 fn objects(fx: &Fixture) -> usize {
@@ -395,6 +398,7 @@ fn parts(fx: &Fixture, dir: &Path, upload: spool_upload::UploadConfig) -> DrainP
         own: Arc::new(spool),
         progress: Default::default(),
         inflight: Default::default(),
+        identity: fx.identity(),
     }
 }
 

@@ -186,6 +186,18 @@ impl Catalog for OnRuntime {
         .await
     }
 
+    async fn current_rows(&self, pack_ids: &[String]) -> Result<HashMap<String, PackRow>> {
+        let (c, ids) = (self.inner.clone(), pack_ids.to_vec());
+        self.run("read current pack rows", async move {
+            c.current_rows(&ids).await
+        })
+        .await
+    }
+
+    fn request_timeout(&self) -> std::time::Duration {
+        self.inner.request_timeout()
+    }
+
     async fn read_lease_head(&self, name: &str) -> Result<LeaseHead> {
         let (c, n) = (self.inner.clone(), name.to_string());
         self.run(
@@ -314,6 +326,14 @@ impl Catalog for TimedCatalog {
 
     async fn referenced_bytes(&self, object_keys: &[String]) -> Result<HashMap<String, u64>> {
         self.inner.referenced_bytes(object_keys).await
+    }
+
+    async fn current_rows(&self, pack_ids: &[String]) -> Result<HashMap<String, PackRow>> {
+        self.inner.current_rows(pack_ids).await
+    }
+
+    fn request_timeout(&self) -> std::time::Duration {
+        self.inner.request_timeout()
     }
 
     /// A claim starts with its head read (the lease keeper runs the claim

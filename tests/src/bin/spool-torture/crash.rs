@@ -46,7 +46,7 @@ use crate::figures::Figures;
 use crate::monitor::{self, Board, Owner};
 use crate::{
     disk, faults, oracle, read_dir, walk_files, Options, Rng, CATALOG_REQUEST_TIMEOUT,
-    CLIENT_REQUEST_TIMEOUT, ENGINE_TIMEOUT, LEASE_TTL, OVERRUN_BOUND, POLL, RECHECK,
+    CLIENT_REQUEST_TIMEOUT, ENGINE_TIMEOUT, LEASE_TTL, ORPHAN_GRACE, OVERRUN_BOUND, POLL, RECHECK,
     STAGING_MAX_AGE, STOP_BOUND, STOP_FLUSH_TIMEOUT,
 };
 /// A random action of the scheduler: its chance per tick, whom it picks
@@ -214,6 +214,9 @@ impl Run {
                     ("AWS_REGION", "us-east-1"),
                     ("AWS_ACCESS_KEY_ID", "spool-test"),
                     ("AWS_SECRET_ACCESS_KEY", "spool-test"),
+                    // the least the catalog's request bound allows (4 ×):
+                    // the sweep at the end waits it out
+                    ("SPOOL_UPLOAD_ORPHAN_GRACE", ORPHAN_GRACE),
                 ] {
                     env.push((k.into(), v.into()));
                 }
@@ -340,7 +343,7 @@ impl Run {
         self.figures.orphan_bundles = verdict.orphan_bundles.len() as u64;
         let swept = oracle::sweep_and_rejudge(
             &self.store_at,
-            &self.catalog_read,
+            (&self.catalog_read, &self.catalog),
             &durable,
             &self.root,
             &verdict,

@@ -122,21 +122,55 @@ impl StoreAt {
     }
 
     /// Runs the sweep (`spool sweep`'s library call) over this store
-    /// against `catalog` with no grace (every service of the run is
-    /// stopped); `None` for a `file://` store, which never bundles.
-    pub fn sweep(&self, catalog: &Catalog) -> Result<Option<spool_service::sweep::SweepReport>> {
+    /// against `catalog`, as the catalog the daemons spelled `daemons_url`
+    /// (the prefix record names that spelling), once the youngest object is
+    /// the destination's grace old (every service of the run is stopped);
+    /// `None` for a `file://` store, which never bundles.
+    pub fn sweep(
+        &self,
+        catalog: &Catalog,
+        daemons_url: &str,
+    ) -> Result<Option<spool_service::sweep::SweepReport>> {
         let StoreAt::S3 { store, prefix } = self else {
             return Ok(None);
         };
         let store = spool_upload::Store::new(store.clone(), prefix, "moto", true)?;
+        let destination = spool_service::config::destination(daemons_url, "s3://unused", "default")
+            .context("the daemons' destination")?;
+        let identity = spool_service::prefix_record::CatalogIdentity::of(
+            &destination,
+            &spool_lock::host_name(),
+        );
         let report = rt()
-            .block_on(spool_service::sweep::sweep(
-                catalog.catalog.as_ref(),
-                &store,
-                Duration::ZERO,
-                (usize::MAX, false),
-                &std::sync::atomic::AtomicBool::new(false),
-            ))
+            .block_on(async {
+                let Some(record) = spool_service::prefix_record::read(&store).await? else {
+                    return Ok(spool_service::sweep::SweepReport::default());
+                };
+                let youngest = store
+                    .object_store()
+                    .list(Some(store.prefix()))
+                    .try_fold(std::time::UNIX_EPOCH, |t, m| async move {
+                        Ok(t.max(std::time::SystemTime::from(m.last_modified)))
+                    })
+                    .await
+                    .map_err(|e| spool_service::Error::SweepStore {
+                        store: store.description().to_string(),
+                        key: store.prefix().to_string(),
+                        error: e.into(),
+                    })?;
+                let ready = youngest + record.orphan_grace() + Duration::from_millis(500);
+                if let Ok(wait) = ready.duration_since(std::time::SystemTime::now()) {
+                    tokio::time::sleep(wait).await;
+                }
+                spool_service::sweep::sweep(
+                    catalog.catalog.as_ref(),
+                    &store,
+                    &identity,
+                    (usize::MAX, false),
+                    &std::sync::atomic::AtomicBool::new(false),
+                )
+                .await
+            })
             .context("sweeping the run's store")?;
         Ok(Some(report))
     }

@@ -81,6 +81,9 @@ const OVERRUN_BOUND: Duration = Duration::from_secs(2);
 /// stalled request costs seconds, not minutes, of a run.
 const CLIENT_REQUEST_TIMEOUT: &str = "10s";
 const CATALOG_REQUEST_TIMEOUT: &str = "5s";
+/// The destination's orphan grace: four catalog request bounds, the least
+/// a prefix record accepts.
+const ORPHAN_GRACE: &str = "20s";
 
 /// How long CI's two-node lease pass injects link faults.
 const CI_LEASE_NETNS_SECS: f64 = 20.0;

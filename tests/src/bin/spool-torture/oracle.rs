@@ -155,26 +155,35 @@ pub fn judge(
     Ok(v)
 }
 
-/// The sweep after a run, every service stopped (so no grace is needed):
-/// it must delete exactly the orphan bundles the oracle found, and every
+/// The sweep after a run, every service stopped (once the destination's
+/// grace has passed): it must delete every orphan bundle the oracle found
+/// but those holding a pack no row names (kept), and every
 /// row must still read back (the oracle again, on what is left).
 pub fn sweep_and_rejudge(
     store: &StoreAt,
-    catalog: &Catalog,
+    (catalog, daemons_url): (&Catalog, &str),
     durable: &BTreeMap<String, (String, String)>,
     root: &Path,
     before: &Verdict,
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
-    let Some(swept) = store.sweep(catalog)? else {
+    let Some(swept) = store.sweep(catalog, daemons_url)? else {
         return Ok(problems); // a file:// store: no bundles
     };
-    if swept.deleted as usize != before.orphan_bundles.len() {
+    // a bundle no row names is deleted once proven spare; one holding a
+    // pack no row names (still staged when the run ended) is kept
+    if (swept.deleted + swept.unindexed_bundles) as usize != before.orphan_bundles.len()
+        || swept.unproven > 0
+    {
         problems.push(format!(
-            "the sweep deleted {} bundle(s), the oracle found {} no row names: {:?}",
+            "the sweep deleted {} bundle(s) and kept {} unindexed and {} unproven, the oracle \
+             found {} no row names: {:?}; kept: {:?}",
             swept.deleted,
+            swept.unindexed_bundles,
+            swept.unproven,
             before.orphan_bundles.len(),
-            before.orphan_bundles
+            before.orphan_bundles,
+            swept.kept_why
         ));
     }
     let after = judge(store, catalog, durable, root)?;

@@ -331,12 +331,12 @@ fn a_failed_bundle_put_is_retried_at_a_fresh_key_or_leaves_every_pack_ready() {
 #[test]
 fn an_owed_row_naming_a_bundle_near_its_grace_is_uploaded_again_not_indexed() {
     let fx = Fixture::new();
+    fx.record("p", Duration::from_secs(2));
     let own = fx.claim(&fx.dest, 0);
     stage(own.dir(), 3);
     let (mut path, catalog) = gated_path(&fx, own.dir(), |p| {
         reconfigure(&mut p.uploader, |u| {
             u.bundle_bytes = 1 << 20;
-            u.orphan_grace = Duration::from_secs(2);
         })
     });
     let never = Arc::new(AtomicBool::new(false));
@@ -426,6 +426,11 @@ fn a_bundle_orphaned_by_a_crash_before_its_index_is_swept_and_nothing_is_lost() 
     let fx = Fixture::new();
     let own = fx.claim(&fx.dest, 0);
     stage(own.dir(), 5);
+    let store = spool_upload::Store::new(fx.store.clone(), "p", "memory", true).unwrap();
+    // the destination's grace: 1 s (each drain here indexes within half
+    // of it; the sweep waits it out)
+    fx.record("p", Duration::from_secs(1));
+    let identity = fx.identity();
     let (mut dead, _) = gated_path(&fx, own.dir(), |p| {
         p.uploader = spool_upload::Uploader::new(
             p.uploader.store().clone(),
@@ -446,11 +451,11 @@ fn a_bundle_orphaned_by_a_crash_before_its_index_is_swept_and_nothing_is_lost() 
     let done = run_all(&mut successor, own.dir());
     assert_eq!(outcome_names(&done), vec!["Indexed"; 5]);
     assert_eq!(objects(&fx), 2);
-    let store = spool_upload::Store::new(fx.store.clone(), "p", "memory", true).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
     let report = block_on(crate::sweep::sweep(
         fx.catalog.as_ref(),
         &store,
-        Duration::ZERO,
+        &identity,
         (1000, false),
         &AtomicBool::new(false),
     ))
