@@ -213,8 +213,17 @@ impl Drain {
                 self.record = Some(record);
                 Ok(())
             }
+            Ok(Err(e)) if prefix_record::retryable(&e) => {
+                self.counters.count_upload_failure();
+                self.note_error(e.to_string());
+                Err(Some(Cause::new(e)))
+            }
             Ok(Err(e)) => {
-                let msg = format!("{e}; uploads to it stop and back off, every pack stays ready");
+                let msg = format!(
+                    "store {} refuses this destination ({e}); uploads to it stop and back off, \
+                     every pack stays ready and goes up on its own once the cause is fixed",
+                    store.description()
+                );
                 if self.counters.store_refuses(msg.clone()) {
                     tracing::error!(dir = %self.own.dir().display(), "{msg}");
                 }

@@ -144,6 +144,28 @@ fn record_error(store: &Store, why: String, retryable: bool) -> Error {
     }
 }
 
+/// A store call on the record failed: retryable as spool-upload
+/// classifies the store's answer (a 403 is not, a timeout is).
+fn store_failed(store: &Store, verb: &str, e: &object_store::Error) -> Error {
+    record_error(
+        store,
+        format!("cannot {verb} it: {e}"),
+        spool_upload::retryable::is_retryable(e),
+    )
+}
+
+/// Whether trying again later may help with `e`, a failure of [`settle`]
+/// or [`check`]: a store that did not answer, not a refusal.
+pub fn retryable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::PrefixRecord {
+            retryable: true,
+            ..
+        }
+    )
+}
+
 /// The record of `store`'s prefix, `None` when there is none.
 pub async fn read(store: &Store) -> Result<Option<PrefixRecord>, Error> {
     let key = record_key(store);
@@ -151,7 +173,7 @@ pub async fn read(store: &Store) -> Result<Option<PrefixRecord>, Error> {
     let meta = match os.head(&key).await {
         Ok(m) => m,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(record_error(store, format!("cannot read it: {e}"), true)),
+        Err(e) => return Err(store_failed(store, "read", &e)),
     };
     if meta.size > MAX_RECORD_BYTES {
         return Err(record_error(
@@ -170,7 +192,7 @@ pub async fn read(store: &Store) -> Result<Option<PrefixRecord>, Error> {
     let bytes = match bytes {
         Ok(b) => b,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(record_error(store, format!("cannot read it: {e}"), true)),
+        Err(e) => return Err(store_failed(store, "read", &e)),
     };
     if bytes.len() as u64 > MAX_RECORD_BYTES {
         return Err(record_error(
@@ -302,7 +324,7 @@ pub async fn settle(
                 }
                 Err(object_store::Error::AlreadyExists { .. })
                 | Err(object_store::Error::Precondition { .. }) => {}
-                Err(e) => return Err(record_error(store, format!("cannot write it: {e}"), true)),
+                Err(e) => return Err(store_failed(store, "write", &e)),
             }
             read(store)
                 .await?
@@ -349,7 +371,7 @@ pub async fn take_over(
     let new = stored(ours, store_id, grace);
     write(store, &new, PutMode::Overwrite)
         .await
-        .map_err(|e| record_error(store, format!("cannot write it: {e}"), true))?;
+        .map_err(|e| store_failed(store, "write", &e))?;
     tracing::warn!(store = %store.description(), key = %record_key(store),
         "this store prefix now serves {}", CatalogIdentity::shown(&ours.0));
     Ok(PrefixRecord(new))

@@ -88,6 +88,9 @@ pub async fn reindex(
             key: store.prefix().to_string(),
             error: e.into(),
         })?;
+        if crate::prefix_record::is_record(store, &meta.location) {
+            continue; // spool's own record, not a pack
+        }
         report.listed += 1;
         let key = meta.location.to_string();
         if bundle_name(&key) {

@@ -35,6 +35,33 @@ pub fn destination(tag: &str) -> Destination {
     }
 }
 
+/// Records `store`'s `prefix` as serving `dest`'s catalog on this host
+/// (spool-service's `prefix_record`), behind the fault store the tests
+/// script and count the packs' calls on: a drain then finds it there.
+fn record(dest: &Destination, store: &Arc<dyn ObjectStore>, prefix: &str, request: Duration) {
+    let store = spool_upload::Store::new(store.clone(), prefix, "fixture", true)
+        .expect("a valid key prefix");
+    let identity =
+        spool_service::prefix_record::CatalogIdentity::of(dest, &spool_lock::host_name());
+    // (on a thread of its own: the caller may be on a runtime)
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(spool_service::prefix_record::settle(
+                &store,
+                &identity,
+                "default",
+                Duration::from_secs(3600),
+                request,
+            ))
+    })
+    .join()
+    .unwrap()
+    .expect("the fixture's prefix record");
+}
+
 /// A staged pack: its id and its bytes as staged.
 pub type Staged = (PackId, Vec<u8>);
 
@@ -84,6 +111,7 @@ impl Fixture {
         catalog: Arc<dyn Catalog>,
     ) -> Fixture {
         let root = tempfile::tempdir().unwrap();
+        record(&dest, &store, prefix, catalog.request_timeout());
         Fixture {
             root: root.path().canonicalize().unwrap(),
             _root: Arc::new(root),
@@ -99,11 +127,13 @@ impl Fixture {
     /// a memory catalog of its own.
     pub fn on_same_root(&self, dest: Destination) -> Fixture {
         let memory = Arc::new(MemoryCatalog::new());
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        record(&dest, &store, "", std::time::Duration::ZERO);
         Fixture {
             _root: self._root.clone(),
             root: self.root.clone(),
             dest,
-            store: Arc::new(FaultStore::new(Arc::new(InMemory::new()))),
+            store: Arc::new(FaultStore::new(store)),
             prefix: String::new(),
             catalog: memory.clone(),
             memory: Some(memory),

@@ -42,7 +42,8 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
         &cfg,
         format!(
             "[spool]\nroot = \"{}\"\n[destination]\ncatalog = \"{catalog_url}\"\nstore = \"s3://wrong-bucket/x\"\n\
-             [lease]\nttl = 5\n[service]\nrecheck_interval = \"1s\"\n[metrics]\naddr = \"127.0.0.1:0\"\n",
+             [lease]\nttl = 5\n[service]\nrecheck_interval = \"1s\"\n[metrics]\naddr = \"127.0.0.1:0\"\n\
+             [catalog]\nrequest_timeout = \"500ms\"\n[upload]\norphan_grace = \"2s\"\n",
             root.display()
         ),
     )
@@ -145,14 +146,33 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
         "one bundle per adopted sibling: {bundles:?}"
     );
 
-    // an old bundle no row names (an upload whose index never came) is
-    // deleted; the ones rows name stay
-    let orphan = format!(
-        "{prefix}/v2/0a/date=2026-12-07/{}.bundle",
-        PackId::generate()
-    );
+    // The destination's grace is the prefix record's, written by `run
+    // --once` from the file (2 s, four request bounds of 500 ms). An old
+    // bundle no row names whose packs are indexed in the bundles above (a
+    // successor's copies after a crash) is deleted; one holding a pack no
+    // row names (a catalog that lost it), an object spool never wrote and
+    // the bundles rows name stay.
+    let ids: Vec<&String> = staged.keys().take(2).collect();
+    let put_bundle = |packs: &[&[u8]]| {
+        let key = spool_upload::bundle_key(
+            &object_store::path::Path::from(prefix.as_str()),
+            &PackId::generate(),
+        );
+        let bytes: Vec<u8> = packs.concat();
+        rt.block_on(s3.put(&key, bytes.into())).unwrap();
+        key.to_string()
+    };
+    let spare = put_bundle(&[&staged[ids[0]], &staged[ids[1]]]);
+    let unindexed_pack = {
+        let id = PackId::generate();
+        let mut w = spool_core::pack::PackWriter::new(id, id.timestamp_ms());
+        w.push_record(b"a pack whose row the catalog lost");
+        w.finish()
+    };
+    let lost = put_bundle(&[&staged[ids[0]], &unindexed_pack]);
+    let foreign = format!("{prefix}/notes/repo.bundle");
     rt.block_on(s3.put(
-        &object_store::path::Path::from(orphan.as_str()),
+        &object_store::path::Path::from(foreign.as_str()),
         vec![0u8; 4096].into(),
     ))
     .unwrap();
@@ -162,19 +182,34 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
             .args(["sweep", "--json", "--config"])
             .arg(&cfg)
             .env("SPOOL_STORE", &store_url)
-            .env("SPOOL_UPLOAD_ORPHAN_GRACE", "2s"),
+            // a shorter grace of the sweeper's own is not used
+            .env("SPOOL_UPLOAD_ORPHAN_GRACE", "1s"),
     );
     assert!(swept.status.success(), "{}", describe(&swept));
     let report: Value = serde_json::from_slice(&swept.stdout).unwrap();
+    assert_eq!(report["grace_ms"], 2000, "{report}");
+    assert_eq!(report["clock"], "store", "{report}");
     assert_eq!(report["deleted"], 1, "{report}");
-    assert_eq!(report["deleted_bytes"], 4096, "{report}");
+    assert_eq!(
+        report["deleted_bytes"],
+        (staged[ids[0]].len() + staged[ids[1]].len()) as u64,
+        "{report}"
+    );
     assert_eq!(report["kept"], 2, "{report}");
     assert_eq!(report["orphaned_bytes"], 0, "{report}");
+    assert_eq!(report["unindexed_bundles"], 1, "{report}");
+    assert_eq!(report["unindexed_packs"], 1, "{report}");
+    assert_eq!(report["foreign"], 1, "{report}");
     let exists = |key: &str| {
         rt.block_on(s3.head(&object_store::path::Path::from(key)))
             .is_ok()
     };
-    assert!(!exists(&orphan), "the orphan is still there");
+    assert!(!exists(&spare), "the spare bundle is still there");
+    assert!(
+        exists(&lost),
+        "a bundle holding an unindexed pack was deleted"
+    );
+    assert!(exists(&foreign), "an object spool never wrote was deleted");
     assert!(
         bundles.iter().all(|b| exists(b)),
         "a bundle rows name was deleted"

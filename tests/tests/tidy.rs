@@ -1739,3 +1739,52 @@ fn architecture_md_is_at_most_400_lines() {
     let lines = read(Path::new("ARCHITECTURE.md")).lines().count();
     assert!(lines <= 400, "ARCHITECTURE.md has {lines} lines (at most 400: move mechanism details to the module docs)");
 }
+
+/// Store deletions in `text` (comments and strings left out): object
+/// store calls that remove an object.
+fn store_deletions(text: &str) -> Vec<String> {
+    code_only(text)
+        .lines()
+        .filter(|l| {
+            [".delete(", ".delete_stream(", ".delete_opts("]
+                .iter()
+                .any(|w| l.contains(w))
+        })
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// Architecture invariant (ARCHITECTURE.md, spool-service): only
+/// `sweep.rs` deletes from a store (and only what `sweep/proof.rs`
+/// proved spare). Tests and test seams may delete.
+#[test]
+fn only_the_sweep_deletes_from_a_store() {
+    let mut found = Vec::new();
+    for rel in rust_files() {
+        let s = rel.to_string_lossy();
+        let product = s.starts_with("spool-")
+            && !s.ends_with("/tests.rs")
+            && !s.contains("/tests/")
+            && !s.ends_with("/testing.rs");
+        if !product || s == "spool-service/src/sweep.rs" {
+            continue;
+        }
+        for call in store_deletions(&read(&rel)) {
+            found.push(format!("{s}: {call}"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a store deletion outside the sweep: {found:?}"
+    );
+}
+
+#[test]
+fn the_store_deletion_check_sees_every_spelling() {
+    assert_eq!(
+        store_deletions("let _ = store.object_store().delete(&key).await;").len(),
+        1
+    );
+    assert_eq!(store_deletions("os.delete_stream(keys)").len(), 1);
+    assert!(store_deletions("// store.delete(&key)\nlet s = \"x.delete(y)\";").is_empty());
+}

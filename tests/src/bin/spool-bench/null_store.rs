@@ -1,6 +1,8 @@
 //! A store that keeps nothing: every PUT and part is taken and dropped, so a
 //! drain's peak RSS is the service's own (an in-memory store, or moto,
 //! would hold the drained bytes). Reads find nothing; listings are empty.
+//! Only spool's own records (`_spool/...`, spool-service's prefix record)
+//! are kept, in memory, so a drain finds the record it wrote.
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -19,6 +21,13 @@ use std::sync::Arc;
 pub struct NullStore {
     /// Bytes taken (single PUTs and parts).
     pub bytes: Arc<AtomicU64>,
+    /// Spool's own records, kept.
+    records: object_store::memory::InMemory,
+}
+
+/// Whether `location` is one of spool's own records.
+fn is_record(location: &Path) -> bool {
+    location.parts().any(|p| p.as_ref() == "_spool")
 }
 
 impl fmt::Display for NullStore {
@@ -46,10 +55,13 @@ fn not_found(location: &Path) -> object_store::Error {
 impl ObjectStore for NullStore {
     async fn put_opts(
         &self,
-        _location: &Path,
+        location: &Path,
         payload: PutPayload,
-        _opts: PutOptions,
+        opts: PutOptions,
     ) -> object_store::Result<PutResult> {
+        if is_record(location) {
+            return self.records.put_opts(location, payload, opts).await;
+        }
         self.bytes
             .fetch_add(payload.content_length() as u64, Ordering::Relaxed);
         Ok(put_result())
@@ -68,8 +80,11 @@ impl ObjectStore for NullStore {
     async fn get_opts(
         &self,
         location: &Path,
-        _options: GetOptions,
+        options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        if is_record(location) {
+            return self.records.get_opts(location, options).await;
+        }
         Err(not_found(location))
     }
 
