@@ -173,6 +173,11 @@ pub async fn sweep(
     (limit, dry_run): (usize, bool),
     cancel: &AtomicBool,
 ) -> Result<SweepReport, Error> {
+    // the catalog first: one that does not exist is refused as such
+    catalog
+        .ensure_schema()
+        .await
+        .map_err(|e| catalog_error(catalog, e))?;
     let record = prefix_record::check(store, ours, catalog.request_timeout()).await?;
     let grace = record.orphan_grace();
     let (now, clock) = if dry_run {

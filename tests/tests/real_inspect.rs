@@ -131,3 +131,62 @@ fn ls_and_cat_read_back_from_clickhouse_and_s3_and_cat_catches_a_corrupt_object(
         admin.testing_drop_database().await.unwrap();
     });
 }
+
+/// A typo in a ClickHouse URL's database or table prefix never makes an
+/// empty catalog: `ls`, `cat`, `sweep` (even `--dry-run`) and `reindex
+/// --dry-run` are refused naming what is missing, and the server has no
+/// such database or table afterwards.
+#[test]
+fn read_commands_refuse_a_catalog_that_does_not_exist_and_create_nothing() {
+    let Some((ch, endpoint, bucket)) = spool_tests::servers::clickhouse_and_s3() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (catalog_url, admin) = spool_tests::servers::fresh_clickhouse(&ch);
+    // the catalog exists (a service indexed into it): its table prefix
+    // misspelled is another catalog
+    rt.block_on(spool_catalog::open(&catalog_url).unwrap().ensure_schema())
+        .unwrap();
+    let typo_prefix = catalog_url.replace("table_prefix=", "table_prefix=typo_");
+    let typo_db = {
+        let (url, _) = spool_tests::servers::fresh_clickhouse(&ch);
+        url
+    };
+    let store_url = format!("s3://{bucket}/typo-{}", uuid::Uuid::new_v4().simple());
+    for url in [&typo_db, &typo_prefix] {
+        for args in [
+            vec!["ls", "--json"],
+            vec!["cat", "0123456789abcdef0123456789abcdef"],
+            vec!["sweep", "--dry-run", "--store", &store_url],
+            vec!["sweep", "--store", &store_url],
+            vec!["reindex", "--dry-run", "--store", &store_url],
+        ] {
+            let out = output(
+                spool()
+                    .args(&args)
+                    .args(["--catalog", url])
+                    .env("AWS_ENDPOINT", &endpoint)
+                    .env("AWS_ALLOW_HTTP", "true"),
+            );
+            assert!(!out.status.success(), "{args:?}: {}", describe(&out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("does not exist") && err.contains("nothing was created"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    // nothing was made: each still does not exist
+    for url in [&typo_db, &typo_prefix] {
+        let c = spool_catalog::open_existing(url, std::time::Duration::from_secs(10)).unwrap();
+        let e = rt.block_on(c.ensure_schema()).unwrap_err();
+        assert!(
+            matches!(e, spool_catalog::Error::NoCatalog { .. }),
+            "{url}: {e}"
+        );
+    }
+    rt.block_on(admin.testing_drop_database()).unwrap();
+}

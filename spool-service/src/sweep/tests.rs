@@ -216,11 +216,16 @@ async fn a_row_naming_a_copy_that_is_not_there_keeps_the_bundle() {
     }
 }
 
-/// Objects spool never wrote are never deleted, whatever their name, and
-/// neither is a bundle-named object whose bytes are not spool packs.
+/// Objects spool never wrote are never deleted, whatever their name (an
+/// operator's copy of a bundle whose packs are all indexed elsewhere
+/// included), and neither is a bundle-named object whose bytes are not
+/// spool packs.
 #[tokio::test]
 async fn objects_spool_never_wrote_are_never_deleted() {
     let fx = Fx::new(GRACE).await;
+    let copied = pack(2);
+    let (named, at) = fx.bundle(&[&copied]).await;
+    fx.index(&copied, &named, at[0]).await;
     let id = PackId::generate();
     let hex = id.to_hex();
     let right = spool_upload::bundle_key(fx.store.prefix(), &id).to_string();
@@ -234,7 +239,7 @@ async fn objects_spool_never_wrote_are_never_deleted() {
         "q/elsewhere.bundle".to_string(),
     ];
     for key in &foreign {
-        fx.put(key, pack(1).bytes).await;
+        fx.put(key, copied.bytes.clone()).await;
     }
     // the right key, but bytes that are not packs
     fx.put(&right, vec![7; 3000]).await;
