@@ -68,9 +68,10 @@ fn requeue_turns_rejected_and_valid_quarantined_packs_back_into_ready_ones() {
         .unwrap();
     let out = output(spool().arg("requeue").arg(&dir));
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let holder_pid = format!("pid {}", holder.0.id());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("pid"),
-        "{}",
+        String::from_utf8_lossy(&out.stderr).contains(&holder_pid),
+        "not naming {holder_pid}: {}",
         describe(&out)
     );
     assert_eq!(names(&dir, ".rejected").len(), 2);

@@ -579,6 +579,10 @@ mod serial {
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
+        let names: std::collections::BTreeSet<String> = ranks
+            .iter()
+            .map(|r| r.dir().file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
         std::thread::scope(|s| {
             for rank in &ranks {
                 let (sink, stop) = (rank.sinks()[0].clone(), stop.clone());
@@ -589,11 +593,19 @@ mod serial {
                     }
                 });
             }
-            while crate::service::tests::block_on(fx.catalog.count()).unwrap() == 0 {
+            // every rank ships within the linger, not only the first
+            loop {
+                let rows =
+                    crate::service::tests::block_on(fx.catalog.list_range(0, u64::MAX)).unwrap();
+                let shipped: std::collections::BTreeSet<String> =
+                    rows.into_iter().map(|r| r.rank_dir).collect();
+                if names.is_subset(&shipped) {
+                    break;
+                }
                 if started.elapsed() > Duration::from_secs(3) {
                     stop.store(true, Ordering::SeqCst);
                     panic!(
-                        "nothing shipped in {:?} while the ranks trickled",
+                        "in {:?} while the ranks trickled, only {shipped:?} of {names:?} shipped",
                         started.elapsed()
                     );
                 }

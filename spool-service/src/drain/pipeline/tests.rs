@@ -494,115 +494,6 @@ fn no_cut() -> Bound {
     )
 }
 
-/// A batch closes at once when the pipeline is at its depth, however long
-/// the linger, and the pipeline goes on: with two packs out at a time
-/// (`pipeline_depth` 2), each pair is indexed the moment its uploads end,
-/// which frees the depth for the next pair, so one run indexes all six
-/// (nothing is left owed or not done for a later cycle), the pacing of
-/// index calls (a second's linger here) costing a backlog nothing.
-#[test]
-fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
-    let fx = Fixture::new();
-    let own = fx.claim(&fx.dest, 0);
-    stage(own.dir(), 6);
-    let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
-    p.pipeline_depth = 2;
-    p.index_batch = 64;
-    p.index_linger = Duration::from_secs(1);
-    let mut path = Drain::new(p);
-    let never = Arc::new(AtomicBool::new(false));
-    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, packs);
-    let t = Instant::now();
-    let done = block_on(path.run(jobs, &no_cut(), &never));
-    let outcomes: Vec<String> = done.iter().map(|(_, o)| format!("{o:?}")).collect();
-    assert!(
-        outcomes.iter().all(|o| o == "Indexed"),
-        "{outcomes:?} after {:?}",
-        t.elapsed()
-    );
-    assert_eq!(outcomes.len(), 6);
-    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-    assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
-    assert!(path.owed() == 0);
-}
-
-/// A steady trickle makes at most one index call per `index_linger`: a
-/// lone pack after a quiet spell is indexed at once, one landing right
-/// after a call waits for the linger since that call, and after a quiet
-/// linger a pack goes at once again.
-#[test]
-fn index_calls_are_spaced_by_the_linger_unless_the_batch_is_full() {
-    let fx = Fixture::new();
-    let own = fx.claim(&fx.dest, 0);
-    let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
-    let linger = Duration::from_millis(1500);
-    p.index_linger = linger;
-    let mut path = Drain::new(p);
-    let never = Arc::new(AtomicBool::new(false));
-    let one_pack = |path: &mut Drain| {
-        stage(own.dir(), 1);
-        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-        let jobs = jobs_of(path, packs);
-        let t = Instant::now();
-        let done = block_on(path.run(jobs, &no_cut(), &never));
-        assert_eq!(outcome_names(&done), ["Indexed"]);
-        t.elapsed()
-    };
-    let first = one_pack(&mut path);
-    assert!(
-        first < Duration::from_secs(1),
-        "a lone pack waited {first:?}"
-    );
-    let started = Instant::now();
-    let second = one_pack(&mut path);
-    assert!(
-        first + second >= linger - Duration::from_millis(50),
-        "two index calls {:?} apart, under the {linger:?} linger",
-        first + second
-    );
-    std::thread::sleep(linger);
-    let third = one_pack(&mut path);
-    assert!(
-        third < Duration::from_secs(1),
-        "after a quiet linger a pack waited {third:?}"
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(block_on(fx.catalog.count()).unwrap(), 3);
-}
-
-/// A catalog that pushes back (here an index call held for 800 ms, as a
-/// ClickHouse delays inserts into a partition with too many parts)
-/// doubles the linger in force; a quick answer brings it back to
-/// `index_linger`.
-#[test]
-fn a_slow_catalog_lengthens_the_linger_and_quick_answers_bring_it_back() {
-    let fx = Fixture::new();
-    let own = fx.claim(&fx.dest, 0);
-    let linger = Duration::from_millis(20);
-    let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_linger = linger);
-    assert_eq!(path.pace(), linger);
-    let never = Arc::new(AtomicBool::new(false));
-    let one_pack = |path: &mut Drain| {
-        stage(own.dir(), 1);
-        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-        let done = block_on(path.run(jobs_of(path, packs), &no_cut(), &never));
-        assert_eq!(outcome_names(&done), ["Indexed"]);
-    };
-    let opener = {
-        let catalog = catalog.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(800));
-            catalog.set_open(true);
-        })
-    };
-    one_pack(&mut path);
-    opener.join().unwrap();
-    assert_eq!(path.pace(), linger * 2, "a slow index call lengthens it");
-    one_pack(&mut path);
-    assert_eq!(path.pace(), linger, "a quick one brings it back");
-}
-
 /// Only a corrupt pack is quarantined. A pack the pipeline cannot
 /// read for another reason (here a directory where its file was: EISDIR)
 /// is reported and left where it is, not renamed `.quarantined`; the valid
@@ -981,6 +872,154 @@ fn cpu_seconds() -> f64 {
 mod serial {
     use super::*;
 
+    /// A batch closes at once when the pipeline is at its depth, however long
+    /// the linger, and the pipeline goes on: with two packs out at a time
+    /// (`pipeline_depth` 2), each pair is indexed the moment its uploads end,
+    /// which frees the depth for the next pair, so one run indexes all six
+    /// (nothing is left owed or not done for a later cycle), the pacing of
+    /// index calls (a second's linger here) costing a backlog nothing.
+    #[test]
+    fn a_batch_closes_when_no_upload_is_in_flight_so_one_run_indexes_everything() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 6);
+        let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
+        p.pipeline_depth = 2;
+        p.index_batch = 64;
+        p.index_linger = Duration::from_secs(1);
+        let mut path = Drain::new(p);
+        let never = Arc::new(AtomicBool::new(false));
+        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+        let jobs = jobs_of(&path, packs);
+        let t = Instant::now();
+        let done = block_on(path.run(jobs, &no_cut(), &never));
+        let outcomes: Vec<String> = done.iter().map(|(_, o)| format!("{o:?}")).collect();
+        assert!(
+            outcomes.iter().all(|o| o == "Indexed"),
+            "{outcomes:?} after {:?}",
+            t.elapsed()
+        );
+        assert_eq!(outcomes.len(), 6);
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert_eq!(block_on(fx.catalog.count()).unwrap(), 6);
+        assert!(path.owed() == 0);
+    }
+
+    /// A steady trickle makes at most one index call per `index_linger`: a
+    /// lone pack after a quiet spell is indexed at once, one landing right
+    /// after a call waits for the linger since that call, and after a quiet
+    /// linger a pack goes at once again.
+    #[test]
+    fn index_calls_are_spaced_by_the_linger_unless_the_batch_is_full() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let mut p = parts(&fx, own.dir(), fx.config(own.dir()).upload);
+        let linger = Duration::from_millis(1500);
+        p.index_linger = linger;
+        let mut path = Drain::new(p);
+        let never = Arc::new(AtomicBool::new(false));
+        let one_pack = |path: &mut Drain| {
+            stage(own.dir(), 1);
+            let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+            let jobs = jobs_of(path, packs);
+            let t = Instant::now();
+            let done = block_on(path.run(jobs, &no_cut(), &never));
+            assert_eq!(outcome_names(&done), ["Indexed"]);
+            t.elapsed()
+        };
+        let first = one_pack(&mut path);
+        assert!(
+            first < Duration::from_secs(1),
+            "a lone pack waited {first:?}"
+        );
+        let started = Instant::now();
+        let second = one_pack(&mut path);
+        assert!(
+            first + second >= linger - Duration::from_millis(50),
+            "two index calls {:?} apart, under the {linger:?} linger",
+            first + second
+        );
+        std::thread::sleep(linger);
+        let third = one_pack(&mut path);
+        assert!(
+            third < Duration::from_secs(1),
+            "after a quiet linger a pack waited {third:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(block_on(fx.catalog.count()).unwrap(), 3);
+    }
+
+    /// A catalog that pushes back (here an index call held for 800 ms, as a
+    /// ClickHouse delays inserts into a partition with too many parts)
+    /// doubles the linger in force; a quick answer brings it back to
+    /// `index_linger`.
+    #[test]
+    fn a_slow_catalog_lengthens_the_linger_and_quick_answers_bring_it_back() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        let linger = Duration::from_millis(20);
+        let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_linger = linger);
+        assert_eq!(path.pace(), linger);
+        let never = Arc::new(AtomicBool::new(false));
+        let one_pack = |path: &mut Drain| {
+            stage(own.dir(), 1);
+            let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+            let done = block_on(path.run(jobs_of(path, packs), &no_cut(), &never));
+            assert_eq!(outcome_names(&done), ["Indexed"]);
+        };
+        let opener = {
+            let catalog = catalog.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(800));
+                catalog.set_open(true);
+            })
+        };
+        one_pack(&mut path);
+        opener.join().unwrap();
+        assert_eq!(path.pace(), linger * 2, "a slow index call lengthens it");
+        one_pack(&mut path);
+        assert_eq!(path.pace(), linger, "a quick one brings it back");
+    }
+
+    /// The stage clock charges a drain's time to the stages busy in it: an
+    /// index call held 400 ms by the catalog shows as at least that much
+    /// index time, while uploads and removals show their own, and the time
+    /// nothing was in flight is small (what the snapshot's `stage_times` and
+    /// `spool run --json`'s `stage_ms` report).
+    #[test]
+    fn a_drain_charges_its_time_to_the_stages_busy_in_it() {
+        let fx = Fixture::new();
+        let own = fx.claim(&fx.dest, 0);
+        stage(own.dir(), 4);
+        let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_batch = 64);
+        let never = Arc::new(AtomicBool::new(false));
+        let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
+        let jobs = jobs_of(&path, packs);
+        let opener = {
+            let catalog = catalog.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                catalog.set_open(true);
+            })
+        };
+        let t = Instant::now();
+        let done = block_on(path.run(jobs, &no_cut(), &never));
+        let wall = t.elapsed();
+        opener.join().unwrap();
+        assert!(done.iter().all(|(_, o)| matches!(o, PackOutcome::Indexed)));
+        let s = path.counters().stage_times();
+        assert!(s.index >= Duration::from_millis(300), "{s:?} in {wall:?}");
+        assert!(s.index <= wall, "{s:?} in {wall:?}");
+        assert!(s.upload > Duration::ZERO && s.upload < s.index, "{s:?}");
+        assert!(s.idle < Duration::from_millis(200), "{s:?} in {wall:?}");
+        // nothing is validated apart (each pack is validated by its upload's
+        // read: no validation task at all) and nothing removed while the
+        // index call is held
+        assert_eq!(s.validate, Duration::ZERO, "{s:?} in {wall:?}");
+        assert!(s.remove < Duration::from_millis(200), "{s:?} in {wall:?}");
+        assert_eq!(s.list, Duration::ZERO, "a drain lists nothing itself");
+    }
+
     /// The linger is armed only while no index call is in flight: a
     /// pipeline whose uploads are done and whose index call the catalog
     /// holds waits on that call, it does not wake at a linger long past
@@ -1134,45 +1173,6 @@ fn a_catalog_refusing_the_credentials_refuses_the_destination_an_outage_does_not
     let (outcomes, refused) = one_pack(None);
     assert!(outcomes.iter().all(|o| o == "Indexed"), "{outcomes:?}");
     assert_eq!(refused, None, "an answer clears the refusal");
-}
-
-/// The stage clock charges a drain's time to the stages busy in it: an
-/// index call held 400 ms by the catalog shows as at least that much
-/// index time, while uploads and removals show their own, and the time
-/// nothing was in flight is small (what the snapshot's `stage_times` and
-/// `spool run --json`'s `stage_ms` report).
-#[test]
-fn a_drain_charges_its_time_to_the_stages_busy_in_it() {
-    let fx = Fixture::new();
-    let own = fx.claim(&fx.dest, 0);
-    stage(own.dir(), 4);
-    let (mut path, catalog) = gated_path(&fx, own.dir(), |p| p.index_batch = 64);
-    let never = Arc::new(AtomicBool::new(false));
-    let packs = spool_core::spool::scan_dir(own.dir(), &never).unwrap();
-    let jobs = jobs_of(&path, packs);
-    let opener = {
-        let catalog = catalog.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
-            catalog.set_open(true);
-        })
-    };
-    let t = Instant::now();
-    let done = block_on(path.run(jobs, &no_cut(), &never));
-    let wall = t.elapsed();
-    opener.join().unwrap();
-    assert!(done.iter().all(|(_, o)| matches!(o, PackOutcome::Indexed)));
-    let s = path.counters().stage_times();
-    assert!(s.index >= Duration::from_millis(300), "{s:?} in {wall:?}");
-    assert!(s.index <= wall, "{s:?} in {wall:?}");
-    assert!(s.upload > Duration::ZERO && s.upload < s.index, "{s:?}");
-    assert!(s.idle < Duration::from_millis(200), "{s:?} in {wall:?}");
-    // nothing is validated apart (each pack is validated by its upload's
-    // read: no validation task at all) and nothing removed while the
-    // index call is held
-    assert_eq!(s.validate, Duration::ZERO, "{s:?} in {wall:?}");
-    assert!(s.remove < Duration::from_millis(200), "{s:?} in {wall:?}");
-    assert_eq!(s.list, Duration::ZERO, "a drain lists nothing itself");
 }
 
 mod bundles;
