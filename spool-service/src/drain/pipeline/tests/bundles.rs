@@ -215,11 +215,12 @@ fn a_pack_at_or_over_the_bundle_size_goes_alone() {
     // ids sort by their millisecond: a pause keeps the three groups in
     // list order (a small pack listed between the two large ones would go
     // alone as a bundle of one)
-    stage(own.dir(), 6);
+    // (six packs of 20 KiB are more than one bundle of 64 KiB holds)
+    stage_sized(own.dir(), 6, 20 << 10);
     std::thread::sleep(Duration::from_millis(5));
     stage_sized(own.dir(), 2, 70 << 10);
     std::thread::sleep(Duration::from_millis(5));
-    stage(own.dir(), 6);
+    stage_sized(own.dir(), 6, 20 << 10);
     let mut path = upload_path(&fx, own.dir(), bundling(&fx, own.dir(), 64 << 10));
     let done = run_all(&mut path, own.dir());
     assert_eq!(outcome_names(&done), vec!["Indexed"; 14]);
