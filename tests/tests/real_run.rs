@@ -182,8 +182,9 @@ fn run_once_with_a_config_file_drains_dead_siblings_into_clickhouse_and_moto() {
             .args(["sweep", "--json", "--config"])
             .arg(&cfg)
             .env("SPOOL_STORE", &store_url)
-            // a shorter grace of the sweeper's own is not used
-            .env("SPOOL_UPLOAD_ORPHAN_GRACE", "1s"),
+            // a grace of the sweeper's own is not used (with an hour it
+            // would delete nothing)
+            .env("SPOOL_UPLOAD_ORPHAN_GRACE", "1h"),
     );
     assert!(swept.status.success(), "{}", describe(&swept));
     let report: Value = serde_json::from_slice(&swept.stdout).unwrap();
@@ -405,6 +406,11 @@ fn a_replica_that_stalls_at_start_is_named_while_it_is_waited_for() {
         return;
     };
     let (catalog_url, admin) = spool_tests::servers::fresh_clickhouse(&ch);
+    // a catalog a service made (a read never makes one)
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(spool_catalog::Catalog::ensure_schema(&admin))
+        .unwrap();
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_at = silent.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
