@@ -64,10 +64,11 @@ pub struct UploadConfig {
     /// share its bundle when fewer than `bundle_bytes` are ready (the
     /// latency a bundle costs; spool-service's drain docs, "Bundles").
     pub bundle_linger: Duration,
-    /// How old a bundle must be before a sweep may delete it for want of
-    /// rows naming it; a drain never indexes a bundle older than half of
-    /// it (it uploads its packs again instead), so a sweep never races an
-    /// index call (the crate docs, "Bundles").
+    /// The grace a drain records for its destination when it is the first
+    /// to write to a store prefix (spool-service's `prefix_record`: the
+    /// record's grace is the destination's from then on, for every
+    /// process): how old a bundle must be before a sweep reads it, and
+    /// (half of it) how long after a bundle's PUT its rows may be indexed.
     pub orphan_grace: Duration,
 }
 

@@ -160,10 +160,11 @@
 //!   the fast tests and on S3 in the real ones.
 //! - **Bytes no row points to** (a bundle whose index never came, a pack
 //!   indexed again from a later bundle) are reclaimed by spool-service's
-//!   sweep (`spool sweep`), which deletes a bundle only once it is
-//!   `orphan_grace` old and no row names it; the service never indexes a
-//!   row naming a bundle older than half of that, so the two never race
-//!   (spool-service's `sweep` module docs give the argument).
+//!   sweep (`spool sweep`), which deletes a bundle only when its own bytes
+//!   prove it a spare copy: every pack in it indexed in another object
+//!   that holds it (spool-service's `sweep` module docs give the rules and
+//!   why a drain indexes rows naming a bundle only within half of the
+//!   destination's grace).
 //!
 //! **Why 8 MiB.** Requests, not bytes, are what small packs cost: at
 //! 8 MiB a million packs of 16 KiB are 2,000 PUTs ($0.01 at S3 Standard's

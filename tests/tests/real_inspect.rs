@@ -159,7 +159,12 @@ fn read_commands_refuse_a_catalog_that_does_not_exist_and_create_nothing() {
     for url in [&typo_db, &typo_prefix] {
         for args in [
             vec!["ls", "--json"],
-            vec!["cat", "0123456789abcdef0123456789abcdef", "--store", &store_url],
+            vec![
+                "cat",
+                "0123456789abcdef0123456789abcdef",
+                "--store",
+                &store_url,
+            ],
             vec!["sweep", "--dry-run", "--store", &store_url],
             vec!["sweep", "--store", &store_url],
             vec!["reindex", "--dry-run", "--store", &store_url],

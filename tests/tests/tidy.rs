@@ -1733,11 +1733,13 @@ fn the_circle_rule_passes_a_parent_and_a_child_without_a_way_back() {
     );
 }
 
-/// ARCHITECTURE.md is a map, not a manual: at most 400 lines.
+/// ARCHITECTURE.md is a map, not a manual: at most 440 lines (the map,
+/// the invariants, the glossary and the one cross-cutting section on what
+/// may delete what).
 #[test]
-fn architecture_md_is_at_most_400_lines() {
+fn architecture_md_is_at_most_440_lines() {
     let lines = read(Path::new("ARCHITECTURE.md")).lines().count();
-    assert!(lines <= 400, "ARCHITECTURE.md has {lines} lines (at most 400: move mechanism details to the module docs)");
+    assert!(lines <= 440, "ARCHITECTURE.md has {lines} lines (at most 440: move mechanism details to the module docs)");
 }
 
 /// Store deletions in `text` (comments and strings left out): object

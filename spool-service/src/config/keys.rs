@@ -527,7 +527,7 @@ pub const UPLOAD_ORPHAN_GRACE: Setting<Duration> = Setting::new(Key {
         whole: false,
     },
     default: Some("1h"),
-    help: "a bundle no row names is deleted by `spool sweep` only once this old; a drain never indexes a bundle older than half of it (it uploads the packs again)",
+    help: "the destination's grace, recorded in the store prefix by the first drain there (its record's wins after): `spool sweep` reads a bundle no row names only once this old; a drain never indexes a bundle older than half of it (it uploads the packs again); at least four times catalog.request_timeout",
 });
 
 /// `client.connect_timeout` (SPOOL_CLIENT_CONNECT_TIMEOUT).

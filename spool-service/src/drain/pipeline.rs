@@ -102,13 +102,14 @@
 //!   bundle fills with them. Siblings are still taken one at a time (the
 //!   adopter holds at most one), so two dead siblings' tails go in two
 //!   bundles: at most one object more per dead sibling, once.
-//! - **An owed row naming a bundle is indexed only within half of
-//!   `upload.orphan_grace` after the bundle's PUT returned.** An older one
-//!   (a catalog down that long) is not indexed: its pack goes up again in
-//!   a fresh bundle. The sweep (`spool sweep`) deletes a bundle no row
-//!   names only once it is `orphan_grace` old, so no index call naming it
-//!   can still be in flight then (the sweep module docs give the whole
-//!   argument).
+//! - **An owed row naming a bundle is indexed only within half of the
+//!   destination's grace after the bundle's PUT returned** (the store
+//!   prefix's record's grace, `prefix_record.rs`; measured on this
+//!   process's monotonic clock). An older one (a catalog down that long)
+//!   is not indexed: its pack goes up again in a fresh bundle. The sweep
+//!   (`spool sweep`) reads a bundle only once it is the grace old by the
+//!   store's clock, so no index call naming it can still be in flight
+//!   then (the sweep module docs give the whole argument).
 //!
 //! # The index linger
 //!
