@@ -460,8 +460,8 @@ async fn each_damaged_pack_counts_once() {
     let catalog = MemoryCatalog::new();
     let packs: Vec<(PackId, Vec<u8>)> = (1..=4).map(pack).collect();
     let (mut body, offsets) = bundle_of(&packs);
-    let mid = (offsets[3] as usize + body.len()) / 2;
-    body[mid] ^= 1; // inside pack 3
+    let last = body.len() - 1;
+    body[last] ^= 1; // pack 3's checksum: its framing and trailer magic hold
     break_trailer(&mut body, offsets[3] as usize); // pack 2's
     let key = bundle_key();
     put(&objects, &key, body).await;
