@@ -362,9 +362,11 @@ fn cat_of_a_corrupt_object_exits_9_and_writes_nothing() {
 
     // A whole, valid pack that is not the one the catalog indexed (another
     // pack's bytes under this key... here: a valid pack with other records
-    // and the same id) is a mismatch too.
+    // of the same sizes and the same id) is a mismatch too.
     let mut w = spool_core::pack::PackWriter::new(p.id, p.id.timestamp_ms());
-    w.push_record(b"not what was indexed");
+    for record in text_records(3, "OLD") {
+        w.push_record(&record);
+    }
     std::fs::write(&p.object_path, w.finish()).unwrap();
     let out = output(
         spool()
