@@ -495,7 +495,7 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
 fn bench(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
-        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|backlog|python|CASE]...");
+        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|backlog|reindex|python|CASE]...");
     }
     let named: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     // the s3s-fs drains and the hand-off's daemon run the `spool` command
