@@ -66,7 +66,7 @@ pub async fn fetch_pack<F: Read + Write + Seek>(
     // The pack is the row's range of its object (the whole object for a
     // pack that is one): one ranged GET.
     let range = row.object_offset..row.object_offset.saturating_add(row.bytes);
-    let options = object_store::GetOptions::default().with_range(Some(range));
+    let options = object_store::GetOptions::default().with_range(Some(range.clone()));
     let got = match store.object_store().get_opts(&key, options).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => {
@@ -76,8 +76,21 @@ pub async fn fetch_pack<F: Read + Write + Seek>(
                 key: key.to_string(),
             })
         }
-        Err(e) => return Err(store_error(e.into())),
+        Err(e) => {
+            // A range starting past the object's end is refused (S3: 416,
+            // the local and memory stores: an invalid range): if the
+            // object is shorter than the row says, that is the mismatch.
+            if let Some(size) = shorter_than(store, &key, range.end).await {
+                return Err(past_the_end(&row, store, range.end, size));
+            }
+            return Err(store_error(e.into()));
+        }
     };
+    if got.meta.size < range.end {
+        // a store that answers a range running past the end with what
+        // there is (the memory store)
+        return Err(past_the_end(&row, store, range.end, got.meta.size));
+    }
     let start = out.stream_position().map_err(|e| store_error(e.into()))?;
     let mut stream = got.into_stream();
     while let Some(chunk) = stream.next().await {
@@ -91,6 +104,29 @@ pub async fn fetch_pack<F: Read + Write + Seek>(
     out.seek(SeekFrom::Start(start))
         .map_err(|e| store_error(e.into()))?;
     Ok(FetchedPack { row, summary })
+}
+
+/// The size of the object at `key` when it is below `end` (a HEAD); `None`
+/// when it is not, or the HEAD failed.
+async fn shorter_than(store: &Store, key: &object_store::path::Path, end: u64) -> Option<u64> {
+    let meta = store.object_store().head(key).await.ok()?;
+    (meta.size < end).then_some(meta.size)
+}
+
+/// The mismatch of a row whose range (`object_offset` + `bytes`, ending
+/// at `end`) runs past its object's `size`: naming both.
+fn past_the_end(row: &PackRow, store: &Store, end: u64, size: u64) -> Error {
+    Error::PackMismatch {
+        pack_id: row.pack_id.clone(),
+        store: store.description().to_string(),
+        key: row.object_key.clone(),
+        why: format!(
+            "the catalog row's range ends at byte {end} (offset {} + {} bytes) but the object is \
+             {size} bytes long",
+            row.object_offset, row.bytes
+        ),
+        offset: Some(size),
+    }
 }
 
 /// Validates the pack `id` read from `bytes` (the row's range of its
@@ -193,14 +229,34 @@ pub async fn fetch_packs(
                 })
             }
             Err(e) => {
+                if let Some(size) = shorter_than(store, &path, end).await {
+                    let row = members
+                        .iter()
+                        .map(|&i| &rows[i])
+                        .max_by_key(|r| r.object_offset.saturating_add(r.bytes))
+                        .unwrap_or(first);
+                    return Err(past_the_end(row, store, end, size));
+                }
                 return Err(Error::FetchStore {
                     pack_id: first.pack_id.clone(),
                     store: store.description().to_string(),
                     key: key.to_string(),
                     error: e.into(),
-                })
+                });
             }
         };
+        if (span.len() as u64) < end - start {
+            // a store that answers a range running past the end with what
+            // there is
+            let size = start + span.len() as u64;
+            let row = members
+                .iter()
+                .map(|&i| &rows[i])
+                .find(|r| r.object_offset.saturating_add(r.bytes) > size)
+                .unwrap_or(first);
+            let end = row.object_offset.saturating_add(row.bytes);
+            return Err(past_the_end(row, store, end, size));
+        }
         for at in members {
             let row = &rows[at];
             let from = (row.object_offset - start) as usize;
@@ -288,6 +344,73 @@ mod tests {
                 .await
                 .unwrap_err();
             assert!(matches!(err, Error::PackMismatch { .. }), "{wrong}: {err}");
+        }
+    }
+
+    /// A row whose range runs past its object's end (an offset past the
+    /// end, a length past it) is a mismatch naming the range's end, the
+    /// object's size and its key, on the memory and the file store, read
+    /// alone or together.
+    #[tokio::test]
+    async fn a_row_past_its_objects_end_is_a_mismatch_naming_both_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        for url in [
+            "memory://".to_string(),
+            format!("file://{}", dir.path().display()),
+        ] {
+            let store = Store::from_url(&url, &Default::default()).unwrap();
+            let catalog = spool_catalog::open("memory://").unwrap();
+            let id = PackId::generate();
+            let mut w = PackWriter::new(id, id.timestamp_ms());
+            w.push_record(b"the one record");
+            let pack = w.finish();
+            let s = spool_core::pack::validate_bytes(&pack, Some(id)).unwrap();
+            let size = pack.len() as u64;
+            let key = spool_upload::object_key(store.prefix(), &id);
+            store
+                .object_store()
+                .put(&key, PutPayload::from(pack))
+                .await
+                .unwrap();
+            for (offset, bytes) in [(size + 100, size), (size, size), (3, size)] {
+                let row = PackRow {
+                    pack_id: id.to_hex(),
+                    object_key: key.to_string(),
+                    object_offset: offset,
+                    store_id: "default".into(),
+                    sha256: hex::encode(s.sha256),
+                    bytes,
+                    records: s.records,
+                    source_host: "h".into(),
+                    source_pid: 1,
+                    rank_dir: "r0-0badcafe".into(),
+                    ordinal: None,
+                    created_at_ms: id.timestamp_ms(),
+                    indexed_at_ms: 0,
+                    trailer_sha256: hex::encode(s.trailer_sha256),
+                };
+                catalog.index(&[row], None).await.unwrap();
+                let mut out = std::io::Cursor::new(Vec::new());
+                let alone = fetch_pack(catalog.as_ref(), &store, id, &mut out)
+                    .await
+                    .unwrap_err();
+                let together = fetch_packs(catalog.as_ref(), &store, &[id])
+                    .await
+                    .unwrap_err();
+                for err in [alone, together] {
+                    let text = err.to_string();
+                    assert!(matches!(err, Error::PackMismatch { .. }), "{url}: {text}");
+                    assert!(
+                        text.contains(&format!("ends at byte {}", offset + bytes)),
+                        "{url}: {text}"
+                    );
+                    assert!(
+                        text.contains(&format!("the object is {size} bytes long")),
+                        "{url}: {text}"
+                    );
+                    assert!(text.contains(key.as_ref()), "{url}: {text}");
+                }
+            }
         }
     }
 

@@ -22,49 +22,101 @@
 //! and record count; where the pack came from (host, pid, rank directory,
 //! ordinal) is not in the object, so the row says `unknown`, 0,
 //! `r0-00000000` (the layout's name for packs of no known producer) and
-//! none. Objects are validated as they stream (bounded memory), one at a
-//! time; rows are inserted in batches.
+//! none.
+//!
+//! **Validate, then count.** A pack id counts as met (and later copies of
+//! it as present) only once a valid copy of it was found, so a corrupt
+//! copy listed first never hides a valid one listed later.
+//!
+//! **Bounded.** Objects are validated as they stream or from one window of
+//! a bundle (bounded memory, [`walk`]), one object at a time; what is kept
+//! of an invalid object is one entry (its key, how many packs in it are
+//! damaged, the first reason), never one per pack. The catalog is asked
+//! about the valid packs in batches of [`BATCH`] rows, at most
+//! [`CONCURRENT_GETS`] lookups in flight, and the ones it lacks inserted
+//! in one call per batch; the ids met are kept (16 bytes each) for the
+//! whole run.
 
-use std::io::Read;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
-use object_store::ObjectStoreExt;
+use futures::{StreamExt, TryStreamExt};
 use spool_catalog::{Catalog, LeaseGuard, PackRow};
 use spool_core::pack::{PackId, PackSummary};
-use spool_upload::Store;
+use spool_upload::{Store, MAX_BUNDLE_BYTES};
 
 use crate::Error;
+
+pub mod walk;
+
+pub use walk::{validate_range, BundleWalker};
 
 /// The rank directory a reindexed row names: the layout's name reserved
 /// for packs of no known producer (moved in by hand, or found in the
 /// store).
 const REINDEXED_RANK_DIR: &str = "r0-00000000";
 
-/// Rows inserted per catalog call.
-const BATCH: usize = 256;
+/// Valid packs checked against the catalog, and inserted, per batch.
+pub const BATCH: usize = 256;
+
+/// Catalog lookups (`Catalog::get`) in flight at once while a batch is
+/// checked: the catalog has no lookup of many ids, and one at a time
+/// would cost a round trip per pack.
+pub const CONCURRENT_GETS: usize = 16;
 
 /// What a [`reindex`] found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReindexReport {
     /// Objects listed under the store's prefix.
     pub listed: u64,
-    /// Packs the catalog already had a row for (left as they are), and
-    /// later copies of a pack id already seen in this listing.
+    /// Valid packs the catalog already had a row for (left as they are),
+    /// and later valid copies of a pack id already met in this listing.
     pub present: u64,
     /// Rows inserted: valid packs the catalog lacked.
     pub inserted: u64,
-    /// Objects not named like a pack: skipped.
+    /// Objects not named like a pack or a bundle: skipped.
     pub other: u64,
-    /// Objects named like a pack that are not a valid one: their key and
-    /// why. No row is written for them.
+    /// Packs found damaged (in bundles and alone), counted in
+    /// [`ReindexReport::invalid`]'s entries.
+    pub damaged: u64,
+    /// Objects named like a pack or a bundle that are not a valid one or
+    /// hold damaged packs: one entry per object, its key and why (for a
+    /// bundle: how many damaged packs, and the first one's reason). No row
+    /// is written for what is damaged.
     pub invalid: Vec<(String, String)>,
+}
+
+/// The valid packs waiting for the catalog, and the ids met.
+#[derive(Default)]
+struct Pending {
+    seen: HashSet<PackId>,
+    rows: Vec<PackRow>,
+}
+
+impl Pending {
+    /// A valid pack found at `key` from `offset`: a candidate row, or a
+    /// later copy of a pack met already (present).
+    fn found(
+        &mut self,
+        summary: &PackSummary,
+        (key, offset): (&str, u64),
+        store_id: &str,
+        report: &mut ReindexReport,
+    ) {
+        if !self.seen.insert(summary.id) {
+            report.present += 1;
+            return;
+        }
+        let mut row = row_of(summary, key, store_id);
+        row.object_offset = offset;
+        self.rows.push(row);
+    }
 }
 
 /// Lists `store`'s prefix and indexes into `catalog` (rows naming
 /// `store_id`, fenced by `fence` where the catalog is lease-gated) every
 /// valid pack it lacks; with `dry_run`, counts them and inserts nothing.
-/// Checks `cancel` between objects.
+/// Checks `cancel` between objects and between the windows of a bundle.
 pub async fn reindex(
     catalog: &dyn Catalog,
     store: &Store,
@@ -73,15 +125,19 @@ pub async fn reindex(
     dry_run: bool,
     cancel: &AtomicBool,
 ) -> Result<ReindexReport, Error> {
+    let cancelled = || {
+        cancel
+            .load(Ordering::SeqCst)
+            .then(|| Error::ReindexCancelled {
+                store: store.description().to_string(),
+            })
+    };
     let mut report = ReindexReport::default();
-    let mut seen = std::collections::HashSet::new();
-    let mut rows: Vec<PackRow> = Vec::new();
+    let mut pending = Pending::default();
     let mut listing = store.object_store().list(Some(store.prefix()));
     while let Some(meta) = listing.next().await {
-        if cancel.load(Ordering::SeqCst) {
-            return Err(Error::ReindexCancelled {
-                store: store.description().to_string(),
-            });
+        if let Some(e) = cancelled() {
+            return Err(e);
         }
         let meta = meta.map_err(|e| Error::ReindexStore {
             store: store.description().to_string(),
@@ -94,26 +150,36 @@ pub async fn reindex(
         report.listed += 1;
         let key = meta.location.to_string();
         if bundle_name(&key) {
-            let packs = read_bundle(store, &meta.location).await?;
-            for found in packs {
-                let (offset, summary) = match found {
-                    Ok(p) => p,
-                    Err(why) => {
-                        tracing::warn!(key, "not indexed: the rest of the bundle: {why}");
-                        report.invalid.push((key.clone(), why));
-                        continue;
-                    }
-                };
-                if !seen.insert(summary.id) || known(catalog, summary.id).await? {
-                    report.present += 1;
-                    continue;
-                }
-                let mut row = row_of(&summary, &key, store_id);
-                row.object_offset = offset;
-                rows.push(row);
+            if meta.size > MAX_BUNDLE_BYTES {
+                let why = format!(
+                    "{} bytes, more than the largest bundle spool writes ({MAX_BUNDLE_BYTES} \
+                     bytes): not read",
+                    meta.size
+                );
+                tracing::warn!(key, "not indexed: {why}");
+                report.invalid.push((key, why));
+                continue;
             }
-            if rows.len() >= BATCH {
-                report.inserted += insert(catalog, &mut rows, fence, dry_run).await?;
+            let mut walker = BundleWalker::new(store, meta.location.clone(), meta.size);
+            while let Some(found) = walker.next().await? {
+                if let Some(e) = cancelled() {
+                    return Err(e);
+                }
+                for (offset, summary) in &found {
+                    pending.found(summary, (&key, *offset), store_id, &mut report);
+                }
+                if pending.rows.len() >= BATCH {
+                    settle(catalog, &mut pending, fence, dry_run, &mut report).await?;
+                }
+            }
+            if let (damaged @ 1.., first) = walker.damaged() {
+                let why = format!(
+                    "{damaged} damaged pack(s) in the bundle not indexed; the first: {}",
+                    first.unwrap_or("unknown")
+                );
+                tracing::warn!(key, "not indexed: {why}");
+                report.damaged += damaged;
+                report.invalid.push((key, why));
             }
             continue;
         }
@@ -121,36 +187,60 @@ pub async fn reindex(
             report.other += 1;
             continue;
         };
-        if !seen.insert(id) {
-            report.present += 1; // another copy of a pack met already
+        if pending.seen.contains(&id) {
+            report.present += 1; // a valid copy was met already
             continue;
         }
-        if known(catalog, id).await? {
-            report.present += 1;
-            continue;
-        }
-        match validate_object(store, &meta.location, id).await? {
-            Ok(summary) => rows.push(row_of(&summary, &key, store_id)),
+        match validate_range(store, &meta.location, None, id).await? {
+            Ok(summary) => pending.found(&summary, (&key, 0), store_id, &mut report),
             Err(why) => {
                 tracing::warn!(
                     key,
                     "not indexed: the object is not a valid pack {id}: {why}"
                 );
+                report.damaged += 1;
                 report.invalid.push((key, why));
             }
         }
-        if rows.len() >= BATCH {
-            report.inserted += insert(catalog, &mut rows, fence, dry_run).await?;
+        if pending.rows.len() >= BATCH {
+            settle(catalog, &mut pending, fence, dry_run, &mut report).await?;
         }
     }
-    report.inserted += insert(catalog, &mut rows, fence, dry_run).await?;
+    settle(catalog, &mut pending, fence, dry_run, &mut report).await?;
     Ok(report)
 }
 
-/// Whether the catalog has a row for `id`.
-async fn known(catalog: &dyn Catalog, id: PackId) -> Result<bool, Error> {
+/// Asks the catalog which of the pending rows it has ([`CONCURRENT_GETS`]
+/// lookups in flight), counts those present, inserts the others (unless
+/// `dry_run`) and empties the batch.
+async fn settle(
+    catalog: &dyn Catalog,
+    pending: &mut Pending,
+    fence: Option<&LeaseGuard>,
+    dry_run: bool,
+    report: &mut ReindexReport,
+) -> Result<(), Error> {
+    let rows = std::mem::take(&mut pending.rows);
+    let known: Vec<bool> = futures::stream::iter(rows.iter().map(|r| known(catalog, &r.pack_id)))
+        .buffered(CONCURRENT_GETS)
+        .try_collect()
+        .await?;
+    let mut fresh: Vec<PackRow> = Vec::with_capacity(rows.len());
+    for (row, known) in rows.into_iter().zip(known) {
+        if known {
+            report.present += 1;
+        } else {
+            fresh.push(row);
+        }
+    }
+    report.inserted += insert(catalog, &mut fresh, fence, dry_run).await?;
+    Ok(())
+}
+
+/// Whether the catalog has a row for `pack_id`.
+async fn known(catalog: &dyn Catalog, pack_id: &str) -> Result<bool, Error> {
     let row = catalog
-        .get(&id.to_hex())
+        .get(pack_id)
         .await
         .map_err(|e| Error::ReindexCatalog {
             catalog: catalog.server(),
@@ -164,49 +254,6 @@ fn bundle_name(key: &str) -> bool {
     let name = key.rsplit('/').next().unwrap_or_default();
     name.strip_suffix(spool_upload::BUNDLE_SUFFIX)
         .is_some_and(|hex| PackId::from_hex(hex).is_ok())
-}
-
-/// Reads the bundle at `key` whole and walks it from its end (see the
-/// module doc): each pack with its offset and summary, last first; where
-/// the framing breaks, why, and nothing before it.
-async fn read_bundle(
-    store: &Store,
-    key: &object_store::path::Path,
-) -> Result<Vec<Result<(u64, PackSummary), String>>, Error> {
-    let bytes = store
-        .object_store()
-        .get(key)
-        .await
-        .map_err(|e| Error::ReindexStore {
-            store: store.description().to_string(),
-            key: key.to_string(),
-            error: e.into(),
-        })?
-        .bytes()
-        .await
-        .map_err(|e| Error::ReindexStore {
-            store: store.description().to_string(),
-            key: key.to_string(),
-            error: e.into(),
-        })?;
-    let walked = tokio::task::spawn_blocking(move || walk_bundle(&bytes)).await;
-    Ok(walked.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
-}
-
-/// The packs of a bundle's bytes, from its end (see [`read_bundle`]), each
-/// validated.
-fn walk_bundle(bytes: &[u8]) -> Vec<Result<(u64, PackSummary), String>> {
-    let never = AtomicBool::new(false);
-    spool_core::pack::bundled_packs(bytes)
-        .into_iter()
-        .map(|found| {
-            let (range, trailer) = found.map_err(|e| e.to_string())?;
-            let start = range.start as u64;
-            spool_core::pack::validate(&bytes[range], Some(trailer.id), &never)
-                .map(|summary| (start, summary))
-                .map_err(|e| format!("pack {} at {start}: {e}", trailer.id))
-        })
-        .collect()
 }
 
 /// The pack id an object key names (`.../<32 hex>.pack`), if any.
@@ -254,76 +301,6 @@ fn row_of(summary: &PackSummary, key: &str, store_id: &str) -> PackRow {
         created_at_ms: summary.created_ms,
         indexed_at_ms: spool_core::pack::now_ms(),
         trailer_sha256: hex::encode(summary.trailer_sha256),
-    }
-}
-
-/// Streams the object at `key` through the pack's validation, expecting
-/// `id`: `Ok(Ok(summary))` for a valid pack, `Ok(Err(why))` for anything
-/// else, `Err` when the store could not be read.
-async fn validate_object(
-    store: &Store,
-    key: &object_store::path::Path,
-    id: PackId,
-) -> Result<Result<PackSummary, String>, Error> {
-    let store_error = |error: Box<dyn std::error::Error + Send + Sync>| Error::ReindexStore {
-        store: store.description().to_string(),
-        key: key.to_string(),
-        error,
-    };
-    let got = store
-        .object_store()
-        .get(key)
-        .await
-        .map_err(|e| store_error(e.into()))?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(4);
-    let check = tokio::task::spawn_blocking(move || {
-        let mut reader = Chunks {
-            rx,
-            chunk: Vec::new(),
-            at: 0,
-        };
-        spool_core::pack::validate(&mut reader, Some(id), &AtomicBool::new(false))
-    });
-    let mut stream = got.into_stream();
-    while let Some(chunk) = stream.next().await {
-        let item = chunk.map(|b| b.to_vec()).map_err(std::io::Error::other);
-        let failed = item.is_err();
-        if tx.send(item).await.is_err() || failed {
-            break; // the validation stopped (a bad pack), or the read failed
-        }
-    }
-    drop(tx);
-    match check.await {
-        Ok(Ok(summary)) => Ok(Ok(summary)),
-        Ok(Err(spool_core::Error::CorruptPack { problem, .. })) => Ok(Err(problem.to_string())),
-        Ok(Err(e)) => Err(store_error(e.into())),
-        Err(e) => Err(store_error(e.to_string().into())),
-    }
-}
-
-/// A blocking reader over the chunks an async stream sends.
-struct Chunks {
-    rx: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
-    chunk: Vec<u8>,
-    at: usize,
-}
-
-impl Read for Chunks {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.at == self.chunk.len() {
-            match self.rx.blocking_recv() {
-                Some(Ok(c)) => {
-                    self.chunk = c;
-                    self.at = 0;
-                }
-                Some(Err(e)) => return Err(e),
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.chunk.len() - self.at);
-        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
     }
 }
 

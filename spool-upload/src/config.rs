@@ -94,11 +94,14 @@ impl Default for UploadConfig {
 
 impl UploadConfig {
     /// The bundle size in force: `bundle_bytes`, at most
-    /// `multipart_threshold` and `max_in_flight_bytes`.
+    /// `multipart_threshold`, `max_in_flight_bytes` and
+    /// [`MAX_BUNDLE_BYTES`](crate::MAX_BUNDLE_BYTES) (what a reader of
+    /// bundles trusts an object named like one to be within).
     pub fn bundle_limit(&self) -> u64 {
         self.bundle_bytes
             .min(self.multipart_threshold)
             .min(self.max_in_flight_bytes)
+            .min(crate::MAX_BUNDLE_BYTES)
     }
 
     /// Refuses settings that cannot work.

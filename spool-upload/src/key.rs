@@ -37,6 +37,14 @@ pub fn bundle_key(prefix: &Path, bundle: &PackId) -> Path {
 /// How a bundle's key ends (a pack's ends `.pack`).
 pub const BUNDLE_SUFFIX: &str = ".bundle";
 
+/// The largest bundle spool writes: 1 GiB. A bundle is one PUT held whole
+/// in memory, never more than [`crate::UploadConfig::bundle_limit`] bytes,
+/// which is taken as at most this (the default is 8 MiB; S3 takes at most
+/// 5 GiB in one PUT), so an object named like a bundle and larger than
+/// this is not one spool wrote: a reader of bundles (`spool reindex`)
+/// reports it instead of reading it.
+pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
+
 /// The key range a pack's object goes to: its id's last byte, which is
 /// random (spool-core's `PackId`), as two hex digits, `00` to `ff`.
 fn spread(id: &PackId) -> String {
@@ -104,6 +112,20 @@ mod tests {
             bundle_key(&Path::from("a/b"), &id).as_ref(),
             format!("a/b/v2/{}/date=2024-02-29/{hex}.bundle", &hex[30..])
         );
+    }
+
+    /// However large the settings, the uploader's bundles stay within what
+    /// a reader of bundles trusts ([`MAX_BUNDLE_BYTES`]).
+    #[test]
+    fn no_bundle_is_larger_than_a_reader_trusts() {
+        let cfg = crate::UploadConfig {
+            bundle_bytes: u64::MAX,
+            multipart_threshold: u64::MAX,
+            max_in_flight_bytes: u64::MAX,
+            ..Default::default()
+        };
+        assert_eq!(cfg.bundle_limit(), MAX_BUNDLE_BYTES);
+        assert_eq!(crate::UploadConfig::default().bundle_limit(), 8 << 20);
     }
 
     #[test]

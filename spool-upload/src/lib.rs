@@ -313,7 +313,7 @@ mod uploader;
 pub use config::{ClientConfig, UploadConfig, SMALL_PACK_BYTES};
 pub use error::{Error, Result};
 pub use item::UploadItem;
-pub use key::{bundle_key, object_key, BUNDLE_SUFFIX};
+pub use key::{bundle_key, object_key, BUNDLE_SUFFIX, MAX_BUNDLE_BYTES};
 pub use store::Store;
 pub use tokio_util::sync::CancellationToken;
 pub use uploader::{UploadFailure, UploadOutcome, UploadResult, Uploader};

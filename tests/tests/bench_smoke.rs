@@ -108,7 +108,7 @@ fn the_benchmark_binary_runs_its_serverless_cases_and_writes_its_tables() {
         "# Benchmarks\n<!-- bench:machine:begin -->\nold\n<!-- bench:machine:end -->\n",
     );
     for group in [
-        "core", "upload", "catalog", "service", "s3s", "backlog", "python",
+        "core", "upload", "catalog", "service", "s3s", "backlog", "reindex", "python",
     ] {
         let mut f: serde_json::Value = serde_json::from_str(one).unwrap();
         f["group"] = group.into();

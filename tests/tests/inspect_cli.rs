@@ -362,9 +362,11 @@ fn cat_of_a_corrupt_object_exits_9_and_writes_nothing() {
 
     // A whole, valid pack that is not the one the catalog indexed (another
     // pack's bytes under this key... here: a valid pack with other records
-    // and the same id) is a mismatch too.
+    // of the same sizes and the same id) is a mismatch too.
     let mut w = spool_core::pack::PackWriter::new(p.id, p.id.timestamp_ms());
-    w.push_record(b"not what was indexed");
+    for record in text_records(3, "OLD") {
+        w.push_record(&record);
+    }
     std::fs::write(&p.object_path, w.finish()).unwrap();
     let out = output(
         spool()
@@ -380,6 +382,45 @@ fn cat_of_a_corrupt_object_exits_9_and_writes_nothing() {
         describe(&out)
     );
     assert!(!out_file.exists());
+}
+
+/// A row whose range runs past its object's end (a wrong offset, a wrong
+/// length) is a read-back mismatch: exit 9, the message naming where the
+/// row's range ends and how long the object is, nothing written.
+#[test]
+fn cat_of_a_row_past_its_objects_end_exits_9_naming_both_sizes() {
+    let (tmp, root, packs) = root_with_packs();
+    let p = &packs[0];
+    let size = std::fs::metadata(&p.object_path).unwrap().len();
+    let out_file = tmp.path().join("got.pack");
+    for (offset, bytes) in [(size + 1000, p.row.bytes), (0, size + 5)] {
+        let db = rusqlite::Connection::open(root.join(".catalog.db")).unwrap();
+        db.execute(
+            "UPDATE spool_packs SET object_offset = ?1, bytes = ?2 WHERE pack_id = ?3",
+            rusqlite::params![offset as i64, bytes as i64, p.id.to_hex()],
+        )
+        .unwrap();
+        drop(db);
+        let out = output(
+            spool()
+                .args(["cat", &p.id.to_hex(), "--spool-root"])
+                .arg(&root)
+                .arg("--out")
+                .arg(&out_file),
+        );
+        assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("ends at byte {}", offset + bytes)),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("the object is {size} bytes long")),
+            "{err}"
+        );
+        assert!(err.contains(&p.row.object_key), "{err}");
+        assert!(!out_file.exists());
+    }
 }
 
 #[test]

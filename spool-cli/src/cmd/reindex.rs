@@ -32,7 +32,7 @@ pub struct Args {
 pub const LONG_ABOUT: &str = "\
 Make a catalog whole from its object store: list every object under the
 store's prefix, validate each one named like a pack (<32 hex digits>.pack)
-as the pack its name says (header, every record, footer, trailer,
+as the pack its name says, and each pack in an object named like a bundle, (header, every record, footer, trailer,
 SHA-256), and index the valid ones the catalog has no row for.
 
 For a catalog that lost rows: a part a single unreplicated ClickHouse
@@ -45,11 +45,57 @@ rank directory) is not in the object, so it says `unknown`. Running it
 again is harmless: what it indexed is skipped. Refused with lease.scope =
 catalog (stop the publisher, set lease.scope = node for the run).
 
-Catalog and store resolve as for `spool run` and `spool cat`.
+Catalog and store resolve as for `spool run` and `spool cat`. An SQLite
+catalog whose file is missing (a lost embedded .catalog.db) is created and
+filled from the store (its directory must exist); --dry-run never creates
+one.
+
+Bundles (<32 hex digits>.bundle) are walked with ranged reads, from their
+end by the packs' trailers and, past a damaged trailer, from their start by
+the packs' framing: every intact pack in them is indexed. An object named
+like a bundle but over 1 GiB (more than spool ever writes in one) is
+reported, not read.
 
 Examples:
   spool reindex --spool-root /var/lib/spool --dry-run
   spool reindex --catalog 'clickhouse://ch1:8123/spool' --store s3://bucket/packs --json";
+
+/// Opens the catalog to index into, creating an SQLite catalog whose file
+/// is missing (the one rebuild that needs no server: an embedded
+/// `.catalog.db` lost with its rows); its directory must exist. Each
+/// request is bounded by `catalog.request_timeout`, as the service's are.
+fn open_catalog_to_write(
+    cfg: &spool_service::config::Config,
+) -> Result<std::sync::Arc<dyn spool_catalog::Catalog>> {
+    let url = cfg.catalog_open_url()?;
+    if let spool_catalog::CatalogUrl::Sqlite { path, .. } = spool_catalog::CatalogUrl::parse(&url)?
+    {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if !path.is_file() && !dir.is_some_and(std::path::Path::is_dir) {
+            return Err(coded(
+                ExitCode::Usage,
+                format!(
+                    "the SQLite catalog {} does not exist and neither does its directory {}: \
+                     spool reindex creates a lost catalog file, not directories; create the \
+                     directory (mkdir -p) or fix --catalog / SPOOL_CATALOG / destination.catalog",
+                    path.display(),
+                    dir.map_or_else(|| "(none)".into(), |d| d.display().to_string()),
+                ),
+            ));
+        }
+        if !path.is_file() {
+            tracing::warn!(
+                "the SQLite catalog {} is missing: creating it and indexing every valid pack of \
+                 the store into it",
+                path.display()
+            );
+        }
+    }
+    Ok(spool_catalog::open_with_timeout(
+        &url,
+        spool_service::config::keys::CATALOG_REQUEST_TIMEOUT.get(cfg),
+    )?)
+}
 
 /// Runs `spool reindex`.
 pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode> {
@@ -63,7 +109,11 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         ));
     }
     let store = cfg.open_store()?;
-    let catalog = cfg.open_catalog_to_read()?;
+    let catalog = if args.dry_run {
+        cfg.open_catalog_to_read()?
+    } else {
+        open_catalog_to_write(&cfg)?
+    };
     let store_id = cfg
         .destination()
         .map(|d| d.store_id)
@@ -103,18 +153,20 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
                 "inserted": report.inserted,
                 "dry_run": args.dry_run,
                 "other": report.other,
+                "damaged": report.damaged,
                 "invalid": report.invalid.iter().map(|(k, why)| json!({"key": k, "why": why})).collect::<Vec<_>>(),
             })
         );
     } else {
         outln!(
-            "spool reindex: {} object(s) under {}: {} already indexed, {verb} {}, {} not named like a pack, {} not a valid pack",
+            "spool reindex: {} object(s) under {}: {} already indexed, {verb} {}, {} not named like a pack, {} not a valid pack or holding damaged packs ({} damaged pack(s))",
             report.listed,
             store.description(),
             report.present,
             report.inserted,
             report.other,
-            report.invalid.len()
+            report.invalid.len(),
+            report.damaged
         );
         for (key, why) in &report.invalid {
             outln!("  not indexed: {key}: {why}");

@@ -29,7 +29,9 @@
 //! (`spool run --once` of a dead producer's backlog into s3s-fs against
 //! `rclone copy --transfers 8`, wall and CPU of each side and server),
 //! `backlog-100k` (a 100 000-pack backlog drained on the embedded
-//! defaults: a steady rate, peak RSS, `spool status` and `ls` on it).
+//! defaults: a steady rate, peak RSS, `spool status` and `ls` on it),
+//! `reindex-100k` (`spool reindex` of 100 000 packs in 8 MiB bundles into
+//! a lost SQLite catalog: rows per second, peak RSS).
 #![forbid(unsafe_code)]
 
 mod backlog;
@@ -38,6 +40,7 @@ mod core;
 mod handoff;
 mod null_store;
 mod python;
+mod reindex;
 mod report;
 mod s3s;
 mod service;
@@ -243,6 +246,7 @@ const CASES: &[(&str, &str, &[&str])] = &[
     ("s3s", "service-drain-s3s-1m", &["clickhouse", "s3s"]),
     ("s3s", "service-drain-s3s-16m", &["clickhouse", "s3s"]),
     ("backlog", "backlog-100k", &[]),
+    ("reindex", "reindex-100k", &[]),
     ("python", "python", &[]),
 ];
 
@@ -256,7 +260,7 @@ fn plan(args: &[String]) -> Result<()> {
             let cases: Vec<&str> = CASES.iter().map(|(_, c, _)| *c).collect();
             bail!(
                 "unknown benchmark group or case {a:?}; groups: core, upload, catalog, \
-                 service, s3s, backlog, python; cases: {}",
+                 service, s3s, backlog, reindex, python; cases: {}",
                 cases.join(", ")
             );
         }
@@ -311,6 +315,7 @@ fn run(args: &[String]) -> Result<()> {
             "service-drain-s3s-1m" => s3s::drain(&ctx, s3s::Shape::Small)?,
             "service-drain-s3s-16m" => s3s::drain(&ctx, s3s::Shape::Large)?,
             "backlog-100k" => backlog::run(&ctx)?,
+            "reindex-100k" => reindex::run(&ctx)?,
             "python" => python::run(&ctx)?,
             other => bail!("unknown case {other}"),
         }

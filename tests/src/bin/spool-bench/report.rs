@@ -13,6 +13,7 @@ pub const GROUPS: &[(&str, &str)] = &[
     ("service", "spool-service"),
     ("s3s", "spool run --once against s3s-fs"),
     ("backlog", "A backlog of 100 000 packs"),
+    ("reindex", "spool reindex of 100 000 bundled packs"),
     ("python", "spool-py"),
 ];
 
