@@ -135,3 +135,51 @@ fn a_lost_embedded_catalog_is_rebuilt() {
     assert!(err.contains("no-such-dir"), "{err}");
     assert!(!nowhere.parent().unwrap().exists());
 }
+
+/// A reindex into another catalog than the store prefix serves is refused
+/// having written nothing; `--take-over` records the new catalog first
+/// (an old one lost for good) and then indexes every pack into it.
+#[test]
+fn a_reindex_into_another_catalog_is_refused_unless_it_takes_the_prefix_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let staged = spool_tests::produce_ids(&a, 3);
+    spool_tests::run_once(&a);
+    spool_tests::produce_ids(&b, 1);
+    spool_tests::run_once(&b);
+    let b_rows = indexed_ids(&b);
+    let store = format!("file://{}/.store", a.display());
+    let other = format!("sqlite://{}/.catalog.db", b.display());
+    let reindex = |extra: &[&str]| {
+        output(
+            spool()
+                .args(["reindex", "--json", "--store", &store, "--catalog", &other])
+                .args(extra)
+                .arg("--spool-root")
+                .arg(&a),
+        )
+    };
+    let out = reindex(&[]);
+    assert!(!out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("serves another catalog") && err.contains("--take-over"),
+        "{err}"
+    );
+    assert_eq!(indexed_ids(&b), b_rows, "a refused reindex wrote");
+
+    let out = reindex(&["--take-over"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["inserted"], 3, "{v}");
+    let mut want = b_rows.clone();
+    want.extend(staged);
+    assert_eq!(indexed_ids(&b), want);
+    // the prefix now serves b's catalog: a's own is refused
+    let out = output(
+        spool()
+            .args(["reindex", "--dry-run", "--json", "--spool-root"])
+            .arg(&a),
+    );
+    assert!(!out.status.success(), "{}", describe(&out));
+}

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use crate::exit::{coded, ExitCode};
 use crate::source::{runtime, CatalogArgs};
+use spool_service::prefix_record;
 
 /// Arguments of `spool reindex`.
 #[derive(Debug, clap::Args)]
@@ -26,14 +27,25 @@ pub struct Args {
     /// One JSON object with the counts and the objects refused.
     #[arg(long)]
     pub json: bool,
+    /// Record this catalog as the one the store prefix serves, over a
+    /// record naming another (that catalog lost for good), before indexing.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub take_over: bool,
 }
 
 /// The long help of this command (with examples).
 pub const LONG_ABOUT: &str = "\
 Make a catalog whole from its object store: list every object under the
 store's prefix, validate each one named like a pack (<32 hex digits>.pack)
-as the pack its name says, and each pack in an object named like a bundle, (header, every record, footer, trailer,
-SHA-256), and index the valid ones the catalog has no row for.
+as the pack its name says (header, every record, footer, trailer,
+SHA-256), and each pack in an object named like a bundle likewise, and
+index the valid ones the catalog has no row for.
+
+The store prefix's record must name this catalog (spool sweep's help): a
+reindex into another catalog is refused, having written nothing. A catalog
+lost for good and rebuilt under another spelling takes the prefix over
+with --take-over. On a prefix no service recorded yet, a reindex records
+this catalog.
 
 For a catalog that lost rows: a part a single unreplicated ClickHouse
 server never fsynced before a power loss, a dropped table, a restored
@@ -118,6 +130,9 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
         .destination()
         .map(|d| d.store_id)
         .map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
+    let identity = cfg
+        .catalog_identity()
+        .map_err(|e| coded(ExitCode::Usage, e.to_string()))?;
     let rt = runtime()?;
     let report = rt
         .block_on(async {
@@ -128,6 +143,23 @@ pub fn run(args: Args, config_file: Option<&std::path::Path>) -> Result<ExitCode
                     catalog: catalog.server(),
                     error: Box::new(e),
                 })?;
+            let request = catalog.request_timeout();
+            let grace = cfg
+                .upload()
+                .map_err(spool_service::Error::from)?
+                .orphan_grace;
+            if args.take_over {
+                prefix_record::take_over(&store, &identity, &store_id, grace, request).await?;
+            } else {
+                match prefix_record::check(&store, &identity, request).await {
+                    Ok(_) => {}
+                    Err(spool_service::Error::NoPrefixRecord { .. }) if !args.dry_run => {
+                        prefix_record::settle(&store, &identity, &store_id, grace, request).await?;
+                    }
+                    Err(spool_service::Error::NoPrefixRecord { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             spool_service::reindex::reindex(
                 catalog.as_ref(),
                 &store,
