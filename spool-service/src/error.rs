@@ -283,22 +283,19 @@ pub enum Error {
     /// prefix record, `prefix_record.rs`): a drain, sweep or reindex here
     /// would mix two catalogs' packs, so nothing was done.
     #[error(
-        "store {store} serves another catalog: its record {key} (written by {written_by}) names \
-         [{recorded}], this one is [{ours}]; nothing was uploaded, indexed or deleted. Point this \
-         at the catalog that prefix serves, or at another store prefix; if that catalog is gone \
-         for good, `spool reindex --take-over` rebuilds this one from the store and records it"
+        "store {store} serves another catalog: its record {key} {mismatch}; nothing was \
+         uploaded, indexed or deleted. Point this at the catalog that prefix serves, or at \
+         another store prefix; if that catalog is gone for good, `spool reindex --take-over` \
+         rebuilds this one from the store and records it"
     )]
     PrefixServesAnother {
         /// The store, as [`spool_upload::Store::description`] names it.
         store: String,
         /// The record's key.
         key: String,
-        /// The catalog it names (one line per field, joined by `; `).
-        recorded: String,
-        /// This process's catalog, likewise.
-        ours: String,
-        /// Who wrote the record (host, pid).
-        written_by: String,
+        /// Who wrote the record, the catalog it names and this process's
+        /// (one line per field, joined by `; `), said.
+        mismatch: String,
     },
     /// A sweep or a reindex found no prefix record: no spool service has
     /// claimed this prefix for a catalog yet, so nothing vouches that the

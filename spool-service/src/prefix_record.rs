@@ -262,9 +262,12 @@ fn compare(store: &Store, record: &PrefixRecord, ours: &CatalogIdentity) -> Resu
     Err(Error::PrefixServesAnother {
         store: store.description().to_string(),
         key: record_key(store).to_string(),
-        recorded: CatalogIdentity::shown(&record.0.catalog),
-        ours: CatalogIdentity::shown(&ours.0),
-        written_by: record.0.written_by.clone(),
+        mismatch: format!(
+            "(written by {}) names [{}], this one is [{}]",
+            record.0.written_by,
+            CatalogIdentity::shown(&record.0.catalog),
+            CatalogIdentity::shown(&ours.0)
+        ),
     })
 }
 

@@ -56,6 +56,8 @@ fn record(dest: &Destination, store: &Arc<dyn ObjectStore>, prefix: &str, reques
                 Duration::from_secs(3600),
                 request,
             ))
+            .map(drop)
+            .map_err(|e| e.to_string())
     })
     .join()
     .unwrap()
