@@ -135,6 +135,13 @@ impl StoreAt {
             return Ok(None);
         };
         let store = spool_upload::Store::new(store.clone(), prefix, "moto", true)?;
+        // requests bounded as the daemons' are (the record's grace is four
+        // of them)
+        let sweeping = spool_catalog::open_with_timeout(
+            &catalog.url,
+            Duration::from_millis(crate::CATALOG_REQUEST_TIMEOUT_MS),
+        )
+        .with_context(|| format!("opening the catalog {}", catalog.url))?;
         let destination = spool_service::config::destination(daemons_url, "s3://unused", "default")
             .context("the daemons' destination")?;
         let identity = spool_service::prefix_record::CatalogIdentity::of(
@@ -163,7 +170,7 @@ impl StoreAt {
                     tokio::time::sleep(wait).await;
                 }
                 spool_service::sweep::sweep(
-                    catalog.catalog.as_ref(),
+                    sweeping.as_ref(),
                     &store,
                     &identity,
                     (usize::MAX, false),

@@ -81,6 +81,8 @@ const OVERRUN_BOUND: Duration = Duration::from_secs(2);
 /// stalled request costs seconds, not minutes, of a run.
 const CLIENT_REQUEST_TIMEOUT: &str = "10s";
 const CATALOG_REQUEST_TIMEOUT: &str = "5s";
+/// [`CATALOG_REQUEST_TIMEOUT`] in milliseconds.
+const CATALOG_REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// The destination's orphan grace: four catalog request bounds, the least
 /// a prefix record accepts.
 const ORPHAN_GRACE: &str = "20s";
