@@ -333,3 +333,5 @@ async fn a_pass_stops_at_its_limit() {
     assert!(!second.truncated);
     assert_eq!(first.deleted + second.deleted, 5, "{first:?} {second:?}");
 }
+
+mod model;
