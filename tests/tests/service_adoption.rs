@@ -824,14 +824,19 @@ mod serial {
         // Keep the backlog out of the store whatever happens.
         fx.store
             .script(Rule::new(Op::Put, Action::Fail(Injected::Status(503))).after(1));
-        let mut svc = started(fx.config(own.dir()));
+        // a slice of 2 s: one step in flight (at most the slice and a
+        // validation chunk) is told from two (at least twice the slice)
+        // with a second of margin on a loaded machine
+        let mut c = fx.config(own.dir());
+        c.adoption_slice = Duration::from_secs(2);
+        let mut svc = started(c);
         assert!(wait_for(Duration::from_secs(10), || is_adopting(&dir)));
         std::thread::sleep(Duration::from_millis(300));
         let mine = stage(own.dir(), 1);
         let t = Instant::now();
         assert!(svc.flush(Duration::from_secs(10)).unwrap());
         assert!(
-            t.elapsed() < Duration::from_millis(1500),
+            t.elapsed() < Duration::from_millis(3000),
             "flush took {:?}",
             t.elapsed()
         );
