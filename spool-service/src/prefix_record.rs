@@ -254,6 +254,19 @@ fn check_grace(
     })
 }
 
+/// `record`, refused unless it names `ours` and its grace leaves room for
+/// `request_timeout`.
+fn accept(
+    store: &Store,
+    record: PrefixRecord,
+    ours: &CatalogIdentity,
+    request_timeout: Duration,
+) -> Result<PrefixRecord, Error> {
+    compare(store, &record, ours)?;
+    check_grace(store, record.orphan_grace(), true, request_timeout)?;
+    Ok(record)
+}
+
 /// Refuses `record` unless it names `ours`.
 fn compare(store: &Store, record: &PrefixRecord, ours: &CatalogIdentity) -> Result<(), Error> {
     if record.0.catalog == ours.0 {
@@ -334,9 +347,7 @@ pub async fn settle(
                 .ok_or_else(|| record_error(store, "written, then not found".into(), true))?
         }
     };
-    compare(store, &record, ours)?;
-    check_grace(store, record.orphan_grace(), true, request_timeout)?;
-    Ok(record)
+    accept(store, record, ours, request_timeout)
 }
 
 /// What a sweep and a reindex do first: the record of `store`'s prefix,
@@ -351,9 +362,7 @@ pub async fn check(
         store: store.description().to_string(),
         key: record_key(store).to_string(),
     })?;
-    compare(store, &record, ours)?;
-    check_grace(store, record.orphan_grace(), true, request_timeout)?;
-    Ok(record)
+    accept(store, record, ours, request_timeout)
 }
 
 /// `spool reindex --take-over`: records `ours` as the catalog `store`'s
